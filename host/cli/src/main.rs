@@ -1,0 +1,188 @@
+//! `aegis`: a thin command line over the Aegis library crates.
+//!
+//! Each subcommand turns its arguments into one library call and the result into an exit
+//! code. Data goes to stdout; diagnostics go to stderr as `error: …`.
+
+use clap::{Parser, Subcommand};
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+mod demo;
+mod style;
+
+/// Exit codes shared by the subcommands. `verify`'s are API: CI gates script them.
+mod exit {
+    /// Success (verify: Verified).
+    pub const OK: u8 = 0;
+    /// verify: Tampered. Every command: a usage error.
+    pub const TAMPERED_OR_USAGE: u8 = 1;
+    /// A file could not be read or written (verify: the record or the trust store).
+    pub const UNREADABLE: u8 = 2;
+    /// verify: Indeterminate.
+    pub const INDETERMINATE: u8 = 3;
+}
+
+#[derive(Parser)]
+#[command(
+    name = "aegis",
+    version,
+    about = "Run AI agents' tool calls under policy, capability grants and a sandbox, and prove afterwards what happened."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check a record file offline: Verified, Indeterminate or Tampered.
+    ///
+    /// Exit codes: 0 Verified, 1 Tampered or a usage error, 2 the record or the trust
+    /// store could not be read, 3 Indeterminate.
+    Verify {
+        /// A public key (64 lowercase hex characters) you accept; repeatable. Any --key
+        /// or --trust-store makes the walk pinned.
+        #[arg(long = "key", value_name = "HEX", value_parser = parse_public_key)]
+        keys: Vec<aegis_record::PublicKey>,
+        /// A file of accepted public keys, one per line; blank and `#` lines skipped.
+        #[arg(long, value_name = "PATH")]
+        trust_store: Option<PathBuf>,
+        /// Print the report as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// The record file (any name).
+        path: PathBuf,
+    },
+    /// Write a fresh ed25519 signing key (mode 0600) and print its public key and key_id.
+    ///
+    /// Exit codes: 0 written, 1 a usage error or the file exists (without --force),
+    /// 2 the file could not be written.
+    Keygen {
+        /// Where to write the seed.
+        #[arg(long, value_name = "PATH")]
+        out: PathBuf,
+        /// Replace an existing file.
+        #[arg(long)]
+        force: bool,
+    },
+    /// A guided walk: write a signed session, verify it, then tamper with it.
+    Demo,
+}
+
+fn parse_public_key(s: &str) -> Result<aegis_record::PublicKey, String> {
+    aegis_record::PublicKey::from_hex(s).map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                exit::TAMPERED_OR_USAGE
+            } else {
+                exit::OK
+            };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let code = match cli.command {
+        Command::Verify {
+            keys,
+            trust_store,
+            json,
+            path,
+        } => verify(keys, trust_store, json, &path),
+        Command::Keygen { out, force } => keygen(&out, force),
+        Command::Demo => demo::run(),
+    };
+    ExitCode::from(code)
+}
+
+fn error(message: impl std::fmt::Display) {
+    eprintln!("error: {message}");
+}
+
+/// Writes to stdout; a closed pipe (`aegis verify f | head -1`) is not an error.
+fn print(text: &[u8]) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text).and_then(|()| out.flush());
+}
+
+fn verify(
+    keys: Vec<aegis_record::PublicKey>,
+    trust_store: Option<PathBuf>,
+    json: bool,
+    path: &std::path::Path,
+) -> u8 {
+    use aegis_record::verify::{Options, Verdict, parse_trust_store, verify};
+    let mut trust = (!keys.is_empty()).then_some(keys);
+    if let Some(store) = trust_store {
+        let text = match std::fs::read_to_string(&store) {
+            Ok(t) => t,
+            Err(e) => {
+                error(format_args!("{}: {e}", store.display()));
+                return exit::UNREADABLE;
+            }
+        };
+        match parse_trust_store(&text) {
+            Ok(found) => trust.get_or_insert_with(Vec::new).extend(found),
+            Err(e) => {
+                error(format_args!("{}: {e}", store.display()));
+                return exit::UNREADABLE;
+            }
+        }
+    }
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            error(format_args!("{}: {e}", path.display()));
+            return exit::UNREADABLE;
+        }
+    };
+    let report = match verify(file, &Options { trust, threads: 0 }) {
+        Ok(r) => r,
+        Err(e) => {
+            error(format_args!("{}: {e}", path.display()));
+            return exit::UNREADABLE;
+        }
+    };
+    if json {
+        let mut bytes = report.to_json();
+        bytes.push(b'\n');
+        print(&bytes);
+    } else {
+        print(report.to_text().as_bytes());
+    }
+    match report.verdict() {
+        Verdict::Verified(_) => exit::OK,
+        Verdict::Tampered(_) => exit::TAMPERED_OR_USAGE,
+        Verdict::Indeterminate(_) => exit::INDETERMINATE,
+    }
+}
+
+fn keygen(out: &std::path::Path, force: bool) -> u8 {
+    use aegis_record::key::{KeyError, SigningKey};
+    let key = match SigningKey::generate() {
+        Ok(k) => k,
+        Err(e) => {
+            error(e);
+            return exit::UNREADABLE;
+        }
+    };
+    match key.write_seed_file(out, force) {
+        Ok(()) => {
+            print(format!("public_key {}\nkey_id {}\n", key.public_key(), key.key_id()).as_bytes());
+            exit::OK
+        }
+        Err(e @ KeyError::Exists { .. }) => {
+            error(e);
+            exit::TAMPERED_OR_USAGE
+        }
+        Err(e) => {
+            error(e);
+            exit::UNREADABLE
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! The chain rule: numbering, linking, signing and hashing lines under one lock.
+//!
+//! # Guarantees
+//! - `seq` and `prev_hash` are assigned, the line signed and hashed, and its bytes handed
+//!   to the sink inside one critical section, so two concurrent appends can never receive
+//!   the same predecessor: the chain cannot fork.
+//! - The tail advances only after the sink accepted the bytes. A refused append consumes
+//!   its `seq` and leaves the tail where it was: a seq gap over an intact chain, which a
+//!   verifier reports as Indeterminate, never a fork.
+//! - An append returns only after the sink reports the line durable. If making it durable
+//!   fails, the session is poisoned and refuses every later line, because a later line
+//!   chained onto a lost one would read as tampering.
+//! - Intent lines go through [`Session::append_unsigned`], which only accepts
+//!   [`UnsignedBody`]; signed bodies go through [`Session::append`]. No path signs an
+//!   intent, and no path leaves an outcome unsigned.
+//! - A session writes its close line when closed or dropped (clean exit, panic unwinding).
+//!
+//! # Non-guarantees
+//! - Drop does not run on SIGKILL or power loss: such a session ends without a close and
+//!   verifies as Indeterminate (unanchored tail), which is the honest answer.
+//! - The sink decides what "durable" means; the writer trusts its `sync`.
+
+use crate::digest::LineHash;
+use crate::json::{Object, SafeInt, Value};
+use crate::key::SigningKey;
+use crate::line::{SCHEMA_VERSION, SignedBody, UnsignedBody};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Where the writer puts bytes. A sink stores lines; it cannot number, link or sign them.
+pub trait LineSink: Send + Sync {
+    /// Appends one whole line (canonical bytes and a trailing `\n`). Must be all or
+    /// nothing: a sink that may have written part of a line must fail every later append.
+    ///
+    /// # Errors
+    /// When the bytes were not accepted.
+    fn append(&self, line: &[u8]) -> std::io::Result<()>;
+
+    /// Returns once everything appended before the call is durable.
+    ///
+    /// # Errors
+    /// When durability could not be established.
+    fn sync(&self) -> std::io::Result<()>;
+}
+
+/// A line with its chain members assigned, ready to store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SealedLine {
+    /// The canonical bytes, without the trailing newline.
+    pub bytes: Vec<u8>,
+    /// SHA-256 of `bytes`.
+    pub hash: LineHash,
+}
+
+/// Why a line could not be written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// The body used a member the chain rule owns.
+    #[error("member {0:?} is reserved for the chain rule")]
+    ReservedMember(String),
+    /// `seq` would leave the value space.
+    #[error("seq exhausted the value space")]
+    SeqExhausted,
+    /// The sink refused the bytes; this `seq` is now a gap.
+    #[error("the sink refused line seq {seq}: {source}")]
+    Append {
+        /// The seq that was consumed.
+        seq: u64,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The sink could not make the line durable; the session refuses further lines.
+    #[error("the sink could not make line seq {seq} durable: {source}")]
+    Sync {
+        /// The seq whose durability is unknown.
+        seq: u64,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// An earlier durability failure poisoned the session.
+    #[error("the session stopped after an earlier durability failure")]
+    Poisoned,
+    /// The session was already closed.
+    #[error("the session is closed")]
+    Closed,
+}
+
+const CHAIN_MEMBERS: [&str; 6] = [
+    "schema_version",
+    "line_type",
+    "seq",
+    "prev_hash",
+    "key_id",
+    "signature",
+];
+
+/// Assigns the chain members to `body` and, with a signer, signs it.
+///
+/// The signing input is the canonical form with `key_id` present and `signature`
+/// absent; the line hash covers the whole line, signature included, so stripping a
+/// signature breaks the next line's `prev_hash`.
+///
+/// This is the low-level step the [`Session`] writer uses. It is public so that tools
+/// can build lines no emitter produces (reserved types, test vectors); it enforces
+/// nothing about which types must be signed.
+///
+/// # Errors
+/// [`WriteError::ReservedMember`] when `body` already holds a chain member, and
+/// [`WriteError::SeqExhausted`] when `seq` is outside the value space.
+pub fn seal(
+    line_type: &str,
+    mut body: Object,
+    seq: u64,
+    prev_hash: LineHash,
+    signer: Option<&SigningKey>,
+) -> Result<SealedLine, WriteError> {
+    if let Some(m) = CHAIN_MEMBERS.iter().find(|m| body.contains_key(m)) {
+        return Err(WriteError::ReservedMember((*m).to_owned()));
+    }
+    let seq = SafeInt::new(seq).ok_or(WriteError::SeqExhausted)?;
+    body.insert("schema_version", SCHEMA_VERSION);
+    body.insert("line_type", line_type);
+    body.insert("seq", seq);
+    body.insert("prev_hash", prev_hash);
+    if let Some(key) = signer {
+        body.insert("key_id", key.key_id());
+        let signature = key.sign(&body.to_canonical());
+        body.insert("signature", Value::String(signature.to_hex()));
+    }
+    let bytes = body.to_canonical();
+    Ok(SealedLine {
+        hash: LineHash::of_line(&bytes),
+        bytes,
+    })
+}
+
+/// Where the last append landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Appended {
+    /// Its position in the session.
+    pub seq: u64,
+    /// Its line hash: the next line's `prev_hash`.
+    pub line_hash: LineHash,
+}
+
+struct State {
+    next_seq: u64,
+    tail: LineHash,
+    closed: bool,
+    poisoned: bool,
+}
+
+/// One writer's session: an open line, then lines appended under the chain rule, then a
+/// close line.
+pub struct Session {
+    sink: Arc<dyn LineSink>,
+    key: SigningKey,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("key_id", &self.key.key_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// Writes an open line and starts a session.
+    ///
+    /// `prev_session_tail` must be the final line hash already in the sink, or `None`
+    /// when the sink is empty. `extensions` are extra members for the open line (the
+    /// host records provenance there); they are signed and hashed like the rest.
+    ///
+    /// # Errors
+    /// A reserved member in `extensions`, or the sink refusing or failing to sync.
+    pub fn open(
+        sink: Arc<dyn LineSink>,
+        key: SigningKey,
+        prev_session_tail: Option<LineHash>,
+        extensions: Object,
+    ) -> Result<Session, WriteError> {
+        let mut body = extensions;
+        for own in ["public_key", "prev_session_tail"] {
+            if body.contains_key(own) {
+                return Err(WriteError::ReservedMember(own.to_owned()));
+            }
+        }
+        body.insert("public_key", key.public_key());
+        body.insert_opt("prev_session_tail", prev_session_tail);
+        let session = Session {
+            sink,
+            key,
+            state: Mutex::new(State {
+                next_seq: 0,
+                tail: LineHash::GENESIS,
+                closed: false,
+                poisoned: false,
+            }),
+        };
+        if let Err(e) = session.write("open", body, true) {
+            // No open line landed: there is no session to close.
+            session.lock().closed = true;
+            return Err(e);
+        }
+        Ok(session)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is only updated after each step succeeds, so it is consistent even
+        // if a panic interrupted a holder.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self, line_type: &str, body: Object, signed: bool) -> Result<Appended, WriteError> {
+        let appended = {
+            let mut state = self.lock();
+            if state.poisoned {
+                return Err(WriteError::Poisoned);
+            }
+            if state.closed {
+                return Err(WriteError::Closed);
+            }
+            let seq = state.next_seq;
+            let sealed = seal(
+                line_type,
+                body,
+                seq,
+                state.tail,
+                signed.then_some(&self.key),
+            )?;
+            state.next_seq += 1;
+            let mut bytes = sealed.bytes;
+            bytes.push(b'\n');
+            self.sink
+                .append(&bytes)
+                .map_err(|source| WriteError::Append { seq, source })?;
+            state.tail = sealed.hash;
+            Appended {
+                seq,
+                line_hash: sealed.hash,
+            }
+        };
+        // Outside the lock, so a sink can make many writers' lines durable with one sync.
+        if let Err(source) = self.sink.sync() {
+            self.lock().poisoned = true;
+            return Err(WriteError::Sync {
+                seq: appended.seq,
+                source,
+            });
+        }
+        Ok(appended)
+    }
+
+    /// Appends a signed line (outcome, decision).
+    ///
+    /// # Errors
+    /// See [`WriteError`].
+    pub fn append<L: SignedBody>(&self, line: &L) -> Result<Appended, WriteError> {
+        self.write(L::LINE_TYPE, line.to_object(), true)
+    }
+
+    /// Appends an unsigned line (intent). Returns once it is durable.
+    ///
+    /// # Errors
+    /// See [`WriteError`].
+    pub fn append_unsigned<L: UnsignedBody>(&self, line: &L) -> Result<Appended, WriteError> {
+        self.write(L::LINE_TYPE, line.to_object(), false)
+    }
+
+    /// The hash of the last line that landed.
+    pub fn tail(&self) -> LineHash {
+        self.lock().tail
+    }
+
+    /// The signing key's fingerprint.
+    pub fn key_id(&self) -> crate::digest::KeyId {
+        self.key.key_id()
+    }
+
+    /// Writes the close line and ends the session, returning the session's final hash.
+    ///
+    /// # Errors
+    /// See [`WriteError`]; the session is over either way.
+    pub fn close(self) -> Result<LineHash, WriteError> {
+        self.close_inner()
+    }
+
+    fn close_inner(&self) -> Result<LineHash, WriteError> {
+        let appended = self.write("close", Object::new(), true);
+        self.lock().closed = true;
+        appended.map(|a| a.line_hash)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let open = {
+            let state = self.lock();
+            !state.closed && !state.poisoned
+        };
+        if open {
+            // Nothing to report to: a failure here leaves the session unanchored, which
+            // the verifier reports as Indeterminate.
+            let _ = self.close_inner();
+        }
+    }
+}
+
+/// A sink over a shared byte vector, for tests, vectors and volatile use. Its `sync` is a
+/// no-op: nothing it holds survives the process.
+#[derive(Clone, Debug, Default)]
+pub struct VecSink {
+    bytes: Arc<Mutex<Vec<u8>>>,
+}
+
+impl VecSink {
+    /// An empty sink.
+    pub fn new() -> VecSink {
+        VecSink::default()
+    }
+
+    /// A copy of everything appended so far.
+    pub fn contents(&self) -> Vec<u8> {
+        self.bytes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl LineSink for VecSink {
+    fn append(&self, line: &[u8]) -> std::io::Result<()> {
+        self.bytes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend_from_slice(line);
+        Ok(())
+    }
+
+    fn sync(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

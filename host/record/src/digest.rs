@@ -1,0 +1,204 @@
+//! SHA-256 digests as distinct types.
+//!
+//! Five fields of the format hold a SHA-256 digest, and each means something different.
+//! Giving each its own type turns "hashed the policy set into prev_hash" from a line that
+//! verifies while being wrong into a compile error.
+//!
+//! On the wire a digest is exactly 64 lowercase hex characters. Uppercase is refused, not
+//! folded: one digest must have one spelling, or two canonical forms of one line differ.
+
+use sha2::{Digest as _, Sha256};
+use std::fmt;
+
+/// Why a string is not a digest in wire form.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HexError {
+    /// Wrong number of characters.
+    #[error("expected {expected} lowercase hex characters, found {found}")]
+    Length {
+        /// Characters the field takes.
+        expected: usize,
+        /// Characters present.
+        found: usize,
+    },
+    /// A character outside `0-9a-f` (uppercase included).
+    #[error("expected lowercase hex, found {0:?}")]
+    Character(char),
+}
+
+/// Decodes exactly `N` bytes from `2N` lowercase hex characters.
+pub(crate) fn decode_hex<const N: usize>(s: &str) -> Result<[u8; N], HexError> {
+    let bytes = s.as_bytes();
+    if bytes.len() != 2 * N {
+        return Err(HexError::Length {
+            expected: 2 * N,
+            found: s.chars().count(),
+        });
+    }
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Ok(c - b'0'),
+        b'a'..=b'f' => Ok(c - b'a' + 10),
+        _ => Err(HexError::Character(char::from(c))),
+    };
+    let mut out = [0u8; N];
+    for (i, pair) in bytes.chunks_exact(2).enumerate() {
+        out[i] = (nibble(pair[0])? << 4) | nibble(pair[1])?;
+    }
+    Ok(out)
+}
+
+/// Lowercase hex of `bytes`.
+pub(crate) fn encode_hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(HEX[usize::from(b >> 4)]));
+        s.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    s
+}
+
+/// SHA-256 of `bytes`.
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+macro_rules! digest_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name([u8; 32]);
+
+        impl $name {
+            /// Wraps raw digest bytes.
+            pub const fn from_bytes(bytes: [u8; 32]) -> Self {
+                $name(bytes)
+            }
+
+            /// The raw digest bytes.
+            pub const fn as_bytes(&self) -> &[u8; 32] {
+                &self.0
+            }
+
+            /// Parses the wire form: 64 lowercase hex characters.
+            ///
+            /// # Errors
+            /// Any other length or character, uppercase included.
+            pub fn from_hex(s: &str) -> Result<Self, HexError> {
+                decode_hex::<32>(s).map($name)
+            }
+
+            /// The wire form: 64 lowercase hex characters.
+            pub fn to_hex(&self) -> String {
+                encode_hex(&self.0)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.to_hex())
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!(stringify!($name), "({})"), self.to_hex())
+            }
+        }
+
+        impl From<$name> for crate::json::Value {
+            fn from(d: $name) -> Self {
+                crate::json::Value::String(d.to_hex())
+            }
+        }
+    };
+}
+
+digest_type! {
+    /// SHA-256 over the canonical bytes of a whole line, signature included. It is what
+    /// the next line names as `prev_hash`, and what a later session's open line names as
+    /// `prev_session_tail`.
+    LineHash
+}
+
+digest_type! {
+    /// SHA-256 over the canonical JSON of a parsed policy set (never its YAML text).
+    PolicySetHash
+}
+
+digest_type! {
+    /// SHA-256 over the verbatim request bytes of a call, as they arrived.
+    RequestDigest
+}
+
+digest_type! {
+    /// SHA-256 over the verbatim response bytes that actually left the sandbox.
+    ResponseDigest
+}
+
+digest_type! {
+    /// SHA-256 over the 32 bytes of an ed25519 public key: the key's fingerprint.
+    KeyId
+}
+
+impl LineHash {
+    /// The `prev_hash` of a session's open line: 64 zeros.
+    pub const GENESIS: LineHash = LineHash([0; 32]);
+
+    /// Hashes the canonical bytes of a line.
+    pub fn of_line(canonical: &[u8]) -> LineHash {
+        LineHash(sha256(canonical))
+    }
+}
+
+impl RequestDigest {
+    /// Digest of the request bytes exactly as received, before any parsing.
+    pub fn of_request(raw: &[u8]) -> RequestDigest {
+        RequestDigest(sha256(raw))
+    }
+}
+
+impl ResponseDigest {
+    /// Digest of the response bytes exactly as produced.
+    pub fn of_response(raw: &[u8]) -> ResponseDigest {
+        ResponseDigest(sha256(raw))
+    }
+}
+
+impl PolicySetHash {
+    /// Digest of the canonical JSON projection of a parsed policy set.
+    pub fn of_canonical_set(canonical: &[u8]) -> PolicySetHash {
+        PolicySetHash(sha256(canonical))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trips_and_refuses_uppercase() {
+        let d = LineHash::of_line(b"x");
+        assert_eq!(LineHash::from_hex(&d.to_hex()).unwrap(), d);
+        let upper = d.to_hex().to_uppercase();
+        assert!(matches!(
+            LineHash::from_hex(&upper),
+            Err(HexError::Character(_))
+        ));
+        assert!(matches!(
+            KeyId::from_hex("00"),
+            Err(HexError::Length {
+                expected: 64,
+                found: 2
+            })
+        ));
+        assert_eq!(LineHash::GENESIS.to_hex(), "0".repeat(64));
+    }
+
+    #[test]
+    fn multibyte_input_is_an_error_not_a_panic() {
+        let s = "é".repeat(32);
+        assert!(KeyId::from_hex(&s).is_err());
+    }
+}

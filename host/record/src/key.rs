@@ -1,0 +1,428 @@
+//! Signing keys, public keys and signatures.
+//!
+//! # Guarantees
+//! - A seed file is 64 lowercase hex characters (one trailing newline tolerated). It is
+//!   created with mode 0600 and, on Unix, refused when group or others have any access:
+//!   read access leaks the key, write access lets someone substitute their own.
+//! - Verification is ed25519 *strict*: small-order keys and `R` points and non-canonical
+//!   `S` are rejected, so one signature has one verdict in every conforming verifier.
+//!
+//! # Non-guarantees
+//! - The [development key](SigningKey::development) is public. Anything it signs proves
+//!   only that some build of Aegis wrote it; the host refuses it for durable sinks.
+//! - On non-Unix systems file modes are neither set nor checked.
+
+use crate::digest::{HexError, KeyId, decode_hex, encode_hex, sha256};
+use ed25519_dalek::Signer as _;
+use std::fmt;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Seed of the compiled-in development key. It is published here on purpose: it is for
+/// volatile stores and tests, and is worthless as evidence.
+const DEVELOPMENT_SEED: [u8; 32] = *b"aegis development key: worthless";
+
+/// An ed25519 public key, 64 lowercase hex characters on the wire.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PublicKey([u8; 32]);
+
+impl PublicKey {
+    /// Wraps 32 key bytes. Whether they name a usable point is decided at verification.
+    pub const fn from_bytes(bytes: [u8; 32]) -> PublicKey {
+        PublicKey(bytes)
+    }
+
+    /// The key bytes.
+    pub const fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// Parses the wire form.
+    ///
+    /// # Errors
+    /// Anything but 64 lowercase hex characters.
+    pub fn from_hex(s: &str) -> Result<PublicKey, HexError> {
+        decode_hex::<32>(s).map(PublicKey)
+    }
+
+    /// The wire form.
+    pub fn to_hex(&self) -> String {
+        encode_hex(&self.0)
+    }
+
+    /// The key's fingerprint: SHA-256 of its 32 bytes.
+    pub fn key_id(&self) -> KeyId {
+        KeyId::from_bytes(sha256(&self.0))
+    }
+
+    /// Whether this is the public half of the compiled-in development key.
+    pub fn is_development(&self) -> bool {
+        *self == SigningKey::development().public_key()
+    }
+}
+
+impl fmt::Display for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PublicKey({})", self.to_hex())
+    }
+}
+
+impl From<PublicKey> for crate::json::Value {
+    fn from(k: PublicKey) -> Self {
+        crate::json::Value::String(k.to_hex())
+    }
+}
+
+/// An ed25519 signature, 128 lowercase hex characters on the wire.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Signature([u8; 64]);
+
+impl Signature {
+    /// Wraps 64 signature bytes.
+    pub const fn from_bytes(bytes: [u8; 64]) -> Signature {
+        Signature(bytes)
+    }
+
+    /// The signature bytes.
+    pub const fn as_bytes(&self) -> &[u8; 64] {
+        &self.0
+    }
+
+    /// Parses the wire form.
+    ///
+    /// # Errors
+    /// Anything but 128 lowercase hex characters.
+    pub fn from_hex(s: &str) -> Result<Signature, HexError> {
+        decode_hex::<64>(s).map(Signature)
+    }
+
+    /// The wire form.
+    pub fn to_hex(&self) -> String {
+        encode_hex(&self.0)
+    }
+}
+
+impl fmt::Debug for Signature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Signature({})", self.to_hex())
+    }
+}
+
+/// A public key decoded once for repeated strict verification.
+#[derive(Clone, Debug)]
+pub struct VerifyingKey(ed25519_dalek::VerifyingKey);
+
+impl VerifyingKey {
+    /// Decodes `key`.
+    ///
+    /// # Errors
+    /// When the bytes are not the encoding of a curve point, or the point has small
+    /// order (such a key "verifies" forged signatures under lax rules).
+    pub fn new(key: &PublicKey) -> Result<VerifyingKey, KeyError> {
+        let vk = ed25519_dalek::VerifyingKey::from_bytes(key.as_bytes())
+            .map_err(|_| KeyError::NotAPoint)?;
+        if vk.is_weak() {
+            return Err(KeyError::SmallOrder);
+        }
+        Ok(VerifyingKey(vk))
+    }
+
+    /// Strict ed25519 verification of `signature` over `message`.
+    pub fn verify_strict(&self, message: &[u8], signature: &Signature) -> bool {
+        let sig = ed25519_dalek::Signature::from_bytes(&signature.0);
+        self.0.verify_strict(message, &sig).is_ok()
+    }
+}
+
+/// Why a key could not be used or loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The public key bytes do not decode to a curve point.
+    #[error("public key is not a valid ed25519 point")]
+    NotAPoint,
+    /// The public key is a small-order point.
+    #[error("public key has small order")]
+    SmallOrder,
+    /// The seed file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The seed file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The seed file is not 64 lowercase hex characters.
+    #[error("{path}: expected a seed of 64 lowercase hex characters: {source}")]
+    Format {
+        /// The seed file.
+        path: PathBuf,
+        /// The cause.
+        source: HexError,
+    },
+    /// Group or others may access the seed file.
+    #[error(
+        "{path}: mode {mode:04o} lets group or others access the signing key; run `chmod 600 {path}`"
+    )]
+    Permissions {
+        /// The seed file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// Refused to replace an existing file without `force`.
+    #[error("{path}: already exists (pass --force to replace it)")]
+    Exists {
+        /// The seed file.
+        path: PathBuf,
+    },
+    /// The operating system's random source failed.
+    #[error("no randomness available: {0}")]
+    Random(String),
+}
+
+/// An ed25519 signing key.
+#[derive(Clone)]
+pub struct SigningKey {
+    inner: ed25519_dalek::SigningKey,
+}
+
+impl fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the seed.
+        write!(f, "SigningKey(key_id {})", self.key_id())
+    }
+}
+
+impl SigningKey {
+    /// The key with this 32-byte seed.
+    pub fn from_seed(seed: [u8; 32]) -> SigningKey {
+        SigningKey {
+            inner: ed25519_dalek::SigningKey::from_bytes(&seed),
+        }
+    }
+
+    /// The compiled-in development key. Its seed is public: use it only where records
+    /// are not retained.
+    pub fn development() -> SigningKey {
+        SigningKey::from_seed(DEVELOPMENT_SEED)
+    }
+
+    /// Whether this is the development key.
+    pub fn is_development(&self) -> bool {
+        self.inner.to_bytes() == DEVELOPMENT_SEED
+    }
+
+    /// A fresh key from the operating system's random source.
+    ///
+    /// # Errors
+    /// When no randomness is available.
+    pub fn generate() -> Result<SigningKey, KeyError> {
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| KeyError::Random(e.to_string()))?;
+        Ok(SigningKey::from_seed(seed))
+    }
+
+    /// The public half.
+    pub fn public_key(&self) -> PublicKey {
+        PublicKey(self.inner.verifying_key().to_bytes())
+    }
+
+    /// The public key's fingerprint.
+    pub fn key_id(&self) -> KeyId {
+        self.public_key().key_id()
+    }
+
+    /// Signs `message` (deterministic, per RFC 8032).
+    pub fn sign(&self, message: &[u8]) -> Signature {
+        Signature(self.inner.sign(message).to_bytes())
+    }
+
+    /// Loads a seed file, refusing one that group or others can access.
+    ///
+    /// # Errors
+    /// [`KeyError::Io`], [`KeyError::Permissions`] or [`KeyError::Format`].
+    pub fn load(path: &Path) -> Result<SigningKey, KeyError> {
+        let io = |source| KeyError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        check_private(path, &file)?;
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::Read::take(&file, 130), &mut text)
+            .map_err(io)?;
+        let hex = text.strip_suffix('\n').unwrap_or(&text);
+        let seed = decode_hex::<32>(hex).map_err(|source| KeyError::Format {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(SigningKey::from_seed(seed))
+    }
+
+    /// Writes this key's seed to `path` with mode 0600, as 64 hex characters and a
+    /// newline. Without `force` an existing file is left alone; with it, the file is
+    /// replaced atomically (a fresh 0600 file renamed over the old one, so a wider mode
+    /// on the old file is not inherited).
+    ///
+    /// # Errors
+    /// [`KeyError::Exists`] or [`KeyError::Io`].
+    pub fn write_seed_file(&self, path: &Path, force: bool) -> Result<(), KeyError> {
+        let io = |source| KeyError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        if !force && std::fs::symlink_metadata(path).is_ok() {
+            return Err(KeyError::Exists {
+                path: path.to_owned(),
+            });
+        }
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let mut suffix = [0u8; 8];
+        getrandom::fill(&mut suffix).map_err(|e| KeyError::Random(e.to_string()))?;
+        let tmp = dir.join(format!(".aegis-key-{}.tmp", encode_hex(&suffix)));
+        let result = (|| {
+            let mut file = create_private(&tmp)?;
+            file.write_all(format!("{}\n", encode_hex(&self.inner.to_bytes())).as_bytes())?;
+            file.sync_all()?;
+            if force {
+                std::fs::rename(&tmp, path)
+            } else {
+                // hard_link fails if `path` appeared meanwhile, so a race cannot clobber it.
+                std::fs::hard_link(&tmp, path).and_then(|()| std::fs::remove_file(&tmp))
+            }
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        match result {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(KeyError::Exists {
+                path: path.to_owned(),
+            }),
+            other => other.map_err(io),
+        }
+    }
+}
+
+#[cfg(unix)]
+fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+}
+
+#[cfg(unix)]
+fn check_private(path: &Path, file: &std::fs::File) -> Result<(), KeyError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = file
+        .metadata()
+        .map_err(|source| KeyError::Io {
+            path: path.to_owned(),
+            source,
+        })?
+        .permissions()
+        .mode()
+        & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(KeyError::Permissions {
+            path: path.to_owned(),
+            mode,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_private(_: &Path, _: &std::fs::File) -> Result<(), KeyError> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn development_key_is_recognised() {
+        assert!(SigningKey::development().is_development());
+        assert!(SigningKey::development().public_key().is_development());
+        assert!(!SigningKey::from_seed([7; 32]).is_development());
+    }
+
+    #[test]
+    fn small_order_public_key_is_refused() {
+        // The identity point: every "signature" with R = identity and S = 0 satisfies
+        // the lax equation under it.
+        let mut identity = [0u8; 32];
+        identity[0] = 1;
+        assert!(matches!(
+            VerifyingKey::new(&PublicKey::from_bytes(identity)),
+            Err(KeyError::SmallOrder)
+        ));
+    }
+
+    #[test]
+    fn seed_file_round_trip_and_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k");
+        let key = SigningKey::from_seed([3; 32]);
+        key.write_seed_file(&path, false).unwrap();
+        assert_eq!(SigningKey::load(&path).unwrap().key_id(), key.key_id());
+        assert!(matches!(
+            key.write_seed_file(&path, false),
+            Err(KeyError::Exists { .. })
+        ));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+            assert!(matches!(
+                SigningKey::load(&path),
+                Err(KeyError::Permissions { mode: 0o640, .. })
+            ));
+            // --force replaces the file and does not inherit the wide mode.
+            SigningKey::from_seed([4; 32])
+                .write_seed_file(&path, true)
+                .unwrap();
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+        }
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
+    }
+
+    #[test]
+    fn malformed_seed_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k");
+        create_private(&path)
+            .unwrap()
+            .write_all(&[b'A'; 64])
+            .unwrap();
+        assert!(matches!(
+            SigningKey::load(&path),
+            Err(KeyError::Format { .. })
+        ));
+    }
+}

@@ -1,0 +1,38 @@
+//! The Agent Action Record format: canonical JSON, digests, line types, the chain
+//! writer and the verifier walk.
+//!
+//! This crate is the format alone. It runs no tools and loads no plugins, so `aegis
+//! verify` and any third-party auditor's tooling need nothing else. The normative
+//! description is `spec/SPEC.md` in the repository; this crate is checked against the
+//! committed vectors in `spec/vectors/`.
+//!
+//! # Guarantees
+//! - One canonical byte form per line ([`json`]), hashed and signed exactly as the
+//!   specification states ([`chain::seal`]).
+//! - A writer that cannot fork a chain and never signs an intent ([`chain::Session`]).
+//! - A verifier with exactly three verdicts that is deterministic in its input
+//!   ([`verify::verify`]).
+//!
+//! # Non-guarantees
+//! - A verdict of Verified without a trust slice proves internal consistency, not who
+//!   wrote the file.
+//! - Content after the last valid signature cannot be authenticated.
+//! - Records are not confidential: decision axes and reasons are host-written free text
+//!   that may name paths. Read a chain before publishing it.
+
+pub mod chain;
+pub mod digest;
+pub mod json;
+pub mod key;
+pub mod line;
+pub mod verify;
+
+pub use chain::{Appended, LineSink, SealedLine, Session, VecSink, WriteError, seal};
+pub use digest::{KeyId, LineHash, PolicySetHash, RequestDigest, ResponseDigest};
+pub use key::{PublicKey, Signature, SigningKey};
+pub use line::{
+    ApprovalScope, CapabilityGrant, CapabilityOutcome, DecisionAxes, DecisionLine, DecisionVerdict,
+    ExecutionOutcome, FsAxis, FsScope, HttpRule, IntentLine, NetAxis, NetScope, OutcomeLine,
+    PolicyOutcome,
+};
+pub use verify::{Indeterminate, Options, Position, Report, Tampered, Trust, Verdict, verify};

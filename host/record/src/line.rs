@@ -1,0 +1,1024 @@
+//! The six line types and the objects inside them.
+//!
+//! Each type converts to the body of a line (its own members, without the four chain
+//! members and the signature) and back. Parsing checks the members this version defines
+//! and ignores others: a newer emitter may add members, and they are still hashed.
+//!
+//! Which lines are signed is a property of the type: [`SignedBody`] is implemented for
+//! outcome and decision bodies and never for [`IntentLine`], so the writer has no path
+//! that signs an intent. Both traits are sealed.
+
+use crate::digest::{HexError, LineHash, PolicySetHash, RequestDigest, ResponseDigest};
+use crate::json::{Object, SafeInt, Value};
+use crate::key::PublicKey;
+
+/// The `schema_version` this crate reads and writes.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// A line type token as it appears in `line_type`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LineType {
+    /// First line of a session; signed.
+    Open,
+    /// Written before a call runs; hashed into the chain, never signed.
+    Intent,
+    /// The record of one call, on every exit path; signed.
+    Outcome,
+    /// A human verdict on a parked call; signed.
+    Decision,
+    /// Last line of a session; signed.
+    Close,
+    /// Reserved: signed, defined so adding it later is not a breaking change.
+    Checkpoint,
+    /// A token this version does not define, preserved as written.
+    Unknown(String),
+}
+
+impl LineType {
+    /// Reads a `line_type` token.
+    pub fn from_token(token: &str) -> LineType {
+        match token {
+            "open" => LineType::Open,
+            "intent" => LineType::Intent,
+            "outcome" => LineType::Outcome,
+            "decision" => LineType::Decision,
+            "close" => LineType::Close,
+            "checkpoint" => LineType::Checkpoint,
+            other => LineType::Unknown(other.to_owned()),
+        }
+    }
+
+    /// The token as written.
+    pub fn token(&self) -> &str {
+        match self {
+            LineType::Open => "open",
+            LineType::Intent => "intent",
+            LineType::Outcome => "outcome",
+            LineType::Decision => "decision",
+            LineType::Close => "close",
+            LineType::Checkpoint => "checkpoint",
+            LineType::Unknown(t) => t,
+        }
+    }
+
+    /// Whether lines of this type must carry a valid signature. Unknown types are not in
+    /// the set: whether they must be signed is unknowable to this version.
+    pub fn is_signed(&self) -> bool {
+        matches!(
+            self,
+            LineType::Open
+                | LineType::Outcome
+                | LineType::Decision
+                | LineType::Close
+                | LineType::Checkpoint
+        )
+    }
+}
+
+/// Why a line's members do not match its type.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FieldError {
+    /// A required member is absent.
+    #[error("{0}: missing")]
+    Missing(String),
+    /// A member has the wrong JSON type.
+    #[error("{field}: expected {expected}")]
+    Type {
+        /// Path of the member, e.g. `policy.reason`.
+        field: String,
+        /// What it should be.
+        expected: &'static str,
+    },
+    /// A digest, key or signature member is not in wire form.
+    #[error("{field}: {source}")]
+    Hex {
+        /// Path of the member.
+        field: String,
+        /// The cause.
+        source: HexError,
+    },
+    /// A tag member names no variant of this version.
+    #[error("{field}: unknown value {found:?}")]
+    Tag {
+        /// Path of the tag member.
+        field: String,
+        /// The token found.
+        found: String,
+    },
+    /// A member is outside its domain.
+    #[error("{field}: {what}")]
+    Domain {
+        /// Path of the member.
+        field: String,
+        /// What is wrong.
+        what: &'static str,
+    },
+}
+
+/// Typed access to an object's members, naming each member by its path in errors.
+pub(crate) struct Fields<'a> {
+    obj: &'a Object,
+    prefix: &'a str,
+}
+
+impl<'a> Fields<'a> {
+    pub(crate) fn new(obj: &'a Object, prefix: &'a str) -> Self {
+        Fields { obj, prefix }
+    }
+
+    fn path(&self, key: &str) -> String {
+        if self.prefix.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{}.{key}", self.prefix)
+        }
+    }
+
+    fn get(&self, key: &str) -> Result<&'a Value, FieldError> {
+        self.obj
+            .get(key)
+            .ok_or_else(|| FieldError::Missing(self.path(key)))
+    }
+
+    fn type_err(&self, key: &str, expected: &'static str) -> FieldError {
+        FieldError::Type {
+            field: self.path(key),
+            expected,
+        }
+    }
+
+    pub(crate) fn str(&self, key: &str) -> Result<&'a str, FieldError> {
+        self.get(key)?
+            .as_str()
+            .ok_or_else(|| self.type_err(key, "a string"))
+    }
+
+    pub(crate) fn opt_str(&self, key: &str) -> Result<Option<&'a str>, FieldError> {
+        match self.obj.get(key) {
+            None => Ok(None),
+            Some(_) => self.str(key).map(Some),
+        }
+    }
+
+    fn string(&self, key: &str) -> Result<String, FieldError> {
+        self.str(key).map(str::to_owned)
+    }
+
+    fn opt_string(&self, key: &str) -> Result<Option<String>, FieldError> {
+        Ok(self.opt_str(key)?.map(str::to_owned))
+    }
+
+    pub(crate) fn int(&self, key: &str) -> Result<SafeInt, FieldError> {
+        match self.get(key)? {
+            Value::Int(i) => Ok(*i),
+            _ => Err(self.type_err(key, "an integer")),
+        }
+    }
+
+    fn opt_int(&self, key: &str) -> Result<Option<SafeInt>, FieldError> {
+        match self.obj.get(key) {
+            None => Ok(None),
+            Some(_) => self.int(key).map(Some),
+        }
+    }
+
+    pub(crate) fn hex<T>(
+        &self,
+        key: &str,
+        parse: fn(&str) -> Result<T, HexError>,
+    ) -> Result<T, FieldError> {
+        parse(self.str(key)?).map_err(|source| FieldError::Hex {
+            field: self.path(key),
+            source,
+        })
+    }
+
+    pub(crate) fn opt_hex<T>(
+        &self,
+        key: &str,
+        parse: fn(&str) -> Result<T, HexError>,
+    ) -> Result<Option<T>, FieldError> {
+        match self.obj.get(key) {
+            None => Ok(None),
+            Some(_) => self.hex(key, parse).map(Some),
+        }
+    }
+
+    pub(crate) fn object(&self, key: &str) -> Result<&'a Object, FieldError> {
+        self.get(key)?
+            .as_object()
+            .ok_or_else(|| self.type_err(key, "an object"))
+    }
+
+    fn opt_object(&self, key: &str) -> Result<Option<&'a Object>, FieldError> {
+        match self.obj.get(key) {
+            None => Ok(None),
+            Some(_) => self.object(key).map(Some),
+        }
+    }
+
+    fn array(&self, key: &str) -> Result<&'a [Value], FieldError> {
+        self.get(key)?
+            .as_array()
+            .ok_or_else(|| self.type_err(key, "an array"))
+    }
+
+    fn strings(&self, key: &str) -> Result<Vec<String>, FieldError> {
+        self.array(key)?
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| self.type_err(key, "an array of strings"))
+            })
+            .collect()
+    }
+}
+
+/// The body of a line: its own members. Sealed.
+pub trait LineBody: sealed::Sealed {
+    /// The `line_type` token.
+    const LINE_TYPE: &'static str;
+    /// The members this body contributes to the line.
+    fn to_object(&self) -> Object;
+}
+
+/// A body the writer signs. Sealed: intent lines never implement it.
+pub trait SignedBody: LineBody {}
+
+/// A body the writer appends unsigned. Sealed: only intent lines implement it.
+pub trait UnsignedBody: LineBody {}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::IntentLine {}
+    impl Sealed for super::OutcomeLine {}
+    impl Sealed for super::DecisionLine {}
+}
+
+/// The open line's own members.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenLine {
+    /// The key every signed line of the session is signed under.
+    pub public_key: PublicKey,
+    /// The previous session's final line hash; absent for the first session of a file.
+    pub prev_session_tail: Option<LineHash>,
+}
+
+impl OpenLine {
+    /// Reads the members of an open line.
+    ///
+    /// # Errors
+    /// A missing or ill-typed member.
+    pub fn from_object(obj: &Object) -> Result<OpenLine, FieldError> {
+        let f = Fields::new(obj, "");
+        Ok(OpenLine {
+            public_key: f.hex("public_key", PublicKey::from_hex)?,
+            prev_session_tail: f.opt_hex("prev_session_tail", LineHash::from_hex)?,
+        })
+    }
+}
+
+/// A call's pre-execution line: durable before any effect, never signed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IntentLine {
+    /// Pairs this line with the call's outcome.
+    pub call_id: String,
+    /// The tool being called.
+    pub tool_id: String,
+    /// SHA-256 over the verbatim request bytes.
+    pub request_digest: RequestDigest,
+}
+
+impl LineBody for IntentLine {
+    const LINE_TYPE: &'static str = "intent";
+    fn to_object(&self) -> Object {
+        let mut o = Object::new();
+        o.insert("call_id", self.call_id.as_str());
+        o.insert("tool_id", self.tool_id.as_str());
+        o.insert("request_digest", self.request_digest);
+        o
+    }
+}
+impl UnsignedBody for IntentLine {}
+
+impl IntentLine {
+    /// Reads the members of an intent line.
+    ///
+    /// # Errors
+    /// A missing or ill-typed member.
+    pub fn from_object(obj: &Object) -> Result<IntentLine, FieldError> {
+        let f = Fields::new(obj, "");
+        Ok(IntentLine {
+            call_id: f.string("call_id")?,
+            tool_id: f.string("tool_id")?,
+            request_digest: f.hex("request_digest", RequestDigest::from_hex)?,
+        })
+    }
+}
+
+/// The policy station's verdict, tagged by `status`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PolicyOutcome {
+    /// The call may proceed.
+    Allowed,
+    /// A rule refused the call.
+    Denied {
+        /// Why.
+        reason: String,
+    },
+    /// A rate limit refused the call.
+    RateLimited {
+        /// Why.
+        reason: String,
+    },
+    /// The call was parked for a human; it did not run.
+    PendingApproval {
+        /// Names the park; a decision line answers it.
+        approval_id: String,
+    },
+}
+
+impl PolicyOutcome {
+    fn to_object(&self) -> Object {
+        let mut o = Object::new();
+        match self {
+            PolicyOutcome::Allowed => {
+                o.insert("status", "allowed");
+            }
+            PolicyOutcome::Denied { reason } => {
+                o.insert("status", "denied");
+                o.insert("reason", reason.as_str());
+            }
+            PolicyOutcome::RateLimited { reason } => {
+                o.insert("status", "rate_limited");
+                o.insert("reason", reason.as_str());
+            }
+            PolicyOutcome::PendingApproval { approval_id } => {
+                o.insert("status", "pending_approval");
+                o.insert("approval_id", approval_id.as_str());
+            }
+        }
+        o
+    }
+
+    fn from_object(obj: &Object) -> Result<Self, FieldError> {
+        let f = Fields::new(obj, "policy");
+        Ok(match f.str("status")? {
+            "allowed" => PolicyOutcome::Allowed,
+            "denied" => PolicyOutcome::Denied {
+                reason: f.string("reason")?,
+            },
+            "rate_limited" => PolicyOutcome::RateLimited {
+                reason: f.string("reason")?,
+            },
+            "pending_approval" => PolicyOutcome::PendingApproval {
+                approval_id: f.string("approval_id")?,
+            },
+            other => return Err(tag_err("policy.status", other)),
+        })
+    }
+}
+
+fn tag_err(field: &str, found: &str) -> FieldError {
+    FieldError::Tag {
+        field: field.to_owned(),
+        found: found.to_owned(),
+    }
+}
+
+/// Filesystem roots a grant or approval covers.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct FsScope {
+    /// Roots readable by the call.
+    pub read_paths: Vec<String>,
+    /// Roots writable by the call.
+    pub write_paths: Vec<String>,
+}
+
+impl FsScope {
+    fn to_object(&self) -> Object {
+        let mut o = Object::new();
+        o.insert("read_paths", self.read_paths.clone());
+        o.insert("write_paths", self.write_paths.clone());
+        o
+    }
+
+    fn from_object(obj: &Object, prefix: &str) -> Result<Self, FieldError> {
+        let f = Fields::new(obj, prefix);
+        Ok(FsScope {
+            read_paths: f.strings("read_paths")?,
+            write_paths: f.strings("write_paths")?,
+        })
+    }
+}
+
+/// One network destination a grant or approval covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpRule {
+    /// Host name or address.
+    pub host: String,
+    /// Allowed ports.
+    pub ports: Vec<u16>,
+    /// Allowed methods, e.g. `GET`.
+    pub methods: Vec<String>,
+}
+
+/// Network destinations a grant or approval covers.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct NetScope {
+    /// HTTP destinations.
+    pub http: Vec<HttpRule>,
+}
+
+impl NetScope {
+    fn to_object(&self) -> Object {
+        let rules: Vec<Value> = self
+            .http
+            .iter()
+            .map(|r| {
+                let mut o = Object::new();
+                o.insert("host", r.host.as_str());
+                o.insert("ports", r.ports.clone());
+                o.insert("methods", r.methods.clone());
+                Value::Object(o)
+            })
+            .collect();
+        let mut o = Object::new();
+        o.insert("http", Value::Array(rules));
+        o
+    }
+
+    fn from_object(obj: &Object, prefix: &str) -> Result<Self, FieldError> {
+        let f = Fields::new(obj, prefix);
+        let path = format!("{prefix}.http");
+        let mut http = Vec::new();
+        for v in f.array("http")? {
+            let rule = v.as_object().ok_or_else(|| FieldError::Type {
+                field: path.clone(),
+                expected: "an array of objects",
+            })?;
+            let r = Fields::new(rule, &path);
+            let ports = r
+                .array("ports")?
+                .iter()
+                .map(|p| {
+                    p.as_int()
+                        .and_then(|n| u16::try_from(n).ok())
+                        .ok_or_else(|| FieldError::Domain {
+                            field: format!("{path}.ports"),
+                            what: "expected port numbers 0..=65535",
+                        })
+                })
+                .collect::<Result<_, _>>()?;
+            http.push(HttpRule {
+                host: r.string("host")?,
+                ports,
+                methods: r.strings("methods")?,
+            });
+        }
+        Ok(NetScope { http })
+    }
+}
+
+/// The authority minted for one call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CapabilityGrant {
+    /// Names the grant.
+    pub grant_id: String,
+    /// The tool it was minted for.
+    pub tool_id: String,
+    /// Filesystem roots, if any.
+    pub fs: Option<FsScope>,
+    /// Network destinations, if any.
+    pub net: Option<NetScope>,
+    /// Memory ceiling for the call.
+    pub max_memory_bytes: SafeInt,
+    /// Wall-clock ceiling for the call.
+    pub max_wall_ms: SafeInt,
+    /// Output ceiling for the call.
+    pub max_output_bytes: SafeInt,
+}
+
+impl CapabilityGrant {
+    fn to_object(&self) -> Object {
+        let mut o = Object::new();
+        o.insert("grant_id", self.grant_id.as_str());
+        o.insert("tool_id", self.tool_id.as_str());
+        o.insert_opt("fs", self.fs.as_ref().map(FsScope::to_object));
+        o.insert_opt("net", self.net.as_ref().map(NetScope::to_object));
+        o.insert("max_memory_bytes", self.max_memory_bytes);
+        o.insert("max_wall_ms", self.max_wall_ms);
+        o.insert("max_output_bytes", self.max_output_bytes);
+        o
+    }
+
+    fn from_object(obj: &Object, prefix: &str) -> Result<Self, FieldError> {
+        let f = Fields::new(obj, prefix);
+        Ok(CapabilityGrant {
+            grant_id: f.string("grant_id")?,
+            tool_id: f.string("tool_id")?,
+            fs: f
+                .opt_object("fs")?
+                .map(|o| FsScope::from_object(o, &format!("{prefix}.fs")))
+                .transpose()?,
+            net: f
+                .opt_object("net")?
+                .map(|o| NetScope::from_object(o, &format!("{prefix}.net")))
+                .transpose()?,
+            max_memory_bytes: f.int("max_memory_bytes")?,
+            max_wall_ms: f.int("max_wall_ms")?,
+            max_output_bytes: f.int("max_output_bytes")?,
+        })
+    }
+}
+
+/// The capability station's result, tagged by `status`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CapabilityOutcome {
+    /// A grant was minted.
+    Granted {
+        /// The grant.
+        grant: CapabilityGrant,
+    },
+    /// No grant: the call never reached the sandbox.
+    Denied {
+        /// Why.
+        reason: String,
+        /// The axis that was refused, e.g. `fs` or `net.http`.
+        denied_capability: Option<String>,
+    },
+}
+
+impl CapabilityOutcome {
+    fn to_object(&self) -> Object {
+        let mut o = Object::new();
+        match self {
+            CapabilityOutcome::Granted { grant } => {
+                o.insert("status", "granted");
+                o.insert("grant", grant.to_object());
+            }
+            CapabilityOutcome::Denied {
+                reason,
+                denied_capability,
+            } => {
+                o.insert("status", "denied");
+                o.insert("reason", reason.as_str());
+                o.insert_opt("denied_capability", denied_capability.as_deref());
+            }
+        }
+        o
+    }
+
+    fn from_object(obj: &Object) -> Result<Self, FieldError> {
+        let f = Fields::new(obj, "capability");
+        Ok(match f.str("status")? {
+            "granted" => CapabilityOutcome::Granted {
+                grant: CapabilityGrant::from_object(f.object("grant")?, "capability.grant")?,
+            },
+            "denied" => CapabilityOutcome::Denied {
+                reason: f.string("reason")?,
+                denied_capability: f.opt_string("denied_capability")?,
+            },
+            other => return Err(tag_err("capability.status", other)),
+        })
+    }
+}
+
+/// What happened in the sandbox, tagged by `status`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExecutionOutcome {
+    /// The tool ran to completion.
+    Success,
+    /// The tool trapped (a host panic is recorded as a trap too).
+    Trap {
+        /// The trap message.
+        message: String,
+    },
+    /// A resource ceiling stopped the tool.
+    ResourceExceeded {
+        /// Which ceiling, e.g. `memory`, `wall_time`, `output`.
+        kind: String,
+    },
+    /// The host did not run the tool (refused earlier, or the call was abandoned).
+    HostDenied {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl ExecutionOutcome {
+    fn to_object(&self) -> Object {
+        let mut o = Object::new();
+        match self {
+            ExecutionOutcome::Success => {
+                o.insert("status", "success");
+            }
+            ExecutionOutcome::Trap { message } => {
+                o.insert("status", "trap");
+                o.insert("message", message.as_str());
+            }
+            ExecutionOutcome::ResourceExceeded { kind } => {
+                o.insert("status", "resource_exceeded");
+                o.insert("kind", kind.as_str());
+            }
+            ExecutionOutcome::HostDenied { reason } => {
+                o.insert("status", "host_denied");
+                o.insert("reason", reason.as_str());
+            }
+        }
+        o
+    }
+
+    fn from_object(obj: &Object) -> Result<Self, FieldError> {
+        let f = Fields::new(obj, "execution");
+        Ok(match f.str("status")? {
+            "success" => ExecutionOutcome::Success,
+            "trap" => ExecutionOutcome::Trap {
+                message: f.string("message")?,
+            },
+            "resource_exceeded" => ExecutionOutcome::ResourceExceeded {
+                kind: f.string("kind")?,
+            },
+            "host_denied" => ExecutionOutcome::HostDenied {
+                reason: f.string("reason")?,
+            },
+            other => return Err(tag_err("execution.status", other)),
+        })
+    }
+}
+
+/// The filesystem scope a grant resolved to: its single root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsAxis {
+    /// The root as requested.
+    pub path_raw: String,
+    /// The root after canonicalization. Not assumed equal to `path_raw`.
+    pub path_canonical: String,
+}
+
+/// The network scope a grant resolved to: its single host and port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetAxis {
+    /// Host name or address.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+}
+
+/// The inputs a verdict turned on. Always present on an outcome, possibly empty.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct DecisionAxes {
+    /// The capability the call requested, e.g. `fs.read`.
+    pub capability: Option<String>,
+    /// The role the caller asserted.
+    pub role: Option<String>,
+    /// The policy session scope (not the audit session).
+    pub session: Option<String>,
+    /// The rule that decided.
+    pub matched_rule: Option<String>,
+    /// The approval a resumed call ran under.
+    pub approval_ref: Option<String>,
+    /// The grant's single filesystem root, when it has exactly one.
+    pub fs: Option<FsAxis>,
+    /// The grant's single host and port, when it has exactly one.
+    pub net: Option<NetAxis>,
+}
+
+impl DecisionAxes {
+    fn to_object(&self) -> Object {
+        let mut o = Object::new();
+        o.insert_opt("capability", self.capability.as_deref());
+        o.insert_opt("role", self.role.as_deref());
+        o.insert_opt("session", self.session.as_deref());
+        o.insert_opt("matched_rule", self.matched_rule.as_deref());
+        o.insert_opt("approval_ref", self.approval_ref.as_deref());
+        if let Some(fs) = &self.fs {
+            let mut f = Object::new();
+            f.insert("path_raw", fs.path_raw.as_str());
+            f.insert("path_canonical", fs.path_canonical.as_str());
+            o.insert("fs", f);
+        }
+        if let Some(net) = &self.net {
+            let mut n = Object::new();
+            n.insert("host", net.host.as_str());
+            n.insert("port", net.port);
+            o.insert("net", n);
+        }
+        o
+    }
+
+    fn from_object(obj: &Object) -> Result<Self, FieldError> {
+        let f = Fields::new(obj, "decision_axes");
+        let fs = f
+            .opt_object("fs")?
+            .map(|o| {
+                let g = Fields::new(o, "decision_axes.fs");
+                Ok::<_, FieldError>(FsAxis {
+                    path_raw: g.string("path_raw")?,
+                    path_canonical: g.string("path_canonical")?,
+                })
+            })
+            .transpose()?;
+        let net = f
+            .opt_object("net")?
+            .map(|o| {
+                let g = Fields::new(o, "decision_axes.net");
+                let port = u16::try_from(g.int("port")?.get()).map_err(|_| FieldError::Domain {
+                    field: "decision_axes.net.port".into(),
+                    what: "expected a port number 0..=65535",
+                })?;
+                Ok::<_, FieldError>(NetAxis {
+                    host: g.string("host")?,
+                    port,
+                })
+            })
+            .transpose()?;
+        Ok(DecisionAxes {
+            capability: f.opt_string("capability")?,
+            role: f.opt_string("role")?,
+            session: f.opt_string("session")?,
+            matched_rule: f.opt_string("matched_rule")?,
+            approval_ref: f.opt_string("approval_ref")?,
+            fs,
+            net,
+        })
+    }
+}
+
+/// The Agent Action Record: one per call, on every exit path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutcomeLine {
+    /// Matches the call's intent line.
+    pub call_id: String,
+    /// The tool called.
+    pub tool_id: String,
+    /// Identical to the intent line's.
+    pub request_digest: RequestDigest,
+    /// The policy set that governed the call.
+    pub policy_set_hash: PolicySetHash,
+    /// The policy station's verdict.
+    pub policy: PolicyOutcome,
+    /// The capability station's result.
+    pub capability: CapabilityOutcome,
+    /// What happened in the sandbox.
+    pub execution: ExecutionOutcome,
+    /// The grant the call ran under, if one was minted.
+    pub grant_id: Option<String>,
+    /// Digest of the response bytes that actually left; absent when none did.
+    pub response_digest: Option<ResponseDigest>,
+    /// Wall time in the sandbox; absent when it never ran.
+    pub wall_ms: Option<SafeInt>,
+    /// Peak memory in the sandbox; absent when it never ran.
+    pub peak_memory_bytes: Option<SafeInt>,
+    /// The inputs the verdict turned on.
+    pub decision_axes: DecisionAxes,
+}
+
+impl LineBody for OutcomeLine {
+    const LINE_TYPE: &'static str = "outcome";
+    fn to_object(&self) -> Object {
+        let mut o = Object::new();
+        o.insert("call_id", self.call_id.as_str());
+        o.insert("tool_id", self.tool_id.as_str());
+        o.insert("request_digest", self.request_digest);
+        o.insert("policy_set_hash", self.policy_set_hash);
+        o.insert("policy", self.policy.to_object());
+        o.insert("capability", self.capability.to_object());
+        o.insert("execution", self.execution.to_object());
+        o.insert_opt("grant_id", self.grant_id.as_deref());
+        o.insert_opt("response_digest", self.response_digest);
+        o.insert_opt("wall_ms", self.wall_ms);
+        o.insert_opt("peak_memory_bytes", self.peak_memory_bytes);
+        o.insert("decision_axes", self.decision_axes.to_object());
+        o
+    }
+}
+impl SignedBody for OutcomeLine {}
+
+impl OutcomeLine {
+    /// Reads the members of an outcome line.
+    ///
+    /// # Errors
+    /// A missing or ill-typed member.
+    pub fn from_object(obj: &Object) -> Result<OutcomeLine, FieldError> {
+        let f = Fields::new(obj, "");
+        Ok(OutcomeLine {
+            call_id: f.string("call_id")?,
+            tool_id: f.string("tool_id")?,
+            request_digest: f.hex("request_digest", RequestDigest::from_hex)?,
+            policy_set_hash: f.hex("policy_set_hash", PolicySetHash::from_hex)?,
+            policy: PolicyOutcome::from_object(f.object("policy")?)?,
+            capability: CapabilityOutcome::from_object(f.object("capability")?)?,
+            execution: ExecutionOutcome::from_object(f.object("execution")?)?,
+            grant_id: f.opt_string("grant_id")?,
+            response_digest: f.opt_hex("response_digest", ResponseDigest::from_hex)?,
+            wall_ms: f.opt_int("wall_ms")?,
+            peak_memory_bytes: f.opt_int("peak_memory_bytes")?,
+            decision_axes: DecisionAxes::from_object(f.object("decision_axes")?)?,
+        })
+    }
+}
+
+/// The authority an approval grants. It rides inside the approved verdict, so an approval
+/// without a recorded scope cannot be expressed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApprovalScope {
+    /// The tool approved.
+    pub tool_id: String,
+    /// Filesystem roots approved, if any.
+    pub fs: Option<FsScope>,
+    /// Network destinations approved, if any.
+    pub net: Option<NetScope>,
+}
+
+/// A human's verdict on a parked call, tagged by `verdict`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DecisionVerdict {
+    /// Approved, with the authority granted.
+    Approved {
+        /// What the approval covers.
+        scope: ApprovalScope,
+    },
+    /// Refused.
+    Denied {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A human approval verdict for one `approval_id`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecisionLine {
+    /// The park this answers.
+    pub approval_id: String,
+    /// The verdict.
+    pub verdict: DecisionVerdict,
+}
+
+impl LineBody for DecisionLine {
+    const LINE_TYPE: &'static str = "decision";
+    fn to_object(&self) -> Object {
+        let mut v = Object::new();
+        match &self.verdict {
+            DecisionVerdict::Approved { scope } => {
+                let mut s = Object::new();
+                s.insert("tool_id", scope.tool_id.as_str());
+                s.insert_opt("fs", scope.fs.as_ref().map(FsScope::to_object));
+                s.insert_opt("net", scope.net.as_ref().map(NetScope::to_object));
+                v.insert("verdict", "approved");
+                v.insert("scope", s);
+            }
+            DecisionVerdict::Denied { reason } => {
+                v.insert("verdict", "denied");
+                v.insert("reason", reason.as_str());
+            }
+        }
+        let mut o = Object::new();
+        o.insert("approval_id", self.approval_id.as_str());
+        o.insert("verdict", v);
+        o
+    }
+}
+impl SignedBody for DecisionLine {}
+
+impl DecisionLine {
+    /// Reads the members of a decision line.
+    ///
+    /// # Errors
+    /// A missing or ill-typed member.
+    pub fn from_object(obj: &Object) -> Result<DecisionLine, FieldError> {
+        let f = Fields::new(obj, "");
+        let v = Fields::new(f.object("verdict")?, "verdict");
+        let verdict = match v.str("verdict")? {
+            "approved" => {
+                let s = Fields::new(v.object("scope")?, "verdict.scope");
+                DecisionVerdict::Approved {
+                    scope: ApprovalScope {
+                        tool_id: s.string("tool_id")?,
+                        fs: s
+                            .opt_object("fs")?
+                            .map(|o| FsScope::from_object(o, "verdict.scope.fs"))
+                            .transpose()?,
+                        net: s
+                            .opt_object("net")?
+                            .map(|o| NetScope::from_object(o, "verdict.scope.net"))
+                            .transpose()?,
+                    },
+                }
+            }
+            "denied" => DecisionVerdict::Denied {
+                reason: v.string("reason")?,
+            },
+            other => return Err(tag_err("verdict.verdict", other)),
+        };
+        Ok(DecisionLine {
+            approval_id: f.string("approval_id")?,
+            verdict,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_outcome() -> OutcomeLine {
+        OutcomeLine {
+            call_id: "c".into(),
+            tool_id: "t".into(),
+            request_digest: RequestDigest::of_request(b"req"),
+            policy_set_hash: PolicySetHash::of_canonical_set(b"{}"),
+            policy: PolicyOutcome::Allowed,
+            capability: CapabilityOutcome::Granted {
+                grant: CapabilityGrant {
+                    grant_id: "g".into(),
+                    tool_id: "t".into(),
+                    fs: Some(FsScope {
+                        read_paths: vec!["/data".into()],
+                        write_paths: vec![],
+                    }),
+                    net: Some(NetScope {
+                        http: vec![HttpRule {
+                            host: "example.test".into(),
+                            ports: vec![443],
+                            methods: vec!["GET".into()],
+                        }],
+                    }),
+                    max_memory_bytes: SafeInt::from(1u32 << 20),
+                    max_wall_ms: SafeInt::from(100u32),
+                    max_output_bytes: SafeInt::from(4096u32),
+                },
+            },
+            execution: ExecutionOutcome::Success,
+            grant_id: Some("g".into()),
+            response_digest: Some(ResponseDigest::of_response(b"ok")),
+            wall_ms: Some(SafeInt::from(3u32)),
+            peak_memory_bytes: Some(SafeInt::from(65536u32)),
+            decision_axes: DecisionAxes {
+                capability: Some("fs.read".into()),
+                fs: Some(FsAxis {
+                    path_raw: "./data".into(),
+                    path_canonical: "/data".into(),
+                }),
+                net: Some(NetAxis {
+                    host: "example.test".into(),
+                    port: 443,
+                }),
+                ..DecisionAxes::default()
+            },
+        }
+    }
+
+    #[test]
+    fn outcome_round_trips() {
+        let o = sample_outcome();
+        assert_eq!(OutcomeLine::from_object(&o.to_object()).unwrap(), o);
+    }
+
+    #[test]
+    fn empty_axes_serialize_as_empty_object() {
+        let mut o = sample_outcome();
+        o.decision_axes = DecisionAxes::default();
+        let obj = o.to_object();
+        assert_eq!(
+            obj.get("decision_axes"),
+            Some(&Value::Object(Object::new()))
+        );
+    }
+
+    #[test]
+    fn decision_round_trips() {
+        for verdict in [
+            DecisionVerdict::Approved {
+                scope: ApprovalScope {
+                    tool_id: "t".into(),
+                    fs: None,
+                    net: None,
+                },
+            },
+            DecisionVerdict::Denied {
+                reason: "no".into(),
+            },
+        ] {
+            let d = DecisionLine {
+                approval_id: "a".into(),
+                verdict,
+            };
+            assert_eq!(DecisionLine::from_object(&d.to_object()).unwrap(), d);
+        }
+    }
+
+    #[test]
+    fn field_errors_name_the_member_path() {
+        let mut obj = sample_outcome().to_object();
+        let mut policy = Object::new();
+        policy.insert("status", "denied");
+        obj.insert("policy", policy);
+        assert_eq!(
+            OutcomeLine::from_object(&obj).unwrap_err().to_string(),
+            "policy.reason: missing"
+        );
+    }
+}

@@ -1,0 +1,1039 @@
+//! Builds every committed vector under `spec/vectors/` from fixed seeds.
+//!
+//! The expected verdict of each vector is written here by hand from the specification,
+//! never computed by the verifier: the test then checks that the verifier agrees.
+
+use aegis_record::json::{self, Object, SafeInt, Value};
+use aegis_record::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Seed of the key that signs the vectors. Public and worthless by design.
+pub const VECTOR_SEED: [u8; 32] = *b"aegis spec/vectors: public seed!";
+/// Seed of the second key, used where a file rotates keys.
+pub const ROTATED_SEED: [u8; 32] = *b"aegis spec/vectors: rotated key!";
+/// Seed of a key that appears in no vector, used as a trust slice that excludes them.
+pub const OUTSIDER_SEED: [u8; 32] = [0x09; 32];
+
+/// What `aegis verify` must answer for one vector.
+#[derive(Clone, Debug)]
+pub struct Expect {
+    pub file: String,
+    pub args: Vec<String>,
+    pub exit: u8,
+    pub headline: String,
+    pub in_flight: Vec<String>,
+}
+
+/// Every file under `spec/vectors/`, by relative path, and the verdict table.
+pub struct Built {
+    pub files: BTreeMap<String, Vec<u8>>,
+    pub expects: Vec<Expect>,
+}
+
+pub fn key() -> SigningKey {
+    SigningKey::from_seed(VECTOR_SEED)
+}
+pub fn rotated() -> SigningKey {
+    SigningKey::from_seed(ROTATED_SEED)
+}
+pub fn outsider() -> SigningKey {
+    SigningKey::from_seed(OUTSIDER_SEED)
+}
+
+fn short(h: &impl std::fmt::Display) -> String {
+    format!("{}…", &h.to_string()[..16])
+}
+
+fn int(n: u64) -> SafeInt {
+    SafeInt::new(n).unwrap()
+}
+
+fn policy_hash() -> PolicySetHash {
+    PolicySetHash::of_canonical_set(br#"{"default":"deny","rules":[],"version":"1"}"#)
+}
+
+fn grant(id: &str, tool: &str) -> CapabilityGrant {
+    CapabilityGrant {
+        grant_id: id.into(),
+        tool_id: tool.into(),
+        fs: Some(FsScope {
+            read_paths: vec!["/srv/notes".into()],
+            write_paths: vec![],
+        }),
+        net: None,
+        max_memory_bytes: int(64 << 20),
+        max_wall_ms: int(2000),
+        max_output_bytes: int(1 << 20),
+    }
+}
+
+fn axes(rule: &str) -> DecisionAxes {
+    DecisionAxes {
+        capability: Some("fs.read".into()),
+        role: Some("ops".into()),
+        session: Some("sess-golden".into()),
+        matched_rule: Some(rule.into()),
+        approval_ref: None,
+        // Deliberately different spellings: the format does not promise they are equal.
+        fs: Some(FsAxis {
+            path_raw: "./notes".into(),
+            path_canonical: "/srv/notes".into(),
+        }),
+        net: None,
+    }
+}
+
+fn not_run(call: &str, tool: &str, policy: PolicyOutcome, reason: &str) -> OutcomeLine {
+    OutcomeLine {
+        call_id: call.into(),
+        tool_id: tool.into(),
+        request_digest: RequestDigest::of_request(call.as_bytes()),
+        policy_set_hash: policy_hash(),
+        policy,
+        capability: CapabilityOutcome::Denied {
+            reason: "policy refused before capability".into(),
+            denied_capability: None,
+        },
+        execution: ExecutionOutcome::HostDenied {
+            reason: reason.into(),
+        },
+        grant_id: None,
+        response_digest: None,
+        wall_ms: None,
+        peak_memory_bytes: None,
+        decision_axes: axes("rule-golden"),
+    }
+}
+
+fn ran(call: &str, execution: ExecutionOutcome, response: Option<&[u8]>) -> OutcomeLine {
+    OutcomeLine {
+        call_id: call.into(),
+        tool_id: "read-notes".into(),
+        request_digest: RequestDigest::of_request(call.as_bytes()),
+        policy_set_hash: policy_hash(),
+        policy: PolicyOutcome::Allowed,
+        capability: CapabilityOutcome::Granted {
+            grant: grant(&format!("grant-{call}"), "read-notes"),
+        },
+        execution,
+        grant_id: Some(format!("grant-{call}")),
+        response_digest: response.map(ResponseDigest::of_response),
+        wall_ms: Some(int(3)),
+        peak_memory_bytes: Some(int(1_179_648)),
+        decision_axes: axes("allow-notes"),
+    }
+}
+
+fn intent(call: &str, tool: &str) -> IntentLine {
+    IntentLine {
+        call_id: call.into(),
+        tool_id: tool.into(),
+        request_digest: RequestDigest::of_request(call.as_bytes()),
+    }
+}
+
+/// The golden session: one call per exit class, a decision, a close.
+pub fn golden_session() -> Vec<u8> {
+    let sink = VecSink::new();
+    let s = Session::open(Arc::new(sink.clone()), key(), None, Object::new()).unwrap();
+    let calls: Vec<(&str, &str, OutcomeLine)> = vec![
+        (
+            "01-success",
+            "read-notes",
+            ran("call-golden-01", ExecutionOutcome::Success, Some(b"notes")),
+        ),
+        ("02-policy-deny", "shell", {
+            let mut o = not_run(
+                "call-golden-02",
+                "shell",
+                PolicyOutcome::Denied {
+                    reason: "shell is never allowed".into(),
+                },
+                "not executed",
+            );
+            o.decision_axes.matched_rule = Some("deny-shell".into());
+            o
+        }),
+        (
+            "03-rate-limit",
+            "search",
+            not_run(
+                "call-golden-03",
+                "search",
+                PolicyOutcome::RateLimited {
+                    reason: "search: 10 calls per 60 s".into(),
+                },
+                "not executed",
+            ),
+        ),
+        (
+            "04-pending-approval",
+            "deploy",
+            not_run(
+                "call-golden-04",
+                "deploy",
+                PolicyOutcome::PendingApproval {
+                    approval_id: "apr-golden-04".into(),
+                },
+                "parked for approval",
+            ),
+        ),
+        ("05-capability-deny", "fetch", {
+            let mut o = not_run(
+                "call-golden-05",
+                "fetch",
+                PolicyOutcome::Allowed,
+                "not executed",
+            );
+            o.capability = CapabilityOutcome::Denied {
+                reason: "host api.example.test is not in the manifest".into(),
+                denied_capability: Some("net.http".into()),
+            };
+            o.decision_axes = DecisionAxes {
+                capability: Some("net.http".into()),
+                net: Some(NetAxis {
+                    host: "api.example.test".into(),
+                    port: 443,
+                }),
+                ..DecisionAxes::default()
+            };
+            o
+        }),
+        (
+            "06-trap",
+            "read-notes",
+            ran(
+                "call-golden-06",
+                ExecutionOutcome::Trap {
+                    message: "wasm trap: unreachable instruction".into(),
+                },
+                None,
+            ),
+        ),
+        (
+            "07-resource-exceeded",
+            "read-notes",
+            ran(
+                "call-golden-07",
+                ExecutionOutcome::ResourceExceeded {
+                    kind: "memory".into(),
+                },
+                None,
+            ),
+        ),
+        (
+            "08-host-panic",
+            "read-notes",
+            ran(
+                "call-golden-08",
+                ExecutionOutcome::Trap {
+                    message: "host panic: handler for read-notes panicked".into(),
+                },
+                None,
+            ),
+        ),
+        ("09-abandoned", "read-notes", {
+            let mut o = ran(
+                "call-golden-09",
+                ExecutionOutcome::HostDenied {
+                    reason: "call abandoned before completion".into(),
+                },
+                None,
+            );
+            o.wall_ms = None;
+            o.peak_memory_bytes = None;
+            o
+        }),
+    ];
+    for (_, tool, outcome) in &calls {
+        s.append_unsigned(&intent(&outcome.call_id, tool)).unwrap();
+        s.append(outcome).unwrap();
+    }
+    s.append(&DecisionLine {
+        approval_id: "apr-golden-04".into(),
+        verdict: DecisionVerdict::Approved {
+            scope: ApprovalScope {
+                tool_id: "deploy".into(),
+                fs: Some(FsScope {
+                    read_paths: vec!["/srv/site".into()],
+                    write_paths: vec!["/srv/site/out".into()],
+                }),
+                net: None,
+            },
+        },
+    })
+    .unwrap();
+    s.close().unwrap();
+    sink.contents()
+}
+
+/// Names of the golden lines, in file order.
+pub fn golden_names() -> Vec<String> {
+    let mut names = vec!["00-open".to_owned()];
+    for (i, class) in [
+        "success",
+        "policy-deny",
+        "rate-limit",
+        "pending-approval",
+        "capability-deny",
+        "trap",
+        "resource-exceeded",
+        "host-panic",
+        "abandoned",
+    ]
+    .iter()
+    .enumerate()
+    {
+        names.push(format!("{:02}-intent-{class}", 2 * i + 1));
+        names.push(format!("{:02}-outcome-{class}", 2 * i + 2));
+    }
+    names.push("19-decision".into());
+    names.push("20-close".into());
+    names
+}
+
+/// A short closed session written by the real writer: open, intent, outcome, close.
+fn base_session(key: SigningKey, call: &str, prev: Option<LineHash>) -> Vec<u8> {
+    let sink = VecSink::new();
+    let s = Session::open(Arc::new(sink.clone()), key, prev, Object::new()).unwrap();
+    s.append_unsigned(&intent(call, "echo")).unwrap();
+    s.append(&ran(call, ExecutionOutcome::Success, Some(b"hello")))
+        .unwrap();
+    s.close().unwrap();
+    sink.contents()
+}
+
+fn lines(file: &[u8]) -> Vec<Vec<u8>> {
+    file.split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+fn join(lines: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for l in lines {
+        out.extend_from_slice(l);
+        out.push(b'\n');
+    }
+    out
+}
+
+fn obj(line: &[u8]) -> Object {
+    match json::parse(line).unwrap() {
+        Value::Object(o) => o,
+        _ => unreachable!(),
+    }
+}
+
+fn hash(line: &[u8]) -> LineHash {
+    LineHash::of_line(line)
+}
+
+fn edit(line: &[u8], f: impl FnOnce(&mut Object)) -> Vec<u8> {
+    let mut o = obj(line);
+    f(&mut o);
+    o.to_canonical()
+}
+
+/// Flips the last hex digit of a line's signature; it stays well-formed hex.
+fn corrupt_signature(line: &[u8]) -> Vec<u8> {
+    edit(line, |o| {
+        let mut sig = o.get("signature").unwrap().as_str().unwrap().to_owned();
+        let last = sig.pop().unwrap();
+        sig.push(if last == '0' { '1' } else { '0' });
+        o.insert("signature", sig);
+    })
+}
+
+/// Seals lines one after another, for lines no emitter produces.
+struct Asm {
+    lines: Vec<Vec<u8>>,
+    tail: LineHash,
+    seq: u64,
+}
+
+impl Asm {
+    fn continuing(lines: Vec<Vec<u8>>) -> Asm {
+        let last = lines.last().unwrap();
+        let seq = obj(last).get("seq").unwrap().as_int().unwrap() + 1;
+        Asm {
+            tail: hash(last),
+            lines,
+            seq,
+        }
+    }
+
+    fn push(&mut self, ty: &str, body: Object, signer: Option<&SigningKey>) -> &mut Asm {
+        let sealed = seal(ty, body, self.seq, self.tail, signer).unwrap();
+        self.push_bytes(sealed.bytes)
+    }
+
+    fn push_bytes(&mut self, bytes: Vec<u8>) -> &mut Asm {
+        self.seq += 1;
+        self.tail = hash(&bytes);
+        self.lines.push(bytes);
+        self
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        join(&self.lines)
+    }
+}
+
+/// S + L, where L is the order of the ed25519 base point: the same signature, spelled
+/// non-canonically. Lax verifiers accept it.
+fn malleate(sig_hex: &str) -> String {
+    const L: [u8; 32] = [
+        0xed, 0xd3, 0xf5, 0x5c, 0x1a, 0x63, 0x12, 0x58, 0xd6, 0x9c, 0xf7, 0xa2, 0xde, 0xf9, 0xde,
+        0x14, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10,
+    ];
+    let sig = Signature::from_hex(sig_hex).unwrap();
+    let mut bytes = *sig.as_bytes();
+    let mut carry = 0u16;
+    for i in 0..32 {
+        let sum = u16::from(bytes[32 + i]) + u16::from(L[i]) + carry;
+        bytes[32 + i] = sum as u8;
+        carry = sum >> 8;
+    }
+    assert_eq!(carry, 0, "S + L fits in 256 bits");
+    Signature::from_bytes(bytes).to_hex()
+}
+
+struct Table {
+    built: Built,
+}
+
+impl Table {
+    fn add(&mut self, dir: &str, name: &str, bytes: Vec<u8>) -> String {
+        let file = format!("{dir}/{name}");
+        self.built.files.insert(file.clone(), bytes);
+        file
+    }
+
+    fn expect(&mut self, file: &str, args: &[String], exit: u8, headline: String) {
+        self.expect_calls(file, args, exit, headline, vec![]);
+    }
+
+    fn expect_calls(
+        &mut self,
+        file: &str,
+        args: &[String],
+        exit: u8,
+        headline: String,
+        in_flight: Vec<String>,
+    ) {
+        self.built.expects.push(Expect {
+            file: file.to_owned(),
+            args: args.to_vec(),
+            exit,
+            headline,
+            in_flight,
+        });
+    }
+}
+
+fn pin(keys: &[&SigningKey]) -> Vec<String> {
+    keys.iter()
+        .flat_map(|k| ["--key".to_owned(), k.public_key().to_hex()])
+        .collect()
+}
+
+/// Builds every vector.
+pub fn build() -> Built {
+    let mut t = Table {
+        built: Built {
+            files: BTreeMap::new(),
+            expects: Vec::new(),
+        },
+    };
+    let k = key();
+    let kid = k.key_id();
+    let none: Vec<String> = vec![];
+
+    canonical_vectors(&mut t);
+
+    // --- golden: one canonical line per file, the whole session, its hashes.
+    let golden = golden_session();
+    let golden_lines = lines(&golden);
+    let names = golden_names();
+    assert_eq!(golden_lines.len(), names.len());
+    let mut hashes = String::new();
+    let mut inputs = String::new();
+    for (line, name) in golden_lines.iter().zip(&names) {
+        t.add("golden", &format!("{name}.json"), line.clone());
+        hashes.push_str(&format!("{}  {name}.json\n", hash(line)));
+        let o = obj(line);
+        if o.contains_key("signature") {
+            let mut input = Vec::new();
+            o.write_canonical_skipping(Some("signature"), &mut input);
+            inputs.push_str(&format!(
+                "{}  {name}.signing-input\n",
+                aegis_record::digest::sha256(&input)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            ));
+            t.add("golden", &format!("{name}.signing-input"), input);
+        }
+    }
+    t.add("golden", "SHA256SUMS", {
+        let mut all = hashes;
+        all.push_str(&inputs);
+        all.into_bytes()
+    });
+    t.add(
+        "golden",
+        "KEY",
+        format!(
+            "seed {}\npublic_key {}\nkey_id {}\n",
+            VECTOR_SEED
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>(),
+            k.public_key(),
+            kid
+        )
+        .into_bytes(),
+    );
+    let f = t.add("golden", "golden.aarl", golden.clone());
+    t.expect(&f, &none, 0, "Verified (unpinned)".into());
+    t.expect(&f, &pin(&[&k]), 0, format!("Verified (pinned to {kid})"));
+
+    // --- verified: multi-session shapes.
+    let first = base_session(k.clone(), "call-rot-1", None);
+    let tail = hash(lines(&first).last().unwrap());
+    let second = base_session(rotated(), "call-rot-2", Some(tail));
+    let rotation = [first.clone(), second].concat();
+    let f = t.add("verified", "rotation.aarl", rotation);
+    t.expect(&f, &none, 0, "Verified (unpinned)".into());
+    t.expect(&f, &pin(&[&k, &rotated()]), 0, "Verified (pinned)".into());
+    t.expect(
+        &f,
+        &pin(&[&k]),
+        1,
+        format!(
+            "Tampered — untrusted key at (session 1, seq 0), line 5: key_id {} is not in the trust slice",
+            rotated().key_id()
+        ),
+    );
+    {
+        // A session that crashed (no close) is anchored by the next session's open.
+        let sink = VecSink::new();
+        let s = Session::open(Arc::new(sink.clone()), k.clone(), None, Object::new()).unwrap();
+        s.append_unsigned(&intent("call-crashed", "echo")).unwrap();
+        let crash_tail = s.tail();
+        std::mem::forget(s); // no close: what SIGKILL leaves behind
+        let mut file = sink.contents();
+        file.extend(base_session(
+            k.clone(),
+            "call-after-restart",
+            Some(crash_tail),
+        ));
+        let f = t.add("verified", "crash_then_restart.aarl", file);
+        t.expect(&f, &none, 0, "Verified (unpinned)".into());
+    }
+
+    tampered_vectors(&mut t, &k);
+    indeterminate_vectors(&mut t, &k);
+
+    let mut manifest = Vec::new();
+    for e in &t.built.expects {
+        let mut o = Object::new();
+        o.insert("file", e.file.as_str());
+        o.insert("args", e.args.clone());
+        o.insert("exit", u32::from(e.exit));
+        o.insert("headline", e.headline.as_str());
+        o.insert("in_flight", e.in_flight.clone());
+        manifest.extend(o.to_canonical());
+        manifest.push(b'\n');
+    }
+    t.built.files.insert("manifest.jsonl".into(), manifest);
+    t.built
+}
+
+fn canonical_vectors(t: &mut Table) {
+    let cases: [(&str, &str); 5] = [
+        (
+            "01-member-order",
+            "{\n  \"tool_id\": \"read-notes\",\n  \"seq\": 12,\n  \"decision_axes\": {\n    \"role\": \"ops\",\n    \"fs\": { \"path_raw\": \"./notes\", \"path_canonical\": \"/srv/notes\" },\n    \"capability\": \"fs.read\"\n  },\n  \"line_type\": \"outcome\",\n  \"prev_hash\": \"0000000000000000000000000000000000000000000000000000000000000000\"\n}\n",
+        ),
+        (
+            "02-utf16-order",
+            // U+1F600 sorts before U+E000 by UTF-16 code units, after it by UTF-8 bytes.
+            "{\"\u{e000}\": 1, \"\u{1f600}\": 2, \"z\": 3, \"é\": 4, \"a\": 5}",
+        ),
+        (
+            "03-string-escapes",
+            r#"{"s": "quote \" backslash \\ solidus \/ controls \u0000 \u0007 \b \t \n \u000B \f \r \u001f del  non-ascii é 😀 \u00e9 \ud83d\ude00 line-sep  "}"#,
+        ),
+        (
+            "04-integers",
+            "{\"max\": 9007199254740991, \"zero\": 0, \"list\": [3, 1, 2], \"nested\": [[], {}]}",
+        ),
+        ("05-empty-object", " { } "),
+    ];
+    let mut sums = String::new();
+    for (name, input) in cases {
+        t.add(
+            "canonical",
+            &format!("{name}.input.json"),
+            input.as_bytes().to_vec(),
+        );
+        let canonical = json::parse(input.as_bytes()).unwrap().to_canonical();
+        sums.push_str(&format!("{}  {name}.canonical.json\n", hash(&canonical)));
+        t.add("canonical", &format!("{name}.canonical.json"), canonical);
+    }
+    t.add("canonical", "SHA256SUMS", sums.into_bytes());
+    let rejects: [(&str, &str); 8] = [
+        ("float", r#"{"wall_ms": 1.0}"#),
+        ("exponent", r#"{"wall_ms": 1e3}"#),
+        ("negative", r#"{"seq": -1}"#),
+        ("negative-zero", r#"{"seq": -0}"#),
+        ("too-large", r#"{"seq": 9007199254740992}"#),
+        ("null", r#"{"grant_id": null}"#),
+        ("duplicate-key", r#"{"seq": 1, "seq": 1}"#),
+        ("lone-surrogate", r#"{"tool_id": "\ud800"}"#),
+    ];
+    for (name, input) in rejects {
+        t.add(
+            "canonical/reject",
+            &format!("{name}.json"),
+            input.as_bytes().to_vec(),
+        );
+    }
+}
+
+fn tampered_vectors(t: &mut Table, k: &SigningKey) {
+    let none: Vec<String> = vec![];
+    let base = base_session(k.clone(), "call-vector", None);
+    let b = lines(&base);
+    let other_kid = rotated().key_id();
+
+    // chain_break: the close line's prev_hash overwritten.
+    let mut l = b.clone();
+    l[3] = edit(&l[3], |o| {
+        o.insert("prev_hash", "f".repeat(64));
+    });
+    let f = t.add("tampered", "chain_break.aarl", join(&l));
+    t.expect(
+        &f,
+        &none,
+        1,
+        format!(
+            "Tampered — chain broken at (session 0, seq 3), line 4: prev_hash is {}, the line before hashes to {}",
+            short(&"f".repeat(64)),
+            short(&hash(&b[2]))
+        ),
+    );
+
+    // seq_out_of_order: the unsigned intent replayed at the end, link repaired.
+    let mut asm = Asm::continuing(b[..3].to_vec());
+    let replay = edit(&b[1], |o| {
+        o.insert("prev_hash", hash(&b[2]));
+    });
+    asm.push_bytes(replay);
+    let f = t.add("tampered", "seq_out_of_order.aarl", asm.bytes());
+    t.expect(
+        &f,
+        &none,
+        1,
+        "Tampered — seq out of order in session 0 at line 4: expected 3, found 1".into(),
+    );
+
+    // missing_signature: the outcome loses its signature (and keeps its key_id).
+    let l = vec![
+        b[0].clone(),
+        b[1].clone(),
+        edit(&b[2], |o| {
+            o.remove("signature");
+        }),
+    ];
+    let f = t.add("tampered", "missing_signature.aarl", join(&l));
+    t.expect(
+        &f,
+        &none,
+        1,
+        "Tampered — missing signature at (session 0, seq 2), line 3: this line type must be signed"
+            .into(),
+    );
+
+    // bad_signature: one digit of the outcome's signature changed. The close's link
+    // breaks too, one line later: the earlier finding decides.
+    let mut l = b.clone();
+    l[2] = corrupt_signature(&l[2]);
+    let f = t.add("tampered", "bad_signature.aarl", join(&l));
+    t.expect(
+        &f,
+        &none,
+        1,
+        "Tampered — bad signature at (session 0, seq 2), line 3: signature does not verify".into(),
+    );
+
+    // noncanonical_signature: S replaced by S + L, which lax verifiers accept.
+    let mut asm = Asm::continuing(b[..2].to_vec());
+    let malleated = edit(&b[2], |o| {
+        let s = o.get("signature").unwrap().as_str().unwrap().to_owned();
+        o.insert("signature", malleate(&s));
+    });
+    asm.push_bytes(malleated);
+    asm.push("close", Object::new(), Some(k));
+    let f = t.add("tampered", "noncanonical_signature.aarl", asm.bytes());
+    t.expect(
+        &f,
+        &none,
+        1,
+        "Tampered — bad signature at (session 0, seq 2), line 3: signature does not verify".into(),
+    );
+
+    // key_id_swapped: the close names another key's fingerprint; signature untouched.
+    let mut l = b.clone();
+    l[3] = edit(&l[3], |o| {
+        o.insert("key_id", other_kid);
+    });
+    let f = t.add("tampered", "key_id_swapped.aarl", join(&l));
+    t.expect(
+        &f,
+        &none,
+        1,
+        format!(
+            "Tampered — key mismatch at (session 0, seq 3), line 4: signed as key_id {}, the session's key is {}",
+            short(&other_kid),
+            short(&k.key_id())
+        ),
+    );
+
+    // key_rotated_mid_session: a close validly signed by another key inside the session.
+    let mut asm = Asm::continuing(b[..3].to_vec());
+    asm.push("close", Object::new(), Some(&rotated()));
+    let f = t.add("tampered", "key_rotated_mid_session.aarl", asm.bytes());
+    t.expect(
+        &f,
+        &none,
+        1,
+        format!(
+            "Tampered — key mismatch at (session 0, seq 3), line 4: signed as key_id {}, the session's key is {}",
+            short(&other_kid),
+            short(&k.key_id())
+        ),
+    );
+
+    // session_boundary: two sessions, the first one's close removed.
+    let second = base_session(k.clone(), "call-vector-2", Some(hash(&b[3])));
+    let mut l = b[..3].to_vec();
+    l.extend(lines(&second));
+    let f = t.add("tampered", "session_boundary.aarl", join(&l));
+    t.expect(
+        &f,
+        &none,
+        1,
+        format!(
+            "Tampered — session boundary broken at session 1, line 4: prev_session_tail is {}, the previous session ends at {}",
+            short(&hash(&b[3])),
+            short(&hash(&b[2]))
+        ),
+    );
+
+    // front_truncated: the file's first session removed.
+    let f = t.add("tampered", "front_truncated.aarl", second.clone());
+    t.expect(
+        &f,
+        &none,
+        1,
+        "Tampered — session boundary broken at session 0, line 1: prev_session_tail names a session this file does not hold".into(),
+    );
+
+    // headless: the open line removed.
+    let f = t.add("tampered", "headless.aarl", join(&b[1..]));
+    t.expect(
+        &f,
+        &none,
+        1,
+        "Tampered — session boundary broken at session 0, line 1: a line comes before any open line".into(),
+    );
+
+    // malformed_line: bytes that are not JSON before the final line.
+    let mut l = b.clone();
+    l.insert(3, b"not json at all".to_vec());
+    let f = t.add("tampered", "malformed_line.aarl", join(&l));
+    t.expect(
+        &f,
+        &none,
+        1,
+        "Tampered — malformed line 4: not JSON at byte 0: a JSON value".into(),
+    );
+
+    // value_space: an integer written as a float.
+    let mut l = b.clone();
+    let text = String::from_utf8(l[2].clone()).unwrap();
+    let at = text.find("\"wall_ms\":3").unwrap() + "\"wall_ms\":".len();
+    l[2] = text
+        .replacen("\"wall_ms\":3", "\"wall_ms\":3.0", 1)
+        .into_bytes();
+    let f = t.add("tampered", "value_space.aarl", join(&l));
+    t.expect(
+        &f,
+        &none,
+        1,
+        format!(
+            "Tampered — malformed line 3: outside the value space: at byte {at}: number 3.0 is not a non-negative integer (floats are outside the value space)"
+        ),
+    );
+
+    // signed_intent: an intent line that carries a signature.
+    let mut asm = Asm::continuing(b[..1].to_vec());
+    asm.push(
+        "intent",
+        intent("call-vector", "echo").to_object_for_vectors(),
+        Some(k),
+    );
+    let f = t.add("tampered", "signed_intent.aarl", asm.bytes());
+    t.expect(
+        &f,
+        &none,
+        1,
+        "Tampered — malformed line 2: an intent line carries a signature or key_id; intents are never signed".into(),
+    );
+
+    // untrusted_key: undamaged; only the trust slice makes it Tampered.
+    let f = t.add("tampered", "untrusted_key.aarl", base.clone());
+    t.expect(&f, &none, 0, "Verified (unpinned)".into());
+    t.expect(
+        &f,
+        &pin(&[&outsider()]),
+        1,
+        format!(
+            "Tampered — untrusted key at (session 0, seq 0), line 1: key_id {} is not in the trust slice",
+            k.key_id()
+        ),
+    );
+
+    // duplicate_decision: a denial, then an approval for the same park, both signed.
+    let sink = VecSink::new();
+    let s = Session::open(Arc::new(sink.clone()), k.clone(), None, Object::new()).unwrap();
+    s.append(&DecisionLine {
+        approval_id: "apr-vector-1".into(),
+        verdict: DecisionVerdict::Denied {
+            reason: "not during the freeze".into(),
+        },
+    })
+    .unwrap();
+    s.append(&DecisionLine {
+        approval_id: "apr-vector-1".into(),
+        verdict: DecisionVerdict::Approved {
+            scope: ApprovalScope {
+                tool_id: "deploy".into(),
+                fs: None,
+                net: None,
+            },
+        },
+    })
+    .unwrap();
+    s.close().unwrap();
+    let f = t.add("tampered", "duplicate_decision.aarl", sink.contents());
+    t.expect(
+        &f,
+        &none,
+        1,
+        "Tampered — duplicate decision at (session 0, seq 2), line 3 for approval_id \"apr-vector-1\"".into(),
+    );
+
+    // unknown_type_bad_signature: a signature on an unknown line that does not verify.
+    let mut asm = Asm::continuing(b[..3].to_vec());
+    let mut body = Object::new();
+    body.insert("statement", "the tool was attested");
+    let sealed = seal("attestation", body, 3, hash(&b[2]), Some(k)).unwrap();
+    asm.push_bytes(corrupt_signature(&sealed.bytes));
+    asm.push("close", Object::new(), Some(k));
+    let f = t.add("tampered", "unknown_type_bad_signature.aarl", asm.bytes());
+    t.expect(
+        &f,
+        &none,
+        1,
+        "Tampered — bad signature at (session 0, seq 3), line 4: signature does not verify".into(),
+    );
+
+    // checkpoint_bad_signature: a reserved checkpoint may not hide a forgery.
+    let mut asm = Asm::continuing(b.clone());
+    let sealed = seal("checkpoint", Object::new(), 4, hash(&b[3]), Some(k)).unwrap();
+    asm.push_bytes(corrupt_signature(&sealed.bytes));
+    let f = t.add("tampered", "checkpoint_bad_signature.aarl", asm.bytes());
+    t.expect(
+        &f,
+        &none,
+        1,
+        "Tampered — bad signature at (session 0, seq 4), line 5: signature does not verify".into(),
+    );
+
+    // small_order_key: the identity point as public key, with R = identity and S = 0.
+    // Under the lax equation this "signature" verifies for every message.
+    let mut identity = [0u8; 32];
+    identity[0] = 1;
+    let weak = PublicKey::from_bytes(identity);
+    let mut sig = [0u8; 64];
+    sig[0] = 1;
+    let weak_sig = Signature::from_bytes(sig).to_hex();
+    let mut open = Object::new();
+    open.insert("public_key", weak);
+    let open = seal("open", open, 0, LineHash::GENESIS, None).unwrap();
+    let open = edit(&open.bytes, |o| {
+        o.insert("key_id", weak.key_id());
+        o.insert("signature", weak_sig.as_str());
+    });
+    let mut asm = Asm::continuing(vec![open]);
+    let close = seal("close", Object::new(), 1, asm.tail, None).unwrap();
+    asm.push_bytes(edit(&close.bytes, |o| {
+        o.insert("key_id", weak.key_id());
+        o.insert("signature", weak_sig.as_str());
+    }));
+    let f = t.add("tampered", "small_order_key.aarl", asm.bytes());
+    t.expect(
+        &f,
+        &none,
+        1,
+        "Tampered — bad signature at (session 0, seq 0), line 1: public key has small order".into(),
+    );
+}
+
+fn indeterminate_vectors(t: &mut Table, k: &SigningKey) {
+    let none: Vec<String> = vec![];
+    let base = base_session(k.clone(), "call-vector", None);
+    let b = lines(&base);
+
+    // unknown_line_type: an extra unsigned line of a type this version does not define.
+    let mut asm = Asm::continuing(b.clone());
+    let mut body = Object::new();
+    body.insert("statement", "a newer emitter wrote this");
+    asm.push("attestation", body.clone(), None);
+    let f = t.add("indeterminate", "unknown_line_type.aarl", asm.bytes());
+    t.expect(
+        &f,
+        &none,
+        3,
+        "Indeterminate — unknown line type \"attestation\" at (session 0, seq 4), line 5 (a newer emitter?)".into(),
+    );
+
+    // signed_unknown_line_type: the same, validly signed; still not understood.
+    let mut asm = Asm::continuing(b.clone());
+    asm.push("attestation", body, Some(k));
+    let f = t.add(
+        "indeterminate",
+        "signed_unknown_line_type.aarl",
+        asm.bytes(),
+    );
+    t.expect(
+        &f,
+        &none,
+        3,
+        "Indeterminate — unknown line type \"attestation\" at (session 0, seq 4), line 5 (a newer emitter?)".into(),
+    );
+
+    // reserved_checkpoint: undamaged and validly signed, but reserved.
+    let mut asm = Asm::continuing(b.clone());
+    asm.push("checkpoint", Object::new(), Some(k));
+    let f = t.add("indeterminate", "reserved_checkpoint.aarl", asm.bytes());
+    t.expect(
+        &f,
+        &none,
+        3,
+        "Indeterminate — reserved checkpoint at (session 0, seq 4), line 5".into(),
+    );
+
+    // torn_final_line: half a line after a closed session, no trailing newline.
+    let mut file = base.clone();
+    let next = seal(
+        "intent",
+        intent("call-torn", "echo").to_object_for_vectors(),
+        4,
+        hash(&b[3]),
+        None,
+    )
+    .unwrap();
+    file.extend_from_slice(&next.bytes[..next.bytes.len() / 2]);
+    let f = t.add("indeterminate", "torn_final_line.aarl", file);
+    t.expect(
+        &f,
+        &none,
+        3,
+        "Indeterminate — final line 5 does not parse (a torn write)".into(),
+    );
+
+    // unanchored_tail: open and intent, then nothing (SIGKILL mid-call).
+    let sink = VecSink::new();
+    let s = Session::open(Arc::new(sink.clone()), k.clone(), None, Object::new()).unwrap();
+    s.append_unsigned(&intent("call-unanchored", "http-post"))
+        .unwrap();
+    std::mem::forget(s);
+    let f = t.add("indeterminate", "unanchored_tail.aarl", sink.contents());
+    t.expect_calls(
+        &f,
+        &none,
+        3,
+        "Indeterminate — session 0 does not end with a close record; 1 call in flight".into(),
+        vec!["in_flight session 0 seq 1 call_id \"call-unanchored\" tool_id \"http-post\"".into()],
+    );
+
+    // missing_line: the sink refused the outcome; seq 2 was consumed and never written.
+    let sink = RefuseNth::new(3);
+    let s = Session::open(Arc::new(sink.clone()), k.clone(), None, Object::new()).unwrap();
+    s.append_unsigned(&intent("call-gap", "echo")).unwrap();
+    assert!(
+        s.append(&ran("call-gap", ExecutionOutcome::Success, Some(b"x")))
+            .is_err()
+    );
+    s.close().unwrap();
+    let f = t.add("indeterminate", "missing_line.aarl", sink.inner.contents());
+    t.expect(
+        &f,
+        &none,
+        3,
+        "Indeterminate — session 0 skips seq 2 with the chain intact".into(),
+    );
+
+    // empty: zero bytes.
+    let f = t.add("indeterminate", "empty.aarl", Vec::new());
+    t.expect(&f, &none, 3, "Indeterminate — no lines to verify".into());
+}
+
+/// A sink that refuses its n-th append (1-based) and accepts the rest.
+#[derive(Clone)]
+struct RefuseNth {
+    inner: VecSink,
+    n: usize,
+    count: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl RefuseNth {
+    fn new(n: usize) -> RefuseNth {
+        RefuseNth {
+            inner: VecSink::new(),
+            n,
+            count: Arc::default(),
+        }
+    }
+}
+
+impl LineSink for RefuseNth {
+    fn append(&self, line: &[u8]) -> std::io::Result<()> {
+        let i = self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        if i == self.n {
+            return Err(std::io::Error::other("disk full"));
+        }
+        self.inner.append(line)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+trait ToObjectForVectors {
+    fn to_object_for_vectors(&self) -> Object;
+}
+
+impl ToObjectForVectors for IntentLine {
+    fn to_object_for_vectors(&self) -> Object {
+        use aegis_record::line::LineBody as _;
+        self.to_object()
+    }
+}
