@@ -15,6 +15,24 @@
 //!   intent, and no path leaves an outcome unsigned.
 //! - A session writes its close line when closed or dropped (clean exit, panic unwinding).
 //!
+//! That an intent cannot be signed is checked by the compiler:
+//!
+//! ```compile_fail
+//! # use aegis_record::*;
+//! fn sign_an_intent(session: &Session, intent: &IntentLine) {
+//!     session.append(intent); // IntentLine is not a SignedBody
+//! }
+//! ```
+//!
+//! while the same call with an outcome compiles:
+//!
+//! ```
+//! # use aegis_record::*;
+//! fn sign_an_outcome(session: &Session, outcome: &OutcomeLine) {
+//!     let _ = session.append(outcome);
+//! }
+//! ```
+//!
 //! # Non-guarantees
 //! - Drop does not run on SIGKILL or power loss: such a session ends without a close and
 //!   verifies as Indeterminate (unanchored tail), which is the honest answer.
