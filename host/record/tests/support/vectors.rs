@@ -538,6 +538,46 @@ pub fn build() -> Built {
     tampered_vectors(&mut t, &k);
     indeterminate_vectors(&mut t, &k);
 
+    // Per-line intermediate values of every whole-file vector, so an implementer whose
+    // verdict differs can find the first line where their hashes diverge.
+    for dir in ["verified", "tampered", "indeterminate"] {
+        let mut listing = String::from(
+            "# file:line  line_hash (SHA-256 of the canonical form)  sha256 of the signing input\n",
+        );
+        let files: Vec<(String, Vec<u8>)> = t
+            .built
+            .files
+            .iter()
+            .filter(|(name, _)| name.starts_with(&format!("{dir}/")) && name.ends_with(".aarl"))
+            .map(|(n, b)| (n.clone(), b.clone()))
+            .collect();
+        for (name, bytes) in files {
+            let short_name = name.trim_start_matches(&format!("{dir}/"));
+            for (i, line) in bytes.split(|&b| b == b'\n').enumerate() {
+                if line.is_empty() {
+                    continue;
+                }
+                let entry = match json::parse(line) {
+                    Ok(Value::Object(o)) => {
+                        let canonical = o.to_canonical();
+                        let input = if o.contains_key("signature") {
+                            let mut m = Vec::new();
+                            o.write_canonical_skipping(Some("signature"), &mut m);
+                            LineHash::of_line(&m).to_hex()
+                        } else {
+                            "-".into()
+                        };
+                        format!("{}  {input}", hash(&canonical))
+                    }
+                    Ok(_) => "not an object".into(),
+                    Err(e) => format!("does not parse: {e}"),
+                };
+                listing.push_str(&format!("{short_name}:{}  {entry}\n", i + 1));
+            }
+        }
+        t.add(dir, "LINES", listing.into_bytes());
+    }
+
     let mut manifest = Vec::new();
     for e in &t.built.expects {
         let mut o = Object::new();
@@ -894,6 +934,70 @@ fn tampered_vectors(t: &mut Table, k: &SigningKey) {
         1,
         "Tampered — bad signature at (session 0, seq 0), line 1: public key has small order".into(),
     );
+
+    // small_order_r: an outcome whose signature has R = identity and S = k·a, made with
+    // the real key. The lax equation holds; strict verification rejects it.
+    let mut asm = Asm::continuing(b[..2].to_vec());
+    let body = edit(&b[2], |o| {
+        o.remove("signature");
+    });
+    let message = obj(&body).to_canonical();
+    let forged = edit(&body, |o| {
+        o.insert(
+            "signature",
+            small_order_r_signature(&VECTOR_SEED, &k.public_key(), &message),
+        );
+    });
+    asm.push_bytes(forged);
+    asm.push("close", Object::new(), Some(k));
+    let f = t.add("tampered", "small_order_r.aarl", asm.bytes());
+    t.expect(
+        &f,
+        &none,
+        1,
+        "Tampered — bad signature at (session 0, seq 2), line 3: signature does not verify".into(),
+    );
+}
+
+/// A signature with R = the identity point (small order) and S = k·a: the lax equation
+/// [S]B = R + [k]A holds, so a verifier that skips the small-order check on R accepts it.
+fn small_order_r_signature(key_seed: &[u8; 32], public: &PublicKey, message: &[u8]) -> String {
+    use curve25519_dalek::scalar::Scalar;
+    use sha2::{Digest as _, Sha512};
+    let h = Sha512::digest(key_seed);
+    let mut a = [0u8; 32];
+    a.copy_from_slice(&h[..32]);
+    a[0] &= 248;
+    a[31] &= 127;
+    a[31] |= 64;
+    let a = Scalar::from_bytes_mod_order(a);
+    let mut r = [0u8; 32];
+    r[0] = 1; // the identity point
+    let k = Scalar::from_bytes_mod_order_wide(
+        &Sha512::new()
+            .chain_update(r)
+            .chain_update(public.as_bytes())
+            .chain_update(message)
+            .finalize()
+            .into(),
+    );
+    let s = k * a;
+    let mut sig = [0u8; 64];
+    sig[..32].copy_from_slice(&r);
+    sig[32..].copy_from_slice(s.as_bytes());
+    // The vector is only meaningful if the lax rule really accepts it.
+    let lax = ed25519_dalek::VerifyingKey::from_bytes(public.as_bytes()).unwrap();
+    assert!(
+        lax.verify_strict(message, &ed25519_dalek::Signature::from_bytes(&sig))
+            .is_err()
+            && ed25519_dalek::Verifier::verify(
+                &lax,
+                message,
+                &ed25519_dalek::Signature::from_bytes(&sig)
+            )
+            .is_ok()
+    );
+    Signature::from_bytes(sig).to_hex()
 }
 
 fn indeterminate_vectors(t: &mut Table, k: &SigningKey) {
