@@ -46,6 +46,9 @@ pub const MAX_LINE_BYTES: usize = 1 << 20;
 /// How many signature checks travel to a worker together.
 const BATCH: usize = 256;
 
+/// The most signature threads a walk starts, whatever the caller asks for.
+const MAX_THREADS: usize = 64;
+
 /// How many findings of the Indeterminate kind the report keeps.
 const MAX_FINDINGS: usize = 64;
 
@@ -641,7 +644,7 @@ pub struct Options {
     /// Keys the caller anchored out of band. `None` is an unpinned walk; `Some` of an
     /// empty slice is a pin nothing satisfies.
     pub trust: Option<Vec<PublicKey>>,
-    /// Signature-checking threads; 0 means one per available core.
+    /// Signature-checking threads; 0 means one per available core (at most 64).
     pub threads: usize,
 }
 
@@ -653,7 +656,8 @@ pub fn verify(input: impl Read, options: &Options) -> std::io::Result<Report> {
     let threads = match options.threads {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => n,
-    };
+    }
+    .min(MAX_THREADS);
     let shared = Shared {
         first_failure: Mutex::new(None),
         earliest_line: AtomicU64::new(u64::MAX),
