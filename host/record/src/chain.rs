@@ -55,6 +55,12 @@ pub trait LineSink: Send + Sync {
 
     /// Returns once everything appended before the call is durable.
     ///
+    /// Once a sync has failed, every later `append` and `sync` must fail too. Another
+    /// writer thread may already have chained a line onto one whose durability is now
+    /// unknown; only a sink that stays failed keeps that line from being reported
+    /// durable (Linux reports a failed writeback to one fsync and may let the next one
+    /// succeed).
+    ///
     /// # Errors
     /// When durability could not be established.
     fn sync(&self) -> std::io::Result<()>;

@@ -23,7 +23,7 @@ pub enum HexError {
         found: usize,
     },
     /// A character outside `0-9a-f` (uppercase included).
-    #[error("expected lowercase hex, found {0:?}")]
+    #[error("expected lowercase hex, found {}", crate::json::quote(&.0.to_string()))]
     Character(char),
 }
 

@@ -356,6 +356,33 @@ pub fn write_string(s: &str, out: &mut Vec<u8>) {
     out.push(b'"');
 }
 
+/// Quotes text taken from a file for a one-line report: printable ASCII stays, anything
+/// else (controls, terminal escapes, bidi overrides, non-ASCII) becomes a `\u` escape,
+/// and long strings are cut.
+pub fn quote(s: &str) -> String {
+    const MAX_CHARS: usize = 64;
+    let mut out = String::from("\"");
+    for (i, c) in s.chars().enumerate() {
+        if i == MAX_CHARS {
+            out.push('…');
+            break;
+        }
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            ' '..='~' => out.push(c),
+            _ => {
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{u:04x}"));
+                }
+            }
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// Why a syntactically valid JSON document lies outside the value space.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -370,7 +397,7 @@ pub enum ValueSpaceError {
     #[error("integer is 2^53 or more")]
     IntegerOutOfRange,
     /// The same key twice in one object.
-    #[error("duplicate key {0:?}")]
+    #[error("duplicate key {}", quote(.0))]
     DuplicateKey(String),
     /// A `\u` escape naming half of a surrogate pair without the other half.
     #[error("lone surrogate escape \\u{0:04x}")]

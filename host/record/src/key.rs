@@ -9,7 +9,7 @@
 //!
 //! # Non-guarantees
 //! - The [development key](SigningKey::development) is public. Anything it signs proves
-//!   only that some build of Aegis wrote it; the host refuses it for durable sinks.
+//!   only that some build of Aegis wrote it; a host must refuse it for durable sinks.
 //! - On non-Unix systems file modes are neither set nor checked.
 
 use crate::digest::{HexError, KeyId, decode_hex, encode_hex, sha256};

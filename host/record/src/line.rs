@@ -99,7 +99,7 @@ pub enum FieldError {
         source: HexError,
     },
     /// A tag member names no variant of this version.
-    #[error("{field}: unknown value {found:?}")]
+    #[error("{field}: unknown value {}", crate::json::quote(found))]
     Tag {
         /// Path of the tag member.
         field: String,

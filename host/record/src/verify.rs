@@ -470,7 +470,8 @@ impl Report {
         &self.verdict
     }
 
-    /// Each key seen in open lines, in order of first appearance.
+    /// Each key published by an open line the walk reached (including one it then
+    /// rejected, such as an untrusted key), in order of first appearance.
     pub fn keys(&self) -> &[KeyId] {
         &self.keys
     }
@@ -611,32 +612,7 @@ impl Report {
     }
 }
 
-/// Quotes text taken from a file for a one-line report: printable ASCII stays, anything
-/// else (controls, terminal escapes, bidi overrides, non-ASCII) becomes a `\u` escape,
-/// and long strings are cut.
-pub fn quote(s: &str) -> String {
-    const MAX_CHARS: usize = 64;
-    let mut out = String::from("\"");
-    for (i, c) in s.chars().enumerate() {
-        if i == MAX_CHARS {
-            out.push('…');
-            break;
-        }
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            ' '..='~' => out.push(c),
-            _ => {
-                let mut units = [0u16; 2];
-                for u in c.encode_utf16(&mut units) {
-                    out.push_str(&format!("\\u{u:04x}"));
-                }
-            }
-        }
-    }
-    out.push('"');
-    out
-}
+pub use crate::json::quote;
 
 /// What the caller supplies.
 #[derive(Clone, Debug, Default)]
@@ -1124,6 +1100,9 @@ impl<'a> Walk<'a> {
             seq: 0,
         };
         let key_id = open.public_key.key_id();
+        if !self.out.keys.contains(&key_id) {
+            self.out.keys.push(key_id);
+        }
         let key = match VerifyingKey::new(&open.public_key) {
             Ok(k) => Arc::new(k),
             Err(e) => {
@@ -1146,9 +1125,6 @@ impl<'a> Walk<'a> {
                 line: no,
                 key_id,
             });
-        }
-        if !self.out.keys.contains(&key_id) {
-            self.out.keys.push(key_id);
         }
         // The previous session's calls in flight are anchored by this open line.
         self.session = Some(SessionState {
@@ -1239,9 +1215,11 @@ fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>) -> std::io::Result<(u
             None => (available, false),
         };
         let take = chunk.len();
-        if buf.len() + take > MAX_LINE_BYTES + 1 {
+        // The limit counts the line's content, not its newline.
+        let content = buf.len() + take - usize::from(done);
+        if content > MAX_LINE_BYTES {
             oversize = true;
-        } else {
+        } else if !oversize {
             buf.extend_from_slice(chunk);
         }
         total += take;
@@ -1282,4 +1260,52 @@ pub fn parse_trust_store(text: &str) -> Result<Vec<PublicKey>, TrustStoreError> 
         keys.push(key);
     }
     Ok(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn oversize(bytes: &[u8]) -> Vec<bool> {
+        let mut reader = BufReader::with_capacity(4096, bytes);
+        let mut out = Vec::new();
+        loop {
+            let mut buf = Vec::new();
+            let (n, over) = read_line(&mut reader, &mut buf).unwrap();
+            if n == 0 {
+                return out;
+            }
+            out.push(over);
+        }
+    }
+
+    /// The limit counts content only: the same line is accepted or refused whether or
+    /// not a newline follows it.
+    #[test]
+    fn line_limit_ignores_the_newline() {
+        let at_limit = vec![b'x'; MAX_LINE_BYTES];
+        let over = vec![b'x'; MAX_LINE_BYTES + 1];
+        for (line, expected) in [(&at_limit, false), (&over, true)] {
+            let mut with_newline = line.clone();
+            with_newline.push(b'\n');
+            assert_eq!(oversize(&with_newline), vec![expected]);
+            assert_eq!(oversize(line), vec![expected]);
+        }
+    }
+
+    #[test]
+    fn file_text_in_reasons_is_quoted_and_cut() {
+        let hostile = format!("\u{202e}\u{1b}[31m{}", "a".repeat(100));
+        let shown = quote(&hostile);
+        assert!(shown.starts_with("\"\\u202e\\u001b[31m"));
+        assert!(shown.ends_with("…\""));
+        assert!(shown.chars().all(|c| c == '…' || (' '..='~').contains(&c)));
+        let err = crate::json::parse(format!("{{\"{hostile}\":1,\"{hostile}\":1}}").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            !err.contains('\u{1b}') && !err.contains('\u{202e}'),
+            "{err}"
+        );
+    }
 }

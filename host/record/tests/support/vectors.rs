@@ -606,7 +606,9 @@ fn canonical_vectors(t: &mut Table) {
         ),
         (
             "03-string-escapes",
-            r#"{"s": "quote \" backslash \\ solidus \/ controls \u0000 \u0007 \b \t \n \u000B \f \r \u001f del  non-ascii é 😀 \u00e9 \ud83d\ude00 line-sep  "}"#,
+            // Written with Rust escapes so the DEL and LINE SEPARATOR characters are
+            // really in the input: JCS writes both literally.
+            "{\"s\": \"quote \\\" backslash \\\\ solidus \\/ controls \\u0000 \\u0007 \\b \\t \\n \\u000B \\f \\r \\u001f del \u{7f} non-ascii é 😀 \\u00e9 \\ud83d\\ude00 line-sep \u{2028} \"}",
         ),
         (
             "04-integers",
