@@ -1,0 +1,448 @@
+//! A durable audit sink: one JSON Lines file, fsynced before an append is reported durable.
+//!
+//! # Guarantees
+//! - `sync` returns only after `fdatasync` covered every line appended before the call.
+//!   Concurrent callers share one fsync (group commit): whoever finds no fsync running
+//!   starts one that covers everything appended so far, and the others wait for it. Each
+//!   caller is still durable before it returns; only the number of fsyncs shrinks.
+//! - A failed fsync is sticky: every later `append` and `sync` fails, because Linux may
+//!   report a lost writeback once and let the next fsync succeed.
+//! - An append is all or nothing: after a short or failed write the file is cut back to
+//!   its previous length; if that fails too, the sink refuses everything after.
+//! - A file whose last line is torn (no final newline) is refused for appending: a new
+//!   line would turn the torn one into a malformed line in the middle of the chain.
+//! - One process at a time: the file is locked (advisory `flock`) while open.
+//! - `existing_tail` reads the file from its end, never the whole file.
+//!
+//! # Non-guarantees
+//! - What fsync promises is what the filesystem and disk promise.
+//! - Relative paths are resolved against the working directory of the process.
+
+use aegis_station_api::{ErrorKind, PluginError, Retention, Sink, Tail, TailKind};
+use std::fs::File;
+use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+
+aegis_station_api::plugin_module! {
+    pub fn plugin_module {
+        name: "file-sink",
+        version: env!("CARGO_PKG_VERSION"),
+        sink: FileSink::from_config,
+    }
+}
+
+/// The file sink's config section.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    /// The record file.
+    path: PathBuf,
+}
+
+struct Writer {
+    file: File,
+    /// Bytes in the file that are whole lines.
+    len: u64,
+    /// Count of appends accepted so far.
+    appended: u64,
+    /// Set by a failed fsync or an unrepairable write; never cleared.
+    failed: Option<String>,
+    /// Set when the file ended mid-line at open.
+    torn_at: Option<u64>,
+}
+
+struct Commit {
+    /// Appends covered by a finished fsync.
+    durable: u64,
+    /// Whether an fsync is running.
+    running: bool,
+    failed: Option<String>,
+}
+
+/// A JSON Lines file with group-committed fsync.
+pub struct FileSink {
+    path: PathBuf,
+    writer: Mutex<Writer>,
+    commit: Mutex<Commit>,
+    done: Condvar,
+    /// Where the last `read_lines` page ended: (line index, byte offset).
+    cursor: Mutex<(u64, u64)>,
+}
+
+impl std::fmt::Debug for FileSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileSink")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+fn io_err(path: &Path, what: &str, e: &std::io::Error) -> PluginError {
+    PluginError::new(ErrorKind::IO, format!("{}: {what}: {e}", path.display()))
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl FileSink {
+    /// Builds the sink from its config section: `path = "…"`.
+    ///
+    /// # Errors
+    /// A missing or unknown key, or the file cannot be opened or locked.
+    pub fn from_config(config: &str) -> Result<FileSink, PluginError> {
+        let config: Config = toml::from_str(config)
+            .map_err(|e| PluginError::new(ErrorKind::CONFIG, e.to_string().trim().to_owned()))?;
+        FileSink::open(&config.path)
+    }
+
+    /// Opens (creating with mode 0600) the record file at `path` and locks it.
+    ///
+    /// # Errors
+    /// The file cannot be opened, read or locked.
+    pub fn open(path: &Path) -> Result<FileSink, PluginError> {
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true).append(true).create(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(path).map_err(|e| io_err(path, "open", &e))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(PluginError::new(
+                    ErrorKind::REFUSED,
+                    format!("{}: another process is writing this record", path.display()),
+                ));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io_err(path, "lock", &e)),
+        }
+        let len = file
+            .seek(SeekFrom::End(0))
+            .map_err(|e| io_err(path, "seek", &e))?;
+        let torn_at = if len > 0
+            && last_byte(&mut file, len).map_err(|e| io_err(path, "read", &e))? != b'\n'
+        {
+            Some(len)
+        } else {
+            None
+        };
+        Ok(FileSink {
+            path: path.to_owned(),
+            writer: Mutex::new(Writer {
+                file,
+                len,
+                appended: 0,
+                failed: None,
+                torn_at,
+            }),
+            commit: Mutex::new(Commit {
+                durable: 0,
+                running: false,
+                failed: None,
+            }),
+            done: Condvar::new(),
+            cursor: Mutex::new((0, 0)),
+        })
+    }
+
+    fn fail(&self, why: String) -> PluginError {
+        lock(&self.writer).failed.get_or_insert_with(|| why.clone());
+        let mut c = lock(&self.commit);
+        c.failed.get_or_insert_with(|| why.clone());
+        self.done.notify_all();
+        PluginError::new(ErrorKind::IO, why)
+    }
+}
+
+fn last_byte(file: &mut File, len: u64) -> std::io::Result<u8> {
+    let mut b = [0u8; 1];
+    file.seek(SeekFrom::Start(len - 1))?;
+    file.read_exact(&mut b)?;
+    Ok(b[0])
+}
+
+/// Reads the last line of `file` (of length `len`, ending in `\n`) from the end, in
+/// blocks, skipping trailing blank lines.
+fn read_last_line(file: &mut File, len: u64) -> std::io::Result<Vec<u8>> {
+    const BLOCK: u64 = 4096;
+    let mut tail: Vec<u8> = Vec::new();
+    let mut pos = len;
+    loop {
+        let content = {
+            let trimmed = tail.iter().rposition(|&b| b != b'\n').map_or(0, |i| i + 1);
+            &tail[..trimmed]
+        };
+        if let Some(i) = content.iter().rposition(|&b| b == b'\n') {
+            return Ok(content[i + 1..].to_vec());
+        }
+        if pos == 0 {
+            return Ok(content.to_vec());
+        }
+        let step = BLOCK.min(pos);
+        pos -= step;
+        let mut block = vec![0u8; usize::try_from(step).unwrap_or(0)];
+        file.seek(SeekFrom::Start(pos))?;
+        file.read_exact(&mut block)?;
+        block.extend_from_slice(&tail);
+        tail = block;
+    }
+}
+
+impl Sink for FileSink {
+    fn retention(&self) -> Retention {
+        Retention::DURABLE
+    }
+
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn existing_tail(&self) -> Result<Tail, PluginError> {
+        let mut w = lock(&self.writer);
+        if let Some(at) = w.torn_at {
+            let _ = at;
+            return Ok(Tail {
+                kind: TailKind::TORN,
+                line: Default::default(),
+            });
+        }
+        let len = w.len;
+        if len == 0 {
+            return Ok(Tail {
+                kind: TailKind::EMPTY,
+                line: Default::default(),
+            });
+        }
+        let line = read_last_line(&mut w.file, len).map_err(|e| io_err(&self.path, "read", &e))?;
+        Ok(if line.is_empty() {
+            Tail {
+                kind: TailKind::EMPTY,
+                line: Default::default(),
+            }
+        } else {
+            Tail {
+                kind: TailKind::LINE,
+                line: line.into(),
+            }
+        })
+    }
+
+    fn append(&self, line: &[u8]) -> Result<(), PluginError> {
+        let mut w = lock(&self.writer);
+        if let Some(why) = &w.failed {
+            return Err(PluginError::new(
+                ErrorKind::IO,
+                format!("sink stopped: {why}"),
+            ));
+        }
+        if let Some(at) = w.torn_at {
+            return Err(PluginError::new(
+                ErrorKind::REFUSED,
+                format!(
+                    "{}: the last line is torn (no newline at byte {at}); refusing to append",
+                    self.path.display()
+                ),
+            ));
+        }
+        if line.last() != Some(&b'\n') || line[..line.len() - 1].contains(&b'\n') {
+            return Err(PluginError::new(
+                ErrorKind::OTHER,
+                "append takes exactly one line ending in a newline",
+            ));
+        }
+        let before = w.len;
+        if let Err(e) = w.file.write_all(line) {
+            // Cut back to the last whole line so the file stays appendable.
+            return match w.file.set_len(before) {
+                Ok(()) => Err(io_err(&self.path, "write", &e)),
+                Err(cut) => {
+                    drop(w);
+                    Err(self.fail(format!(
+                        "{}: write failed ({e}) and the partial line could not be removed ({cut})",
+                        self.path.display()
+                    )))
+                }
+            };
+        }
+        w.len = before + line.len() as u64;
+        w.appended += 1;
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), PluginError> {
+        let target = lock(&self.writer).appended;
+        let mut c = lock(&self.commit);
+        loop {
+            if let Some(why) = &c.failed {
+                return Err(PluginError::new(
+                    ErrorKind::IO,
+                    format!("sink stopped: {why}"),
+                ));
+            }
+            if c.durable >= target {
+                return Ok(());
+            }
+            if !c.running {
+                break;
+            }
+            c = self.done.wait(c).unwrap_or_else(PoisonError::into_inner);
+        }
+        // Lead one fsync for everything appended so far, including other waiters' lines.
+        c.running = true;
+        drop(c);
+        let (covers, result) = {
+            let w = lock(&self.writer);
+            let covers = w.appended;
+            let file = w.file.try_clone();
+            drop(w);
+            (covers, file.and_then(|f| f.sync_data()))
+        };
+        let mut c = lock(&self.commit);
+        c.running = false;
+        match result {
+            Ok(()) => {
+                c.durable = c.durable.max(covers);
+                self.done.notify_all();
+                Ok(())
+            }
+            Err(e) => {
+                drop(c);
+                Err(self.fail(format!("{}: fsync: {e}", self.path.display())))
+            }
+        }
+    }
+
+    fn read_lines(&self, start: u64, max: u32) -> Result<Vec<Vec<u8>>, PluginError> {
+        let mut file = File::open(&self.path).map_err(|e| io_err(&self.path, "open", &e))?;
+        let mut cursor = lock(&self.cursor);
+        let (mut index, offset) = if cursor.0 <= start { *cursor } else { (0, 0) };
+        file.seek(SeekFrom::Start(offset))
+            .map_err(|e| io_err(&self.path, "seek", &e))?;
+        let mut reader = std::io::BufReader::new(file);
+        let mut offset = offset;
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        while out.len() < max as usize {
+            buf.clear();
+            let n = std::io::BufRead::read_until(&mut reader, b'\n', &mut buf)
+                .map_err(|e| io_err(&self.path, "read", &e))?;
+            if n == 0 || buf.last() != Some(&b'\n') {
+                break; // end of file, or a torn last line: not a stored line
+            }
+            offset += n as u64;
+            if index >= start {
+                buf.pop();
+                out.push(std::mem::take(&mut buf));
+            }
+            index += 1;
+        }
+        *cursor = (index, offset);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sink(dir: &tempfile::TempDir) -> FileSink {
+        FileSink::open(&dir.path().join("r.aarl")).unwrap()
+    }
+
+    #[test]
+    fn appends_sync_and_reports_the_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = sink(&dir);
+        assert_eq!(s.existing_tail().unwrap().kind, TailKind::EMPTY);
+        s.append(b"{\"a\":1}\n").unwrap();
+        s.append(b"{\"b\":2}\n").unwrap();
+        s.sync().unwrap();
+        let tail = s.existing_tail().unwrap();
+        assert_eq!(tail.kind, TailKind::LINE);
+        assert_eq!(tail.line.as_slice(), b"{\"b\":2}");
+        assert_eq!(s.read_lines(0, 10).unwrap().len(), 2);
+        assert_eq!(s.read_lines(1, 10).unwrap(), vec![b"{\"b\":2}".to_vec()]);
+        drop(s);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(dir.path().join("r.aarl"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+    }
+
+    #[test]
+    fn tail_of_a_long_file_is_read_from_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = sink(&dir);
+        let long = format!("{}\n", "x".repeat(10_000));
+        for _ in 0..3 {
+            s.append(long.as_bytes()).unwrap();
+        }
+        s.append(b"last\n").unwrap();
+        assert_eq!(s.existing_tail().unwrap().line.as_slice(), b"last");
+        s.append(long.as_bytes()).unwrap();
+        assert_eq!(s.existing_tail().unwrap().line.len(), 10_000);
+    }
+
+    #[test]
+    fn a_torn_tail_is_reported_and_never_appended_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.aarl");
+        std::fs::write(&path, b"{\"a\":1}\n{\"b\":").unwrap();
+        let s = FileSink::open(&path).unwrap();
+        assert_eq!(s.existing_tail().unwrap().kind, TailKind::TORN);
+        let e = s.append(b"{\"c\":3}\n").unwrap_err();
+        assert!(e.message.contains("torn"), "{e}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"{\"a\":1}\n{\"b\":");
+    }
+
+    #[test]
+    fn a_second_writer_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = sink(&dir);
+        let e = FileSink::open(&dir.path().join("r.aarl")).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::REFUSED);
+    }
+
+    #[test]
+    fn config_names_unknown_keys() {
+        let e = FileSink::from_config("path = \"x\"\nmode = 1\n").unwrap_err();
+        assert_eq!(e.kind, ErrorKind::CONFIG);
+        assert!(e.message.contains("mode"), "{e}");
+        assert!(
+            FileSink::from_config("")
+                .unwrap_err()
+                .message
+                .contains("path")
+        );
+    }
+
+    /// Many threads append and sync at once; every line lands whole and every sync
+    /// returns only after its line is covered.
+    #[test]
+    fn concurrent_appenders_share_fsyncs_and_lose_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = sink(&dir);
+        std::thread::scope(|scope| {
+            for t in 0..8 {
+                let s = &s;
+                scope.spawn(move || {
+                    for i in 0..50 {
+                        s.append(format!("{{\"t\":{t},\"i\":{i}}}\n").as_bytes())
+                            .unwrap();
+                        s.sync().unwrap();
+                        assert!(lock(&s.commit).durable >= 1);
+                    }
+                });
+            }
+        });
+        let text = std::fs::read_to_string(dir.path().join("r.aarl")).unwrap();
+        assert_eq!(text.lines().count(), 400);
+        assert_eq!(lock(&s.commit).durable, 400);
+    }
+}

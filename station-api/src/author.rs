@@ -1,0 +1,243 @@
+//! The side plugin authors write against: plain Rust traits, wrapped for the boundary.
+//!
+//! An author implements [`Policy`], [`Confinement`] or [`Sink`] and names the
+//! constructors in [`plugin_module!`](crate::plugin_module). The macro wraps each value in
+//! [`Guarded`], whose trait-object methods all run through [`guard`](crate::guard), so no
+//! panic can reach abi_stable's wrappers.
+
+use crate::{
+    AuditSink, AuditSink_TO, AuditSinkBox, ConfinementBackend, ConfinementBackend_TO,
+    ConfinementBackendBox, ConfinementReport, ConfinementRequest, PluginError, PolicyDecision,
+    PolicyEvaluator, PolicyEvaluator_TO, PolicyEvaluatorBox, PolicyRequest, Retention, Tail, guard,
+};
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::{RResult, RSlice, RString, RVec};
+
+/// A policy evaluator, in plain Rust.
+pub trait Policy: Send + Sync + 'static {
+    /// SHA-256 of the canonical JSON of the parsed policy set.
+    fn policy_set_hash(&self) -> [u8; 32];
+    /// Decides one call.
+    ///
+    /// # Errors
+    /// When the call cannot be decided; the host then refuses it.
+    fn evaluate(&self, request: &PolicyRequest<'_>) -> Result<PolicyDecision, PluginError>;
+}
+
+/// A confinement backend, in plain Rust.
+pub trait Confinement: Send + Sync + 'static {
+    /// Applies `request` to the current process.
+    ///
+    /// # Errors
+    /// When the request cannot be applied as asked.
+    fn apply(&self, request: &ConfinementRequest<'_>) -> Result<ConfinementReport, PluginError>;
+}
+
+/// An audit sink, in plain Rust. See [`AuditSink`] for each method's contract.
+pub trait Sink: Send + Sync + 'static {
+    /// Whether stored lines survive the process.
+    fn retention(&self) -> Retention;
+    /// Where lines go; empty for volatile sinks.
+    fn location(&self) -> String;
+    /// The last line already stored.
+    ///
+    /// # Errors
+    /// When the store cannot be read.
+    fn existing_tail(&self) -> Result<Tail, PluginError>;
+    /// Appends one whole line, all or nothing.
+    ///
+    /// # Errors
+    /// When the line was not stored.
+    fn append(&self, line: &[u8]) -> Result<(), PluginError>;
+    /// Makes everything appended so far durable; stays failed after one failure.
+    ///
+    /// # Errors
+    /// When durability could not be established.
+    fn sync(&self) -> Result<(), PluginError>;
+    /// Up to `max` stored lines from index `start`.
+    ///
+    /// # Errors
+    /// When the store cannot be read.
+    fn read_lines(&self, start: u64, max: u32) -> Result<Vec<Vec<u8>>, PluginError>;
+}
+
+/// Wraps an author's value so that every boundary method is guarded against panics.
+#[derive(Debug)]
+pub struct Guarded<T>(pub T);
+
+impl<T: Policy> PolicyEvaluator for Guarded<T> {
+    fn policy_set_hash(&self) -> RResult<[u8; 32], PluginError> {
+        guard(|| Ok(self.0.policy_set_hash()))
+    }
+
+    fn evaluate(&self, request: &PolicyRequest<'_>) -> RResult<PolicyDecision, PluginError> {
+        guard(|| self.0.evaluate(request))
+    }
+}
+
+impl<T: Confinement> ConfinementBackend for Guarded<T> {
+    fn apply(&self, request: &ConfinementRequest<'_>) -> RResult<ConfinementReport, PluginError> {
+        guard(|| self.0.apply(request))
+    }
+}
+
+impl<T: Sink> AuditSink for Guarded<T> {
+    fn retention(&self) -> Retention {
+        // A panic here yields a value no host accepts, so the sink is refused.
+        guard(|| Ok(self.0.retention())).unwrap_or(Retention(0))
+    }
+
+    fn location(&self) -> RString {
+        guard(|| Ok(self.0.location()))
+            .map(RString::from)
+            .unwrap_or_else(|e| RString::from(format!("<{e}>")))
+    }
+
+    fn existing_tail(&self) -> RResult<Tail, PluginError> {
+        guard(|| self.0.existing_tail())
+    }
+
+    fn append(&self, line: RSlice<'_, u8>) -> RResult<(), PluginError> {
+        guard(|| self.0.append(line.as_slice()))
+    }
+
+    fn sync(&self) -> RResult<(), PluginError> {
+        guard(|| self.0.sync())
+    }
+
+    fn read_lines(&self, start: u64, max: u32) -> RResult<RVec<RVec<u8>>, PluginError> {
+        guard(|| {
+            self.0
+                .read_lines(start, max)
+                .map(|lines| lines.into_iter().map(RVec::from).collect())
+        })
+    }
+}
+
+/// Boxes a policy for the boundary.
+pub fn policy_box<T: Policy>(
+    made: Result<T, PluginError>,
+) -> Result<PolicyEvaluatorBox, PluginError> {
+    made.map(|t| PolicyEvaluator_TO::from_value(Guarded(t), TD_Opaque))
+}
+
+/// Boxes a confinement backend for the boundary.
+pub fn confinement_box<T: Confinement>(
+    made: Result<T, PluginError>,
+) -> Result<ConfinementBackendBox, PluginError> {
+    made.map(|t| ConfinementBackend_TO::from_value(Guarded(t), TD_Opaque))
+}
+
+/// Boxes a sink for the boundary.
+pub fn sink_box<T: Sink>(made: Result<T, PluginError>) -> Result<AuditSinkBox, PluginError> {
+    made.map(|t| AuditSink_TO::from_value(Guarded(t), TD_Opaque))
+}
+
+/// Defines `fn NAME() -> PluginModuleRef` for a plugin crate: its metadata and one
+/// guarded constructor per kind it provides (the others answer `unsupported`).
+///
+/// ```ignore
+/// aegis_station_api::plugin_module! {
+///     pub fn plugin_module {
+///         name: "memory-sink",
+///         version: env!("CARGO_PKG_VERSION"),
+///         sink: MemorySink::from_config,
+///     }
+/// }
+/// ```
+///
+/// Built-in use calls `plugin_module()` directly. The loadable library is a separate
+/// `cdylib` crate holding only [`export_root!`](crate::export_root), because the root
+/// module symbol has one fixed name: two plugin rlibs carrying it cannot link into one
+/// host.
+#[macro_export]
+macro_rules! plugin_module {
+    (
+        $vis:vis fn $fname:ident {
+            name: $name:expr,
+            version: $version:expr
+            $(, policy: $policy:expr)?
+            $(, confinement: $confinement:expr)?
+            $(, sink: $sink:expr)?
+            $(,)?
+        }
+    ) => {
+        /// This plugin's root module: its metadata and one constructor per kind.
+        $vis fn $fname() -> $crate::PluginModuleRef {
+            use $crate::abi_stable::prefix_type::PrefixTypeTrait as _;
+            use $crate::abi_stable::std_types::{RResult, RStr};
+
+            extern "C" fn metadata() -> $crate::PluginMetadata {
+                #[allow(unused_mut, reason = "mutated only for the kinds this plugin provides")]
+                let mut kinds = $crate::Kinds::NONE;
+                $( let _ = $policy; kinds = kinds.with($crate::Kinds::POLICY); )?
+                $( let _ = $confinement; kinds = kinds.with($crate::Kinds::CONFINEMENT); )?
+                $( let _ = $sink; kinds = kinds.with($crate::Kinds::SINK); )?
+                $crate::PluginMetadata {
+                    name: ($name).into(),
+                    version: ($version).into(),
+                    kinds,
+                    api_major: $crate::API_MAJOR,
+                }
+            }
+
+            #[allow(unreachable_code, unused_variables, reason = "the fallback runs only for kinds the plugin lacks")]
+            extern "C" fn new_policy_evaluator(
+                config: RStr<'_>,
+            ) -> RResult<$crate::PolicyEvaluatorBox, $crate::PluginError> {
+                $crate::guard(|| {
+                    $( return $crate::__private::policy_box(($policy)(config.as_str())); )?
+                    Err($crate::PluginError::unsupported("policy evaluator"))
+                })
+            }
+
+            #[allow(unreachable_code, unused_variables, reason = "the fallback runs only for kinds the plugin lacks")]
+            extern "C" fn new_confinement_backend(
+                config: RStr<'_>,
+            ) -> RResult<$crate::ConfinementBackendBox, $crate::PluginError> {
+                $crate::guard(|| {
+                    $( return $crate::__private::confinement_box(($confinement)(config.as_str())); )?
+                    Err($crate::PluginError::unsupported("confinement backend"))
+                })
+            }
+
+            #[allow(unreachable_code, unused_variables, reason = "the fallback runs only for kinds the plugin lacks")]
+            extern "C" fn new_audit_sink(
+                config: RStr<'_>,
+            ) -> RResult<$crate::AuditSinkBox, $crate::PluginError> {
+                $crate::guard(|| {
+                    $( return $crate::__private::sink_box(($sink)(config.as_str())); )?
+                    Err($crate::PluginError::unsupported("audit sink"))
+                })
+            }
+
+            static MODULE: ::std::sync::OnceLock<$crate::PluginModuleRef> =
+                ::std::sync::OnceLock::new();
+            *MODULE.get_or_init(|| {
+                $crate::PluginModule {
+                    metadata,
+                    new_policy_evaluator,
+                    new_confinement_backend,
+                    new_audit_sink,
+                }
+                .leak_into_prefix()
+            })
+        }
+    };
+}
+
+/// Exports a plugin's root module from a `cdylib` crate: `export_root!(my_plugin::plugin_module);`.
+#[macro_export]
+macro_rules! export_root {
+    ($module:path) => {
+        /// The root module the Aegis host loads.
+        #[allow(missing_docs, reason = "abi_stable generates an undocumented static here")]
+        pub mod aegis_plugin_export {
+            /// Returns the plugin's root module.
+            #[$crate::abi_stable::export_root_module]
+            pub fn aegis_plugin_root() -> $crate::PluginModuleRef {
+                $module()
+            }
+        }
+    };
+}

@@ -1,0 +1,393 @@
+//! The station API: the contract between the Aegis host and its plugins.
+//!
+//! A plugin library provides one or more of three kinds — a [`PolicyEvaluator`], a
+//! [`ConfinementBackend`], an [`AuditSink`] — through one root module
+//! ([`PluginModule`]). The host loads it at run time with `abi_stable`, which checks the
+//! API version and the layout of every type reachable from the root module before any
+//! plugin code runs. Built-in plugins go through exactly the same types.
+//!
+//! # Why this crate allows `unsafe`
+//! `#[derive(StableAbi)]` and `#[sabi_trait]` generate `unsafe` impls and blocks, and
+//! `#[sabi_trait]` trips `non_local_definitions`. This crate contains no hand-written
+//! `unsafe`; the workspace's `unsafe_code = "forbid"` is relaxed here only so that the
+//! generated code compiles. Plugins and the host still forbid it.
+//!
+//! # Guarantees
+//! - A panic in plugin code never crosses the boundary: every method reaches plugin code
+//!   through [`guard`], which turns a panic into a [`PluginError`] of kind
+//!   [`ErrorKind::PANIC`]. (A panic that reached abi_stable's wrappers would abort.)
+//! - Enums crossing the boundary are integer newtypes with named constants, so a newer
+//!   plugin can send a value an older host does not know; the host treats unknown values
+//!   as errors, never as a default.
+//! - Sinks store bytes. Numbering, linking and signing lines stay in the host, so a sink
+//!   cannot forge a chain.
+//!
+//! # Versioning
+//! Additions go after the last prefix field of [`PluginModule`] or after the last method
+//! of a trait marked `last_prefix_field`; anything else is a new major (a new package
+//! version 2.0.0), which the host accepts beside the old one through a renamed
+//! dependency. See `spec/PLUGINS.md`.
+
+use abi_stable::library::RootModule;
+use abi_stable::sabi_types::VersionStrings;
+use abi_stable::std_types::{RBox, ROption, RResult, RSlice, RStr, RString, RVec};
+use abi_stable::{StableAbi, declare_root_module_statics, package_version_strings, sabi_trait};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+pub use abi_stable;
+
+/// The API major this crate defines (its package major version).
+pub const API_MAJOR: u32 = 1;
+
+macro_rules! int_enum {
+    ($(#[$doc:meta])* $name:ident($repr:ty) { $($(#[$cdoc:meta])* $konst:ident = $val:expr),* $(,)? }) => {
+        $(#[$doc])*
+        #[repr(transparent)]
+        #[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub struct $name(pub $repr);
+
+        impl $name {
+            $($(#[$cdoc])* pub const $konst: $name = $name($val);)*
+
+            /// The constant's name, or `None` for a value this version does not define.
+            pub fn name(self) -> Option<&'static str> {
+                match self {
+                    $($name::$konst => Some(stringify!($konst)),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+int_enum! {
+    /// What kind of failure a plugin reports.
+    ErrorKind(u32) {
+        /// The plugin does not provide the requested kind.
+        UNSUPPORTED = 1,
+        /// The plugin's config section was refused.
+        CONFIG = 2,
+        /// Plugin code panicked; the guard caught it.
+        PANIC = 3,
+        /// An I/O operation failed.
+        IO = 4,
+        /// The request cannot be honoured as asked (e.g. confinement not enforceable).
+        REFUSED = 5,
+        /// Anything else.
+        OTHER = 6,
+    }
+}
+
+int_enum! {
+    /// The kinds a plugin provides, as a bit set.
+    Kinds(u32) {
+        /// Provides nothing.
+        NONE = 0,
+        /// Provides a policy evaluator.
+        POLICY = 1,
+        /// Provides a confinement backend.
+        CONFINEMENT = 2,
+        /// Provides an audit sink.
+        SINK = 4,
+    }
+}
+
+impl Kinds {
+    /// Whether every kind in `other` is in `self`.
+    pub fn contains(self, other: Kinds) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The union of two sets.
+    #[must_use]
+    pub fn with(self, other: Kinds) -> Kinds {
+        Kinds(self.0 | other.0)
+    }
+}
+
+int_enum! {
+    /// A policy evaluator's verdict.
+    Verdict(u32) {
+        /// The call may proceed to the capability station.
+        ALLOW = 1,
+        /// A rule refuses the call.
+        DENY = 2,
+        /// A rate limit refuses the call.
+        RATE_LIMIT = 3,
+        /// The call is parked for a human and refused for now.
+        PENDING_APPROVAL = 4,
+    }
+}
+
+int_enum! {
+    /// Whether a sink keeps what it is given.
+    Retention(u32) {
+        /// Lines survive the process (a file, a database).
+        DURABLE = 1,
+        /// Lines die with the process (memory).
+        VOLATILE = 2,
+    }
+}
+
+int_enum! {
+    /// What a sink holds at its end.
+    TailKind(u32) {
+        /// Nothing: the store is empty.
+        EMPTY = 1,
+        /// A complete last line, given in [`Tail::line`].
+        LINE = 2,
+        /// A partial last line (a torn write): the store must not be appended to.
+        TORN = 3,
+    }
+}
+
+int_enum! {
+    /// How much of a confinement request the kernel enforces.
+    Enforcement(u32) {
+        /// Everything requested.
+        FULL = 1,
+        /// Some of it; [`ConfinementReport::gaps`] says what not.
+        PARTIAL = 2,
+        /// None of it.
+        NONE = 3,
+    }
+}
+
+/// A failure reported across the boundary.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
+pub struct PluginError {
+    /// What kind of failure.
+    pub kind: ErrorKind,
+    /// One line for an operator.
+    pub message: RString,
+}
+
+impl PluginError {
+    /// An error of `kind` with `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> PluginError {
+        PluginError {
+            kind,
+            message: RString::from(message.into()),
+        }
+    }
+
+    /// The plugin does not provide `kind_name`.
+    pub fn unsupported(kind_name: &str) -> PluginError {
+        PluginError::new(
+            ErrorKind::UNSUPPORTED,
+            format!("this plugin does not provide a {kind_name}"),
+        )
+    }
+}
+
+impl std::fmt::Display for PluginError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for PluginError {}
+
+/// Runs plugin code, turning a panic into an [`ErrorKind::PANIC`] error.
+///
+/// Every method of the trait objects built by [`export_plugin!`] goes through this; a
+/// plugin that builds its own trait objects must do the same.
+pub fn guard<T>(f: impl FnOnce() -> Result<T, PluginError>) -> RResult<T, PluginError> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => RResult::ROk(v),
+        Ok(Err(e)) => RResult::RErr(e),
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-string payload".to_owned());
+            RResult::RErr(PluginError::new(
+                ErrorKind::PANIC,
+                format!("plugin panicked: {what}"),
+            ))
+        }
+    }
+}
+
+/// Describes a plugin library.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug)]
+pub struct PluginMetadata {
+    /// The plugin's name, e.g. `memory-sink`.
+    pub name: RString,
+    /// The plugin's own version.
+    pub version: RString,
+    /// What it provides.
+    pub kinds: Kinds,
+    /// The station API major it was built against.
+    pub api_major: u32,
+}
+
+/// What a policy evaluator is asked. Borrowed: the hot path allocates nothing to ask.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug)]
+pub struct PolicyRequest<'a> {
+    /// The tool called.
+    pub tool_id: RStr<'a>,
+    /// The capability requested, e.g. `fs.read`; empty if none.
+    pub capability: RStr<'a>,
+    /// The caller's role; empty if none.
+    pub role: RStr<'a>,
+    /// The policy session scope; empty if none.
+    pub session: RStr<'a>,
+}
+
+/// Ceilings a policy places on a call. They can only narrow a grant.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Memory ceiling.
+    pub max_memory_bytes: ROption<u64>,
+    /// Wall-clock ceiling.
+    pub max_wall_ms: ROption<u64>,
+    /// Output ceiling.
+    pub max_output_bytes: ROption<u64>,
+}
+
+/// A policy evaluator's answer.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug)]
+pub struct PolicyDecision {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The rule that decided, if any (none means the set's default).
+    pub matched_rule: ROption<RString>,
+    /// Why, for the record.
+    pub reason: RString,
+    /// Ceilings the rule imposes.
+    pub limits: Limits,
+    /// Set with [`Verdict::PENDING_APPROVAL`]: names the park.
+    pub approval_id: ROption<RString>,
+}
+
+/// Evaluates a call against a policy set.
+#[sabi_trait]
+pub trait PolicyEvaluator: Send + Sync {
+    /// SHA-256 of the canonical JSON of the parsed policy set (never of its source text).
+    fn policy_set_hash(&self) -> RResult<[u8; 32], PluginError>;
+
+    /// Decides one call.
+    #[sabi(last_prefix_field)]
+    fn evaluate(&self, request: &PolicyRequest<'_>) -> RResult<PolicyDecision, PluginError>;
+}
+
+/// What a confinement backend is asked to apply to the current process.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug)]
+pub struct ConfinementRequest<'a> {
+    /// Paths to allow reading beneath.
+    pub read_paths: RSlice<'a, RStr<'a>>,
+    /// Paths to allow writing beneath.
+    pub write_paths: RSlice<'a, RStr<'a>>,
+    /// `host:port` destinations to allow; empty denies the network.
+    pub net_allow: RSlice<'a, RStr<'a>>,
+    /// Allow what `exec` of a dynamically linked program needs (read-only /usr and a
+    /// short named list of /etc and /dev files).
+    pub exec_support: bool,
+    /// Apply what the kernel supports instead of refusing a partial profile.
+    pub best_effort: bool,
+}
+
+/// What a confinement backend actually got the kernel to enforce.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug)]
+pub struct ConfinementReport {
+    /// Overall.
+    pub enforcement: Enforcement,
+    /// The negotiated kernel ABI (e.g. the Landlock ABI version), 0 if not applicable.
+    pub abi: u32,
+    /// One line per requested restriction that is not enforced.
+    pub gaps: RVec<RString>,
+}
+
+/// Confines the current process; called in a helper before it execs a native tool.
+#[sabi_trait]
+pub trait ConfinementBackend: Send + Sync {
+    /// Applies `request` to the current process and reports what is enforced.
+    #[sabi(last_prefix_field)]
+    fn apply(&self, request: &ConfinementRequest<'_>) -> RResult<ConfinementReport, PluginError>;
+}
+
+/// The end of a sink's store.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug)]
+pub struct Tail {
+    /// What is there.
+    pub kind: TailKind,
+    /// With [`TailKind::LINE`]: the last line's bytes, without its newline.
+    pub line: RVec<u8>,
+}
+
+/// Stores record lines. It cannot number, link or sign them: the host does.
+#[sabi_trait]
+pub trait AuditSink: Send + Sync {
+    /// Whether stored lines survive the process.
+    fn retention(&self) -> Retention;
+
+    /// Where lines go, for an operator (a path, a database); empty for volatile sinks.
+    fn location(&self) -> RString;
+
+    /// The last line already stored, so a new session can chain to it.
+    fn existing_tail(&self) -> RResult<Tail, PluginError>;
+
+    /// Appends one whole line (canonical bytes and `\n`). All or nothing.
+    fn append(&self, line: RSlice<'_, u8>) -> RResult<(), PluginError>;
+
+    /// Returns once everything appended before the call is durable. After one failure,
+    /// every later `append` and `sync` must fail too.
+    fn sync(&self) -> RResult<(), PluginError>;
+
+    /// Up to `max` stored lines from line index `start` (0-based), each without its
+    /// newline, byte-exact; fewer at the end. Lets `aegis export` write any sink out as
+    /// a file that `aegis verify` reads.
+    #[sabi(last_prefix_field)]
+    fn read_lines(&self, start: u64, max: u32) -> RResult<RVec<RVec<u8>>, PluginError>;
+}
+
+/// A policy evaluator across the boundary.
+pub type PolicyEvaluatorBox = PolicyEvaluator_TO<'static, RBox<()>>;
+/// A confinement backend across the boundary.
+pub type ConfinementBackendBox = ConfinementBackend_TO<'static, RBox<()>>;
+/// An audit sink across the boundary.
+pub type AuditSinkBox = AuditSink_TO<'static, RBox<()>>;
+
+/// The root module every plugin library exports.
+#[repr(C)]
+#[derive(StableAbi)]
+#[sabi(kind(Prefix(prefix_ref = PluginModuleRef)))]
+#[sabi(missing_field(panic))]
+pub struct PluginModule {
+    /// Describes the plugin.
+    pub metadata: extern "C" fn() -> PluginMetadata,
+    /// Builds a policy evaluator from the plugin's config section (TOML text).
+    pub new_policy_evaluator:
+        extern "C" fn(config: RStr<'_>) -> RResult<PolicyEvaluatorBox, PluginError>,
+    /// Builds a confinement backend from the plugin's config section (TOML text).
+    pub new_confinement_backend:
+        extern "C" fn(config: RStr<'_>) -> RResult<ConfinementBackendBox, PluginError>,
+    /// Builds an audit sink from the plugin's config section (TOML text).
+    #[sabi(last_prefix_field)]
+    pub new_audit_sink: extern "C" fn(config: RStr<'_>) -> RResult<AuditSinkBox, PluginError>,
+}
+
+impl RootModule for PluginModuleRef {
+    declare_root_module_statics! {PluginModuleRef}
+    const BASE_NAME: &'static str = "aegis_plugin";
+    const NAME: &'static str = "aegis plugin";
+    const VERSION_STRINGS: VersionStrings = package_version_strings!();
+}
+
+mod author;
+pub use author::{Confinement, Guarded, Policy, Sink};
+
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::author::{confinement_box, policy_box, sink_box};
+}
