@@ -231,7 +231,10 @@ macro_rules! plugin_module {
 macro_rules! export_root {
     ($module:path) => {
         /// The root module the Aegis host loads.
-        #[allow(missing_docs, reason = "abi_stable generates an undocumented static here")]
+        #[allow(
+            missing_docs,
+            reason = "abi_stable generates an undocumented static here"
+        )]
         pub mod aegis_plugin_export {
             /// Returns the plugin's root module.
             #[$crate::abi_stable::export_root_module]

@@ -1,0 +1,260 @@
+//! The retention rule, enforced here for every sink, built in or loaded.
+//!
+//! # Guarantees
+//! - A durable sink is never opened with the public development key: the open fails
+//!   and says how to make a key.
+//! - A sink whose retention value this host does not know is refused.
+//! - A sink that cannot answer its existing tail, or whose tail is torn or not a
+//!   record line, is refused at open (fail closed).
+//! - A new session chains to the stored tail through `prev_session_tail`.
+//! - The open line records provenance: the aegis version, the profile's name and
+//!   SHA-256, every plugin's name, version, kinds and library SHA-256 (or `builtin`),
+//!   and the sink's declared retention.
+//! - The sink only stores bytes; numbering, linking and signing happen in
+//!   `aegis_record::Session`.
+//!
+//! # Non-guarantees
+//! - A volatile sink's records die with the process; the notice says so.
+
+use crate::plugin::Plugin;
+use crate::profile::{Profile, provenance_of};
+use aegis_record::json::{self, Object, Value};
+use aegis_record::{LineHash, LineSink, Session, SigningKey, WriteError};
+use aegis_station_api::{AuditSinkBox, Retention, TailKind};
+use std::sync::Arc;
+
+/// What the operator is told about where records go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuditNotice {
+    /// Nothing is retained. No path is named: there is none to name.
+    Volatile,
+    /// Records are kept at `location`.
+    Durable {
+        /// Where (a path, a database).
+        location: String,
+    },
+}
+
+impl std::fmt::Display for AuditNotice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AuditNotice::Volatile => {
+                f.write_str("Audit: (volatile sink — records are not retained)")
+            }
+            AuditNotice::Durable { location } => write!(f, "Audit: {location}"),
+        }
+    }
+}
+
+/// Why an audit sink was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RetentionError {
+    /// Durable sink, development key.
+    #[error(
+        "audit sink {plugin} is durable ({location}) but no signing key was given, and the public development key proves nothing; create one with `aegis keygen --out PATH` and pass --signing-key PATH"
+    )]
+    DevelopmentKeyOnDurable {
+        /// The sink plugin.
+        plugin: String,
+        /// Where it keeps records.
+        location: String,
+    },
+    /// A retention value this host does not define.
+    #[error("audit sink {plugin} declares retention {value}, which this host does not know")]
+    UnknownRetention {
+        /// The sink plugin.
+        plugin: String,
+        /// The value.
+        value: u32,
+    },
+    /// The sink could not say what it holds.
+    #[error("audit sink {plugin} cannot report its existing tail: {message}")]
+    TailUnreadable {
+        /// The sink plugin.
+        plugin: String,
+        /// Its error.
+        message: String,
+    },
+    /// The stored tail is torn.
+    #[error("audit sink {plugin} ends in a torn line{}; repair it before appending", at(.location))]
+    TornTail {
+        /// The sink plugin.
+        plugin: String,
+        /// Where.
+        location: String,
+    },
+    /// The stored tail is not a record line.
+    #[error("audit sink {plugin}: its last line is not a record line ({detail})")]
+    TailNotARecord {
+        /// The sink plugin.
+        plugin: String,
+        /// Why.
+        detail: String,
+    },
+    /// Writing the open line failed.
+    #[error("audit sink {plugin}: {source}")]
+    Write {
+        /// The sink plugin.
+        plugin: String,
+        /// The cause.
+        source: WriteError,
+    },
+}
+
+fn at(location: &str) -> String {
+    if location.is_empty() {
+        String::new()
+    } else {
+        format!(" ({location})")
+    }
+}
+
+/// An audit sink as the chain writer sees it.
+struct SinkAdapter(AuditSinkBox);
+
+impl LineSink for SinkAdapter {
+    fn append(&self, line: &[u8]) -> std::io::Result<()> {
+        self.0
+            .append(line.into())
+            .into_result()
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+
+    fn sync(&self) -> std::io::Result<()> {
+        self.0
+            .sync()
+            .into_result()
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+}
+
+/// An open audit session and what to tell the operator about it.
+#[derive(Debug)]
+pub struct OpenedAudit {
+    /// The session: every line goes through its chain rule.
+    pub session: Session,
+    /// Where records go.
+    pub notice: AuditNotice,
+}
+
+/// The provenance object for the open line.
+pub fn provenance(profile: &Profile, plugins: &[(&str, &Plugin)], retention: Retention) -> Object {
+    let mut p = Object::new();
+    p.insert("aegis_version", env!("CARGO_PKG_VERSION"));
+    let mut prof = Object::new();
+    prof.insert("name", profile.name.as_str());
+    prof.insert("sha256", crate::plugin::hex(&profile.sha256));
+    p.insert("profile", prof);
+    p.insert(
+        "plugins",
+        Value::Array(
+            plugins
+                .iter()
+                .map(|(station, plugin)| Value::Object(provenance_of(station, plugin)))
+                .collect(),
+        ),
+    );
+    p.insert(
+        "retention",
+        if retention == Retention::DURABLE {
+            "durable"
+        } else {
+            "volatile"
+        },
+    );
+    p
+}
+
+/// Opens an audit session on `sink` under the retention rule.
+///
+/// `key` is the operator's signing key; `None` means the development key, which only a
+/// volatile sink accepts. `plugins` lists every station plugin for the provenance.
+///
+/// # Errors
+/// See [`RetentionError`].
+pub fn open_audit(
+    sink: AuditSinkBox,
+    sink_plugin: &Plugin,
+    key: Option<SigningKey>,
+    profile: &Profile,
+    plugins: &[(&str, &Plugin)],
+) -> Result<OpenedAudit, RetentionError> {
+    let name = sink_plugin.metadata().name.clone();
+    let retention = sink.retention();
+    let location = sink.location().to_string();
+    let notice = match retention {
+        Retention::VOLATILE => AuditNotice::Volatile,
+        Retention::DURABLE => AuditNotice::Durable {
+            location: location.clone(),
+        },
+        Retention(value) => {
+            return Err(RetentionError::UnknownRetention {
+                plugin: name,
+                value,
+            });
+        }
+    };
+    let key = match key {
+        Some(k) if !(retention == Retention::DURABLE && k.is_development()) => k,
+        None if retention == Retention::VOLATILE => SigningKey::development(),
+        _ => {
+            return Err(RetentionError::DevelopmentKeyOnDurable {
+                plugin: name,
+                location,
+            });
+        }
+    };
+    let tail = sink
+        .existing_tail()
+        .into_result()
+        .map_err(|e| RetentionError::TailUnreadable {
+            plugin: name.clone(),
+            message: e.to_string(),
+        })?;
+    let prev_session_tail = match tail.kind {
+        TailKind::EMPTY => None,
+        TailKind::LINE => {
+            Some(
+                tail_hash(&tail.line).map_err(|detail| RetentionError::TailNotARecord {
+                    plugin: name.clone(),
+                    detail,
+                })?,
+            )
+        }
+        TailKind::TORN => {
+            return Err(RetentionError::TornTail {
+                plugin: name,
+                location,
+            });
+        }
+        TailKind(other) => {
+            return Err(RetentionError::TailUnreadable {
+                plugin: name,
+                message: format!("unknown tail kind {other}"),
+            });
+        }
+    };
+    let mut extensions = Object::new();
+    extensions.insert("provenance", provenance(profile, plugins, retention));
+    let session = Session::open(
+        Arc::new(SinkAdapter(sink)),
+        key,
+        prev_session_tail,
+        extensions,
+    )
+    .map_err(|source| RetentionError::Write {
+        plugin: name,
+        source,
+    })?;
+    Ok(OpenedAudit { session, notice })
+}
+
+/// The line hash of a stored line: SHA-256 of its canonical form.
+fn tail_hash(line: &[u8]) -> Result<LineHash, String> {
+    match json::parse(line) {
+        Ok(Value::Object(o)) => Ok(LineHash::of_line(&o.to_canonical())),
+        Ok(_) => Err("not a JSON object".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -1,0 +1,455 @@
+//! Profiles: which plugin fills each station, chosen by a TOML file.
+//!
+//! # Guarantees
+//! - A profile has `name`, `description` and exactly one table per station —
+//!   `[policy]`, `[capability]`, `[sandbox]`, `[audit]` — and nothing else. The station
+//!   order is the host's: no key can reorder, skip, repeat or add a station.
+//! - Every error is one line: `<file>:<line>: <what>`, naming the key at fault.
+//! - `default` resolves from any directory with no files present: it is embedded.
+//!
+//! # Non-guarantees
+//! - Plugin config sections are passed to the plugin as TOML text; their contents are
+//!   the plugin's to check.
+
+use crate::plugin::{Origin, Plugin};
+use crate::registry::{PluginSpec, Registry, ResolveError};
+use serde::Deserialize;
+use sha2::{Digest as _, Sha256};
+use std::path::{Path, PathBuf};
+use toml::Spanned;
+
+/// Profiles compiled into the binary, by name.
+pub const EMBEDDED: &[(&str, &str)] = &[
+    ("default", include_str!("../../../profiles/default.toml")),
+    (
+        "durable-file",
+        include_str!("../../../profiles/durable-file.toml"),
+    ),
+];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileFile {
+    name: String,
+    description: String,
+    policy: StationTable,
+    capability: CapabilityTable,
+    sandbox: SandboxTable,
+    audit: StationTable,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StationTable {
+    plugin: Spanned<String>,
+    sha256: Option<Spanned<String>>,
+    config: Option<toml::Table>,
+}
+
+/// The capability station is the host's own; no setting is defined yet.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CapabilityTable {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SandboxTable {
+    confinement: Option<StationTable>,
+}
+
+/// Where a profile came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProfileSource {
+    /// Compiled into the binary.
+    Embedded,
+    /// Read from a file.
+    File(PathBuf),
+}
+
+impl std::fmt::Display for ProfileSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProfileSource::Embedded => f.write_str("embedded"),
+            ProfileSource::File(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// A plugin choice for one station, as the profile wrote it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginChoice {
+    /// The plugin reference.
+    pub spec: PluginSpec,
+    /// The pinned SHA-256 of the plugin file, if any.
+    pub sha256: Option<[u8; 32]>,
+    /// The plugin's config section, as TOML text.
+    pub config: String,
+    /// The line of the `plugin` key, for errors.
+    line: usize,
+}
+
+/// A parsed profile.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// Its name.
+    pub name: String,
+    /// One line for `aegis profiles list`.
+    pub description: String,
+    /// Where it came from.
+    pub source: ProfileSource,
+    /// SHA-256 of its bytes, recorded in provenance.
+    pub sha256: [u8; 32],
+    /// The policy evaluator.
+    pub policy: PluginChoice,
+    /// The confinement backend for native tools, if any.
+    pub confinement: Option<PluginChoice>,
+    /// The audit sink.
+    pub audit: PluginChoice,
+}
+
+/// Why a profile was refused. Displayed as one line.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProfileError {
+    /// No profile by that name anywhere on the search path or embedded.
+    #[error(
+        "no profile named {name:?} (looked in {searched}, and the embedded profiles: {embedded})"
+    )]
+    NotFound {
+        /// The name.
+        name: String,
+        /// Directories searched.
+        searched: String,
+        /// Embedded names.
+        embedded: String,
+    },
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not a valid profile.
+    #[error("{path}:{line}: {message}")]
+    Invalid {
+        /// The file (or `embedded:NAME`).
+        path: String,
+        /// 1-based line, 0 when the whole file is at fault.
+        line: usize,
+        /// What is wrong, naming the key.
+        message: String,
+    },
+    /// A station's plugin could not be resolved or built.
+    #[error("{path}:{line}: [{station}] {message}")]
+    Plugin {
+        /// The profile file.
+        path: String,
+        /// The line of the station's `plugin` key.
+        line: usize,
+        /// The station.
+        station: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+impl Profile {
+    /// Parses profile text. `label` names it in errors (a path, or `embedded:NAME`).
+    ///
+    /// # Errors
+    /// [`ProfileError::Invalid`], with the line and key at fault.
+    pub fn parse(text: &str, label: &str, source: ProfileSource) -> Result<Profile, ProfileError> {
+        let invalid = |line: usize, message: String| ProfileError::Invalid {
+            path: label.to_owned(),
+            line,
+            message,
+        };
+        let file: ProfileFile = toml::from_str(text).map_err(|e| {
+            let line = e.span().map_or(0, |s| line_of(text, s.start));
+            let mut message = e.message().trim().replace('\n', " ");
+            // Some messages ("duplicate key") do not say which key: quote the text.
+            if let Some(span) = e.span().filter(|_| !message.contains('`')) {
+                let at: String = text[span]
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(40)
+                    .collect();
+                message.push_str(&format!(" `{}`", at.trim()));
+            }
+            invalid(line, message)
+        })?;
+        let choice = |station: &str, t: StationTable| -> Result<PluginChoice, ProfileError> {
+            let line = line_of(text, t.plugin.span().start);
+            let sha256 = match t.sha256 {
+                None => None,
+                Some(s) => {
+                    let l = line_of(text, s.span().start);
+                    Some(parse_sha256(s.get_ref()).ok_or_else(|| {
+                        invalid(
+                            l,
+                            format!("{station}.sha256: expected 64 lowercase hex characters"),
+                        )
+                    })?)
+                }
+            };
+            let config = match t.config {
+                None => String::new(),
+                Some(table) => toml::to_string(&table)
+                    .map_err(|e| invalid(line, format!("{station}.config: {e}")))?,
+            };
+            Ok(PluginChoice {
+                spec: PluginSpec::parse(t.plugin.get_ref()),
+                sha256,
+                config,
+                line,
+            })
+        };
+        let confinement = file
+            .sandbox
+            .confinement
+            .map(|t| choice("sandbox.confinement", t))
+            .transpose()?;
+        let _ = file.capability;
+        Ok(Profile {
+            name: file.name,
+            description: file.description,
+            source,
+            sha256: Sha256::digest(text.as_bytes()).into(),
+            policy: choice("policy", file.policy)?,
+            confinement,
+            audit: choice("audit", file.audit)?,
+        })
+    }
+
+    /// Finds a profile by name or path: a path (containing `/` or ending in `.toml`) is
+    /// read as is; a name is looked up as `NAME.toml` in `./profiles`,
+    /// `$AEGIS_PROFILE_PATH`, the user's and the system's config directories, then among
+    /// the embedded profiles.
+    ///
+    /// # Errors
+    /// Not found, unreadable, or invalid.
+    pub fn find(name_or_path: &str) -> Result<Profile, ProfileError> {
+        if name_or_path.contains('/') || name_or_path.ends_with(".toml") {
+            return Profile::read(Path::new(name_or_path));
+        }
+        let dirs = search_path();
+        for dir in &dirs {
+            let path = dir.join(format!("{name_or_path}.toml"));
+            if path.is_file() {
+                return Profile::read(&path);
+            }
+        }
+        if let Some((name, text)) = EMBEDDED.iter().find(|(n, _)| *n == name_or_path) {
+            return Profile::parse(text, &format!("embedded:{name}"), ProfileSource::Embedded);
+        }
+        Err(ProfileError::NotFound {
+            name: name_or_path.to_owned(),
+            searched: dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            embedded: EMBEDDED
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+    }
+
+    /// Reads and parses the profile file at `path`.
+    ///
+    /// # Errors
+    /// Unreadable or invalid.
+    pub fn read(path: &Path) -> Result<Profile, ProfileError> {
+        let label = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Io {
+            path: label.clone(),
+            source,
+        })?;
+        Profile::parse(&text, &label, ProfileSource::File(path.to_owned()))
+    }
+
+    /// Every profile reachable by name, first occurrence winning, with where it is.
+    pub fn list() -> Vec<Result<Profile, ProfileError>> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut out = Vec::new();
+        for dir in search_path() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            let mut paths: Vec<PathBuf> = entries
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+                .collect();
+            paths.sort();
+            for p in paths {
+                let stem = p
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                if seen.insert(stem) {
+                    out.push(Profile::read(&p));
+                }
+            }
+        }
+        for (name, text) in EMBEDDED {
+            if seen.insert((*name).to_owned()) {
+                out.push(Profile::parse(
+                    text,
+                    &format!("embedded:{name}"),
+                    ProfileSource::Embedded,
+                ));
+            }
+        }
+        out
+    }
+
+    fn label(&self) -> String {
+        match &self.source {
+            ProfileSource::Embedded => format!("embedded:{}", self.name),
+            ProfileSource::File(p) => p.display().to_string(),
+        }
+    }
+
+    /// Resolves (and loads) the plugin for `station` as this profile names it.
+    ///
+    /// # Errors
+    /// [`ProfileError::Plugin`] naming the profile line of that station's `plugin` key.
+    pub fn resolve(
+        &self,
+        registry: &Registry,
+        station: &'static str,
+        choice: &PluginChoice,
+    ) -> Result<Plugin, ProfileError> {
+        registry
+            .resolve(&choice.spec, choice.sha256.as_ref())
+            .map_err(|e: ResolveError| self.plugin_error(station, choice, e.to_string()))
+    }
+
+    /// A one-line error about `station`'s plugin, placed at its `plugin` key.
+    pub fn plugin_error(
+        &self,
+        station: &'static str,
+        choice: &PluginChoice,
+        message: String,
+    ) -> ProfileError {
+        ProfileError::Plugin {
+            path: self.label(),
+            line: choice.line,
+            station,
+            message,
+        }
+    }
+}
+
+/// A plugin's provenance entry: what the open line records about it.
+pub fn provenance_of(station: &str, plugin: &Plugin) -> aegis_record::json::Object {
+    let mut o = aegis_record::json::Object::new();
+    o.insert("station", station);
+    o.insert("name", plugin.metadata().name.as_str());
+    o.insert("version", plugin.metadata().version.as_str());
+    o.insert("kinds", plugin.metadata().kind_names().join(","));
+    o.insert("library_sha256", plugin.origin().digest_label());
+    if let Origin::Library { path, .. } = plugin.origin() {
+        o.insert("library", path.display().to_string());
+    }
+    o
+}
+
+fn parse_sha256(s: &str) -> Option<[u8; 32]> {
+    aegis_record::digest::LineHash::from_hex(s)
+        .ok()
+        .map(|h| *h.as_bytes())
+}
+
+/// Directories searched for profiles named without a path, in order.
+pub fn search_path() -> Vec<PathBuf> {
+    let mut dirs = vec![PathBuf::from("profiles")];
+    if let Some(v) = std::env::var_os("AEGIS_PROFILE_PATH") {
+        dirs.extend(std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()));
+    }
+    if let Some(c) = std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+        dirs.push(Path::new(&c).join("aegis/profiles"));
+    } else if let Some(home) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        dirs.push(Path::new(&home).join(".config/aegis/profiles"));
+    }
+    dirs.push(PathBuf::from("/etc/aegis/profiles"));
+    dirs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "name = \"t\"\ndescription = \"d\"\n\n[policy]\nplugin = \"builtin:policy-static\"\nconfig = { verdict = \"deny\" }\n\n[capability]\n\n[sandbox]\n\n[audit]\nplugin = \"builtin:memory-sink\"\n";
+
+    fn err(text: &str) -> String {
+        Profile::parse(text, "p.toml", ProfileSource::Embedded)
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn a_valid_profile_parses_and_config_round_trips() {
+        let p = Profile::parse(GOOD, "p.toml", ProfileSource::Embedded).unwrap();
+        assert_eq!(p.policy.spec, PluginSpec::Builtin("policy-static".into()));
+        assert_eq!(p.policy.config.trim(), "verdict = \"deny\"");
+        assert_eq!(p.policy.line, 5);
+        assert!(p.confinement.is_none());
+    }
+
+    #[test]
+    fn unknown_keys_name_file_line_and_key() {
+        let e = err(&GOOD.replace("[capability]\n", "[capability]\nmanifests = 1\n"));
+        assert!(
+            e.starts_with("p.toml:9: ") && e.contains("manifests"),
+            "{e}"
+        );
+        let e = err(&format!("order = [\"audit\", \"policy\"]\n{GOOD}"));
+        assert!(e.starts_with("p.toml:1: ") && e.contains("order"), "{e}");
+        let e = err(&GOOD.replace(
+            "plugin = \"builtin:memory-sink\"",
+            "plugin = \"builtin:memory-sink\"\npath = \"x\"",
+        ));
+        assert!(e.starts_with("p.toml:14: ") && e.contains("path"), "{e}");
+    }
+
+    #[test]
+    fn stations_cannot_be_skipped_repeated_or_added() {
+        let e = err(&GOOD.replace("[sandbox]\n", ""));
+        assert!(e.contains("sandbox"), "{e}");
+        let e = err(&format!("{GOOD}\n[audit]\nplugin = \"x\"\n"));
+        assert!(e.contains("audit"), "{e}");
+        let e = err(&format!("{GOOD}\n[network]\n"));
+        assert!(e.contains("network"), "{e}");
+        let e = err("not toml at all [");
+        assert!(e.starts_with("p.toml:1: "), "{e}");
+    }
+
+    #[test]
+    fn a_bad_pin_is_named() {
+        let e = err(&GOOD.replace(
+            "plugin = \"builtin:memory-sink\"",
+            "plugin = \"x.so\"\nsha256 = \"ABC\"",
+        ));
+        assert!(e.starts_with("p.toml:14: audit.sha256"), "{e}");
+    }
+
+    #[test]
+    fn embedded_profiles_parse_and_are_named_for_their_key() {
+        for (name, text) in EMBEDDED {
+            let p = Profile::parse(text, name, ProfileSource::Embedded).unwrap();
+            assert_eq!(p.name, *name);
+        }
+    }
+}
