@@ -343,27 +343,35 @@ fn aegis_station_api_version() -> String {
     v.version.to_string()
 }
 
-/// Picks the first type named in abi_stable's layout report, with the mismatch found.
+/// Reads abi_stable's layout report (often hundreds of lines) for the first mismatch:
+/// the type it was found in, what differed, and the expected and found values.
 fn first_difference(text: &str) -> String {
     let lines: Vec<&str> = text
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    let error = lines
+    let Some(err) = lines.iter().position(|l| l.starts_with("Error:")) else {
+        return "layout mismatch".to_owned();
+    };
+    let what = lines[err].trim_start_matches("Error:").trim();
+    let after = |label: &str| {
+        lines[err..]
+            .iter()
+            .position(|l| *l == label)
+            .and_then(|i| lines.get(err + i + 1))
+            .copied()
+    };
+    let ty = lines[..err]
         .iter()
-        .position(|l| l.starts_with("Error:") || l.contains("Error:"))
-        .unwrap_or(0);
-    let what = lines.get(error).copied().unwrap_or("layout mismatch");
-    let ty = lines[error..]
-        .iter()
-        .chain(lines[..error].iter())
-        .find(|l| l.contains("::"))
-        .copied()
-        .unwrap_or("");
-    let mut out = what.trim_start_matches("Error:").trim().to_owned();
-    if !ty.is_empty() {
-        out.push_str(&format!(" (in {ty})"));
+        .rposition(|l| l.starts_with("Layout of expected type:"))
+        .and_then(|i| lines[i..err].iter().find_map(|l| l.strip_prefix("type:")));
+    let mut out = match ty {
+        Some(t) => format!("{t}: {what}"),
+        None => what.to_owned(),
+    };
+    if let (Some(e), Some(f)) = (after("Expected:"), after("Found:")) {
+        out.push_str(&format!(" (expected {e}, found {f})"));
     }
     out.chars().take(300).collect()
 }

@@ -1,0 +1,412 @@
+//! Plugins loaded from their built cdylibs: every kind, several libraries in one
+//! process, incompatible libraries refused in one line, panics contained, the checks
+//! made before a library is opened, and the retention rule over real sinks.
+
+use aegis_record::verify::{Options, Trust, Verdict, verify};
+use aegis_record::{IntentLine, RequestDigest, SigningKey};
+use aegis_runtime::audit::{AuditNotice, RetentionError, open_audit};
+use aegis_runtime::{LoadError, Plugin, Profile, ProfileSource};
+use aegis_station_api::abi_stable::std_types::{RSlice, RStr};
+use aegis_station_api::{
+    ConfinementRequest, Enforcement, ErrorKind, Kinds, PolicyRequest, Retention,
+    Verdict as PolicyVerdict,
+};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+const PLUGIN_PACKAGES: &[&str] = &[
+    "aegis-sink-file-plugin",
+    "aegis-sink-memory-plugin",
+    "aegis-policy-static-plugin",
+    "aegis-test-plugin-misbehaving",
+    "aegis-test-plugin-incompatible-layout",
+    "aegis-test-plugin-incompatible-major",
+];
+
+/// The directory the test binary's own profile builds into (target/debug or release).
+fn artifact_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_owned()
+}
+
+/// Builds every plugin cdylib once (cargo test does not build cdylib-only crates' .so).
+fn cdylib(package: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = artifact_dir();
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.arg("build").current_dir(env!("CARGO_MANIFEST_DIR"));
+        if dir.ends_with("release") {
+            cmd.arg("--release");
+        }
+        for p in PLUGIN_PACKAGES {
+            cmd.args(["-p", p]);
+        }
+        let status = cmd.status().expect("cargo runs");
+        assert!(status.success(), "building the plugin cdylibs failed");
+    });
+    artifact_dir().join(format!("lib{}.so", package.replace('-', "_")))
+}
+
+fn request(tool: &str) -> PolicyRequest<'_> {
+    PolicyRequest {
+        tool_id: RStr::from(tool),
+        capability: RStr::from("fs.read"),
+        role: RStr::from("ops"),
+        session: RStr::from(""),
+    }
+}
+
+fn profile() -> Profile {
+    Profile::find("default").unwrap()
+}
+
+#[test]
+fn every_kind_loads_from_its_cdylib_and_libraries_coexist() {
+    let misbehaving = Plugin::load(&cdylib("aegis-test-plugin-misbehaving"), None).unwrap();
+    let m = misbehaving.metadata();
+    assert_eq!(m.name, "misbehaving");
+    assert!(
+        m.kinds
+            .contains(Kinds::POLICY.with(Kinds::CONFINEMENT).with(Kinds::SINK))
+    );
+
+    let policy = misbehaving.policy_evaluator("").unwrap();
+    let decision = policy
+        .evaluate(&request("read-notes"))
+        .into_result()
+        .unwrap();
+    assert_eq!(decision.verdict, PolicyVerdict::DENY);
+
+    let backend = misbehaving.confinement_backend("").unwrap();
+    let none: &[RStr<'_>] = &[];
+    let report = backend
+        .apply(&ConfinementRequest {
+            read_paths: RSlice::from_slice(none),
+            write_paths: RSlice::from_slice(none),
+            net_allow: RSlice::from_slice(none),
+            exec_support: false,
+            best_effort: true,
+        })
+        .into_result()
+        .unwrap();
+    assert_eq!(report.enforcement, Enforcement::NONE);
+    assert_eq!(report.gaps.len(), 1);
+
+    // Three more libraries, loaded beside the first, all usable at once.
+    let file = Plugin::load(&cdylib("aegis-sink-file-plugin"), None).unwrap();
+    let memory = Plugin::load(&cdylib("aegis-sink-memory-plugin"), None).unwrap();
+    let fixed = Plugin::load(&cdylib("aegis-policy-static-plugin"), None).unwrap();
+    assert_eq!(file.metadata().name, "file-sink");
+    assert_eq!(memory.metadata().name, "memory-sink");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = format!("path = {:?}\n", dir.path().join("r.aarl"));
+    assert_eq!(
+        file.audit_sink(&cfg).unwrap().retention(),
+        Retention::DURABLE
+    );
+    assert_eq!(
+        memory.audit_sink("").unwrap().retention(),
+        Retention::VOLATILE
+    );
+    let allow = fixed.policy_evaluator("verdict = \"allow\"").unwrap();
+    assert_eq!(
+        allow.evaluate(&request("x")).into_result().unwrap().verdict,
+        PolicyVerdict::ALLOW
+    );
+    assert_eq!(
+        policy
+            .evaluate(&request("x"))
+            .into_result()
+            .unwrap()
+            .verdict,
+        PolicyVerdict::DENY
+    );
+    // A kind a library lacks answers `unsupported`.
+    assert_eq!(
+        memory.policy_evaluator("").err().unwrap().kind,
+        ErrorKind::UNSUPPORTED
+    );
+}
+
+#[test]
+fn incompatible_libraries_are_refused_in_one_line() {
+    let e = Plugin::load(&cdylib("aegis-test-plugin-incompatible-major"), None)
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains('\n'), "{e}");
+    assert!(
+        e.contains("libaegis_test_plugin_incompatible_major.so"),
+        "{e}"
+    );
+    assert!(
+        e.contains("built against station API 2.0.0, this host speaks 1.0.0"),
+        "{e}"
+    );
+
+    let e = Plugin::load(&cdylib("aegis-test-plugin-incompatible-layout"), None)
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains('\n'), "{e}");
+    assert!(
+        e.contains("libaegis_test_plugin_incompatible_layout.so"),
+        "{e}"
+    );
+    assert!(
+        e.contains("station API types differ from this host's (1.0.0)"),
+        "{e}"
+    );
+    assert!(
+        e.contains("first difference: PluginModule: mismatched package (expected aegis-station-api, found aegis-test-plugin-incompatible-layout)"),
+        "{e}"
+    );
+    assert!(e.len() < 400, "{e}");
+}
+
+#[test]
+fn a_panicking_plugin_becomes_an_error_and_the_host_keeps_working() {
+    let plugin = Plugin::load(&cdylib("aegis-test-plugin-misbehaving"), None).unwrap();
+    let policy = plugin.policy_evaluator("").unwrap();
+    let err = policy
+        .evaluate(&request("panic"))
+        .into_result()
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PANIC);
+    assert!(
+        err.message.contains("evaluate panicked on purpose"),
+        "{}",
+        err.message
+    );
+    // The same object still answers afterwards.
+    assert!(
+        policy
+            .evaluate(&request("read-notes"))
+            .into_result()
+            .is_ok()
+    );
+
+    let err = plugin
+        .policy_evaluator("panic_on_build = true")
+        .err()
+        .unwrap();
+    assert_eq!(err.kind, ErrorKind::PANIC);
+
+    let sink = plugin.audit_sink("tail = \"panic\"").unwrap();
+    let err = open_audit(
+        sink,
+        &plugin,
+        Some(SigningKey::generate().unwrap()),
+        &profile(),
+        &[],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, RetentionError::TailUnreadable { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_durable_sink_that_cannot_answer_its_tail_is_refused() {
+    let plugin = Plugin::load(&cdylib("aegis-test-plugin-misbehaving"), None).unwrap();
+    let sink = plugin.audit_sink("").unwrap();
+    let err = open_audit(
+        sink,
+        &plugin,
+        Some(SigningKey::generate().unwrap()),
+        &profile(),
+        &[],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, RetentionError::TailUnreadable { .. }),
+        "{err}"
+    );
+    assert!(!err.to_string().contains('\n'));
+}
+
+#[cfg(unix)]
+#[test]
+fn files_are_checked_before_they_are_opened() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let original = cdylib("aegis-sink-memory-plugin");
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("libcopy.so");
+    std::fs::copy(&original, &copy).unwrap();
+
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert!(matches!(
+        Plugin::load(&copy, None),
+        Err(LoadError::Writable { mode: 0o666, .. })
+    ));
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let link = dir.path().join("liblink.so");
+    std::os::unix::fs::symlink(&copy, &link).unwrap();
+    assert!(matches!(
+        Plugin::load(&link, None),
+        Err(LoadError::NotRegularFile { .. })
+    ));
+
+    assert!(matches!(
+        Plugin::load(&copy, Some(&[0; 32])),
+        Err(LoadError::PinMismatch { .. })
+    ));
+    let digest: [u8; 32] = {
+        use sha2::Digest as _;
+        sha2::Sha256::digest(std::fs::read(&copy).unwrap()).into()
+    };
+    let loaded = Plugin::load(&copy, Some(&digest)).unwrap();
+    assert_eq!(
+        loaded.origin().digest_label(),
+        aegis_record::digest::LineHash::from_bytes(digest).to_hex()
+    );
+
+    let not_a_plugin = dir.path().join("libnot.so");
+    std::fs::write(&not_a_plugin, b"not an elf file").unwrap();
+    let e = Plugin::load(&not_a_plugin, None).unwrap_err().to_string();
+    assert!(e.contains("cannot be opened") && !e.contains('\n'), "{e}");
+}
+
+fn write_session(plugin: &Plugin, config: &str, key: &SigningKey, calls: usize) -> AuditNotice {
+    let sink = plugin.audit_sink(config).unwrap();
+    let opened = open_audit(
+        sink,
+        plugin,
+        Some(key.clone()),
+        &profile(),
+        &[("audit", plugin)],
+    )
+    .unwrap();
+    for i in 0..calls {
+        opened
+            .session
+            .append_unsigned(&IntentLine {
+                call_id: format!("call-{i}"),
+                tool_id: "echo".into(),
+                request_digest: RequestDigest::of_request(b"x"),
+            })
+            .unwrap();
+    }
+    let notice = opened.notice.clone();
+    opened.session.close().unwrap();
+    notice
+}
+
+/// A session written through the loaded file sink verifies, and a session appended
+/// later (a new process would open a new sink) chains to the first.
+#[test]
+fn sessions_through_the_loaded_file_sink_verify_and_chain() {
+    let plugin = Plugin::load(&cdylib("aegis-sink-file-plugin"), None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.aarl");
+    let config = format!("path = {:?}\n", path);
+    let key = SigningKey::generate().unwrap();
+    let notice = write_session(&plugin, &config, &key, 2);
+    assert_eq!(notice.to_string(), format!("Audit: {}", path.display()));
+    write_session(&plugin, &config, &key, 1);
+
+    let bytes = std::fs::read(&path).unwrap();
+    let report = verify(
+        &bytes[..],
+        &Options {
+            trust: Some(vec![key.public_key()]),
+            threads: 0,
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        report.verdict(),
+        &Verdict::Verified(Trust::PinnedTo(key.key_id()))
+    );
+    assert_eq!(report.coverage().unwrap().session, 1);
+    let text = String::from_utf8(bytes).unwrap();
+    assert!(text.contains("\"prev_session_tail\""));
+    assert!(text.contains("\"retention\":\"durable\""));
+    assert!(text.contains(&format!(
+        "\"library_sha256\":\"{}\"",
+        plugin.origin().digest_label()
+    )));
+}
+
+#[test]
+fn the_retention_rule_holds_for_loaded_sinks() {
+    let file = Plugin::load(&cdylib("aegis-sink-file-plugin"), None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.aarl");
+    let sink = file.audit_sink(&format!("path = {:?}\n", path)).unwrap();
+    let err = open_audit(sink, &file, None, &profile(), &[]).unwrap_err();
+    assert!(matches!(
+        err,
+        RetentionError::DevelopmentKeyOnDurable { .. }
+    ));
+    assert!(err.to_string().contains("aegis keygen"), "{err}");
+    let sink = file.audit_sink(&format!("path = {:?}\n", path)).unwrap();
+    let err = open_audit(
+        sink,
+        &file,
+        Some(SigningKey::development()),
+        &profile(),
+        &[],
+    )
+    .unwrap_err();
+    assert!(matches!(
+        err,
+        RetentionError::DevelopmentKeyOnDurable { .. }
+    ));
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        b"",
+        "a refused open writes nothing"
+    );
+
+    std::fs::write(&path, b"{\"half a line").unwrap();
+    let sink = file.audit_sink(&format!("path = {:?}\n", path)).unwrap();
+    let err = open_audit(
+        sink,
+        &file,
+        Some(SigningKey::generate().unwrap()),
+        &profile(),
+        &[],
+    )
+    .unwrap_err();
+    assert!(matches!(err, RetentionError::TornTail { .. }), "{err}");
+
+    let memory = Plugin::load(&cdylib("aegis-sink-memory-plugin"), None).unwrap();
+    let sink = memory.audit_sink("").unwrap();
+    let opened = open_audit(sink, &memory, None, &profile(), &[("audit", &memory)]).unwrap();
+    assert_eq!(
+        opened.notice.to_string(),
+        "Audit: (volatile sink — records are not retained)"
+    );
+    opened.session.close().unwrap();
+}
+
+#[test]
+fn the_embedded_default_profile_resolves_every_station() {
+    let p = Profile::parse(
+        aegis_runtime::profile::EMBEDDED[0].1,
+        "embedded:default",
+        ProfileSource::Embedded,
+    )
+    .unwrap();
+    let registry = aegis_runtime::Registry::new();
+    let policy = p.resolve(&registry, "policy", &p.policy).unwrap();
+    let audit = p.resolve(&registry, "audit", &p.audit).unwrap();
+    assert_eq!(policy.origin(), &aegis_runtime::Origin::Builtin);
+    let evaluator = policy.policy_evaluator(&p.policy.config).unwrap();
+    assert_eq!(
+        evaluator
+            .evaluate(&request("x"))
+            .into_result()
+            .unwrap()
+            .verdict,
+        PolicyVerdict::ALLOW
+    );
+    assert_eq!(
+        audit.audit_sink(&p.audit.config).unwrap().retention(),
+        Retention::VOLATILE
+    );
+}
