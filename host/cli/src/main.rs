@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod demo;
+mod plugins;
 mod style;
 
 /// Exit codes shared by the subcommands. `verify`'s are API: CI gates script them.
@@ -21,6 +22,8 @@ mod exit {
     pub const UNREADABLE: u8 = 2;
     /// verify: Indeterminate.
     pub const INDETERMINATE: u8 = 3;
+    /// A profile, plugin, key or sink was refused (plugins, profiles, and later run).
+    pub const REFUSED: u8 = 4;
 }
 
 #[derive(Parser)]
@@ -30,6 +33,15 @@ mod exit {
     about = "Run AI agents' tool calls under policy, capability grants and a sandbox, and prove afterwards what happened."
 )]
 struct Cli {
+    /// The profile to run with: a name (./profiles, $AEGIS_PROFILE_PATH, the user and
+    /// system config dirs, then the embedded ones) or a path to a .toml file.
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME|PATH",
+        default_value = "default"
+    )]
+    profile: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -68,6 +80,41 @@ enum Command {
     },
     /// A guided walk: write a signed session, verify it, then tamper with it.
     Demo,
+    /// List plugins: built-in, and loadable libraries found on the plugin path.
+    ///
+    /// Exit codes: 0 listed (a refused library is listed with why), 1 usage error.
+    Plugins {
+        #[command(subcommand)]
+        command: PluginsCommand,
+    },
+    /// List profiles, or show one resolved.
+    ///
+    /// Exit codes: 0 shown, 1 usage error, 4 the profile or one of its plugins was refused.
+    Profiles {
+        #[command(subcommand)]
+        command: ProfilesCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PluginsCommand {
+    /// Every built-in and discovered plugin: kinds, version, API major, loads or why not.
+    List {
+        /// Search these directories instead of the plugin path; repeatable.
+        #[arg(long = "path", value_name = "DIR")]
+        paths: Vec<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ProfilesCommand {
+    /// Every profile reachable by name, with where it comes from.
+    List,
+    /// One profile with each station's plugin resolved and where it came from.
+    Show {
+        /// The profile (defaults to --profile).
+        name: Option<String>,
+    },
 }
 
 fn parse_public_key(s: &str) -> Result<aegis_record::PublicKey, String> {
@@ -96,6 +143,15 @@ fn main() -> ExitCode {
         } => verify(keys, trust_store, json, &path),
         Command::Keygen { out, force } => keygen(&out, force),
         Command::Demo => demo::run(),
+        Command::Plugins {
+            command: PluginsCommand::List { paths },
+        } => plugins::list(&paths),
+        Command::Profiles {
+            command: ProfilesCommand::List,
+        } => plugins::list_profiles(),
+        Command::Profiles {
+            command: ProfilesCommand::Show { name },
+        } => plugins::show_profile(name.as_deref().unwrap_or(&cli.profile)),
     };
     ExitCode::from(code)
 }

@@ -1,0 +1,139 @@
+//! `aegis plugins list`, `aegis profiles list` and `aegis profiles show`.
+
+use aegis_runtime::{Origin, Plugin, Profile, Registry};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+fn origin(p: &Plugin) -> String {
+    match p.origin() {
+        Origin::Builtin => "builtin".to_owned(),
+        Origin::Library { path, sha256 } => {
+            let hex: String = sha256.iter().take(8).map(|b| format!("{b:02x}")).collect();
+            format!("{} (sha256 {hex}…)", path.display())
+        }
+    }
+}
+
+fn row(p: &Plugin) -> String {
+    let m = p.metadata();
+    format!(
+        "{:<16} {:<9} {:<4} {:<26} {}\n",
+        m.name,
+        m.version,
+        m.api_major,
+        m.kind_names().join(","),
+        origin(p)
+    )
+}
+
+pub fn list(paths: &[PathBuf]) -> u8 {
+    let registry = Registry::new();
+    let mut out = format!(
+        "{:<16} {:<9} {:<4} {:<26} {}\n",
+        "NAME", "VERSION", "API", "KINDS", "SOURCE"
+    );
+    for p in registry.builtins() {
+        out.push_str(&row(p));
+    }
+    let dirs = (!paths.is_empty()).then_some(paths);
+    for (path, loaded) in registry.discover(dirs) {
+        match loaded {
+            Ok(p) => out.push_str(&row(&p)),
+            Err(e) => {
+                let _ = (
+                    path,
+                    writeln!(
+                        out,
+                        "{:<16} {:<9} {:<4} {:<26} refused: {e}",
+                        "-", "-", "-", "-"
+                    ),
+                );
+            }
+        }
+    }
+    crate::print(out.as_bytes());
+    crate::exit::OK
+}
+
+pub fn list_profiles() -> u8 {
+    let mut out = format!("{:<16} {:<40} {}\n", "NAME", "SOURCE", "DESCRIPTION");
+    for p in Profile::list() {
+        match p {
+            Ok(p) => {
+                let _ = writeln!(
+                    out,
+                    "{:<16} {:<40} {}",
+                    p.name,
+                    p.source.to_string(),
+                    p.description
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(out, "{:<16} {:<40} refused: {e}", "-", "-");
+            }
+        }
+    }
+    crate::print(out.as_bytes());
+    crate::exit::OK
+}
+
+pub fn show_profile(name: &str) -> u8 {
+    let profile = match Profile::find(name) {
+        Ok(p) => p,
+        Err(e) => {
+            crate::error(e);
+            return crate::exit::REFUSED;
+        }
+    };
+    let registry = Registry::new();
+    let sha: String = profile.sha256.iter().map(|b| format!("{b:02x}")).collect();
+    let mut out = String::new();
+    let _ = writeln!(out, "name         {}", profile.name);
+    let _ = writeln!(out, "description  {}", profile.description);
+    let _ = writeln!(out, "source       {}", profile.source);
+    let _ = writeln!(out, "sha256       {sha}");
+    let mut refused = false;
+    let mut station =
+        |out: &mut String, label: &str, key: &'static str, choice: &aegis_runtime::PluginChoice| {
+            match profile.resolve(&registry, key, choice) {
+                Ok(p) => {
+                    let m = p.metadata();
+                    let _ = writeln!(
+                        out,
+                        "{label:<12} {} {} from {}",
+                        m.name,
+                        m.version,
+                        origin(&p)
+                    );
+                    for line in choice.config.lines() {
+                        let _ = writeln!(out, "{:<12}   {line}", "");
+                    }
+                }
+                Err(e) => {
+                    refused = true;
+                    let _ = writeln!(out, "{label:<12} refused: {e}");
+                }
+            }
+        };
+    station(&mut out, "policy", "policy", &profile.policy);
+    let _ = writeln!(
+        out,
+        "capability   host (default-deny grants; never a plugin)"
+    );
+    match &profile.confinement {
+        Some(c) => station(&mut out, "sandbox", "sandbox", c),
+        None => {
+            let _ = writeln!(
+                out,
+                "sandbox      host wasmtime sandbox; no native confinement backend"
+            );
+        }
+    }
+    station(&mut out, "audit", "audit", &profile.audit);
+    crate::print(out.as_bytes());
+    if refused {
+        crate::exit::REFUSED
+    } else {
+        crate::exit::OK
+    }
+}
