@@ -22,6 +22,12 @@ use std::path::{Path, PathBuf};
 /// volatile stores and tests, and is worthless as evidence.
 const DEVELOPMENT_SEED: [u8; 32] = *b"aegis development key: worthless";
 
+/// The development key's fingerprint, derived once.
+pub fn development_key_id() -> KeyId {
+    static ID: std::sync::OnceLock<KeyId> = std::sync::OnceLock::new();
+    *ID.get_or_init(|| SigningKey::development().key_id())
+}
+
 /// An ed25519 public key, 64 lowercase hex characters on the wire.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PublicKey([u8; 32]);
@@ -57,7 +63,7 @@ impl PublicKey {
 
     /// Whether this is the public half of the compiled-in development key.
     pub fn is_development(&self) -> bool {
-        *self == SigningKey::development().public_key()
+        self.key_id() == development_key_id()
     }
 }
 

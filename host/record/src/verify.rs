@@ -29,7 +29,7 @@
 
 use crate::digest::{KeyId, LineHash};
 use crate::json::{self, Object, ParseError, Value};
-use crate::key::{PublicKey, Signature, SigningKey, VerifyingKey};
+use crate::key::{PublicKey, Signature, VerifyingKey};
 use crate::line::{
     DecisionLine, FieldError, Fields, IntentLine, LineType, OpenLine, OutcomeLine, SCHEMA_VERSION,
 };
@@ -505,7 +505,7 @@ impl Report {
     /// The human report: headline, then `key_id`, `coverage` and `in_flight` lines. No
     /// timestamps and no paths: same bytes in, same text out.
     pub fn to_text(&self) -> String {
-        let dev = SigningKey::development().key_id();
+        let dev = crate::key::development_key_id();
         let mut s = self.headline();
         s.push('\n');
         for k in &self.keys {
@@ -570,7 +570,7 @@ impl Report {
                 );
             }
         }
-        let dev = SigningKey::development().key_id();
+        let dev = crate::key::development_key_id();
         let keys: Vec<Value> = self
             .keys
             .iter()
@@ -724,10 +724,12 @@ struct SessionState {
 
 struct Walked {
     tampered: Option<Tampered>,
-    keys: Vec<KeyId>,
+    /// Each key with the file line it was first seen on.
+    keys: Vec<(KeyId, u64)>,
     trust_used: bool,
     last_signed: Option<Position>,
-    findings: Vec<Indeterminate>,
+    /// Each finding with its file line.
+    findings: Vec<(Indeterminate, u64)>,
     torn: Option<u64>,
     saw_line: bool,
     unanchored: Option<(u64, Vec<InFlight>)>,
@@ -747,11 +749,27 @@ impl Walked {
             (Some(t), _) => (Some(t), self.last_signed),
             (None, None) => (None, self.last_signed),
         };
+        // The walk may have read past the deciding line before a worker's failure reached
+        // it, by a distance that depends on timing: report only what precedes the
+        // deciding line, so the same bytes always give the same report.
+        let cut = tampered.as_ref().map_or(u64::MAX, Tampered::line);
+        let keys: Vec<KeyId> = self
+            .keys
+            .iter()
+            .filter(|(_, line)| *line <= cut)
+            .map(|(k, _)| *k)
+            .collect();
+        let findings: Vec<Indeterminate> = self
+            .findings
+            .into_iter()
+            .filter(|(_, line)| *line < cut)
+            .map(|(f, _)| f)
+            .collect();
         let mut in_flight = Vec::new();
         let verdict = if let Some(t) = tampered {
             Verdict::Tampered(t)
         } else {
-            let mut reasons = self.findings.clone();
+            let mut reasons = findings.clone();
             if let Some((session, calls)) = self.unanchored {
                 reasons.push(Indeterminate::UnanchoredTail {
                     session,
@@ -768,16 +786,16 @@ impl Walked {
             match reasons.into_iter().next() {
                 Some(r) => Verdict::Indeterminate(r),
                 None if !self.trust_used => Verdict::Verified(Trust::Unpinned),
-                None if self.keys.len() == 1 => Verdict::Verified(Trust::PinnedTo(self.keys[0])),
+                None if keys.len() == 1 => Verdict::Verified(Trust::PinnedTo(keys[0])),
                 None => Verdict::Verified(Trust::Pinned),
             }
         };
         Report {
             verdict,
-            keys: self.keys,
+            keys,
             coverage,
             in_flight,
-            findings: self.findings,
+            findings,
         }
     }
 }
@@ -900,9 +918,9 @@ impl<'a> Walk<'a> {
         }
     }
 
-    fn note(&mut self, finding: Indeterminate) {
+    fn note(&mut self, finding: Indeterminate, line: u64) {
         if self.out.findings.len() < MAX_FINDINGS {
-            self.out.findings.push(finding);
+            self.out.findings.push((finding, line));
         }
     }
 
@@ -978,7 +996,7 @@ impl<'a> Walk<'a> {
         session.expected_seq = seq + 1;
         session.tail = hash;
         if let Some(g) = gap {
-            self.note(g);
+            self.note(g, no);
         }
 
         match &line_type {
@@ -1036,17 +1054,20 @@ impl<'a> Walk<'a> {
                 if let Some(s) = self.session.as_mut() {
                     s.anchored = true;
                 }
-                self.note(Indeterminate::ReservedCheckpoint { at, line: no });
+                self.note(Indeterminate::ReservedCheckpoint { at, line: no }, no);
             }
             LineType::Unknown(token) => {
                 if obj.contains_key("signature") {
                     self.signed(no, at, &obj)?;
                 }
-                self.note(Indeterminate::UnknownLineType {
-                    token: token.clone(),
-                    at,
-                    line: no,
-                });
+                self.note(
+                    Indeterminate::UnknownLineType {
+                        token: token.clone(),
+                        at,
+                        line: no,
+                    },
+                    no,
+                );
             }
             LineType::Open => unreachable!("handled above"),
         }
@@ -1100,8 +1121,8 @@ impl<'a> Walk<'a> {
             seq: 0,
         };
         let key_id = open.public_key.key_id();
-        if !self.out.keys.contains(&key_id) {
-            self.out.keys.push(key_id);
+        if !self.out.keys.iter().any(|(k, _)| *k == key_id) {
+            self.out.keys.push((key_id, no));
         }
         let key = match VerifyingKey::new(&open.public_key) {
             Ok(k) => Arc::new(k),
