@@ -87,6 +87,19 @@ enum Command {
         #[command(subcommand)]
         command: PluginsCommand,
     },
+    /// Write every line the profile's audit sink holds to a file, byte-exact, for
+    /// `aegis verify`.
+    ///
+    /// Exit codes: 0 written, 1 usage error or the output exists (without --force),
+    /// 2 the sink or the output could not be read or written, 4 the profile was refused.
+    Export {
+        /// Where to write the record.
+        #[arg(long, value_name = "PATH")]
+        out: PathBuf,
+        /// Replace an existing output file.
+        #[arg(long)]
+        force: bool,
+    },
     /// List profiles, or show one resolved.
     ///
     /// Exit codes: 0 shown, 1 usage error, 4 the profile or one of its plugins was refused.
@@ -149,6 +162,7 @@ fn main() -> ExitCode {
         Command::Profiles {
             command: ProfilesCommand::List,
         } => plugins::list_profiles(),
+        Command::Export { out, force } => plugins::export(&cli.profile, &out, force),
         Command::Profiles {
             command: ProfilesCommand::Show { name },
         } => plugins::show_profile(name.as_deref().unwrap_or(&cli.profile)),

@@ -137,3 +137,64 @@ pub fn show_profile(name: &str) -> u8 {
         crate::exit::OK
     }
 }
+
+pub fn export(profile: &str, out: &std::path::Path, force: bool) -> u8 {
+    let profile = match Profile::find(profile) {
+        Ok(p) => p,
+        Err(e) => {
+            crate::error(e);
+            return crate::exit::REFUSED;
+        }
+    };
+    let registry = Registry::new();
+    let plugin = match profile.resolve(&registry, "audit", &profile.audit) {
+        Ok(p) => p,
+        Err(e) => {
+            crate::error(e);
+            return crate::exit::REFUSED;
+        }
+    };
+    let sink = match plugin.audit_sink(&profile.audit.config) {
+        Ok(s) => s,
+        Err(e) => {
+            crate::error(profile.plugin_error("audit", &profile.audit, e.to_string()));
+            return crate::exit::REFUSED;
+        }
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true);
+    if force {
+        options.create(true).truncate(true);
+    } else {
+        options.create_new(true);
+    }
+    let file = match options.open(out) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            crate::error(format_args!(
+                "{}: already exists (pass --force to replace it)",
+                out.display()
+            ));
+            return crate::exit::TAMPERED_OR_USAGE;
+        }
+        Err(e) => {
+            crate::error(format_args!("{}: {e}", out.display()));
+            return crate::exit::UNREADABLE;
+        }
+    };
+    let mut writer = std::io::BufWriter::new(file);
+    match aegis_runtime::export(&sink, &mut writer) {
+        Ok(n) => {
+            eprintln!(
+                "exported {n} lines from {} to {}",
+                sink.location(),
+                out.display()
+            );
+            crate::exit::OK
+        }
+        Err(e) => {
+            crate::error(format_args!("{}: {e}", out.display()));
+            crate::exit::UNREADABLE
+        }
+    }
+}

@@ -258,3 +258,30 @@ fn tail_hash(line: &[u8]) -> Result<LineHash, String> {
         Err(e) => Err(e.to_string()),
     }
 }
+
+/// How many lines `export` asks a sink for at once.
+const EXPORT_PAGE: u32 = 1024;
+
+/// Writes every line a sink holds to `out`, byte-exact, one per line: a file that
+/// `aegis verify` reads. Returns the number of lines.
+///
+/// # Errors
+/// The sink's read error, or the write error.
+pub fn export(sink: &AuditSinkBox, out: &mut impl std::io::Write) -> std::io::Result<u64> {
+    let mut written = 0u64;
+    loop {
+        let page = sink
+            .read_lines(written, EXPORT_PAGE)
+            .into_result()
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        for line in &page {
+            out.write_all(line)?;
+            out.write_all(b"\n")?;
+        }
+        written += page.len() as u64;
+        if page.len() < EXPORT_PAGE as usize {
+            out.flush()?;
+            return Ok(written);
+        }
+    }
+}

@@ -10,7 +10,7 @@ pub mod plugin;
 pub mod profile;
 pub mod registry;
 
-pub use audit::{AuditNotice, OpenedAudit, RetentionError, open_audit};
+pub use audit::{AuditNotice, OpenedAudit, RetentionError, export, open_audit};
 pub use plugin::{LoadError, Metadata, Origin, Plugin};
 pub use profile::{PluginChoice, Profile, ProfileError, ProfileSource};
 pub use registry::{PluginSpec, Registry, ResolveError};

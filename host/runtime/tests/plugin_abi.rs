@@ -11,43 +11,10 @@ use aegis_station_api::{
     ConfinementRequest, Enforcement, ErrorKind, Kinds, PolicyRequest, Retention,
     Verdict as PolicyVerdict,
 };
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
 
-const PLUGIN_PACKAGES: &[&str] = &[
-    "aegis-sink-file-plugin",
-    "aegis-sink-memory-plugin",
-    "aegis-policy-static-plugin",
-    "aegis-test-plugin-misbehaving",
-    "aegis-test-plugin-incompatible-layout",
-    "aegis-test-plugin-incompatible-major",
-];
-
-/// The directory the test binary's own profile builds into (target/debug or release).
-fn artifact_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_owned()
-}
-
-/// Builds every plugin cdylib once (cargo test does not build cdylib-only crates' .so).
-fn cdylib(package: &str) -> PathBuf {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let dir = artifact_dir();
-        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cmd.arg("build").current_dir(env!("CARGO_MANIFEST_DIR"));
-        if dir.ends_with("release") {
-            cmd.arg("--release");
-        }
-        for p in PLUGIN_PACKAGES {
-            cmd.args(["-p", p]);
-        }
-        let status = cmd.status().expect("cargo runs");
-        assert!(status.success(), "building the plugin cdylibs failed");
-    });
-    artifact_dir().join(format!("lib{}.so", package.replace('-', "_")))
-}
+#[path = "../../../tests/support/cdylib.rs"]
+mod support;
+use support::cdylib;
 
 fn request(tool: &str) -> PolicyRequest<'_> {
     PolicyRequest {

@@ -1,0 +1,192 @@
+//! `aegis plugins`, `aegis profiles` and `aegis export` as a user runs them, including a
+//! vendor sink (SQLite) loaded from its file path whose record `aegis verify` accepts.
+
+#[path = "../../../tests/support/cdylib.rs"]
+mod support;
+
+use aegis_record::{IntentLine, RequestDigest, SigningKey};
+use aegis_runtime::{Plugin, Profile, open_audit};
+use std::path::Path;
+use std::process::{Command, Output};
+use support::cdylib;
+
+/// The binary, run in `dir` with a HOME and config dirs that hold nothing.
+fn aegis_in(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_aegis"));
+    c.current_dir(dir)
+        .env("HOME", dir)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("AEGIS_PROFILE_PATH")
+        .env_remove("AEGIS_PLUGIN_PATH");
+    c
+}
+
+fn text(o: &[u8]) -> String {
+    String::from_utf8(o.to_vec()).unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    text(&o.stdout)
+}
+
+#[test]
+fn the_default_profile_works_from_an_empty_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok(&aegis_in(dir.path())
+        .args(["--profile", "default", "profiles", "show"])
+        .output()
+        .unwrap());
+    assert!(out.contains("name         default"), "{out}");
+    assert!(out.contains("source       embedded"), "{out}");
+    assert!(out.contains("audit        memory-sink"), "{out}");
+    let list = ok(&aegis_in(dir.path())
+        .args(["profiles", "list"])
+        .output()
+        .unwrap());
+    assert!(
+        list.contains("default") && list.contains("durable-file"),
+        "{list}"
+    );
+}
+
+#[test]
+fn a_local_profile_overrides_and_errors_name_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("profiles")).unwrap();
+    std::fs::write(
+        dir.path().join("profiles/bad.toml"),
+        "name = \"bad\"\ndescription = \"d\"\n[policy]\nplugin = \"builtin:policy-static\"\n[capability]\n[sandbox]\nreorder = true\n[audit]\nplugin = \"builtin:memory-sink\"\n",
+    )
+    .unwrap();
+    let o = aegis_in(dir.path())
+        .args(["--profile", "bad", "profiles", "show"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(4));
+    let err = text(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: profiles/bad.toml:7: unknown field `reorder`"),
+        "{err}"
+    );
+
+    let o = aegis_in(dir.path())
+        .args(["--profile", "missing", "profiles", "show"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(4));
+    assert!(text(&o.stderr).contains("no profile named \"missing\""));
+}
+
+#[test]
+fn plugins_list_shows_builtins_loaded_and_refused_libraries() {
+    let dir = tempfile::tempdir().unwrap();
+    for p in ["aegis-sink-sqlite", "aegis-test-plugin-incompatible-major"] {
+        let src = cdylib(p);
+        std::fs::copy(&src, dir.path().join(src.file_name().unwrap())).unwrap();
+    }
+    let out = ok(&aegis_in(dir.path())
+        .args(["plugins", "list", "--path", "."])
+        .output()
+        .unwrap());
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("NAME"));
+    for builtin in ["policy-static", "memory-sink", "file-sink"] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(builtin) && l.ends_with("builtin")),
+            "{out}"
+        );
+    }
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("sqlite-sink") && l.contains("libaegis_sink_sqlite.so")),
+        "{out}"
+    );
+    assert!(out.contains("refused: plugin ./libaegis_test_plugin_incompatible_major.so: built against station API 2.0.0"), "{out}");
+}
+
+/// A third-party sink loaded from its file path keeps a record that chains across
+/// sessions, exports byte-exact and verifies pinned with the real binary.
+#[test]
+fn a_vendor_sqlite_sink_records_exports_and_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let so = cdylib("aegis-sink-sqlite");
+    let db = dir.path().join("audit.db");
+    let profile_path = dir.path().join("vendor.toml");
+    std::fs::write(
+        &profile_path,
+        format!(
+            "name = \"vendor\"\ndescription = \"sqlite\"\n[policy]\nplugin = \"builtin:policy-static\"\nconfig = {{ verdict = \"deny\" }}\n[capability]\n[sandbox]\n[audit]\nplugin = {:?}\nconfig = {{ path = {:?} }}\n",
+            so.display().to_string(),
+            db.display().to_string()
+        ),
+    )
+    .unwrap();
+    let profile = Profile::read(&profile_path).unwrap();
+    let key = SigningKey::generate().unwrap();
+    for session in 0..2 {
+        let plugin = Plugin::load(&so, None).unwrap();
+        let sink = plugin.audit_sink(&profile.audit.config).unwrap();
+        let opened = open_audit(
+            sink,
+            &plugin,
+            Some(key.clone()),
+            &profile,
+            &[("audit", &plugin)],
+        )
+        .unwrap();
+        assert_eq!(
+            opened.notice.to_string(),
+            format!("Audit: sqlite:{}", db.display())
+        );
+        opened
+            .session
+            .append_unsigned(&IntentLine {
+                call_id: format!("call-{session}"),
+                tool_id: "echo".into(),
+                request_digest: RequestDigest::of_request(b"{}"),
+            })
+            .unwrap();
+        opened.session.close().unwrap();
+    }
+
+    let exported = dir.path().join("exported.aarl");
+    let o = aegis_in(dir.path())
+        .arg("--profile")
+        .arg(&profile_path)
+        .args(["export", "--out"])
+        .arg(&exported)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("exported 6 lines"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    let o = aegis_in(dir.path())
+        .args(["verify", "--key", &key.public_key().to_hex()])
+        .arg(&exported)
+        .output()
+        .unwrap();
+    let report = ok(&o);
+    assert_eq!(
+        report.lines().next(),
+        Some(format!("Verified (pinned to {})", key.key_id()).as_str())
+    );
+    assert!(report.contains("coverage session 1 seq 2"), "{report}");
+
+    // The output is not overwritten without --force.
+    let o = aegis_in(dir.path())
+        .arg("--profile")
+        .arg(&profile_path)
+        .args(["export", "--out"])
+        .arg(&exported)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+}

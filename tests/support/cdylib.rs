@@ -1,0 +1,47 @@
+//! Builds the plugin cdylibs the tests load, once per test binary.
+//!
+//! `cargo test` builds library crates as test harnesses and does not produce the `.so`
+//! of a cdylib-only crate, so the tests ask cargo for them, in the profile the test
+//! binary itself was built with.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// Every plugin library a test may load.
+pub const PLUGIN_PACKAGES: &[&str] = &[
+    "aegis-sink-file-plugin",
+    "aegis-sink-memory-plugin",
+    "aegis-sink-sqlite",
+    "aegis-policy-static-plugin",
+    "aegis-test-plugin-misbehaving",
+    "aegis-test-plugin-incompatible-layout",
+    "aegis-test-plugin-incompatible-major",
+];
+
+/// The directory the test binary's profile builds into (target/debug or release).
+pub fn artifact_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent()
+        .and_then(|p| p.parent())
+        .expect("target/<profile>")
+        .to_owned()
+}
+
+/// The path of `package`'s cdylib, built if needed.
+pub fn cdylib(package: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.arg("build").current_dir(env!("CARGO_MANIFEST_DIR"));
+        if artifact_dir().ends_with("release") {
+            cmd.arg("--release");
+        }
+        for p in PLUGIN_PACKAGES {
+            cmd.args(["-p", p]);
+        }
+        let status = cmd.status().expect("cargo runs");
+        assert!(status.success(), "building the plugin cdylibs failed");
+    });
+    artifact_dir().join(format!("lib{}.so", package.replace('-', "_")))
+}
