@@ -130,12 +130,43 @@ impl LineSink for SinkAdapter {
 }
 
 /// An open audit session and what to tell the operator about it.
-#[derive(Debug)]
 pub struct OpenedAudit {
     /// The session: every line goes through its chain rule.
     pub session: Session,
     /// Where records go.
     pub notice: AuditNotice,
+    sink: Arc<SinkAdapter>,
+}
+
+impl std::fmt::Debug for OpenedAudit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenedAudit")
+            .field("session", &self.session)
+            .field("notice", &self.notice)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenedAudit {
+    /// Writes every line this session's sink holds to `out` (see [`export`]). For a
+    /// volatile sink this is the only way to see its record before the process ends.
+    ///
+    /// # Errors
+    /// The sink's read error, or the write error.
+    pub fn export(&self, out: &mut impl std::io::Write) -> std::io::Result<u64> {
+        export(&self.sink.0, out)
+    }
+
+    /// Closes the session (writing its close line) and returns the sink's whole record.
+    ///
+    /// # Errors
+    /// The close line could not be written, or the sink could not be read.
+    pub fn close_and_export(self) -> std::io::Result<Vec<u8>> {
+        self.session.close().map_err(std::io::Error::other)?;
+        let mut out = Vec::new();
+        export(&self.sink.0, &mut out)?;
+        Ok(out)
+    }
 }
 
 /// The provenance object for the open line.
@@ -237,17 +268,19 @@ pub fn open_audit(
     };
     let mut extensions = Object::new();
     extensions.insert("provenance", provenance(profile, plugins, retention));
-    let session = Session::open(
-        Arc::new(SinkAdapter(sink)),
-        key,
-        prev_session_tail,
-        extensions,
-    )
-    .map_err(|source| RetentionError::Write {
-        plugin: name,
-        source,
-    })?;
-    Ok(OpenedAudit { session, notice })
+    let sink = Arc::new(SinkAdapter(sink));
+    let session =
+        Session::open(sink.clone(), key, prev_session_tail, extensions).map_err(|source| {
+            RetentionError::Write {
+                plugin: name,
+                source,
+            }
+        })?;
+    Ok(OpenedAudit {
+        session,
+        notice,
+        sink,
+    })
 }
 
 /// The line hash of a stored line: SHA-256 of its canonical form.

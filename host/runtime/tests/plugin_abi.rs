@@ -377,3 +377,29 @@ fn the_embedded_default_profile_resolves_every_station() {
         Retention::VOLATILE
     );
 }
+
+/// A session kept by the loaded memory sink exports and verifies — unpinned, and marked
+/// as signed by the public development key, which is all a volatile sink gets by default.
+#[test]
+fn a_session_through_the_loaded_memory_sink_verifies() {
+    let plugin = Plugin::load(&cdylib("aegis-sink-memory-plugin"), None).unwrap();
+    let sink = plugin.audit_sink("").unwrap();
+    let opened = open_audit(sink, &plugin, None, &profile(), &[("audit", &plugin)]).unwrap();
+    opened
+        .session
+        .append_unsigned(&IntentLine {
+            call_id: "call-1".into(),
+            tool_id: "echo".into(),
+            request_digest: RequestDigest::of_request(b"x"),
+        })
+        .unwrap();
+    let record = opened.close_and_export().unwrap();
+    assert_eq!(record.iter().filter(|&&b| b == b'\n').count(), 3);
+    let report = verify(&record[..], &Options::default()).unwrap();
+    assert_eq!(report.verdict(), &Verdict::Verified(Trust::Unpinned));
+    assert!(
+        report
+            .to_text()
+            .contains("(the public development key: proves nothing)")
+    );
+}
