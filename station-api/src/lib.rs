@@ -237,6 +237,10 @@ pub struct PolicyRequest<'a> {
     pub role: RStr<'a>,
     /// The policy session scope; empty if none.
     pub session: RStr<'a>,
+    /// Present only in the deliberately incompatible build the plugin-ABI test makes
+    /// (`tests/plugin-abi/altered-api`), to show how a layout mismatch is reported.
+    #[cfg(aegis_altered_abi)]
+    pub tenant: RStr<'a>,
 }
 
 /// Ceilings a policy places on a call. They can only narrow a grant.

@@ -45,3 +45,35 @@ pub fn cdylib(package: &str) -> PathBuf {
     });
     artifact_dir().join(format!("lib{}.so", package.replace('-', "_")))
 }
+
+/// The plugin built against a deliberately altered copy of the station API, from the
+/// separate workspace `tests/plugin-abi/altered-api`, in its own target directory.
+pub fn altered_api_plugin() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let profile_dir = artifact_dir();
+            let target = profile_dir
+                .parent()
+                .expect("target dir")
+                .join("altered-abi");
+            let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../tests/plugin-abi/altered-api/Cargo.toml");
+            let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+            cmd.arg("build")
+                .arg("--manifest-path")
+                .arg(&manifest)
+                .arg("--target-dir")
+                .arg(&target);
+            let sub = if profile_dir.ends_with("release") {
+                cmd.arg("--release");
+                "release"
+            } else {
+                "debug"
+            };
+            let status = cmd.status().expect("cargo runs");
+            assert!(status.success(), "building the altered-API plugin failed");
+            target.join(sub).join("libaegis_test_plugin_altered.so")
+        })
+        .clone()
+}

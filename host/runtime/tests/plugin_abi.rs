@@ -131,6 +131,21 @@ fn incompatible_libraries_are_refused_in_one_line() {
     assert!(e.len() < 400, "{e}");
 }
 
+/// A plugin built against a copy of this very station API (same package, same version)
+/// with one field added is refused, and the line names the type and the sizes.
+#[test]
+fn a_plugin_built_against_an_altered_api_is_refused_naming_the_type() {
+    let so = support::altered_api_plugin();
+    let e = Plugin::load(&so, None).unwrap_err().to_string();
+    assert!(!e.contains('\n'), "{e}");
+    assert!(
+        e.ends_with(
+            "station API types differ from this host's (1.0.0); first difference: PolicyRequest<'a>: incompatible type size (expected 64, found 80)"
+        ),
+        "{e}"
+    );
+}
+
 #[test]
 fn a_panicking_plugin_becomes_an_error_and_the_host_keeps_working() {
     let plugin = Plugin::load(&cdylib("aegis-test-plugin-misbehaving"), None).unwrap();
