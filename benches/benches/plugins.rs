@@ -35,20 +35,26 @@ fn policy(c: &mut Criterion) {
     let req = request();
 
     let plain = StaticPolicy::from_config(CONFIG).unwrap();
-    g.bench_function("plain_call", |b| b.iter(|| black_box(plain.evaluate(black_box(&req)))));
+    g.bench_function("plain_call", |b| {
+        b.iter(|| black_box(plain.evaluate(black_box(&req))))
+    });
 
     let builtin = Registry::new()
         .resolve(&PluginSpec::parse("builtin:policy-static"), None)
         .unwrap()
         .policy_evaluator(CONFIG)
         .unwrap();
-    g.bench_function("builtin", |b| b.iter(|| black_box(builtin.evaluate(black_box(&req)))));
+    g.bench_function("builtin", |b| {
+        b.iter(|| black_box(builtin.evaluate(black_box(&req))))
+    });
 
     let loaded = Plugin::load(&support::cdylib("aegis-policy-static-plugin"), None)
         .unwrap()
         .policy_evaluator(CONFIG)
         .unwrap();
-    g.bench_function("loaded", |b| b.iter(|| black_box(loaded.evaluate(black_box(&req)))));
+    g.bench_function("loaded", |b| {
+        b.iter(|| black_box(loaded.evaluate(black_box(&req))))
+    });
     g.finish();
 }
 
@@ -97,9 +103,11 @@ fn durable_append(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     g.bench_function("fsync_per_line", |b| b.iter_custom(fsync_per_line));
     for writers in [1u64, 8, 64] {
-        g.bench_with_input(BenchmarkId::new("file_sink_writers", writers), &writers, |b, &w| {
-            b.iter_custom(|iters| group_commit(w, iters.max(w)))
-        });
+        g.bench_with_input(
+            BenchmarkId::new("file_sink_writers", writers),
+            &writers,
+            |b, &w| b.iter_custom(|iters| group_commit(w, iters.max(w))),
+        );
     }
     g.finish();
 }

@@ -4,6 +4,8 @@
 //! of a cdylib-only crate, so the tests ask cargo for them, in the profile the test
 //! binary itself was built with.
 
+#![allow(dead_code, reason = "each test or bench binary uses a different part")]
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
