@@ -1,15 +1,23 @@
 //! `aegis demo`: a guided walk through the evidence Aegis leaves behind.
 //!
-//! Until the pipeline lands, the walk writes a session through the real chain writer with
-//! a fresh key, verifies it pinned to that key, shows three kinds of damage being caught,
-//! and verifies the committed golden vector embedded in the binary.
+//! Until the pipeline lands, the walk writes a session with a fresh key through the audit
+//! sink of the embedded default profile (volatile memory: the demo reads it back before
+//! the process ends), verifies it pinned to that key, shows three kinds of damage being
+//! caught, and verifies the committed golden vector embedded in the binary.
+
+/// Prints a line; a closed stdout (`aegis demo | head`) is not an error.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        crate::print(format!("{}\n", format_args!($($arg)*)).as_bytes())
+    };
+}
 
 use crate::style::Painter;
-use aegis_record::json::{Object, SafeInt};
+use aegis_record::json::SafeInt;
 use aegis_record::key::SigningKey;
 use aegis_record::verify::{Options, Report, Verdict, verify};
 use aegis_record::*;
-use std::sync::Arc;
+use aegis_runtime::{Profile, ProfileSource, Registry, open_audit};
 
 /// The golden session from `spec/vectors/golden/`, signed by the public vector key.
 const GOLDEN: &[u8] = include_bytes!("../../../spec/vectors/golden/golden.aarl");
@@ -33,15 +41,15 @@ fn check(p: Painter, label: &str, bytes: &[u8], trust: Option<Vec<PublicKey>>) -
         Verdict::Indeterminate(_) => p.warn(&headline),
         Verdict::Tampered(_) => p.bad(&headline),
     };
-    println!("  {label:<34} {shown}");
+    say!("  {label:<34} {shown}");
     report
 }
 
 fn walk() -> Result<bool, Box<dyn std::error::Error>> {
     let p = Painter::detect();
     let dir = tempfile::tempdir()?;
-    println!("{}", p.bold("Aegis demo — the Agent Action Record"));
-    println!(
+    say!("{}", p.bold("Aegis demo — the Agent Action Record"));
+    say!(
         "{}",
         p.dim("Every tool call leaves a hash-chained, ed25519-signed record that anyone can check offline.")
     );
@@ -50,35 +58,46 @@ fn walk() -> Result<bool, Box<dyn std::error::Error>> {
     let key = SigningKey::generate()?;
     key.write_seed_file(&key_path, false)?;
     let key = SigningKey::load(&key_path)?;
-    println!(
+    say!(
         "\n{}",
         p.bold("1. A fresh signing key (mode 0600, in a temp dir)")
     );
-    println!("  key_id {}", key.key_id());
+    say!("  key_id {}", key.key_id());
 
-    println!(
+    say!(
         "\n{}",
-        p.bold("2. A session written through the chain writer")
+        p.bold("2. A session through the embedded default profile's audit sink")
     );
-    let sink = VecSink::new();
-    let session = Session::open(Arc::new(sink.clone()), key.clone(), None, Object::new())?;
+    let (_, text) = aegis_runtime::profile::EMBEDDED
+        .iter()
+        .find(|(name, _)| *name == "default")
+        .expect("the default profile is embedded");
+    let profile = Profile::parse(text, "embedded:default", ProfileSource::Embedded)?;
+    let registry = Registry::new();
+    let plugin = profile.resolve(&registry, "audit", &profile.audit)?;
+    let sink = plugin.audit_sink(&profile.audit.config)?;
+    let opened = open_audit(
+        sink,
+        &plugin,
+        Some(key.clone()),
+        &profile,
+        &[("audit", &plugin)],
+    )?;
+    say!("  {}", p.dim(&opened.notice.to_string()));
     let calls = sample_calls();
     for (label, intent, outcome) in &calls {
-        session.append_unsigned(intent)?;
-        session.append(outcome)?;
-        println!("  {:<34} {}", intent.tool_id, p.dim(label));
+        opened.session.append_unsigned(intent)?;
+        opened.session.append(outcome)?;
+        say!("  {:<34} {}", intent.tool_id, p.dim(label));
     }
-    session.close()?;
-    let file = sink.contents();
-    let record_path = dir.path().join("session.aarl");
-    std::fs::write(&record_path, &file)?;
-    println!(
-        "  {} lines, {} bytes: open, intent + outcome per call, close",
+    let file = opened.close_and_export()?;
+    say!(
+        "  {} lines, {} bytes: open (with provenance), intent + outcome per call, close",
         file.iter().filter(|&&b| b == b'\n').count(),
         file.len()
     );
 
-    println!(
+    say!(
         "\n{}",
         p.bold("3. Verify it, pinned to the key printed above")
     );
@@ -86,7 +105,7 @@ fn walk() -> Result<bool, Box<dyn std::error::Error>> {
     let ok = check(p, "as written", &file, pinned.clone());
     let mut all_as_expected = matches!(ok.verdict(), Verdict::Verified(_));
 
-    println!("\n{}", p.bold("4. Damage it and verify again"));
+    say!("\n{}", p.bold("4. Damage it and verify again"));
     let lines: Vec<&[u8]> = file.split_inclusive(|&b| b == b'\n').collect();
     let reworded = String::from_utf8_lossy(&file).replacen("never allowed", "always allowed", 1);
     let r = check(p, "a denial reworded", reworded.as_bytes(), pinned.clone());
@@ -108,18 +127,18 @@ fn walk() -> Result<bool, Box<dyn std::error::Error>> {
     );
     all_as_expected &= matches!(r.verdict(), Verdict::Tampered(_));
 
-    println!(
+    say!(
         "\n{}",
         p.bold("5. The committed golden vector (spec/vectors/golden)")
     );
     let r = check(p, "unpinned", GOLDEN, None);
     all_as_expected &= matches!(r.verdict(), Verdict::Verified(_));
 
-    println!(
+    say!(
         "\n{} aegis verify spec/vectors/golden/golden.aarl",
         p.bold("Try it on a file:")
     );
-    println!(
+    say!(
         "\n{}",
         if all_as_expected {
             p.good("Every verdict came out as the format promises.")

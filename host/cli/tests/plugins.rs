@@ -190,3 +190,36 @@ fn a_vendor_sqlite_sink_records_exports_and_verifies() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
 }
+
+/// A plugin named without a path is found on `$AEGIS_PLUGIN_PATH` as `lib<name>.so`.
+#[test]
+fn a_plugin_named_without_a_path_is_found_on_the_plugin_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let so = cdylib("aegis-sink-sqlite");
+    std::fs::copy(&so, plugins.join("libaegis_sink_sqlite.so")).unwrap();
+    std::fs::create_dir(dir.path().join("profiles")).unwrap();
+    std::fs::write(
+        dir.path().join("profiles/named.toml"),
+        "name = \"named\"\ndescription = \"d\"\n[policy]\nplugin = \"builtin:policy-static\"\nconfig = { verdict = \"deny\" }\n[capability]\n[sandbox]\n[audit]\nplugin = \"aegis-sink-sqlite\"\nconfig = { path = \"a.db\" }\n",
+    )
+    .unwrap();
+    let o = aegis_in(dir.path())
+        .env("AEGIS_PLUGIN_PATH", &plugins)
+        .args(["--profile", "named", "profiles", "show"])
+        .output()
+        .unwrap();
+    let out = ok(&o);
+    assert!(out.contains("audit        sqlite-sink 0.1.0 from"), "{out}");
+    assert!(out.contains("plugins/libaegis_sink_sqlite.so"), "{out}");
+    let o = aegis_in(dir.path())
+        .args(["--profile", "named", "profiles", "show"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(4),
+        "not found without the plugin path"
+    );
+}

@@ -267,3 +267,27 @@ fn demo_runs_and_ends_on_a_verdict() {
     assert!(text.contains("Indeterminate — session 0 does not end with a close record"));
     assert!(text.contains("Tampered — untrusted key"));
 }
+
+/// `aegis demo | head -1` and `aegis verify … | head -1`: a closed pipe is not an error.
+#[cfg(unix)]
+#[test]
+fn a_closed_stdout_is_not_an_error() {
+    use std::process::Stdio;
+    for args in [vec!["demo"], vec!["verify", "--json"]] {
+        let mut cmd = aegis();
+        cmd.args(&args);
+        if args[0] == "verify" {
+            cmd.arg(vectors().join("golden/golden.aarl"));
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // the reader goes away before anything is read
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+}

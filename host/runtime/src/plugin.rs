@@ -182,15 +182,18 @@ impl Plugin {
             path: path.to_owned(),
             summary,
         };
-        let header = lib_header_from_path(path).map_err(|e| abi(summarize(&e)))?;
+        let header = lib_header_from_path(path).map_err(|e| abi(summarize(&e, None)))?;
         if header.layout().is_none() {
             return Err(abi(
                 "exports no type layout to check; refusing to load it unchecked".into(),
             ));
         }
-        let module = header
-            .init_root_module::<PluginModuleRef>()
-            .map_err(|e| abi(summarize(&e)))?;
+        let module = header.init_root_module::<PluginModuleRef>().map_err(|e| {
+            abi(summarize(
+                &e,
+                Some(header.version_strings().version.to_string()),
+            ))
+        })?;
         let metadata = read_metadata(module);
         if metadata.api_major != API_MAJOR {
             return Err(LoadError::ApiMajor {
@@ -298,7 +301,7 @@ fn check_file(path: &Path, pin: Option<&[u8; 32]>) -> Result<[u8; 32], LoadError
 }
 
 /// Turns abi_stable's error (often hundreds of lines) into one line.
-fn summarize(e: &LibraryError) -> String {
+fn summarize(e: &LibraryError, found_version: Option<String>) -> String {
     let first_line = |s: &str| {
         s.lines()
             .map(str::trim)
@@ -323,7 +326,8 @@ fn summarize(e: &LibraryError) -> String {
         LibraryError::AbiInstability(err) => {
             let text = err.to_string();
             format!(
-                "station API types differ from this host's ({}); first difference: {}",
+                "built against station API {}, whose types differ from this host's {}; first difference: {}",
+                found_version.as_deref().unwrap_or("(unknown version)"),
                 aegis_station_api_version(),
                 first_difference(&text)
             )

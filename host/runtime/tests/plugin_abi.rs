@@ -121,7 +121,7 @@ fn incompatible_libraries_are_refused_in_one_line() {
         "{e}"
     );
     assert!(
-        e.contains("station API types differ from this host's (1.0.0)"),
+        e.contains("built against station API 1.0.0, whose types differ from this host's 1.0.0"),
         "{e}"
     );
     assert!(
@@ -140,7 +140,7 @@ fn a_plugin_built_against_an_altered_api_is_refused_naming_the_type() {
     assert!(!e.contains('\n'), "{e}");
     assert!(
         e.ends_with(
-            "station API types differ from this host's (1.0.0); first difference: PolicyRequest<'a>: incompatible type size (expected 64, found 80)"
+            "built against station API 1.0.0, whose types differ from this host's 1.0.0; first difference: PolicyRequest<'a>: incompatible type size (expected 64, found 80)"
         ),
         "{e}"
     );
