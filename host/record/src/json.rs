@@ -203,7 +203,16 @@ impl<T: Into<Value>> From<Vec<T>> for Value {
 /// a supplementary character (encoded with surrogates, 0xD800..) meets a BMP character
 /// at or above U+E000: UTF-16 puts the supplementary character first.
 pub fn cmp_utf16(a: &str, b: &str) -> Ordering {
-    a.encode_utf16().cmp(b.encode_utf16())
+    let (x, y) = (a.as_bytes(), b.as_bytes());
+    match x.iter().zip(y).position(|(p, q)| p != q) {
+        // One is a prefix of the other, and so also in UTF-16.
+        None => x.len().cmp(&y.len()),
+        // Two ASCII bytes: the shared prefix ends on a character boundary and both
+        // characters are single UTF-16 units, so byte order is UTF-16 order. Every key
+        // this format defines takes this path.
+        Some(i) if x[i] < 0x80 && y[i] < 0x80 => x[i].cmp(&y[i]),
+        Some(_) => a.encode_utf16().cmp(b.encode_utf16()),
+    }
 }
 
 /// A JSON object whose members are unique and kept in canonical order.
@@ -435,19 +444,64 @@ pub enum ParseError {
 /// [`ParseError::Syntax`] when the bytes are not JSON (including invalid UTF-8), and
 /// [`ParseError::ValueSpace`] when they are JSON the format does not admit.
 pub fn parse(input: &[u8]) -> Result<Value, ParseError> {
-    let mut p = Parser { s: input, i: 0 };
+    parse_line(input).map(|(v, _)| v)
+}
+
+/// What the parser learned about the bytes themselves, beside the value.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// The bytes are exactly the canonical form of the value: no whitespace, members
+    /// already in order, only the escapes RFC 8785 writes.
+    pub canonical: bool,
+    /// With `canonical`: the byte range to cut out to leave the canonical form without
+    /// the top-level `signature` member (that member and one comma beside it).
+    pub signature: Option<std::ops::Range<usize>>,
+}
+
+impl Layout {
+    /// The canonical form without the top-level `signature` member, cut from `bytes`
+    /// (which must be the canonical bytes this layout describes).
+    pub fn without_signature(&self, bytes: &[u8]) -> Option<Vec<u8>> {
+        let cut = self.signature.as_ref().filter(|_| self.canonical)?;
+        let mut out = Vec::with_capacity(bytes.len() - cut.len());
+        out.extend_from_slice(&bytes[..cut.start]);
+        out.extend_from_slice(&bytes[cut.end..]);
+        Some(out)
+    }
+}
+
+/// Parses like [`parse`] and reports whether the bytes were already canonical, so a
+/// verifier can hash them as they are instead of serializing the value again.
+///
+/// # Errors
+/// As [`parse`].
+pub fn parse_line(input: &[u8]) -> Result<(Value, Layout), ParseError> {
+    let mut p = Parser {
+        s: input,
+        i: 0,
+        canonical: true,
+        signature: None,
+    };
     p.ws();
     let v = p.value(0)?;
     p.ws();
     if p.i != input.len() {
         return Err(p.syntax("end of input"));
     }
-    Ok(v)
+    let layout = Layout {
+        canonical: p.canonical,
+        signature: p.signature.filter(|_| p.canonical),
+    };
+    Ok((v, layout))
 }
 
 struct Parser<'a> {
     s: &'a [u8],
     i: usize,
+    /// Nothing seen so far departs from the canonical form.
+    canonical: bool,
+    /// The top-level `signature` member's span, with one adjacent comma.
+    signature: Option<std::ops::Range<usize>>,
 }
 
 impl Parser<'_> {
@@ -469,6 +523,7 @@ impl Parser<'_> {
     fn ws(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
             self.i += 1;
+            self.canonical = false;
         }
     }
 
@@ -504,18 +559,25 @@ impl Parser<'_> {
             return Err(self.space(at, ValueSpaceError::TooDeep));
         }
         self.i += 1;
-        let mut members = Vec::new();
+        let mut members: Vec<(String, Value)> = Vec::new();
         self.ws();
         if self.peek() == Some(b'}') {
             self.i += 1;
             return Ok(Value::Object(Object::new()));
         }
+        let mut comma_before: Option<usize> = None;
         loop {
             self.ws();
             if self.peek() != Some(b'"') {
                 return Err(self.syntax("an object key"));
             }
+            let key_start = self.i;
             let key = self.string()?;
+            if let Some((previous, _)) = members.last()
+                && cmp_utf16(previous.as_str(), &key) != Ordering::Less
+            {
+                self.canonical = false;
+            }
             self.ws();
             if self.peek() != Some(b':') {
                 return Err(self.syntax("':'"));
@@ -523,11 +585,26 @@ impl Parser<'_> {
             self.i += 1;
             self.ws();
             let value = self.value(depth)?;
+            let is_signature = depth == 1 && key == "signature";
             members.push((key, value));
+            let value_end = self.i;
             self.ws();
             match self.peek() {
-                Some(b',') => self.i += 1,
+                Some(b',') => {
+                    if is_signature {
+                        // Cut the comma before it, or, when it comes first, the one after.
+                        self.signature = Some(match comma_before {
+                            Some(c) => c..value_end,
+                            None => key_start..value_end + 1,
+                        });
+                    }
+                    comma_before = Some(self.i);
+                    self.i += 1;
+                }
                 Some(b'}') => {
+                    if is_signature {
+                        self.signature = Some(comma_before.unwrap_or(key_start)..value_end);
+                    }
                     self.i += 1;
                     break;
                 }
@@ -677,13 +754,31 @@ impl Parser<'_> {
                     let c = match e {
                         b'"' => '"',
                         b'\\' => '\\',
-                        b'/' => '/',
+                        b'/' => {
+                            self.canonical = false; // canonical form writes '/' raw
+                            '/'
+                        }
                         b'b' => '\u{8}',
                         b'f' => '\u{c}',
                         b'n' => '\n',
                         b'r' => '\r',
                         b't' => '\t',
-                        b'u' => self.unicode_escape(at)?,
+                        b'u' => {
+                            let c = self.unicode_escape(at)?;
+                            // Canonical form uses \u only as lowercase \u00xx, for a
+                            // control character without a short escape.
+                            let text = &self.s[at..self.i];
+                            let short = matches!(c, '\u{8}' | '\t' | '\n' | '\u{c}' | '\r');
+                            if text.len() != 6
+                                || !text.starts_with(b"\\u00")
+                                || text[4..].iter().any(u8::is_ascii_uppercase)
+                                || u32::from(c) >= 0x20
+                                || short
+                            {
+                                self.canonical = false;
+                            }
+                            c
+                        }
                         _ => {
                             self.i -= 1;
                             return Err(self.syntax("a valid escape"));
@@ -814,6 +909,91 @@ mod tests {
             parse(b"\"\xff\""),
             Err(ParseError::Syntax { what: "UTF-8", .. })
         ));
+    }
+
+    fn layout(s: &str) -> Layout {
+        parse_line(s.as_bytes()).unwrap().1
+    }
+
+    #[test]
+    fn canonical_bytes_are_recognised_and_anything_else_is_not() {
+        for c in [
+            r#"{"a":1,"b":[true,{"c":"x"}]}"#,
+            "{\"s\":\"\\u0001\\b\\\"\\\\/é\u{7f}\"}",
+            "{}",
+            "[]",
+            "7",
+        ] {
+            assert!(layout(c).canonical, "{c}");
+            assert_eq!(canon(c), c);
+        }
+        for n in [
+            r#"{"b":1,"a":2}"#,
+            r#"{"a": 1}"#,
+            " {}",
+            r#"["\/"]"#,
+            r#"["\u00e9"]"#,
+            r#"["\u000A"]"#,
+            r#"["\u000a"]"#,
+            r#"["\u001F"]"#,
+            r#"["\ud83d\ude00"]"#,
+            "{\"a\":{\"d\":1,\"c\":2}}",
+        ] {
+            assert!(!layout(n).canonical, "{n}");
+            assert_ne!(canon(n), n);
+        }
+    }
+
+    #[test]
+    fn the_signature_member_is_cut_exactly() {
+        for (line, without) in [
+            (r#"{"a":1,"signature":"s","z":2}"#, r#"{"a":1,"z":2}"#),
+            (r#"{"a":1,"signature":"s"}"#, r#"{"a":1}"#),
+            (r#"{"signature":"s","z":2}"#, r#"{"z":2}"#),
+            (r#"{"signature":"s"}"#, r#"{}"#),
+            (
+                r#"{"a":{"signature":"inner"}}"#,
+                r#"{"a":{"signature":"inner"}}"#,
+            ),
+        ] {
+            let (v, l) = parse_line(line.as_bytes()).unwrap();
+            let cut = l
+                .without_signature(line.as_bytes())
+                .unwrap_or_else(|| line.as_bytes().to_vec());
+            let mut expected = Vec::new();
+            v.as_object()
+                .unwrap()
+                .write_canonical_skipping(Some("signature"), &mut expected);
+            assert_eq!(cut, expected, "{line}");
+            assert_eq!(String::from_utf8(cut).unwrap(), without);
+        }
+    }
+
+    #[test]
+    fn utf16_order_fast_path_agrees_with_the_definition() {
+        let keys = [
+            "",
+            "a",
+            "ab",
+            "b",
+            "é",
+            "\u{e000}",
+            "\u{ffff}",
+            "😀",
+            "a😀",
+            "a\u{e000}",
+            "Z",
+            "~",
+        ];
+        for a in keys {
+            for b in keys {
+                assert_eq!(
+                    cmp_utf16(a, b),
+                    a.encode_utf16().cmp(b.encode_utf16()),
+                    "{a:?} {b:?}"
+                );
+            }
+        }
     }
 
     #[test]

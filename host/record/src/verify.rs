@@ -817,6 +817,8 @@ struct Walk<'a> {
     sessions: u64,
     session: Option<SessionState>,
     decided: HashSet<String>,
+    /// The current line's signing input, when it could be cut from canonical bytes.
+    signing_input: Option<Vec<u8>>,
     out: Walked,
     next_order: u64,
 }
@@ -835,6 +837,7 @@ impl<'a> Walk<'a> {
             sessions: 0,
             session: None,
             decided: HashSet::new(),
+            signing_input: None,
             out: Walked {
                 tampered: None,
                 keys: Vec::new(),
@@ -930,8 +933,8 @@ impl<'a> Walk<'a> {
         if oversize {
             return Err(malformed(format!("longer than {MAX_LINE_BYTES} bytes")));
         }
-        let obj = match json::parse(bytes) {
-            Ok(Value::Object(o)) => o,
+        let (obj, layout) = match json::parse_line(bytes) {
+            Ok((Value::Object(o), layout)) => (o, layout),
             Ok(_) => return Err(malformed("not a JSON object".into())),
             Err(e @ ParseError::Syntax { .. }) => {
                 if last {
@@ -953,7 +956,15 @@ impl<'a> Walk<'a> {
         let line_type = LineType::from_token(f.str("line_type").map_err(field)?);
         let seq = f.int("seq").map_err(field)?.get();
         let prev_hash = f.hex("prev_hash", LineHash::from_hex).map_err(field)?;
-        let hash = LineHash::of_line(&obj.to_canonical());
+        // Lines as written by a conforming emitter are already canonical: hash them as
+        // they are and cut the signature out, instead of serializing twice more.
+        debug_assert!(!layout.canonical || obj.to_canonical() == bytes);
+        let hash = if layout.canonical {
+            LineHash::of_line(bytes)
+        } else {
+            LineHash::of_line(&obj.to_canonical())
+        };
+        self.signing_input = layout.without_signature(bytes);
 
         if line_type == LineType::Open {
             return self.open(no, &obj, seq, prev_hash, hash);
@@ -1197,8 +1208,11 @@ impl<'a> Walk<'a> {
                 expected: session.key_id,
             });
         }
-        let mut message = Vec::with_capacity(512);
-        obj.write_canonical_skipping(Some("signature"), &mut message);
+        let message = self.signing_input.take().unwrap_or_else(|| {
+            let mut m = Vec::with_capacity(1024);
+            obj.write_canonical_skipping(Some("signature"), &mut m);
+            m
+        });
         if self.batch.is_empty() {
             self.batch_covered_before = self.out.last_signed;
         }
