@@ -284,20 +284,30 @@ pub fn chain_file(lines: u64) -> ChainFile {
         }
     }
     session.close().expect("close the session");
-    let bytes = sink.contents();
-    let mut counted = 0u64;
-    let mut signed = 0u64;
-    for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        counted += 1;
-        if parse_object(line).contains_key("signature") {
-            signed += 1;
+    let file = ChainFile::from_bytes(sink.contents());
+    assert_eq!(file.lines, lines, "the writer wrote one line per append");
+    file
+}
+
+impl ChainFile {
+    /// Wraps the bytes of a chain file, counting its lines and signed lines by parsing.
+    ///
+    /// # Panics
+    /// When a line is not a JSON object of the record's value space.
+    pub fn from_bytes(bytes: Vec<u8>) -> ChainFile {
+        let mut lines = 0u64;
+        let mut signed_lines = 0u64;
+        for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            lines += 1;
+            if parse_object(line).contains_key("signature") {
+                signed_lines += 1;
+            }
         }
-    }
-    assert_eq!(counted, lines, "the writer wrote one line per append");
-    ChainFile {
-        bytes,
-        lines,
-        signed_lines: signed,
+        ChainFile {
+            bytes,
+            lines,
+            signed_lines,
+        }
     }
 }
 
