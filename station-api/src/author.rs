@@ -136,14 +136,40 @@ pub fn sink_box<T: Sink>(made: Result<T, PluginError>) -> Result<AuditSinkBox, P
 /// Defines `fn NAME() -> PluginModuleRef` for a plugin crate: its metadata and one
 /// guarded constructor per kind it provides (the others answer `unsupported`).
 ///
-/// ```ignore
-/// aegis_station_api::plugin_module! {
-///     pub fn plugin_module {
-///         name: "memory-sink",
-///         version: env!("CARGO_PKG_VERSION"),
-///         sink: MemorySink::from_config,
+/// ```
+/// use aegis_station_api::{PluginError, Retention, Sink, Tail, TailKind};
+///
+/// struct NullSink;
+/// impl NullSink {
+///     fn from_config(_config: &str) -> Result<NullSink, PluginError> {
+///         Ok(NullSink)
 ///     }
 /// }
+/// impl Sink for NullSink {
+///     fn retention(&self) -> Retention { Retention::VOLATILE }
+///     fn location(&self) -> String { String::new() }
+///     fn existing_tail(&self) -> Result<Tail, PluginError> {
+///         Ok(Tail { kind: TailKind::EMPTY, line: Default::default() })
+///     }
+///     fn append(&self, _line: &[u8]) -> Result<(), PluginError> { Ok(()) }
+///     fn sync(&self) -> Result<(), PluginError> { Ok(()) }
+///     fn read_lines(&self, _: u64, _: u32) -> Result<Vec<Vec<u8>>, PluginError> { Ok(vec![]) }
+/// }
+///
+/// aegis_station_api::plugin_module! {
+///     pub fn plugin_module {
+///         name: "null-sink",
+///         version: "0.1.0",
+///         sink: NullSink::from_config,
+///     }
+/// }
+///
+/// let module = plugin_module();
+/// assert_eq!((module.metadata())().name.as_str(), "null-sink");
+/// let sink = (module.new_audit_sink())("".into()).into_result().unwrap();
+/// assert_eq!(sink.retention(), Retention::VOLATILE);
+/// // A kind the plugin does not provide answers `unsupported`.
+/// assert!((module.new_policy_evaluator())("".into()).into_result().is_err());
 /// ```
 ///
 /// Built-in use calls `plugin_module()` directly. The loadable library is a separate
