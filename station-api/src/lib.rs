@@ -202,7 +202,10 @@ pub fn guard<T>(f: impl FnOnce() -> Result<T, PluginError>) -> RResult<T, Plugin
         Ok(()) => match slot {
             Some(Ok(v)) => RResult::ROk(v),
             Some(Err(e)) => RResult::RErr(e),
-            None => RResult::RErr(PluginError::new(ErrorKind::OTHER, "plugin returned nothing")),
+            None => RResult::RErr(PluginError::new(
+                ErrorKind::OTHER,
+                "plugin returned nothing",
+            )),
         },
         Err(payload) => {
             let what = payload
