@@ -29,16 +29,6 @@ pub const VECTOR_SEED: [u8; 32] = *b"aegis spec/vectors: public seed!";
 /// Seed of the key that signs the synthetic files built here.
 pub const BENCH_SEED: [u8; 32] = *b"aegis benches: public bench seed";
 
-/// The members the chain rule assigns; removing them from a line leaves its body.
-const CHAIN_MEMBERS: [&str; 6] = [
-    "schema_version",
-    "line_type",
-    "seq",
-    "prev_hash",
-    "key_id",
-    "signature",
-];
-
 /// The key that signed the committed vectors.
 pub fn vector_key() -> SigningKey {
     SigningKey::from_seed(VECTOR_SEED)
@@ -96,7 +86,7 @@ pub fn split_signed_line(line: &[u8]) -> SplitLine {
     let seq = obj.get("seq").and_then(Value::as_int).expect("integer seq");
     let line_type = str_of("line_type");
     let mut body = obj;
-    for m in CHAIN_MEMBERS {
+    for m in aegis_record::chain::CHAIN_MEMBERS {
         body.remove(m);
     }
     SplitLine {

@@ -109,7 +109,8 @@ pub enum WriteError {
     Closed,
 }
 
-const CHAIN_MEMBERS: [&str; 6] = [
+/// The members the chain rule assigns: a line body may not set them.
+pub const CHAIN_MEMBERS: [&str; 6] = [
     "schema_version",
     "line_type",
     "seq",
