@@ -79,6 +79,7 @@ impl Registry {
         Registry {
             builtins: vec![
                 Plugin::builtin(aegis_policy_static::plugin_module()),
+                Plugin::builtin(aegis_policy_yaml::plugin_module()),
                 Plugin::builtin(aegis_sink_memory::plugin_module()),
                 Plugin::builtin(aegis_sink_file::plugin_module()),
             ],

@@ -1,0 +1,473 @@
+//! The parsed policy set: version-1 YAML in, an immutable rule set out.
+//!
+//! # Guarantees
+//! - Every error names the file, the line and the field: unknown fields, duplicate ids,
+//!   a `rate` block on the wrong action or with a zero, a missing `rate` on `rate_limit`.
+//! - Resolution never depends on file order except as the last tie-break: any matching
+//!   deny wins; otherwise the most specific rule (most constrained axes), then the
+//!   highest priority, then the earliest; no match is the set's default.
+//! - The policy set hash covers the parsed set, not the text: reindenting, reordering
+//!   mapping keys or rewriting `"*"` as an omitted axis keeps the hash; any change the
+//!   evaluator reads moves it.
+
+use aegis_record::PolicySetHash;
+use aegis_record::json::{Object, Value};
+use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, Node};
+use std::fmt;
+
+/// What a rule does when it is selected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// The call proceeds to the capability station.
+    Allow,
+    /// The call is refused.
+    Deny,
+    /// The call proceeds while the rule's token bucket has a token, and is refused after.
+    RateLimit,
+    /// The call is refused with an approval id a human can answer.
+    PendingApproval,
+}
+
+impl Action {
+    fn word(self) -> &'static str {
+        match self {
+            Action::Allow => "allow",
+            Action::Deny => "deny",
+            Action::RateLimit => "rate_limit",
+            Action::PendingApproval => "pending_approval",
+        }
+    }
+}
+
+/// A `rate` block: at most `max` calls per `per_seconds`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rate {
+    /// Calls allowed per window.
+    pub max: u64,
+    /// The window.
+    pub per_seconds: u64,
+}
+
+/// Ceilings a rule places on a call; each only narrows a grant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuleLimits {
+    /// Memory ceiling.
+    pub max_memory_bytes: Option<u64>,
+    /// Wall-clock ceiling.
+    pub max_wall_ms: Option<u64>,
+    /// Output ceiling.
+    pub max_output_bytes: Option<u64>,
+}
+
+/// One rule. An axis of `None` matches anything; a named axis matches only a request
+/// that names the same value (a rule on `role` never matches a call that claims none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// Unique within the set.
+    pub id: String,
+    /// What it does.
+    pub action: Action,
+    /// Tool axis.
+    pub tool: Option<String>,
+    /// Capability axis.
+    pub capability: Option<String>,
+    /// Role axis.
+    pub role: Option<String>,
+    /// Tie-break among equally specific rules; higher wins.
+    pub priority: i64,
+    /// Why, for the record.
+    pub reason: Option<String>,
+    /// With `rate_limit` only.
+    pub rate: Option<Rate>,
+    /// Ceilings.
+    pub limits: RuleLimits,
+    /// The line the rule starts on, for messages.
+    pub line: usize,
+}
+
+impl Rule {
+    fn specificity(&self) -> usize {
+        [&self.tool, &self.capability, &self.role]
+            .iter()
+            .filter(|a| a.is_some())
+            .count()
+    }
+
+    fn matches(&self, tool: &str, capability: &str, role: &str) -> bool {
+        let axis = |rule: &Option<String>, asked: &str| match rule {
+            None => true,
+            Some(want) => !asked.is_empty() && want == asked,
+        };
+        axis(&self.tool, tool) && axis(&self.capability, capability) && axis(&self.role, role)
+    }
+}
+
+/// A parsed, validated, immutable policy set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicySet {
+    /// What happens when no rule matches.
+    pub default: Action,
+    /// The rules, in file order.
+    pub rules: Vec<Rule>,
+    hash: PolicySetHash,
+}
+
+/// A policy file error: one line, `<file>:<line>: <field>: <what>`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{file}:{line}: {message}")]
+pub struct PolicyError {
+    /// The file.
+    pub file: String,
+    /// 1-based line (0 when the whole file is at fault).
+    pub line: usize,
+    /// What is wrong, naming the field.
+    pub message: String,
+}
+
+struct Ctx<'a> {
+    file: &'a str,
+}
+
+impl Ctx<'_> {
+    fn err(&self, line: usize, message: impl fmt::Display) -> PolicyError {
+        PolicyError {
+            file: self.file.to_owned(),
+            line,
+            message: message.to_string(),
+        }
+    }
+}
+
+fn line_of(node: &Node) -> usize {
+    node.span().start().map_or(0, |m| m.line())
+}
+
+fn key_line(key: &MarkedScalarNode) -> usize {
+    key.span().start().map_or(0, |m| m.line())
+}
+
+/// Refuses any key of `map` not in `allowed`.
+fn only(
+    ctx: &Ctx<'_>,
+    map: &MarkedMappingNode,
+    what: &str,
+    allowed: &[&str],
+) -> Result<(), PolicyError> {
+    for (key, _) in map.iter() {
+        if !allowed.contains(&key.as_str()) {
+            return Err(ctx.err(
+                key_line(key),
+                format!(
+                    "{what}: unknown field `{}`, expected one of {}",
+                    key.as_str(),
+                    allowed
+                        .iter()
+                        .map(|a| format!("`{a}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn scalar<'n>(
+    ctx: &Ctx<'_>,
+    node: &'n Node,
+    field: &str,
+) -> Result<&'n MarkedScalarNode, PolicyError> {
+    node.as_scalar().ok_or_else(|| {
+        ctx.err(
+            line_of(node),
+            format!("{field}: expected a value, found a mapping or list"),
+        )
+    })
+}
+
+fn string(ctx: &Ctx<'_>, node: &Node, field: &str) -> Result<String, PolicyError> {
+    Ok(scalar(ctx, node, field)?.as_str().to_owned())
+}
+
+fn positive(ctx: &Ctx<'_>, node: &Node, field: &str) -> Result<u64, PolicyError> {
+    match scalar(ctx, node, field)?.as_str().parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(ctx.err(
+            line_of(node),
+            format!("{field}: expected a whole number above 0"),
+        )),
+    }
+}
+
+fn axis(ctx: &Ctx<'_>, node: Option<&Node>, field: &str) -> Result<Option<String>, PolicyError> {
+    match node {
+        None => Ok(None),
+        Some(n) => {
+            let v = string(ctx, n, field)?;
+            if v.is_empty() {
+                return Err(ctx.err(
+                    line_of(n),
+                    format!("{field}: empty; omit it or write \"*\" to match anything"),
+                ));
+            }
+            Ok((v != "*").then_some(v))
+        }
+    }
+}
+
+impl PolicySet {
+    /// Parses version-1 policy YAML. `file` names it in errors.
+    ///
+    /// # Errors
+    /// A [`PolicyError`] naming the line and field at fault.
+    pub fn parse(text: &str, file: &str) -> Result<PolicySet, PolicyError> {
+        let ctx = Ctx { file };
+        let options = marked_yaml::LoaderOptions::default().error_on_duplicate_keys(true);
+        let root = marked_yaml::parse_yaml_with_options(0, text, options)
+            .map_err(|e| ctx.err(0, format!("not a policy document: {e}")))?;
+        let top = root
+            .as_mapping()
+            .ok_or_else(|| ctx.err(line_of(&root), "expected a mapping at the top"))?;
+        only(&ctx, top, "policy", &["version", "default", "rules"])?;
+
+        let version = top
+            .get_node("version")
+            .ok_or_else(|| ctx.err(1, "version: missing (this reader knows version 1)"))?;
+        if scalar(&ctx, version, "version")?.as_str() != "1" {
+            return Err(ctx.err(line_of(version), "version: expected 1"));
+        }
+        let default = match top.get_node("default") {
+            None => Action::Allow,
+            Some(n) => match scalar(&ctx, n, "default")?.as_str() {
+                "allow" => Action::Allow,
+                "deny" => Action::Deny,
+                other => {
+                    return Err(ctx.err(
+                        line_of(n),
+                        format!("default: expected allow or deny, found {other:?}"),
+                    ));
+                }
+            },
+        };
+
+        let mut rules: Vec<Rule> = Vec::new();
+        if let Some(list) = top.get_node("rules") {
+            let seq = list
+                .as_sequence()
+                .ok_or_else(|| ctx.err(line_of(list), "rules: expected a list of rules"))?;
+            for node in seq.iter() {
+                let rule = parse_rule(&ctx, node)?;
+                if let Some(first) = rules.iter().find(|r| r.id == rule.id) {
+                    return Err(ctx.err(
+                        rule.line,
+                        format!(
+                            "id: duplicate id {:?} (first at line {})",
+                            rule.id, first.line
+                        ),
+                    ));
+                }
+                rules.push(rule);
+            }
+        }
+        let hash = PolicySetHash::of_canonical_set(&projection(default, &rules).to_canonical());
+        Ok(PolicySet {
+            default,
+            rules,
+            hash,
+        })
+    }
+
+    /// SHA-256 of the canonical JSON projection of the parsed set.
+    pub fn hash(&self) -> PolicySetHash {
+        self.hash
+    }
+
+    /// The rule that decides a call, or `None` for the set's default.
+    pub fn select(&self, tool: &str, capability: &str, role: &str) -> Option<&Rule> {
+        let mut best: Option<&Rule> = None;
+        for rule in self
+            .rules
+            .iter()
+            .filter(|r| r.matches(tool, capability, role))
+        {
+            let better = match best {
+                None => true,
+                Some(b) => {
+                    let deny = |r: &Rule| r.action == Action::Deny;
+                    (deny(rule), rule.specificity(), rule.priority)
+                        > (deny(b), b.specificity(), b.priority)
+                }
+            };
+            if better {
+                best = Some(rule);
+            }
+        }
+        best
+    }
+}
+
+fn parse_rule(ctx: &Ctx<'_>, node: &Node) -> Result<Rule, PolicyError> {
+    let line = line_of(node);
+    let map = node
+        .as_mapping()
+        .ok_or_else(|| ctx.err(line, "rules: each rule is a mapping"))?;
+    only(
+        ctx,
+        map,
+        "rule",
+        &[
+            "id",
+            "action",
+            "tool",
+            "capability",
+            "role",
+            "priority",
+            "reason",
+            "rate",
+            "limits",
+        ],
+    )?;
+    let id = match map.get_node("id") {
+        Some(n) => string(ctx, n, "id")?,
+        None => return Err(ctx.err(line, "id: missing")),
+    };
+    let action_node = map
+        .get_node("action")
+        .ok_or_else(|| ctx.err(line, format!("action: missing in rule {id:?}")))?;
+    let action = match scalar(ctx, action_node, "action")?.as_str() {
+        "allow" => Action::Allow,
+        "deny" => Action::Deny,
+        "rate_limit" => Action::RateLimit,
+        "pending_approval" => Action::PendingApproval,
+        other => {
+            return Err(ctx.err(
+                line_of(action_node),
+                format!(
+                    "action: expected allow, deny, rate_limit or pending_approval, found {other:?}"
+                ),
+            ));
+        }
+    };
+    let priority = match map.get_node("priority") {
+        None => 0,
+        Some(n) => scalar(ctx, n, "priority")?
+            .as_str()
+            .parse::<i64>()
+            .map_err(|_| ctx.err(line_of(n), "priority: expected a whole number"))?,
+    };
+    let rate = match (map.get_node("rate"), action) {
+        (None, Action::RateLimit) => {
+            return Err(ctx.err(
+                line,
+                format!("rate: rule {id:?} is rate_limit and needs `rate: {{ max, per_seconds }}`"),
+            ));
+        }
+        (None, _) => None,
+        (Some(n), Action::RateLimit) => {
+            let r = n
+                .as_mapping()
+                .ok_or_else(|| ctx.err(line_of(n), "rate: expected `{ max, per_seconds }`"))?;
+            only(ctx, r, "rate", &["max", "per_seconds"])?;
+            let get = |k: &str| {
+                r.get_node(k)
+                    .ok_or_else(|| ctx.err(line_of(n), format!("rate.{k}: missing")))
+                    .and_then(|v| positive(ctx, v, &format!("rate.{k}")))
+            };
+            Some(Rate {
+                max: get("max")?,
+                per_seconds: get("per_seconds")?,
+            })
+        }
+        (Some(n), other) => {
+            return Err(ctx.err(
+                line_of(n),
+                format!(
+                    "rate: only a rate_limit rule takes a rate, and {id:?} is {}",
+                    other.word()
+                ),
+            ));
+        }
+    };
+    let limits = match map.get_node("limits") {
+        None => RuleLimits::default(),
+        Some(n) => {
+            let l = n
+                .as_mapping()
+                .ok_or_else(|| ctx.err(line_of(n), "limits: expected a mapping"))?;
+            only(
+                ctx,
+                l,
+                "limits",
+                &["max_memory_bytes", "max_wall_ms", "max_output_bytes"],
+            )?;
+            let get = |k: &str| {
+                l.get_node(k)
+                    .map(|v| positive(ctx, v, &format!("limits.{k}")))
+                    .transpose()
+            };
+            RuleLimits {
+                max_memory_bytes: get("max_memory_bytes")?,
+                max_wall_ms: get("max_wall_ms")?,
+                max_output_bytes: get("max_output_bytes")?,
+            }
+        }
+    };
+    Ok(Rule {
+        tool: axis(ctx, map.get_node("tool"), "tool")?,
+        capability: axis(ctx, map.get_node("capability"), "capability")?,
+        role: axis(ctx, map.get_node("role"), "role")?,
+        reason: map
+            .get_node("reason")
+            .map(|n| string(ctx, n, "reason"))
+            .transpose()?,
+        id,
+        action,
+        priority,
+        rate,
+        limits,
+        line,
+    })
+}
+
+/// The canonical projection the hash covers: every field the evaluator reads, numbers
+/// as decimal strings (so no policy can leave the record's value space), rule order kept.
+fn projection(default: Action, rules: &[Rule]) -> Object {
+    let mut set = Object::new();
+    set.insert("version", "1");
+    set.insert("default", default.word());
+    let rules: Vec<Value> = rules
+        .iter()
+        .map(|r| {
+            let mut o = Object::new();
+            o.insert("id", r.id.as_str());
+            o.insert("action", r.action.word());
+            o.insert_opt("tool", r.tool.as_deref());
+            o.insert_opt("capability", r.capability.as_deref());
+            o.insert_opt("role", r.role.as_deref());
+            o.insert("priority", r.priority.to_string());
+            o.insert_opt("reason", r.reason.as_deref());
+            if let Some(rate) = r.rate {
+                let mut q = Object::new();
+                q.insert("max", rate.max.to_string());
+                q.insert("per_seconds", rate.per_seconds.to_string());
+                o.insert("rate", q);
+            }
+            let mut l = Object::new();
+            l.insert_opt(
+                "max_memory_bytes",
+                r.limits.max_memory_bytes.map(|n| n.to_string()),
+            );
+            l.insert_opt("max_wall_ms", r.limits.max_wall_ms.map(|n| n.to_string()));
+            l.insert_opt(
+                "max_output_bytes",
+                r.limits.max_output_bytes.map(|n| n.to_string()),
+            );
+            if !l.is_empty() {
+                o.insert("limits", l);
+            }
+            Value::Object(o)
+        })
+        .collect();
+    set.insert("rules", Value::Array(rules));
+    set
+}

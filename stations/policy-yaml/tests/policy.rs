@@ -1,0 +1,228 @@
+//! The YAML policy station: errors name file, line and field; resolution ignores file
+//! order; the hash follows meaning, not text; rate limits hold across threads; a bad
+//! reload keeps the old set.
+
+use aegis_policy_yaml::{PolicyEngine, PolicySet};
+use aegis_station_api::Verdict;
+
+const POLICY: &str = r#"version: 1
+default: deny
+rules:
+  - id: allow-notes
+    action: allow
+    tool: read-notes
+    limits: { max_memory_bytes: 33554432, max_wall_ms: 5000 }
+  - id: deny-net
+    action: deny
+    capability: net
+    reason: "no network here"
+  - id: ops-notes
+    action: allow
+    tool: read-notes
+    role: ops
+    priority: 5
+  - id: search-rate
+    action: rate_limit
+    tool: search
+    rate: { max: 3, per_seconds: 3600 }
+  - id: approve-deploy
+    action: pending_approval
+    tool: deploy
+"#;
+
+fn err(text: &str) -> String {
+    PolicySet::parse(text, "p.yaml").unwrap_err().to_string()
+}
+
+fn engine() -> PolicyEngine {
+    PolicyEngine::new(PolicySet::parse(POLICY, "p.yaml").unwrap())
+}
+
+#[test]
+fn errors_name_file_line_and_field() {
+    let e = err("version: 1\nrules:\n  - id: a\n    action: deny\n    tol: x\n");
+    assert!(e.starts_with("p.yaml:5: rule: unknown field `tol`"), "{e}");
+    let e = err("version: 1\nrules:\n  - id: a\n    action: deny\n  - id: a\n    action: allow\n");
+    assert!(
+        e.starts_with("p.yaml:5: id: duplicate id \"a\" (first at line 3)"),
+        "{e}"
+    );
+    let e = err("version: 1\nrules:\n  - id: r\n    action: rate_limit\n    tool: s\n");
+    assert!(e.starts_with("p.yaml:3: rate:"), "{e}");
+    let e = err(
+        "version: 1\nrules:\n  - id: r\n    action: rate_limit\n    rate: { max: 0, per_seconds: 60 }\n",
+    );
+    assert!(
+        e.starts_with("p.yaml:5: rate.max: expected a whole number above 0"),
+        "{e}"
+    );
+    let e = err(
+        "version: 1\nrules:\n  - id: r\n    action: deny\n    rate: { max: 1, per_seconds: 60 }\n",
+    );
+    assert!(
+        e.starts_with("p.yaml:5: rate: only a rate_limit rule takes a rate"),
+        "{e}"
+    );
+    let e = err("version: 2\n");
+    assert!(e.starts_with("p.yaml:1: version: expected 1"), "{e}");
+    let e = err("version: 1\nstrict: true\n");
+    assert!(
+        e.starts_with("p.yaml:2: policy: unknown field `strict`"),
+        "{e}"
+    );
+    let e = err("version: 1\ndefault: maybe\n");
+    assert!(e.starts_with("p.yaml:2: default:"), "{e}");
+    let e = err("version: 1\nversion: 1\n");
+    assert!(e.contains("Duplicate key"), "{e}");
+    assert!(!err("rules: [").contains('\n'));
+}
+
+#[test]
+fn deny_wins_then_specificity_then_priority_then_default() {
+    let e = engine();
+    // A matching deny beats a more specific allow.
+    assert_eq!(e.decide("read-notes", "net", "ops").verdict, Verdict::DENY);
+    // The most specific allow wins over the general one, whatever the file order.
+    let d = e.decide("read-notes", "fs.read", "ops");
+    assert_eq!(
+        (
+            d.verdict,
+            d.matched_rule.as_ref().into_option().map(|s| s.as_str())
+        ),
+        (Verdict::ALLOW, Some("ops-notes"))
+    );
+    // A role-scoped rule does not match a call that claims no role.
+    let d = e.decide("read-notes", "fs.read", "");
+    assert_eq!(
+        d.matched_rule.as_ref().into_option().map(|s| s.as_str()),
+        Some("allow-notes")
+    );
+    assert_eq!(d.limits.max_memory_bytes.into_option(), Some(33_554_432));
+    // No match: the default.
+    let d = e.decide("shell", "", "");
+    assert_eq!((d.verdict, d.matched_rule.is_none()), (Verdict::DENY, true));
+}
+
+#[test]
+fn file_order_never_decides_between_different_rules() {
+    let reversed = {
+        let head = "version: 1\ndefault: deny\nrules:\n";
+        let rules: Vec<&str> = POLICY.split("\n  - ").skip(1).collect();
+        let mut text = head.to_owned();
+        for r in rules.iter().rev() {
+            text.push_str("  - ");
+            text.push_str(r.trim_end());
+            text.push('\n');
+        }
+        text
+    };
+    let a = engine();
+    let b = PolicyEngine::new(PolicySet::parse(&reversed, "r.yaml").unwrap());
+    for (tool, cap, role) in [
+        ("read-notes", "net", "ops"),
+        ("read-notes", "fs.read", "ops"),
+        ("read-notes", "fs.read", ""),
+        ("deploy", "", ""),
+        ("shell", "", ""),
+    ] {
+        let (x, y) = (a.decide(tool, cap, role), b.decide(tool, cap, role));
+        assert_eq!(x.verdict, y.verdict, "{tool} {cap} {role}");
+        assert_eq!(x.matched_rule, y.matched_rule, "{tool} {cap} {role}");
+    }
+}
+
+#[test]
+fn the_hash_follows_meaning_not_text() {
+    let base = PolicySet::parse(POLICY, "a").unwrap().hash();
+    let respelled = POLICY
+        .replace(
+            "    action: deny\n    capability: net",
+            "    capability: net\n    action: deny",
+        )
+        .replace("tool: deploy", "tool: \"deploy\"\n    role: \"*\"");
+    let with_comment = format!("# a comment\n{respelled}");
+    assert_eq!(PolicySet::parse(&with_comment, "b").unwrap().hash(), base);
+    for semantic in [
+        POLICY.replace("priority: 5", "priority: 6"),
+        POLICY.replace("max: 3", "max: 4"),
+        POLICY.replace("default: deny", "default: allow"),
+        POLICY.replace("no network here", "no network"),
+    ] {
+        assert_ne!(
+            PolicySet::parse(&semantic, "c").unwrap().hash(),
+            base,
+            "{semantic}"
+        );
+    }
+}
+
+#[test]
+fn rate_limits_hold_across_threads() {
+    let e = engine();
+    let allowed = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                for _ in 0..10 {
+                    if e.decide("search", "", "").verdict == Verdict::ALLOW {
+                        allowed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(
+        allowed.into_inner(),
+        3,
+        "max 3 per hour: 3 of 80 calls pass"
+    );
+    let d = e.decide("search", "", "");
+    assert_eq!(d.verdict, Verdict::RATE_LIMIT);
+    assert!(
+        d.reason.as_str().contains("3 calls per 3600 s"),
+        "{}",
+        d.reason
+    );
+}
+
+#[test]
+fn pending_approval_mints_a_fresh_id_and_refuses() {
+    let e = engine();
+    let a = e.decide("deploy", "", "");
+    let b = e.decide("deploy", "", "");
+    assert_eq!(a.verdict, Verdict::PENDING_APPROVAL);
+    let (a, b) = (
+        a.approval_id.into_option().unwrap(),
+        b.approval_id.into_option().unwrap(),
+    );
+    assert!(a.as_str().starts_with("apr-") && a.len() == 36, "{a}");
+    assert_ne!(a, b);
+}
+
+#[test]
+fn a_bad_reload_keeps_the_old_set() {
+    let e = engine();
+    let before = e.current().hash();
+    let err = e
+        .reload("version: 1\nrules:\n  - id: x\n", "new.yaml")
+        .unwrap_err();
+    assert_eq!(err.line, 3);
+    assert_eq!(e.current().hash(), before);
+    assert_eq!(e.decide("shell", "", "").verdict, Verdict::DENY);
+    e.reload("version: 1\ndefault: allow\n", "new.yaml")
+        .unwrap();
+    assert_ne!(e.current().hash(), before);
+    assert_eq!(e.decide("shell", "", "").verdict, Verdict::ALLOW);
+}
+
+#[test]
+fn config_reads_the_file_and_names_it_in_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(&path, "version: 1\nrules:\n  - id: a\n    action: nope\n").unwrap();
+    let e = PolicyEngine::from_config(&format!("path = {:?}", path)).unwrap_err();
+    assert!(e.message.contains("bad.yaml:4: action:"), "{}", e.message);
+    std::fs::write(&path, POLICY).unwrap();
+    assert!(PolicyEngine::from_config(&format!("path = {:?}", path)).is_ok());
+    assert!(PolicyEngine::from_config("path = \"/nonexistent.yaml\"").is_err());
+}
