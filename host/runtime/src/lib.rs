@@ -6,6 +6,7 @@
 //! and sandbox land next, on top of these.
 
 pub mod audit;
+pub mod capability;
 pub mod plugin;
 pub mod profile;
 pub mod registry;

@@ -1,0 +1,439 @@
+//! The capability station: tool manifests in, grants out. Always the host's, never a
+//! plugin.
+//!
+//! # Guarantees
+//! - **Default-deny.** Only a registered manifest mints a [`Grant`]; an unregistered
+//!   tool, a capability the manifest does not declare, or a root that no longer
+//!   resolves is refused before any effect.
+//! - **A grant is proof.** [`Grant`] has no public constructor: only
+//!   [`ToolRegistry::resolve`] mints one, and [`Grant::narrow`] can only shrink it.
+//! - **Least authority.** A call that names a capability gets only that axis of the
+//!   manifest (`fs.read` gets the read roots and nothing else).
+//! - **Limits only narrow.** Policy limits are applied as a minimum on every axis; a
+//!   narrowed grant never exceeds its parent (property-tested).
+//! - **Roots are canonical.** Registration resolves every root once (symlinks, `..`),
+//!   so the sandbox is configured from real paths.
+//!
+//! # Non-guarantees
+//! - A manifest states authority; it does not enforce it. The sandbox (or, for host
+//!   tools, the checks in the handler context) does.
+
+use aegis_record::json::MAX_SAFE_INTEGER;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Default ceilings for a manifest that names none.
+pub const DEFAULT_LIMITS: Limits = Limits {
+    max_memory_bytes: 64 << 20,
+    max_wall_ms: 5_000,
+    max_output_bytes: 1 << 20,
+};
+
+/// Resource ceilings for one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Total linear memory.
+    pub max_memory_bytes: u64,
+    /// Wall-clock time.
+    pub max_wall_ms: u64,
+    /// Bytes of output.
+    pub max_output_bytes: u64,
+}
+
+/// Ceilings a policy asks for; each only narrows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NarrowingLimits {
+    /// Memory ceiling, if any.
+    pub max_memory_bytes: Option<u64>,
+    /// Wall-clock ceiling, if any.
+    pub max_wall_ms: Option<u64>,
+    /// Output ceiling, if any.
+    pub max_output_bytes: Option<u64>,
+}
+
+impl Limits {
+    /// The smaller of each ceiling.
+    #[must_use]
+    pub fn narrowed(self, by: &NarrowingLimits) -> Limits {
+        let min = |a: u64, b: Option<u64>| b.map_or(a, |b| a.min(b));
+        Limits {
+            max_memory_bytes: min(self.max_memory_bytes, by.max_memory_bytes),
+            max_wall_ms: min(self.max_wall_ms, by.max_wall_ms),
+            max_output_bytes: min(self.max_output_bytes, by.max_output_bytes),
+        }
+    }
+}
+
+/// What runs the tool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolKind {
+    /// A WebAssembly component, run in the per-call sandbox.
+    Wasm {
+        /// The component file.
+        component: PathBuf,
+    },
+    /// A host handler (Model B): checked, not isolated.
+    Host,
+}
+
+/// One allowed network destination.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NetRule {
+    /// Host name or address.
+    pub host: String,
+    /// Allowed ports.
+    pub ports: Vec<u16>,
+    /// Allowed methods, upper case.
+    pub methods: Vec<String>,
+}
+
+/// A tool's declared authority.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolManifest {
+    /// Unique id.
+    pub id: String,
+    /// What runs it.
+    pub kind: ToolKind,
+    /// Roots it may read beneath.
+    pub fs_read: Vec<PathBuf>,
+    /// Roots it may write beneath.
+    pub fs_write: Vec<PathBuf>,
+    /// Destinations it may reach.
+    pub net: Vec<NetRule>,
+    /// Its ceilings ([`DEFAULT_LIMITS`] when not given).
+    pub limits: Limits,
+}
+
+/// Why a manifest could not be registered.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistrationError {
+    /// Another manifest has this id.
+    #[error("tool {0:?} is already registered")]
+    DuplicateId(String),
+    /// A root does not resolve to a directory.
+    #[error("tool {tool:?}: root {root} does not resolve: {source}")]
+    Root {
+        /// The tool.
+        tool: String,
+        /// The root as given.
+        root: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A root resolves to something other than a directory.
+    #[error("tool {tool:?}: root {root} is not a directory")]
+    NotADirectory {
+        /// The tool.
+        tool: String,
+        /// The root as given.
+        root: PathBuf,
+    },
+    /// A wasm tool whose component file is missing, or is not a file.
+    #[error("tool {tool:?}: component {component} is not a readable file")]
+    Component {
+        /// The tool.
+        tool: String,
+        /// The component path.
+        component: PathBuf,
+    },
+    /// A ceiling of zero, or beyond what the record can carry.
+    #[error("tool {tool:?}: {field} must be between 1 and 2^53 - 1")]
+    Limit {
+        /// The tool.
+        tool: String,
+        /// Which ceiling.
+        field: &'static str,
+    },
+    /// An empty id or host.
+    #[error("tool {tool:?}: {what}")]
+    Invalid {
+        /// The tool.
+        tool: String,
+        /// What is wrong.
+        what: &'static str,
+    },
+}
+
+/// Why a call got no grant. Each variant names the axis refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CapabilityDenied {
+    /// No manifest for the tool.
+    #[error("tool {0:?} is not registered")]
+    Unregistered(String),
+    /// The tool's manifest does not declare the capability asked for.
+    #[error("tool {tool:?} does not declare capability {capability:?}")]
+    Undeclared {
+        /// The tool.
+        tool: String,
+        /// The capability.
+        capability: String,
+    },
+    /// A root of the manifest no longer resolves.
+    #[error("tool {tool:?}: root {root} no longer resolves")]
+    RootGone {
+        /// The tool.
+        tool: String,
+        /// The root.
+        root: PathBuf,
+    },
+}
+
+impl CapabilityDenied {
+    /// The axis refused, for the record's `denied_capability`.
+    pub fn axis(&self) -> &str {
+        match self {
+            CapabilityDenied::Unregistered(_) => "tool.registry",
+            CapabilityDenied::Undeclared { capability, .. } => capability,
+            CapabilityDenied::RootGone { .. } => "fs",
+        }
+    }
+}
+
+/// Authority minted for one call. Only [`ToolRegistry::resolve`] makes one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    grant_id: String,
+    tool_id: String,
+    fs_read: Vec<PathBuf>,
+    fs_write: Vec<PathBuf>,
+    net: Vec<NetRule>,
+    limits: Limits,
+}
+
+impl Grant {
+    /// Names the grant in the record.
+    pub fn id(&self) -> &str {
+        &self.grant_id
+    }
+    /// The tool it was minted for.
+    pub fn tool_id(&self) -> &str {
+        &self.tool_id
+    }
+    /// Canonical roots readable.
+    pub fn fs_read(&self) -> &[PathBuf] {
+        &self.fs_read
+    }
+    /// Canonical roots writable.
+    pub fn fs_write(&self) -> &[PathBuf] {
+        &self.fs_write
+    }
+    /// Reachable destinations.
+    pub fn net(&self) -> &[NetRule] {
+        &self.net
+    }
+    /// Ceilings.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The same grant with smaller ceilings: never larger on any axis.
+    #[must_use]
+    pub fn narrow(&self, by: &NarrowingLimits) -> Grant {
+        Grant {
+            limits: self.limits.narrowed(by),
+            ..self.clone()
+        }
+    }
+
+    /// The grant as the record states it.
+    pub fn to_record(&self) -> aegis_record::CapabilityGrant {
+        let safe =
+            |n: u64| aegis_record::json::SafeInt::new(n.min(MAX_SAFE_INTEGER)).unwrap_or_default();
+        let paths = |p: &[PathBuf]| p.iter().map(|p| p.display().to_string()).collect();
+        aegis_record::CapabilityGrant {
+            grant_id: self.grant_id.clone(),
+            tool_id: self.tool_id.clone(),
+            fs: (!self.fs_read.is_empty() || !self.fs_write.is_empty()).then(|| {
+                aegis_record::FsScope {
+                    read_paths: paths(&self.fs_read),
+                    write_paths: paths(&self.fs_write),
+                }
+            }),
+            net: (!self.net.is_empty()).then(|| aegis_record::NetScope {
+                http: self
+                    .net
+                    .iter()
+                    .map(|r| aegis_record::HttpRule {
+                        host: r.host.clone(),
+                        ports: r.ports.clone(),
+                        methods: r.methods.clone(),
+                    })
+                    .collect(),
+            }),
+            max_memory_bytes: safe(self.limits.max_memory_bytes),
+            max_wall_ms: safe(self.limits.max_wall_ms),
+            max_output_bytes: safe(self.limits.max_output_bytes),
+        }
+    }
+}
+
+/// The capabilities a manifest declares, by name.
+fn declares(m: &ToolManifest, capability: &str) -> bool {
+    match capability {
+        "fs.read" => !m.fs_read.is_empty() || !m.fs_write.is_empty(),
+        "fs.write" => !m.fs_write.is_empty(),
+        "net.http" => !m.net.is_empty(),
+        _ => false,
+    }
+}
+
+/// Registered tools. Built once; read by every call.
+#[derive(Debug, Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<String, ToolManifest>,
+    minted: std::sync::atomic::AtomicU64,
+}
+
+fn canonical_root(tool: &str, root: &Path) -> Result<PathBuf, RegistrationError> {
+    let canonical = std::fs::canonicalize(root).map_err(|source| RegistrationError::Root {
+        tool: tool.to_owned(),
+        root: root.to_owned(),
+        source,
+    })?;
+    if !canonical.is_dir() {
+        return Err(RegistrationError::NotADirectory {
+            tool: tool.to_owned(),
+            root: root.to_owned(),
+        });
+    }
+    Ok(canonical)
+}
+
+impl ToolRegistry {
+    /// An empty registry: every call is refused until a manifest is registered.
+    pub fn new() -> ToolRegistry {
+        ToolRegistry::default()
+    }
+
+    /// Checks and stores a manifest, canonicalizing its roots once.
+    ///
+    /// # Errors
+    /// See [`RegistrationError`].
+    pub fn register(&mut self, mut m: ToolManifest) -> Result<(), RegistrationError> {
+        let tool = m.id.clone();
+        if tool.is_empty() {
+            return Err(RegistrationError::Invalid {
+                tool,
+                what: "empty id",
+            });
+        }
+        if self.tools.contains_key(&tool) {
+            return Err(RegistrationError::DuplicateId(tool));
+        }
+        if let ToolKind::Wasm { component } = &m.kind
+            && !component.is_file()
+        {
+            return Err(RegistrationError::Component {
+                tool,
+                component: component.clone(),
+            });
+        }
+        for (field, v) in [
+            ("max_memory_bytes", m.limits.max_memory_bytes),
+            ("max_wall_ms", m.limits.max_wall_ms),
+            ("max_output_bytes", m.limits.max_output_bytes),
+        ] {
+            if v == 0 || v > MAX_SAFE_INTEGER {
+                return Err(RegistrationError::Limit { tool, field });
+            }
+        }
+        if m.net.iter().any(|r| r.host.is_empty()) {
+            return Err(RegistrationError::Invalid {
+                tool,
+                what: "a net rule with an empty host",
+            });
+        }
+        m.fs_read = m
+            .fs_read
+            .iter()
+            .map(|r| canonical_root(&tool, r))
+            .collect::<Result<_, _>>()?;
+        m.fs_write = m
+            .fs_write
+            .iter()
+            .map(|r| canonical_root(&tool, r))
+            .collect::<Result<_, _>>()?;
+        for rule in &mut m.net {
+            rule.methods
+                .iter_mut()
+                .for_each(|x| x.make_ascii_uppercase());
+            rule.host.make_ascii_lowercase();
+        }
+        self.tools.insert(tool, m);
+        Ok(())
+    }
+
+    /// The manifest for `tool`, if registered.
+    pub fn manifest(&self, tool: &str) -> Option<&ToolManifest> {
+        self.tools.get(tool)
+    }
+
+    /// Mints a grant for one call, default-deny, narrowed by the policy's limits.
+    ///
+    /// `capability` is the axis the call names (`fs.read`, `fs.write`, `net.http`), or
+    /// `None` for everything the manifest declares.
+    ///
+    /// # Errors
+    /// See [`CapabilityDenied`]; nothing is minted.
+    pub fn resolve(
+        &self,
+        tool: &str,
+        capability: Option<&str>,
+        policy_limits: &NarrowingLimits,
+    ) -> Result<Grant, CapabilityDenied> {
+        let m = self
+            .tools
+            .get(tool)
+            .ok_or_else(|| CapabilityDenied::Unregistered(tool.to_owned()))?;
+        if let Some(c) = capability
+            && !declares(m, c)
+        {
+            return Err(CapabilityDenied::Undeclared {
+                tool: tool.to_owned(),
+                capability: c.to_owned(),
+            });
+        }
+        let wants = |axis: &str| capability.is_none_or(|c| c == axis);
+        let fs_read = if wants("fs.read") {
+            // fs.read also covers the write roots' contents, read-only.
+            let mut r = m.fs_read.clone();
+            if capability == Some("fs.read") {
+                r.extend(m.fs_write.iter().cloned());
+            }
+            r
+        } else {
+            Vec::new()
+        };
+        let fs_write = if wants("fs.write") {
+            m.fs_write.clone()
+        } else {
+            Vec::new()
+        };
+        let net = if wants("net.http") {
+            m.net.clone()
+        } else {
+            Vec::new()
+        };
+        for root in fs_read.iter().chain(&fs_write) {
+            if !root.is_dir() {
+                return Err(CapabilityDenied::RootGone {
+                    tool: tool.to_owned(),
+                    root: root.clone(),
+                });
+            }
+        }
+        let n = self
+            .minted
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Grant {
+            grant_id: format!("grant-{tool}-{n}"),
+            tool_id: tool.to_owned(),
+            fs_read,
+            fs_write,
+            net,
+            limits: m.limits.narrowed(policy_limits),
+        })
+    }
+}
