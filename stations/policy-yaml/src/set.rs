@@ -11,7 +11,7 @@
 //!   evaluator reads moves it.
 
 use aegis_record::PolicySetHash;
-use aegis_record::json::{Object, Value};
+use aegis_record::json::{Object, Value, quote};
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, Node};
 use std::fmt;
 
@@ -138,6 +138,22 @@ impl Ctx<'_> {
     }
 }
 
+/// Keeps a message from the YAML loader on one line: controls and bidi characters
+/// from the file become `\u{..}` escapes.
+fn one_line(message: &str) -> String {
+    message
+        .chars()
+        .map(|c| {
+            let bidi = matches!(u32::from(c), 0x202a..=0x202e | 0x2066..=0x2069 | 0x200e | 0x200f | 0x061c);
+            if c.is_control() || bidi {
+                format!("\\u{{{:04x}}}", u32::from(c))
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 fn line_of(node: &Node) -> usize {
     node.span().start().map_or(0, |m| m.line())
 }
@@ -158,8 +174,8 @@ fn only(
             return Err(ctx.err(
                 key_line(key),
                 format!(
-                    "{what}: unknown field `{}`, expected one of {}",
-                    key.as_str(),
+                    "{what}: unknown field {}, expected one of {}",
+                    quote(key.as_str()),
                     allowed
                         .iter()
                         .map(|a| format!("`{a}`"))
@@ -223,8 +239,12 @@ impl PolicySet {
     pub fn parse(text: &str, file: &str) -> Result<PolicySet, PolicyError> {
         let ctx = Ctx { file };
         let options = marked_yaml::LoaderOptions::default().error_on_duplicate_keys(true);
-        let root = marked_yaml::parse_yaml_with_options(0, text, options)
-            .map_err(|e| ctx.err(0, format!("not a policy document: {e}")))?;
+        let root = marked_yaml::parse_yaml_with_options(0, text, options).map_err(|e| {
+            ctx.err(
+                0,
+                format!("not a policy document: {}", one_line(&e.to_string())),
+            )
+        })?;
         let top = root
             .as_mapping()
             .ok_or_else(|| ctx.err(line_of(&root), "expected a mapping at the top"))?;
@@ -244,7 +264,7 @@ impl PolicySet {
                 other => {
                     return Err(ctx.err(
                         line_of(n),
-                        format!("default: expected allow or deny, found {other:?}"),
+                        format!("default: expected allow or deny, found {}", quote(other)),
                     ));
                 }
             },
@@ -261,8 +281,9 @@ impl PolicySet {
                     return Err(ctx.err(
                         rule.line,
                         format!(
-                            "id: duplicate id {:?} (first at line {})",
-                            rule.id, first.line
+                            "id: duplicate id {} (first at line {})",
+                            quote(&rule.id),
+                            first.line
                         ),
                     ));
                 }
@@ -333,7 +354,7 @@ fn parse_rule(ctx: &Ctx<'_>, node: &Node) -> Result<Rule, PolicyError> {
     };
     let action_node = map
         .get_node("action")
-        .ok_or_else(|| ctx.err(line, format!("action: missing in rule {id:?}")))?;
+        .ok_or_else(|| ctx.err(line, format!("action: missing in rule {}", quote(&id))))?;
     let action = match scalar(ctx, action_node, "action")?.as_str() {
         "allow" => Action::Allow,
         "deny" => Action::Deny,
@@ -343,7 +364,8 @@ fn parse_rule(ctx: &Ctx<'_>, node: &Node) -> Result<Rule, PolicyError> {
             return Err(ctx.err(
                 line_of(action_node),
                 format!(
-                    "action: expected allow, deny, rate_limit or pending_approval, found {other:?}"
+                    "action: expected allow, deny, rate_limit or pending_approval, found {}",
+                    quote(other)
                 ),
             ));
         }
@@ -359,7 +381,10 @@ fn parse_rule(ctx: &Ctx<'_>, node: &Node) -> Result<Rule, PolicyError> {
         (None, Action::RateLimit) => {
             return Err(ctx.err(
                 line,
-                format!("rate: rule {id:?} is rate_limit and needs `rate: {{ max, per_seconds }}`"),
+                format!(
+                    "rate: rule {} is rate_limit and needs `rate: {{ max, per_seconds }}`",
+                    quote(&id)
+                ),
             ));
         }
         (None, _) => None,
@@ -382,7 +407,8 @@ fn parse_rule(ctx: &Ctx<'_>, node: &Node) -> Result<Rule, PolicyError> {
             return Err(ctx.err(
                 line_of(n),
                 format!(
-                    "rate: only a rate_limit rule takes a rate, and {id:?} is {}",
+                    "rate: only a rate_limit rule takes a rate, and {} is {}",
+                    quote(&id),
                     other.word()
                 ),
             ));

@@ -41,7 +41,10 @@ fn engine() -> PolicyEngine {
 #[test]
 fn errors_name_file_line_and_field() {
     let e = err("version: 1\nrules:\n  - id: a\n    action: deny\n    tol: x\n");
-    assert!(e.starts_with("p.yaml:5: rule: unknown field `tol`"), "{e}");
+    assert!(
+        e.starts_with("p.yaml:5: rule: unknown field \"tol\""),
+        "{e}"
+    );
     let e = err("version: 1\nrules:\n  - id: a\n    action: deny\n  - id: a\n    action: allow\n");
     assert!(
         e.starts_with("p.yaml:5: id: duplicate id \"a\" (first at line 3)"),
@@ -67,7 +70,7 @@ fn errors_name_file_line_and_field() {
     assert!(e.starts_with("p.yaml:1: version: expected 1"), "{e}");
     let e = err("version: 1\nstrict: true\n");
     assert!(
-        e.starts_with("p.yaml:2: policy: unknown field `strict`"),
+        e.starts_with("p.yaml:2: policy: unknown field \"strict\""),
         "{e}"
     );
     let e = err("version: 1\ndefault: maybe\n");
@@ -225,4 +228,23 @@ fn config_reads_the_file_and_names_it_in_errors() {
     std::fs::write(&path, POLICY).unwrap();
     assert!(PolicyEngine::from_config(&format!("path = {:?}", path)).is_ok());
     assert!(PolicyEngine::from_config("path = \"/nonexistent.yaml\"").is_err());
+}
+
+/// Regressions (found by fuzzing): file text with newlines or terminal controls in a
+/// key — unknown or duplicated — must not break the one-line error.
+#[test]
+fn regression_errors_stay_on_one_line_whatever_the_keys_hold() {
+    for text in [
+        "? v\n\n ?",
+        "version: 1\nrules:\n  - id: a\n    action: deny\n    \"to\\nol\": x\n",
+        "\"a\\nb\": 1\n\"a\\nb\": 2\n",
+        "version: 1\n\"\\e[31m\\u202e\": 1\n",
+    ] {
+        let e = err(text);
+        assert!(
+            !e.contains('\n') && !e.contains('\u{1b}') && !e.contains('\u{202e}'),
+            "{e:?}"
+        );
+        assert!(e.starts_with("p.yaml:"), "{e}");
+    }
 }
