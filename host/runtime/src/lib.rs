@@ -10,6 +10,7 @@ pub mod capability;
 pub mod plugin;
 pub mod profile;
 pub mod registry;
+pub mod sandbox;
 
 pub use audit::{AuditNotice, OpenedAudit, RetentionError, export, open_audit};
 pub use plugin::{LoadError, Metadata, Origin, Plugin};
