@@ -129,39 +129,33 @@ fn golden_key() -> String {
         .to_owned()
 }
 
+fn verify_with_store(store: &Path, record: &Path) -> Output {
+    aegis()
+        .args(["verify", "--trust-store"])
+        .arg(store)
+        .arg(record)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn trust_store_pins_skips_comments_and_an_empty_store_fails_closed() {
     let dir = tempfile::tempdir().unwrap();
     let golden = vectors().join("golden/golden.aarl");
     let store = dir.path().join("trust");
     std::fs::write(&store, format!("# auditors' keys\n\n{}\n", golden_key())).unwrap();
-    let out = aegis()
-        .args(["verify", "--trust-store"])
-        .arg(&store)
-        .arg(&golden)
-        .output()
-        .unwrap();
+    let out = verify_with_store(&store, &golden);
     assert_eq!(out.status.code(), Some(0));
     assert!(stdout(&out).starts_with("Verified (pinned to "));
 
     // A store that yields no keys is a pin nothing satisfies, never "unpinned".
     std::fs::write(&store, "# truncated\n\n").unwrap();
-    let out = aegis()
-        .args(["verify", "--trust-store"])
-        .arg(&store)
-        .arg(&golden)
-        .output()
-        .unwrap();
+    let out = verify_with_store(&store, &golden);
     assert_eq!(out.status.code(), Some(1));
     assert!(stdout(&out).starts_with("Tampered — untrusted key at (session 0, seq 0)"));
 
     std::fs::write(&store, "not-a-key\n").unwrap();
-    let out = aegis()
-        .args(["verify", "--trust-store"])
-        .arg(&store)
-        .arg(&golden)
-        .output()
-        .unwrap();
+    let out = verify_with_store(&store, &golden);
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
     assert!(

@@ -19,25 +19,7 @@ struct Call {
 }
 
 fn outcome(call: &Call) -> OutcomeLine {
-    let mut o = OutcomeLine {
-        call_id: call.id.clone(),
-        tool_id: call.tool.clone(),
-        request_digest: RequestDigest::of_request(call.id.as_bytes()),
-        policy_set_hash: PolicySetHash::of_canonical_set(b"{}"),
-        policy: PolicyOutcome::Allowed,
-        capability: CapabilityOutcome::Denied {
-            reason: "no manifest".into(),
-            denied_capability: Some("tool.registry".into()),
-        },
-        execution: ExecutionOutcome::HostDenied {
-            reason: "not executed".into(),
-        },
-        grant_id: None,
-        response_digest: None,
-        wall_ms: None,
-        peak_memory_bytes: None,
-        decision_axes: DecisionAxes::default(),
-    };
+    let mut o = support::unrun_outcome(&call.id, &call.tool);
     match call.class % 4 {
         0 => {}
         1 => {
@@ -66,12 +48,8 @@ fn write(sessions: &[Vec<Call>]) -> Vec<u8> {
     for calls in sessions {
         let s = Session::open(Arc::new(sink.clone()), key(), tail, Object::new()).unwrap();
         for c in calls {
-            s.append_unsigned(&IntentLine {
-                call_id: c.id.clone(),
-                tool_id: c.tool.clone(),
-                request_digest: RequestDigest::of_request(c.id.as_bytes()),
-            })
-            .unwrap();
+            s.append_unsigned(&support::intent_for(&c.id, &c.tool))
+                .unwrap();
             s.append(&outcome(c)).unwrap();
         }
         tail = Some(s.close().unwrap());

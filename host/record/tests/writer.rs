@@ -11,33 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use support::vectors::key;
 
 fn intent(id: &str) -> IntentLine {
-    IntentLine {
-        call_id: id.into(),
-        tool_id: "echo".into(),
-        request_digest: RequestDigest::of_request(id.as_bytes()),
-    }
+    support::intent_for(id, "echo")
 }
 
 fn outcome(id: &str) -> OutcomeLine {
-    OutcomeLine {
-        call_id: id.into(),
-        tool_id: "echo".into(),
-        request_digest: RequestDigest::of_request(id.as_bytes()),
-        policy_set_hash: PolicySetHash::of_canonical_set(b"{}"),
-        policy: PolicyOutcome::Allowed,
-        capability: CapabilityOutcome::Denied {
-            reason: "no manifest".into(),
-            denied_capability: None,
-        },
-        execution: ExecutionOutcome::HostDenied {
-            reason: "not executed".into(),
-        },
-        grant_id: None,
-        response_digest: None,
-        wall_ms: None,
-        peak_memory_bytes: None,
-        decision_axes: DecisionAxes::default(),
-    }
+    support::unrun_outcome(id, "echo")
 }
 
 fn verdict(bytes: &[u8]) -> Verdict {
