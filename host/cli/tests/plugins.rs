@@ -22,6 +22,12 @@ fn aegis_in(dir: &Path) -> Command {
     c
 }
 
+/// Writes `profiles/<name>.toml` under `dir`, where `--profile <name>` finds it.
+fn write_profile(dir: &Path, name: &str, text: &str) {
+    std::fs::create_dir_all(dir.join("profiles")).unwrap();
+    std::fs::write(dir.join(format!("profiles/{name}.toml")), text).unwrap();
+}
+
 fn text(o: &[u8]) -> String {
     String::from_utf8(o.to_vec()).unwrap()
 }
@@ -54,12 +60,11 @@ fn the_default_profile_works_from_an_empty_directory() {
 #[test]
 fn a_local_profile_overrides_and_errors_name_file_line_and_key() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("profiles")).unwrap();
-    std::fs::write(
-        dir.path().join("profiles/bad.toml"),
+    write_profile(
+        dir.path(),
+        "bad",
         "name = \"bad\"\ndescription = \"d\"\n[policy]\nplugin = \"builtin:policy-static\"\n[capability]\n[sandbox]\nreorder = true\n[audit]\nplugin = \"builtin:memory-sink\"\n",
-    )
-    .unwrap();
+    );
     let o = aegis_in(dir.path())
         .args(["--profile", "bad", "profiles", "show"])
         .output()
@@ -199,12 +204,11 @@ fn a_plugin_named_without_a_path_is_found_on_the_plugin_path() {
     std::fs::create_dir(&plugins).unwrap();
     let so = cdylib("aegis-sink-sqlite");
     std::fs::copy(&so, plugins.join("libaegis_sink_sqlite.so")).unwrap();
-    std::fs::create_dir(dir.path().join("profiles")).unwrap();
-    std::fs::write(
-        dir.path().join("profiles/named.toml"),
+    write_profile(
+        dir.path(),
+        "named",
         "name = \"named\"\ndescription = \"d\"\n[policy]\nplugin = \"builtin:policy-static\"\nconfig = { verdict = \"deny\" }\n[capability]\n[sandbox]\n[audit]\nplugin = \"aegis-sink-sqlite\"\nconfig = { path = \"a.db\" }\n",
-    )
-    .unwrap();
+    );
     let o = aegis_in(dir.path())
         .env("AEGIS_PLUGIN_PATH", &plugins)
         .args(["--profile", "named", "profiles", "show"])

@@ -25,6 +25,20 @@ fn request(tool: &str) -> PolicyRequest<'_> {
     }
 }
 
+/// Opens `sink` under a freshly generated key, as an operator with a real key would.
+fn open_with_fresh_key(
+    sink: aegis_station_api::AuditSinkBox,
+    plugin: &Plugin,
+) -> Result<aegis_runtime::OpenedAudit, RetentionError> {
+    open_audit(
+        sink,
+        plugin,
+        Some(SigningKey::generate().unwrap()),
+        &profile(),
+        &[],
+    )
+}
+
 fn profile() -> Profile {
     Profile::find("default").unwrap()
 }
@@ -175,14 +189,7 @@ fn a_panicking_plugin_becomes_an_error_and_the_host_keeps_working() {
     assert_eq!(err.kind, ErrorKind::PANIC);
 
     let sink = plugin.audit_sink("tail = \"panic\"").unwrap();
-    let err = open_audit(
-        sink,
-        &plugin,
-        Some(SigningKey::generate().unwrap()),
-        &profile(),
-        &[],
-    )
-    .unwrap_err();
+    let err = open_with_fresh_key(sink, &plugin).unwrap_err();
     assert!(
         matches!(err, RetentionError::TailUnreadable { .. }),
         "{err}"
@@ -194,14 +201,7 @@ fn a_panicking_plugin_becomes_an_error_and_the_host_keeps_working() {
 fn a_durable_sink_that_cannot_answer_its_tail_is_refused() {
     let plugin = Plugin::load(&cdylib("aegis-test-plugin-misbehaving"), None).unwrap();
     let sink = plugin.audit_sink("").unwrap();
-    let err = open_audit(
-        sink,
-        &plugin,
-        Some(SigningKey::generate().unwrap()),
-        &profile(),
-        &[],
-    )
-    .unwrap_err();
+    let err = open_with_fresh_key(sink, &plugin).unwrap_err();
     assert!(
         matches!(err, RetentionError::TailUnreadable { .. }),
         "{err}"
