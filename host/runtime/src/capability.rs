@@ -200,6 +200,8 @@ pub struct Grant {
     fs_write: Vec<PathBuf>,
     net: Vec<NetRule>,
     limits: Limits,
+    /// The grant's only root, as the manifest gave it and canonical, if it has one root.
+    single_root: Option<(PathBuf, PathBuf)>,
 }
 
 impl Grant {
@@ -226,6 +228,22 @@ impl Grant {
     /// Ceilings.
     pub fn limits(&self) -> Limits {
         self.limits
+    }
+
+    /// The grant's only filesystem root as `(as the manifest gave it, canonical)`, when
+    /// its read and write roots together name exactly one directory.
+    pub fn single_root(&self) -> Option<(&Path, &Path)> {
+        self.single_root
+            .as_ref()
+            .map(|(raw, canonical)| (raw.as_path(), canonical.as_path()))
+    }
+
+    /// The grant's only network destination, when it has one rule with one port.
+    pub fn single_destination(&self) -> Option<(&str, u16)> {
+        match self.net.as_slice() {
+            [rule] if rule.ports.len() == 1 => Some((&rule.host, rule.ports[0])),
+            _ => None,
+        }
     }
 
     /// The same grant with smaller ceilings: never larger on any axis.
@@ -283,6 +301,8 @@ fn declares(m: &ToolManifest, capability: &str) -> bool {
 #[derive(Debug, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, ToolManifest>,
+    /// Each canonical root's spelling in the manifest, for the record's decision axes.
+    given: BTreeMap<PathBuf, PathBuf>,
     minted: std::sync::atomic::AtomicU64,
 }
 
@@ -345,16 +365,17 @@ impl ToolRegistry {
                 what: "a net rule with an empty host",
             });
         }
-        m.fs_read = m
-            .fs_read
-            .iter()
-            .map(|r| canonical_root(&tool, r))
-            .collect::<Result<_, _>>()?;
-        m.fs_write = m
-            .fs_write
-            .iter()
-            .map(|r| canonical_root(&tool, r))
-            .collect::<Result<_, _>>()?;
+        let mut given = Vec::new();
+        for roots in [&mut m.fs_read, &mut m.fs_write] {
+            for root in roots.iter_mut() {
+                let canonical = canonical_root(&tool, root)?;
+                given.push((canonical.clone(), std::mem::replace(root, canonical)));
+            }
+        }
+        // The first spelling of a root wins; a later manifest naming it again keeps it.
+        for (canonical, raw) in given {
+            self.given.entry(canonical).or_insert(raw);
+        }
         for rule in &mut m.net {
             rule.methods
                 .iter_mut()
@@ -424,6 +445,19 @@ impl ToolRegistry {
                 });
             }
         }
+        let mut roots: Vec<&PathBuf> = fs_read.iter().chain(&fs_write).collect();
+        roots.sort();
+        roots.dedup();
+        let single_root = match roots.as_slice() {
+            [only] => Some((
+                self.given
+                    .get(*only)
+                    .cloned()
+                    .unwrap_or_else(|| (*only).clone()),
+                (*only).clone(),
+            )),
+            _ => None,
+        };
         let n = self
             .minted
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -434,6 +468,7 @@ impl ToolRegistry {
             fs_write,
             net,
             limits: m.limits.narrowed(policy_limits),
+            single_root,
         })
     }
 }
