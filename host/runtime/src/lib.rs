@@ -7,6 +7,7 @@
 
 pub mod audit;
 pub mod capability;
+pub mod handler;
 pub mod plugin;
 pub mod profile;
 pub mod registry;
