@@ -1,27 +1,57 @@
 //! Model A: a wasmtime store per call, configured from the grant alone.
 //!
+//! A tool is a component of one of two shapes, found once when it is prepared:
+//! - a wasip2 *command* (exports `wasi:cli/run`): the call's input is its stdin,
+//!   its stdout is the output, its exit status says how it ended;
+//! - an `aegis:tool/tool` *world* component (`tests/fixtures/wit/tool.wit`):
+//!   `export run: func(input: list<u8>) -> result<list<u8>, string>`. The input
+//!   is the `input` argument, `ok` is the output, and `err` is the tool declining
+//!   ([`Ending::ToolError`]). It may import WASI; its stdin is empty and its stdout
+//!   is discarded (the return value is the only way out).
+//!
 //! # Guarantees
 //! - The guest sees only the grant's roots, as preopens under their canonical paths:
 //!   read roots read-only, write roots read-write. No environment, no arguments beyond
-//!   those given, no sockets (a fresh WASI context has networking off).
+//!   those given, no sockets (a fresh WASI context has networking off). Both shapes
+//!   get the same context.
 //! - Memory: a limiter caps the *total* of all linear memories at the grant's ceiling.
 //! - Time: one engine-wide epoch ticker; each call gets a deadline of its ceiling in
 //!   ticks, and a guest still running then is interrupted.
-//! - Output: stdout is captured up to the ceiling; a guest that writes more fails
-//!   closed (`resource_exceeded` output) and none of its output is returned.
+//! - Output: a command's stdout is captured up to the ceiling; a world's `ok` bytes
+//!   and `err` message are held to the same ceiling. Either over it fails closed
+//!   (`resource_exceeded` output) and none of it is returned.
+//! - A component that is neither shape (or exports both) is refused when prepared,
+//!   before any guest code runs.
 //!
 //! # Non-guarantees
 //! - The wall-clock ceiling is enforced at tick granularity ([`TICK`]).
 //! - A host bug in wasmtime or wasmtime-wasi is outside what this module can contain.
+//! - The compilation cache ([`Sandbox::with_cache_dir`]) holds native code that is
+//!   loaded and run without any signature: whoever can write to the directory can run
+//!   code in this process. It is only as safe as the directory's permissions, which is
+//!   why a directory others can reach is refused.
+//! - The world shape's `err` message is the guest's words, not a verified reason.
+//! - A world's `ok` bytes or `err` message are copied into host memory before the
+//!   output ceiling is checked, so one call can briefly hold up to its memory ceiling
+//!   on the host (a command's stdout pipe stops at the output ceiling plus one byte).
+//!
+//! # Limits
+//! - [`TICK`] (5 ms): the wall-clock resolution, and the ticker thread's period.
+//! - Stderr: 64 KiB kept per call, the rest dropped.
+//! - Cache: wasmtime's own worker trims the directory (its default soft limits on
+//!   file count and total size); entries are keyed on the component's bytes and the
+//!   engine's settings, so a different wasmtime build or setting never reuses them.
 
 use crate::capability::Grant;
 use std::collections::HashMap;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap};
+use wasmtime::component::types::{ComponentItem, Type};
+use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker, ResourceTable};
+use wasmtime::{Cache, CacheConfig, Config, Engine, ResourceLimiter, Store, Trap};
 use wasmtime_wasi::p2::bindings::sync::CommandPre;
 use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxView, WasiView};
@@ -65,6 +95,10 @@ pub enum Ending {
     Trap(String),
     /// A ceiling stopped it.
     Exceeded(Exceeded),
+    /// A world component's `run` returned `err(message)`: the tool finished and
+    /// declined. No output is returned; the message is the guest's own words, held
+    /// to the output ceiling.
+    ToolError(String),
 }
 
 /// What a run produced.
@@ -72,9 +106,10 @@ pub enum Ending {
 pub struct Execution {
     /// How it ended.
     pub ending: Ending,
-    /// Stdout, only when the run succeeded: nothing else leaves the sandbox.
+    /// The output (a command's stdout, a world's `ok` bytes), only when the run
+    /// succeeded: nothing else leaves the sandbox.
     pub output: Option<Vec<u8>>,
-    /// Stderr (up to 64 KiB), for diagnostics.
+    /// Stderr (up to 64 KiB), for diagnostics, whatever the shape or ending.
     pub stderr: Vec<u8>,
     /// Wall time in the sandbox.
     pub wall_ms: u64,
@@ -105,6 +140,77 @@ pub enum SandboxError {
         /// What failed.
         message: String,
     },
+    /// The compilation cache directory could not be used, or others can reach it.
+    #[error("compilation cache {path}: {message}")]
+    Cache {
+        /// The directory.
+        path: PathBuf,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// Which of the two tool shapes a component has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// A wasip2 command: exports `wasi:cli/run`; input on stdin, output on stdout.
+    Command,
+    /// Exports the `aegis:tool/tool` world's `run`; input and output as values.
+    Tool,
+}
+
+/// Compilation cache counters of one [`Sandbox`], since it was built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Compilations served from the cache directory.
+    pub hits: usize,
+    /// Compilations done here and then written to the cache directory.
+    pub misses: usize,
+}
+
+/// A prepared component: pre-linked, with the export to call already found.
+#[derive(Clone)]
+enum Prepared {
+    Command(CommandPre<CallState>),
+    Tool {
+        pre: InstancePre<CallState>,
+        run: ComponentExportIndex,
+    },
+}
+
+/// The world `run`'s results. Lifted eagerly: wasmtime 48 runs the guest's
+/// post-return (which frees the buffer) inside `call`, so a lazy `WasmList` would
+/// read freed guest memory. The `world-read-file` test caught exactly that.
+type ToolResult = (Result<Vec<u8>, String>,);
+
+/// Finds the shape of `component`, or says why it has none.
+fn shape_of(linker: &Linker<CallState>, component: &Component) -> wasmtime::Result<Prepared> {
+    let pre = linker.instantiate_pre(component)?;
+    let command = CommandPre::new(pre.clone()).ok();
+    let tool = match component.get_export(None, "run") {
+        Some((ComponentItem::ComponentFunc(func), index)) => {
+            let list_of_u8 = |t: &Type| matches!(t, Type::List(l) if l.ty() == Type::U8);
+            let params: Vec<Type> = func.params().map(|(_, t)| t).collect();
+            let results: Vec<Type> = func.results().collect();
+            let fits = !func.async_()
+                && matches!(params.as_slice(), [p] if list_of_u8(p))
+                && matches!(results.as_slice(), [Type::Result(r)]
+                    if r.ok().as_ref().is_some_and(list_of_u8) && r.err() == Some(Type::String));
+            fits.then_some(index)
+        }
+        _ => None,
+    };
+    match (command, tool) {
+        (Some(command), None) => Ok(Prepared::Command(command)),
+        (None, Some(run)) => Ok(Prepared::Tool { pre, run }),
+        (Some(_), Some(_)) => Err(wasmtime::Error::msg(
+            "exports both wasi:cli/run and the aegis tool world's run; a tool has one shape",
+        )),
+        (None, None) => Err(wasmtime::Error::msg(
+            "exports neither wasi:cli/run nor the aegis tool world's run \
+             (run: func(input: list<u8>) -> result<list<u8>, string>)",
+        )),
+    }
 }
 
 struct MemoryCap {
@@ -161,7 +267,8 @@ impl WasiView for CallState {
 pub struct Sandbox {
     engine: Engine,
     linker: Linker<CallState>,
-    ready: Mutex<HashMap<PathBuf, CommandPre<CallState>>>,
+    ready: Mutex<HashMap<PathBuf, Prepared>>,
+    cache: Option<Cache>,
     stop: Arc<AtomicBool>,
 }
 
@@ -177,15 +284,74 @@ impl Drop for Sandbox {
     }
 }
 
+/// Makes `dir` (mode 0700 when created) and checks that only this user can reach it:
+/// cached code is run as native code, so a directory others can write to (or create
+/// entries under, through a group-writable subdirectory) would let them run code here.
+fn private_cache_dir(dir: &Path) -> Result<PathBuf, SandboxError> {
+    let failed = |message: String| SandboxError::Cache {
+        path: dir.to_owned(),
+        message,
+    };
+    let dir = std::path::absolute(dir).map_err(|e| failed(e.to_string()))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| failed(e.to_string()))?;
+    let meta = std::fs::metadata(&dir).map_err(|e| failed(e.to_string()))?;
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(failed(format!(
+            "owned by uid {}, not by this user (uid {me}); cached code runs as native code",
+            meta.uid()
+        )));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(failed(format!(
+            "mode {mode:o} lets others in; cached code runs as native code, use mode 700"
+        )));
+    }
+    Ok(dir)
+}
+
 impl Sandbox {
-    /// Builds the engine (epoch interruption on) and starts its ticker.
+    /// Builds the engine (epoch interruption on) and starts its ticker. Every
+    /// component is compiled in this process: no compilation cache.
     ///
     /// # Errors
     /// The engine or linker could not be built.
     pub fn new() -> Result<Sandbox, SandboxError> {
+        Sandbox::build(None)
+    }
+
+    /// Like [`Sandbox::new`], with wasmtime's compilation cache in `dir`: a
+    /// component compiled once (by any process using the same directory and the same
+    /// wasmtime build and settings) is loaded from there instead of compiled again.
+    /// `dir` is created with mode 0700 if missing.
+    ///
+    /// By default ([`Sandbox::new`]) there is no cache. Caching widens trust: see the
+    /// module's non-guarantees.
+    ///
+    /// # Errors
+    /// [`SandboxError::Cache`] if `dir` cannot be created, is not owned by this user,
+    /// or is reachable by group or others; otherwise as [`Sandbox::new`].
+    pub fn with_cache_dir(dir: &Path) -> Result<Sandbox, SandboxError> {
+        let dir = private_cache_dir(dir)?;
+        let mut config = CacheConfig::new();
+        config.with_directory(&dir);
+        let cache = Cache::new(config).map_err(|e| SandboxError::Cache {
+            path: dir,
+            message: format!("{e:#}"),
+        })?;
+        Sandbox::build(Some(cache))
+    }
+
+    fn build(cache: Option<Cache>) -> Result<Sandbox, SandboxError> {
         let mut config = Config::new();
         config.epoch_interruption(true);
         config.wasm_component_model(true);
+        config.cache(cache.clone());
         let engine = Engine::new(&config).map_err(|e| SandboxError::Engine(e.to_string()))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
@@ -205,11 +371,34 @@ impl Sandbox {
             engine,
             linker,
             ready: Mutex::new(HashMap::new()),
+            cache,
             stop,
         })
     }
 
-    fn prepare(&self, component: &Path) -> Result<CommandPre<CallState>, SandboxError> {
+    /// The compilation cache's hits and misses so far; `None` without a cache.
+    pub fn cache_stats(&self) -> Option<CacheStats> {
+        self.cache.as_ref().map(|c| CacheStats {
+            hits: c.cache_hits(),
+            misses: c.cache_misses(),
+        })
+    }
+
+    /// Compiles (or loads from the cache), links and pre-instantiates `component`
+    /// and finds its shape, without running anything. [`Sandbox::run`] does this on
+    /// first use; calling it first moves that cost out of the first call.
+    ///
+    /// # Errors
+    /// [`SandboxError::Component`] if the file cannot be read or compiled, needs
+    /// imports beyond WASI preview 2, or is neither shape.
+    pub fn prepare(&self, component: &Path) -> Result<Shape, SandboxError> {
+        Ok(match self.prepared(component)? {
+            Prepared::Command(_) => Shape::Command,
+            Prepared::Tool { .. } => Shape::Tool,
+        })
+    }
+
+    fn prepared(&self, component: &Path) -> Result<Prepared, SandboxError> {
         let mut ready = self.ready.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(pre) = ready.get(component) {
             return Ok(pre.clone());
@@ -219,18 +408,21 @@ impl Sandbox {
             message: e.to_string(),
         };
         let compiled = Component::from_file(&self.engine, component).map_err(failed)?;
-        let pre = self.linker.instantiate_pre(&compiled).map_err(failed)?;
-        let pre = CommandPre::new(pre).map_err(failed)?;
+        let pre = shape_of(&self.linker, &compiled).map_err(failed)?;
         ready.insert(component.to_owned(), pre.clone());
         Ok(pre)
     }
 
-    /// Runs a wasip2 command component under `grant`: `input` on stdin, `args` as its
-    /// arguments (after a program name), stdout returned only on success.
+    /// Runs `component` under `grant`. A command gets `input` on stdin and `args` as
+    /// its arguments (after a program name); its stdout is returned only on success.
+    /// A world component gets `input` as `run`'s argument (and `args` likewise as
+    /// its WASI arguments); its `ok` bytes are returned, its `err` message becomes
+    /// [`Ending::ToolError`].
     ///
     /// # Errors
-    /// A host failure (the component cannot be loaded, a preopen cannot be opened).
-    /// Everything the guest does, traps included, is an [`Execution`].
+    /// A host failure (the component cannot be loaded or has neither shape, a
+    /// preopen cannot be opened). Everything the guest does, traps included, is an
+    /// [`Execution`].
     pub fn run(
         &self,
         component: &Path,
@@ -238,7 +430,7 @@ impl Sandbox {
         input: &[u8],
         args: &[&str],
     ) -> Result<Execution, SandboxError> {
-        let pre = self.prepare(component)?;
+        let prepared = self.prepared(component)?;
         let limits = grant.limits();
         let cap = usize::try_from(limits.max_output_bytes).unwrap_or(usize::MAX - 1);
         // One byte over the ceiling tells "exactly at the cap" from "tried to write more".
@@ -247,10 +439,13 @@ impl Sandbox {
         let mut wasi = WasiCtx::builder();
         let mut argv = vec!["tool"];
         argv.extend_from_slice(args);
-        wasi.args(&argv)
-            .stdin(MemoryInputPipe::new(input.to_vec()))
-            .stdout(stdout.clone())
-            .stderr(stderr.clone());
+        wasi.args(&argv).stderr(stderr.clone());
+        if let Prepared::Command(_) = prepared {
+            // A world component's stdin stays empty and its stdout a sink: its
+            // input and output travel as values.
+            wasi.stdin(MemoryInputPipe::new(input.to_vec()))
+                .stdout(stdout.clone());
+        }
         for (roots, perms) in [
             (grant.fs_read(), FsPerms::ReadOnly),
             (grant.fs_write(), FsPerms::ReadWrite),
@@ -284,40 +479,79 @@ impl Sandbox {
         store.epoch_deadline_trap();
 
         let started = Instant::now();
-        let result = pre
-            .instantiate(&mut store)
-            .and_then(|command| command.wasi_cli_run().call_run(&mut store));
+        // What the guest's own code decided, before the ceilings are consulted.
+        let (result, returned) = match &prepared {
+            Prepared::Command(pre) => {
+                let ran = pre
+                    .instantiate(&mut store)
+                    .and_then(|command| command.wasi_cli_run().call_run(&mut store));
+                let written = stdout.contents();
+                let said = match ran {
+                    Ok(Ok(())) if written.len() <= cap => Ok(Said::Output(written.to_vec())),
+                    // Over the cap: handled below, and not worth copying.
+                    Ok(Ok(())) => Ok(Said::Nothing),
+                    Ok(Err(())) => Ok(Said::Exit(1)),
+                    Err(e) => Err(e),
+                };
+                (said, written.len())
+            }
+            Prepared::Tool { pre, run } => {
+                let ran = pre.instantiate(&mut store).and_then(|instance| {
+                    instance
+                        .get_typed_func::<(&[u8],), ToolResult>(&mut store, run)?
+                        .call(&mut store, (input,))
+                });
+                match ran {
+                    Ok((Ok(bytes),)) => {
+                        let len = bytes.len();
+                        (Ok(Said::Output(bytes)), len)
+                    }
+                    Ok((Err(message),)) => {
+                        let len = message.len();
+                        (Ok(Said::ToolError(message)), len)
+                    }
+                    Err(e) => (Err(e), 0),
+                }
+            }
+        };
         let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let state = store.data();
         let peak_memory_bytes = state.memory.peak as u64;
         let memory_hit = state.memory.hit;
-        let written = stdout.contents();
         // A refused memory growth is the ceiling tripping, whether the guest then
         // trapped or handled the failure and exited.
-        let ending = if written.len() > cap {
-            Ending::Exceeded(Exceeded::Output)
+        let (ending, output) = if returned > cap {
+            (Ending::Exceeded(Exceeded::Output), None)
         } else if memory_hit {
-            Ending::Exceeded(Exceeded::Memory)
+            (Ending::Exceeded(Exceeded::Memory), None)
         } else {
             match result {
-                Ok(Ok(())) => Ending::Success,
-                Ok(Err(())) => Ending::Exit(1),
-                Err(e) => {
-                    if let Some(exit) = e.downcast_ref::<I32Exit>() {
-                        if exit.0 == 0 {
-                            Ending::Success
-                        } else {
-                            Ending::Exit(exit.0)
-                        }
-                    } else if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
-                        Ending::Exceeded(Exceeded::WallTime)
-                    } else {
-                        Ending::Trap(format!("{:#}", e.root_cause()))
+                Ok(Said::Output(bytes)) => (Ending::Success, Some(bytes)),
+                Ok(Said::Exit(code)) => (Ending::Exit(code), None),
+                Ok(Said::ToolError(message)) => (Ending::ToolError(message), None),
+                // Only said when over the cap, which was handled above.
+                Ok(Said::Nothing) => (Ending::Exceeded(Exceeded::Output), None),
+                Err(e) => match (e.downcast_ref::<I32Exit>(), &prepared) {
+                    // `exit(0)` is how a Rust command's `main` may end.
+                    (Some(I32Exit(0)), Prepared::Command(_)) => {
+                        (Ending::Success, Some(stdout.contents().to_vec()))
                     }
-                }
+                    (Some(I32Exit(code)), Prepared::Command(_)) => (Ending::Exit(*code), None),
+                    // A world's `run` must return its result; leaving through
+                    // `wasi:cli/exit` produces none, whatever the status.
+                    (Some(I32Exit(code)), Prepared::Tool { .. }) => (
+                        Ending::Trap(format!(
+                            "exited with status {code} instead of returning from run"
+                        )),
+                        None,
+                    ),
+                    (None, _) if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) => {
+                        (Ending::Exceeded(Exceeded::WallTime), None)
+                    }
+                    (None, _) => (Ending::Trap(format!("{:#}", e.root_cause())), None),
+                },
             }
         };
-        let output = (ending == Ending::Success).then(|| written.to_vec());
         Ok(Execution {
             ending,
             output,
@@ -326,4 +560,16 @@ impl Sandbox {
             peak_memory_bytes,
         })
     }
+}
+
+/// What a guest's own code produced, before the ceilings are applied.
+enum Said {
+    /// Output bytes (a command's stdout, or a world's `ok`).
+    Output(Vec<u8>),
+    /// A command's non-zero exit.
+    Exit(i32),
+    /// A world's `err` message.
+    ToolError(String),
+    /// A command's stdout over the output ceiling, deliberately not copied.
+    Nothing,
 }

@@ -1,11 +1,12 @@
-//! Model A, adversarially: real wasip2 command components (committed under
-//! tests/fixtures/wasm) try to escape their grant and exhaust its ceilings, and the
-//! sandbox refuses each.
+//! Model A, adversarially: real components (committed under tests/fixtures/wasm),
+//! both wasip2 commands and aegis:tool/tool world components, try to escape their
+//! grant and exhaust its ceilings, and the sandbox refuses each.
 
 use aegis_runtime::capability::{
     DEFAULT_LIMITS, Grant, Limits, NarrowingLimits, ToolKind, ToolManifest, ToolRegistry,
 };
-use aegis_runtime::sandbox::{Ending, Exceeded, Sandbox};
+use aegis_runtime::sandbox::{CacheStats, Ending, Exceeded, Sandbox, SandboxError, Shape};
+use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -211,4 +212,238 @@ fn a_panic_is_a_trap_and_an_exit_code_is_reported() {
         out.ending
     );
     assert!(out.output.is_none());
+}
+
+fn limits_with_output(max_output_bytes: u64) -> Limits {
+    Limits {
+        max_output_bytes,
+        ..DEFAULT_LIMITS
+    }
+}
+
+#[test]
+fn each_guest_is_prepared_as_its_shape() {
+    assert_eq!(sandbox().prepare(&guest("echo")).unwrap(), Shape::Command);
+    assert_eq!(
+        sandbox().prepare(&guest("world-reverse")).unwrap(),
+        Shape::Tool
+    );
+}
+
+#[test]
+fn a_world_tool_gets_its_input_as_an_argument_and_returns_ok() {
+    let g = grant("world-reverse", &[], &[], DEFAULT_LIMITS);
+    let out = run("world-reverse", &g, b"hello, world", &[]);
+    assert_eq!(out.ending, Ending::Success);
+    assert_eq!(out.output.as_deref(), Some(&b"dlrow ,olleh"[..]));
+    let out = run("world-reverse", &g, b"", &[]);
+    assert_eq!(out.ending, Ending::Success);
+    assert_eq!(out.output.as_deref(), Some(&b""[..]));
+}
+
+#[test]
+fn a_world_tools_err_is_a_tool_error_with_its_message() {
+    let g = grant("world-refuse", &[], &[], DEFAULT_LIMITS);
+    let out = run("world-refuse", &g, b"anything", &[]);
+    assert_eq!(
+        out.ending,
+        Ending::ToolError("refused: this tool says no".into())
+    );
+    assert!(out.output.is_none(), "an err carries no output");
+}
+
+#[test]
+fn a_world_tools_output_is_held_to_the_ceiling_at_the_byte() {
+    let g = grant("world-reverse", &[], &[], limits_with_output(16));
+    let out = run("world-reverse", &g, &[b'a'; 16], &[]);
+    assert_eq!(out.ending, Ending::Success, "exactly at the cap is allowed");
+    assert_eq!(out.output.as_deref(), Some(&[b'a'; 16][..]));
+    let out = run("world-reverse", &g, &[b'a'; 17], &[]);
+    assert_eq!(out.ending, Ending::Exceeded(Exceeded::Output));
+    assert!(out.output.is_none());
+}
+
+#[test]
+fn a_world_output_flood_fails_closed() {
+    let g = grant("world-flood", &[], &[], limits_with_output(4096));
+    let out = run("world-flood", &g, b"", &[]);
+    assert_eq!(out.ending, Ending::Exceeded(Exceeded::Output));
+    assert!(
+        out.output.is_none(),
+        "output past the cap is never returned, not even truncated"
+    );
+}
+
+#[test]
+fn a_world_error_message_is_held_to_the_output_ceiling() {
+    let g = grant("world-refuse", &[], &[], limits_with_output(8));
+    let out = run("world-refuse", &g, b"", &[]);
+    assert_eq!(out.ending, Ending::Exceeded(Exceeded::Output));
+    assert!(out.output.is_none());
+}
+
+#[test]
+fn a_world_tools_input_counts_against_its_memory_ceiling() {
+    let limits = Limits {
+        max_memory_bytes: 1 << 20,
+        ..DEFAULT_LIMITS
+    };
+    let g = grant("world-reverse", &[], &[], limits);
+    let out = run("world-reverse", &g, &vec![b'a'; 2 << 20], &[]);
+    assert_eq!(out.ending, Ending::Exceeded(Exceeded::Memory));
+    assert!(out.peak_memory_bytes <= 1 << 20);
+}
+
+#[test]
+fn a_world_tool_that_never_returns_hits_the_wall_clock_ceiling() {
+    let limits = Limits {
+        max_wall_ms: 100,
+        ..DEFAULT_LIMITS
+    };
+    let g = grant("world-spin", &[], &[], limits);
+    let out = run("world-spin", &g, b"", &[]);
+    assert_eq!(out.ending, Ending::Exceeded(Exceeded::WallTime));
+}
+
+#[test]
+fn a_component_of_neither_shape_is_refused_before_it_runs() {
+    let g = grant("not-a-tool", &[], &[], DEFAULT_LIMITS);
+    let err = sandbox()
+        .run(&guest("not-a-tool"), &g, b"", &[])
+        .unwrap_err();
+    assert!(
+        matches!(&err, SandboxError::Component { message, .. }
+            if message.contains("exports neither wasi:cli/run nor the aegis tool world's run")),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_second_sandbox_loads_compiled_code_from_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("wasmtime");
+    let g = grant("echo", &[], &[], DEFAULT_LIMITS);
+
+    let first = Sandbox::with_cache_dir(&cache).unwrap();
+    assert_eq!(first.prepare(&guest("echo")).unwrap(), Shape::Command);
+    assert_eq!(first.cache_stats(), Some(CacheStats { hits: 0, misses: 1 }));
+    let cached = walk(&cache);
+    assert!(!cached.is_empty(), "the compiled component was written");
+    let before = first.run(&guest("echo"), &g, b"cached?", &[]).unwrap();
+    drop(first);
+
+    let second = Sandbox::with_cache_dir(&cache).unwrap();
+    let after = second.run(&guest("echo"), &g, b"cached?", &[]).unwrap();
+    assert_eq!(
+        second.cache_stats(),
+        Some(CacheStats { hits: 1, misses: 0 }),
+        "the second sandbox compiled nothing"
+    );
+    assert_eq!(after.ending, Ending::Success);
+    assert_eq!(after.output, before.output);
+    assert_eq!(walk(&cache), cached, "nothing new was written");
+}
+
+#[test]
+fn no_cache_unless_asked() {
+    assert_eq!(sandbox().cache_stats(), None);
+}
+
+#[test]
+fn a_cache_directory_others_can_reach_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let err = Sandbox::with_cache_dir(&open).unwrap_err();
+    assert!(matches!(err, SandboxError::Cache { .. }), "{err}");
+
+    let fresh = dir.path().join("a/b/fresh");
+    Sandbox::with_cache_dir(&fresh).unwrap();
+    let mode = std::fs::metadata(&fresh).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "a directory it creates is private");
+}
+
+/// Every file under `dir`, sorted.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The committed guests are the ones SHA256SUMS names, byte for byte: a rebuilt
+/// guest committed without its checksum (or the reverse) fails here.
+#[test]
+fn committed_guests_match_sha256sums() {
+    let wasm = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/wasm");
+    let sums = std::fs::read_to_string(wasm.join("SHA256SUMS")).unwrap();
+    let mut listed = Vec::new();
+    for line in sums.lines() {
+        let (hex, name) = line.split_once("  ").unwrap();
+        let bytes = std::fs::read(wasm.join(name)).unwrap();
+        let actual: String = Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(actual, hex, "{name}");
+        listed.push(name.to_owned());
+    }
+    let mut present: Vec<String> = std::fs::read_dir(&wasm)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".wasm"))
+        .collect();
+    present.sort();
+    listed.sort();
+    assert_eq!(present, listed, "every .wasm is listed, and only those");
+}
+
+/// A world component that imports WASI gets the same grant-shaped context as a
+/// command: its file reads stay inside the read roots.
+#[test]
+fn a_world_tool_using_wasi_sees_only_its_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(dir.path()).unwrap();
+    let root = base.join("granted");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("notes.md"), b"meeting at 10").unwrap();
+    std::fs::write(base.join("secret"), b"do not read").unwrap();
+    let g = grant("world-read-file", &[&root], &[], DEFAULT_LIMITS);
+    assert_eq!(
+        sandbox().prepare(&guest("world-read-file")).unwrap(),
+        Shape::Tool
+    );
+
+    let inside = root.join("notes.md");
+    let out = run(
+        "world-read-file",
+        &g,
+        inside.to_str().unwrap().as_bytes(),
+        &[],
+    );
+    assert_eq!(out.ending, Ending::Success);
+    assert_eq!(out.output.as_deref(), Some(&b"meeting at 10"[..]));
+
+    for escape in [root.join("../secret"), base.join("secret")] {
+        let escape = escape.to_str().unwrap();
+        let out = run("world-read-file", &g, escape.as_bytes(), &[]);
+        assert!(
+            matches!(&out.ending, Ending::ToolError(m) if m.starts_with(escape)),
+            "{escape}: {:?}",
+            out.ending
+        );
+        assert!(out.output.is_none());
+    }
 }
