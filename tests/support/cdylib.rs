@@ -16,6 +16,7 @@ pub const PLUGIN_PACKAGES: &[&str] = &[
     "aegis-sink-memory-plugin",
     "aegis-sink-sqlite",
     "aegis-policy-static-plugin",
+    "aegis-policy-yaml-plugin",
     "aegis-test-plugin-misbehaving",
     "aegis-test-plugin-incompatible-layout",
     "aegis-test-plugin-incompatible-major",

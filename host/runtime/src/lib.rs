@@ -1,19 +1,23 @@
 //! The Aegis host: it alone owns the station order, grants, the chain rule, the signing
 //! key and the retention rule. Plugins fill stations; they never reorder them.
 //!
-//! This crate holds the plugin loader and registry ([`plugin`], [`registry`]), profiles
-//! ([`profile`]) and the retention rule ([`audit`]). The pipeline, capability resolver
-//! and sandbox land next, on top of these.
+//! [`pipeline`] walks every call through the stations in order: the policy plugin, the
+//! capability station ([`capability`]), the wasmtime sandbox ([`sandbox`], Model A) or a
+//! checked host handler ([`handler`], Model B), and the audit session opened under the
+//! retention rule ([`audit`]). Plugins are loaded by [`plugin`] and found by
+//! [`registry`]; [`profile`] says which fills each station.
 
 pub mod audit;
 pub mod capability;
 pub mod handler;
+pub mod pipeline;
 pub mod plugin;
 pub mod profile;
 pub mod registry;
 pub mod sandbox;
 
 pub use audit::{AuditNotice, OpenedAudit, RetentionError, export, open_audit};
+pub use pipeline::{Call, CallClass, CallRecord, CallRequest, Pipeline, PipelineError, Setup};
 pub use plugin::{LoadError, Metadata, Origin, Plugin};
 pub use profile::{PluginChoice, Profile, ProfileError, ProfileSource};
 pub use registry::{PluginSpec, Registry, ResolveError};

@@ -86,6 +86,22 @@ pub struct PluginChoice {
     pub config: String,
     /// The line of the `plugin` key, for errors.
     line: usize,
+    /// The command-line flag that replaced the profile's choice, if one did.
+    flag: Option<&'static str>,
+}
+
+impl PluginChoice {
+    /// A choice made by a command-line flag instead of the profile file; errors about
+    /// it name the flag.
+    pub fn from_flag(flag: &'static str, spec: PluginSpec, config: String) -> PluginChoice {
+        PluginChoice {
+            spec,
+            sha256: None,
+            config,
+            line: 0,
+            flag: Some(flag),
+        }
+    }
 }
 
 /// A parsed profile.
@@ -139,6 +155,16 @@ pub enum ProfileError {
         /// 1-based line, 0 when the whole file is at fault.
         line: usize,
         /// What is wrong, naming the key.
+        message: String,
+    },
+    /// A plugin named by a command-line flag could not be resolved or built.
+    #[error("{flag}: [{station}] {message}")]
+    Flag {
+        /// The flag, e.g. `--policy`.
+        flag: &'static str,
+        /// The station.
+        station: &'static str,
+        /// What went wrong.
         message: String,
     },
     /// A station's plugin could not be resolved or built.
@@ -210,6 +236,7 @@ impl Profile {
                 sha256,
                 config,
                 line,
+                flag: None,
             })
         };
         let confinement = file
@@ -343,6 +370,13 @@ impl Profile {
         choice: &PluginChoice,
         message: String,
     ) -> ProfileError {
+        if let Some(flag) = choice.flag {
+            return ProfileError::Flag {
+                flag,
+                station,
+                message,
+            };
+        }
         ProfileError::Plugin {
             path: self.label(),
             line: choice.line,

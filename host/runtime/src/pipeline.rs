@@ -1,0 +1,739 @@
+//! The pipeline: every call walks POLICY → CAPABILITY → SANDBOX → AUDIT, in that order,
+//! and leaves exactly one outcome line on the record.
+//!
+//! # Guarantees
+//! - **Intent before effect.** A call's intent line is durable (appended and synced)
+//!   before any station runs; if it cannot be written the call is refused and nothing
+//!   runs.
+//! - **One outcome on every exit.** [`Call`] is a guard: an outcome is written when it
+//!   finishes, and its `Drop` writes one when it does not — a trap when the thread is
+//!   panicking (`host panic during tool call`), otherwise `host_denied` (`call abandoned
+//!   before completion`). What the outcome says about each station is what that station
+//!   had decided by then, so an abandoned call never claims an allow it did not get.
+//! - **Fail closed.** A policy plugin that errors or answers a verdict this host does not
+//!   know denies the call. A panic in a handler or in the sandbox is caught and recorded
+//!   as a trap.
+//! - **Only bytes that left.** `response_digest` is set only when output is handed back,
+//!   and output is handed back only after its outcome is durable. If the outcome cannot
+//!   be written, the caller gets the error and not the output.
+//! - **The request digest is the host's.** It is computed here over the raw request
+//!   bytes, never taken from the caller.
+//!
+//! # Non-guarantees
+//! - The policy set hash is read just before the verdict; a reload landing between the
+//!   two reads is attributed to the newer set.
+//! - Model B handlers are checked, not isolated (see [`crate::handler`]).
+
+use crate::audit::{AuditNotice, OpenedAudit, RetentionError, open_audit};
+use crate::capability::{Grant, NarrowingLimits, ToolKind, ToolRegistry};
+use crate::handler::{HostContext, HostHandler};
+use crate::profile::{Profile, ProfileError};
+use crate::registry::Registry;
+use crate::sandbox::{Ending, Exceeded, Sandbox};
+use aegis_record::json::SafeInt;
+use aegis_record::key::SigningKey;
+use aegis_record::{
+    CapabilityOutcome, DecisionAxes, ExecutionOutcome, FsAxis, IntentLine, NetAxis, OutcomeLine,
+    PolicyOutcome, PolicySetHash, RequestDigest, ResponseDigest, WriteError,
+};
+use aegis_station_api::{PolicyEvaluatorBox, PolicyRequest, Verdict};
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The reason recorded for a station that never decided because the call stopped first.
+const NOT_REACHED: &str = "not reached: the call stopped before this station";
+/// The capability station's reason when policy refused first.
+pub const POLICY_BLOCKED: &str = "policy refused before capability";
+/// The execution reason when a station refused the call.
+pub const NOT_EXECUTED: &str = "not executed";
+/// The execution reason for a call parked for approval.
+pub const PARKED: &str = "parked for approval";
+/// The execution reason written by the drop guard.
+pub const ABANDONED: &str = "call abandoned before completion";
+/// The trap message written by the drop guard while unwinding.
+pub const HOST_PANIC: &str = "host panic during tool call";
+
+/// One call as the caller states it.
+#[derive(Clone, Copy, Debug)]
+pub struct CallRequest<'a> {
+    /// The tool to run.
+    pub tool_id: &'a str,
+    /// The raw request bytes, as received: `request_digest` is computed over these.
+    pub request: &'a [u8],
+    /// What the tool is given (stdin, or the world's `input`). Often the request itself.
+    pub input: &'a [u8],
+    /// Arguments after the program name (command components only).
+    pub args: &'a [&'a str],
+    /// The capability the call names (`fs.read`, `fs.write`, `net.http`), if any.
+    pub capability: Option<&'a str>,
+    /// The role the caller asserts.
+    pub role: Option<&'a str>,
+    /// The policy session scope.
+    pub session: Option<&'a str>,
+}
+
+impl<'a> CallRequest<'a> {
+    /// A call of `tool_id` whose request is its input, naming nothing else.
+    pub fn new(tool_id: &'a str, input: &'a [u8]) -> CallRequest<'a> {
+        CallRequest {
+            tool_id,
+            request: input,
+            input,
+            args: &[],
+            capability: None,
+            role: None,
+            session: None,
+        }
+    }
+}
+
+/// How a call ended, derived from its outcome line: one class per refusal path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CallClass {
+    /// It ran and its output was handed back.
+    Success,
+    /// A policy rule refused it.
+    PolicyDenied,
+    /// A rate limit refused it.
+    RateLimited,
+    /// It was parked for approval and refused for now.
+    PendingApproval,
+    /// No grant: the capability station refused it.
+    CapabilityDenied,
+    /// It trapped, failed, or the host panicked while running it.
+    Trap,
+    /// A ceiling stopped it.
+    ResourceExceeded,
+    /// The host did not run it (it could not start the tool, or the call was abandoned).
+    HostDenied,
+}
+
+impl CallClass {
+    /// The class an outcome line states.
+    pub fn of(outcome: &OutcomeLine) -> CallClass {
+        match (&outcome.policy, &outcome.capability, &outcome.execution) {
+            (PolicyOutcome::Denied { .. }, _, _) => CallClass::PolicyDenied,
+            (PolicyOutcome::RateLimited { .. }, _, _) => CallClass::RateLimited,
+            (PolicyOutcome::PendingApproval { .. }, _, _) => CallClass::PendingApproval,
+            (_, CapabilityOutcome::Denied { .. }, _) => CallClass::CapabilityDenied,
+            (_, _, ExecutionOutcome::Success) => CallClass::Success,
+            (_, _, ExecutionOutcome::Trap { .. }) => CallClass::Trap,
+            (_, _, ExecutionOutcome::ResourceExceeded { .. }) => CallClass::ResourceExceeded,
+            (_, _, ExecutionOutcome::HostDenied { .. }) => CallClass::HostDenied,
+        }
+    }
+}
+
+/// A finished call: its outcome as recorded and, on success only, its output.
+#[derive(Clone, Debug)]
+pub struct CallRecord {
+    /// The outcome line, exactly as appended.
+    pub outcome: OutcomeLine,
+    /// The outcome line's `seq`.
+    pub seq: u64,
+    /// The tool's output; `Some` only when the call succeeded.
+    pub output: Option<Vec<u8>>,
+    /// What a sandboxed tool wrote to stderr (at most 64 KiB): for the operator's
+    /// diagnostics, never part of the response and not digested.
+    pub stderr: Vec<u8>,
+}
+
+impl CallRecord {
+    /// How the call ended.
+    pub fn class(&self) -> CallClass {
+        CallClass::of(&self.outcome)
+    }
+}
+
+/// A failure to keep the record. Each variant says whether anything ran.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PipelineError {
+    /// The intent line could not be written: nothing ran.
+    #[error("the intent line could not be written, so nothing ran: {0}")]
+    Intent(#[source] WriteError),
+    /// The outcome line could not be written: any output was withheld.
+    #[error(
+        "call {call_id}: the outcome line could not be written, so its output was withheld: {source}"
+    )]
+    Outcome {
+        /// The call.
+        call_id: String,
+        /// The write failure.
+        source: WriteError,
+    },
+}
+
+/// Why a pipeline could not be assembled from a profile.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// A station's plugin could not be resolved, loaded or constructed.
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
+    /// The audit sink was refused by the retention rule.
+    #[error(transparent)]
+    Retention(#[from] RetentionError),
+}
+
+/// What the host brings to a pipeline besides the profile's plugins.
+pub struct Setup {
+    /// The operator's signing key; `None` is the development key (volatile sinks only).
+    pub key: Option<SigningKey>,
+    /// The registered tools.
+    pub tools: ToolRegistry,
+    /// Handlers for `host` tools, by tool id.
+    pub handlers: BTreeMap<String, HostHandler>,
+    /// The sandbox for `wasm` tools (shareable between pipelines).
+    pub sandbox: Arc<Sandbox>,
+}
+
+/// The four stations, assembled. Share it between threads: every method takes `&self`.
+pub struct Pipeline {
+    policy: PolicyEvaluatorBox,
+    tools: ToolRegistry,
+    handlers: BTreeMap<String, HostHandler>,
+    sandbox: Arc<Sandbox>,
+    audit: OpenedAudit,
+    /// Names this session's calls: the first bytes of its open line's hash.
+    call_prefix: String,
+    calls: AtomicU64,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("audit", &self.audit)
+            .field("call_prefix", &self.call_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+fn plugin_failure(
+    profile: &Profile,
+    station: &'static str,
+    e: impl std::fmt::Display,
+) -> OpenError {
+    let choice = match station {
+        "policy" => &profile.policy,
+        _ => &profile.audit,
+    };
+    OpenError::Profile(profile.plugin_error(station, choice, e.to_string()))
+}
+
+impl Pipeline {
+    /// Assembles the profile's policy and audit stations with the host's tools and
+    /// sandbox, and opens the audit session (its open line records the provenance).
+    ///
+    /// # Errors
+    /// See [`OpenError`]; nothing is recorded unless the session opened.
+    pub fn open(
+        profile: &Profile,
+        registry: &Registry,
+        setup: Setup,
+    ) -> Result<Pipeline, OpenError> {
+        let policy_plugin = profile.resolve(registry, "policy", &profile.policy)?;
+        let policy = policy_plugin
+            .policy_evaluator(&profile.policy.config)
+            .map_err(|e| plugin_failure(profile, "policy", e))?;
+        let sink_plugin = profile.resolve(registry, "audit", &profile.audit)?;
+        let sink = sink_plugin
+            .audit_sink(&profile.audit.config)
+            .map_err(|e| plugin_failure(profile, "audit", e))?;
+        let audit = open_audit(
+            sink,
+            &sink_plugin,
+            setup.key,
+            profile,
+            &[("policy", &policy_plugin), ("audit", &sink_plugin)],
+        )?;
+        Ok(Pipeline::from_parts(
+            policy,
+            audit,
+            setup.tools,
+            setup.handlers,
+            setup.sandbox,
+        ))
+    }
+
+    /// Assembles a pipeline from stations already built.
+    pub fn from_parts(
+        policy: PolicyEvaluatorBox,
+        audit: OpenedAudit,
+        tools: ToolRegistry,
+        handlers: BTreeMap<String, HostHandler>,
+        sandbox: Arc<Sandbox>,
+    ) -> Pipeline {
+        let call_prefix = audit.session.tail().to_hex()[..8].to_owned();
+        Pipeline {
+            policy,
+            tools,
+            handlers,
+            sandbox,
+            audit,
+            call_prefix,
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    /// Where the record goes, for the operator.
+    pub fn notice(&self) -> &AuditNotice {
+        &self.audit.notice
+    }
+
+    /// The audit session.
+    pub fn audit(&self) -> &OpenedAudit {
+        &self.audit
+    }
+
+    /// Ends the pipeline, handing back its audit session (to close or export it).
+    pub fn into_audit(self) -> OpenedAudit {
+        self.audit
+    }
+
+    /// Runs one call through all four stations.
+    ///
+    /// Every refusal is an `Ok` [`CallRecord`] whose outcome says which station refused.
+    ///
+    /// # Errors
+    /// Only a failure to keep the record: see [`PipelineError`].
+    pub fn call(&self, request: &CallRequest<'_>) -> Result<CallRecord, PipelineError> {
+        let mut call = self.begin(request)?;
+        let Some(grant) = call.authorize() else {
+            return call.finish(Executed::NotRun);
+        };
+        let executed = match catch_unwind(AssertUnwindSafe(|| self.execute(request, &grant))) {
+            Ok(executed) => executed,
+            Err(panic) => Executed::Failed {
+                message: format!("host panic: {}", panic_message(panic.as_ref())),
+            },
+        };
+        call.finish(executed)
+    }
+
+    /// Opens a call: writes its intent line and returns the guard that owes its outcome.
+    ///
+    /// # Errors
+    /// [`PipelineError::Intent`]: nothing ran and no outcome is owed.
+    pub fn begin<'p>(&'p self, request: &CallRequest<'_>) -> Result<Call<'p>, PipelineError> {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        let call_id = format!("call-{}-{n}", self.call_prefix);
+        let request_digest = RequestDigest::of_request(request.request);
+        let policy_set_hash = self.policy_set_hash();
+        self.audit
+            .session
+            .append_unsigned(&IntentLine {
+                call_id: call_id.clone(),
+                tool_id: request.tool_id.to_owned(),
+                request_digest,
+            })
+            .map_err(PipelineError::Intent)?;
+        Ok(Call {
+            pipeline: self,
+            outcome: Some(draft(call_id, request, request_digest, policy_set_hash)),
+        })
+    }
+
+    /// Runs the policy and capability stations over `request` without recording or
+    /// executing anything: the outcome they would lead to (unsigned, with a placeholder
+    /// call id) and the grant, if one was minted. For benches, and for re-evaluating a
+    /// recorded call.
+    pub fn decide(&self, request: &CallRequest<'_>) -> (OutcomeLine, Option<Grant>) {
+        let mut o = draft(
+            String::from("call-undecided"),
+            request,
+            RequestDigest::of_request(request.request),
+            self.policy_set_hash(),
+        );
+        let grant = self.stations_1_2(&mut o);
+        (o, grant)
+    }
+
+    /// Stations 1 and 2 over a draft outcome: the request's tool and axes are read
+    /// from it, and each station's decision is written into it.
+    fn stations_1_2(&self, o: &mut OutcomeLine) -> Option<Grant> {
+        let axes = &o.decision_axes;
+        let ask = PolicyRequest {
+            tool_id: o.tool_id.as_str().into(),
+            capability: axes.capability.as_deref().unwrap_or("").into(),
+            role: axes.role.as_deref().unwrap_or("").into(),
+            session: axes.session.as_deref().unwrap_or("").into(),
+        };
+        let evaluated = self.policy.evaluate(&ask).into_result();
+        let refused_before_capability = |o: &mut OutcomeLine, policy: PolicyOutcome, why: &str| {
+            o.policy = policy;
+            o.capability = CapabilityOutcome::Denied {
+                reason: POLICY_BLOCKED.to_owned(),
+                denied_capability: None,
+            };
+            o.execution = ExecutionOutcome::HostDenied {
+                reason: why.to_owned(),
+            };
+        };
+        let decision = match evaluated {
+            Ok(d) => d,
+            Err(e) => {
+                let reason = format!("the policy station failed, so the call is refused: {e}");
+                refused_before_capability(o, PolicyOutcome::Denied { reason }, NOT_EXECUTED);
+                return None;
+            }
+        };
+        o.decision_axes.matched_rule = decision.matched_rule.clone().into_option().map(Into::into);
+        let reason = decision.reason.to_string();
+        match decision.verdict {
+            Verdict::ALLOW => o.policy = PolicyOutcome::Allowed,
+            Verdict::DENY => {
+                refused_before_capability(o, PolicyOutcome::Denied { reason }, NOT_EXECUTED);
+                return None;
+            }
+            Verdict::RATE_LIMIT => {
+                refused_before_capability(o, PolicyOutcome::RateLimited { reason }, NOT_EXECUTED);
+                return None;
+            }
+            Verdict::PENDING_APPROVAL => {
+                let Some(approval_id) = decision.approval_id.clone().into_option() else {
+                    let reason = "pending_approval without an approval id".to_owned();
+                    refused_before_capability(o, PolicyOutcome::Denied { reason }, NOT_EXECUTED);
+                    return None;
+                };
+                let approval_id = approval_id.into();
+                refused_before_capability(
+                    o,
+                    PolicyOutcome::PendingApproval { approval_id },
+                    PARKED,
+                );
+                return None;
+            }
+            Verdict(other) => {
+                let reason =
+                    format!("the policy station answered verdict {other}, unknown to this host");
+                refused_before_capability(o, PolicyOutcome::Denied { reason }, NOT_EXECUTED);
+                return None;
+            }
+        }
+        let limits = &decision.limits;
+        let narrowing = NarrowingLimits {
+            max_memory_bytes: limits.max_memory_bytes.into_option(),
+            max_wall_ms: limits.max_wall_ms.into_option(),
+            max_output_bytes: limits.max_output_bytes.into_option(),
+        };
+        let resolved = self.tools.resolve(
+            &o.tool_id,
+            o.decision_axes.capability.as_deref(),
+            &narrowing,
+        );
+        match resolved {
+            Ok(grant) => {
+                o.capability = CapabilityOutcome::Granted {
+                    grant: grant.to_record(),
+                };
+                o.grant_id = Some(grant.id().to_owned());
+                if let Some((raw, canonical)) = grant.single_root() {
+                    o.decision_axes.fs = Some(FsAxis {
+                        path_raw: raw.display().to_string(),
+                        path_canonical: canonical.display().to_string(),
+                    });
+                }
+                if let Some((host, port)) = grant.single_destination() {
+                    o.decision_axes.net = Some(NetAxis {
+                        host: host.to_owned(),
+                        port,
+                    });
+                }
+                // From here an abandonment is of a call that was allowed and granted.
+                Some(grant)
+            }
+            Err(denied) => {
+                o.capability = CapabilityOutcome::Denied {
+                    reason: denied.to_string(),
+                    denied_capability: Some(denied.axis().to_owned()),
+                };
+                o.execution = ExecutionOutcome::HostDenied {
+                    reason: NOT_EXECUTED.to_owned(),
+                };
+                None
+            }
+        }
+    }
+
+    /// The policy set in force; a station that cannot say fails to the hash of nothing,
+    /// and its verdict (asked next) fails closed too.
+    fn policy_set_hash(&self) -> PolicySetHash {
+        match self.policy.policy_set_hash().into_result() {
+            Ok(bytes) => PolicySetHash::from_bytes(bytes),
+            Err(_) => PolicySetHash::of_canonical_set(b""),
+        }
+    }
+
+    fn execute(&self, request: &CallRequest<'_>, grant: &Grant) -> Executed {
+        let Some(manifest) = self.tools.manifest(grant.tool_id()) else {
+            return Executed::NotStarted {
+                reason: "the tool's manifest is gone".into(),
+            };
+        };
+        match &manifest.kind {
+            ToolKind::Wasm { component } => {
+                match self
+                    .sandbox
+                    .run(component, grant, request.input, request.args)
+                {
+                    Ok(run) => Executed::Ran {
+                        // The sandbox returns output on success only.
+                        ending: run.ending,
+                        output: run.output,
+                        wall_ms: run.wall_ms,
+                        peak_memory_bytes: run.peak_memory_bytes,
+                        stderr: run.stderr,
+                    },
+                    Err(e) => Executed::NotStarted {
+                        reason: format!("the sandbox could not start the tool: {e}"),
+                    },
+                }
+            }
+            ToolKind::Host => {
+                let Some(handler) = self.handlers.get(grant.tool_id()) else {
+                    return Executed::NotStarted {
+                        reason: format!(
+                            "no handler is registered for host tool {:?}",
+                            grant.tool_id()
+                        ),
+                    };
+                };
+                let context = match HostContext::new(grant) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        return Executed::NotStarted {
+                            reason: format!("the handler context could not be built: {e}"),
+                        };
+                    }
+                };
+                let started = std::time::Instant::now();
+                let result = handler(&context, request.input);
+                let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                match result {
+                    Ok(output) if output.len() as u64 > grant.limits().max_output_bytes => {
+                        Executed::Ran {
+                            ending: Ending::Exceeded(Exceeded::Output),
+                            output: None,
+                            wall_ms,
+                            peak_memory_bytes: 0,
+                            stderr: Vec::new(),
+                        }
+                    }
+                    Ok(output) => Executed::Ran {
+                        ending: Ending::Success,
+                        output: Some(output),
+                        wall_ms,
+                        peak_memory_bytes: 0,
+                        stderr: Vec::new(),
+                    },
+                    Err(message) => Executed::Failed {
+                        message: format!("handler error: {message}"),
+                    },
+                }
+            }
+        }
+    }
+}
+
+/// What the execution step produced.
+#[derive(Debug)]
+pub enum Executed {
+    /// Nothing ran: a station refused.
+    NotRun,
+    /// The host could not start the tool.
+    NotStarted {
+        /// Why.
+        reason: String,
+    },
+    /// The tool ran in the sandbox or as a handler.
+    Ran {
+        /// How it ended.
+        ending: Ending,
+        /// Its output, on success only.
+        output: Option<Vec<u8>>,
+        /// Time it ran.
+        wall_ms: u64,
+        /// Peak linear memory (0 for host handlers).
+        peak_memory_bytes: u64,
+        /// Its stderr, for diagnostics.
+        stderr: Vec<u8>,
+    },
+    /// A handler failed or the host panicked while running the tool.
+    Failed {
+        /// What happened.
+        message: String,
+    },
+}
+
+/// An open call: its intent is on the record and it owes exactly one outcome.
+///
+/// Finish it with [`Call::finish`]; dropping it unfinished records the abandonment.
+pub struct Call<'p> {
+    pipeline: &'p Pipeline,
+    /// The outcome as decided so far; `None` once written.
+    outcome: Option<OutcomeLine>,
+}
+
+impl std::fmt::Debug for Call<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Call")
+            .field("outcome", &self.outcome)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A call's outcome before any station has decided: every station says it was not
+/// reached and the execution says abandoned, so a guard that writes it early claims
+/// nothing that did not happen.
+fn draft(
+    call_id: String,
+    request: &CallRequest<'_>,
+    request_digest: RequestDigest,
+    policy_set_hash: PolicySetHash,
+) -> OutcomeLine {
+    OutcomeLine {
+        call_id,
+        tool_id: request.tool_id.to_owned(),
+        request_digest,
+        policy_set_hash,
+        policy: PolicyOutcome::Denied {
+            reason: NOT_REACHED.to_owned(),
+        },
+        capability: CapabilityOutcome::Denied {
+            reason: NOT_REACHED.to_owned(),
+            denied_capability: None,
+        },
+        execution: ExecutionOutcome::HostDenied {
+            reason: ABANDONED.to_owned(),
+        },
+        grant_id: None,
+        response_digest: None,
+        wall_ms: None,
+        peak_memory_bytes: None,
+        decision_axes: DecisionAxes {
+            capability: request.capability.map(str::to_owned),
+            role: request.role.map(str::to_owned),
+            session: request.session.map(str::to_owned),
+            ..DecisionAxes::default()
+        },
+    }
+}
+
+fn safe(n: u64) -> SafeInt {
+    SafeInt::new(n.min(aegis_record::json::MAX_SAFE_INTEGER)).unwrap_or_default()
+}
+
+impl Call<'_> {
+    /// The call's id (as on its intent and outcome lines).
+    pub fn call_id(&self) -> &str {
+        self.outcome.as_ref().map_or("", |o| o.call_id.as_str())
+    }
+
+    fn draft(&mut self) -> &mut OutcomeLine {
+        self.outcome
+            .as_mut()
+            .expect("a call's outcome is only taken when it is written")
+    }
+
+    /// Asks the policy station, then the capability station. Returns the grant, or
+    /// `None` when a station refused (the refusal is now what the outcome says).
+    pub fn authorize(&mut self) -> Option<Grant> {
+        let pipeline = self.pipeline;
+        pipeline.stations_1_2(self.draft())
+    }
+
+    /// Records how the call ended and, only once that is durable, hands back its output.
+    ///
+    /// # Errors
+    /// [`PipelineError::Outcome`]: the output is withheld.
+    pub fn finish(mut self, executed: Executed) -> Result<CallRecord, PipelineError> {
+        let mut output = None;
+        let mut diagnostics = Vec::new();
+        {
+            let o = self.draft();
+            match executed {
+                Executed::NotRun => {}
+                Executed::NotStarted { reason } => {
+                    o.execution = ExecutionOutcome::HostDenied { reason };
+                }
+                Executed::Failed { message } => {
+                    o.execution = ExecutionOutcome::Trap { message };
+                }
+                Executed::Ran {
+                    ending,
+                    output: produced,
+                    wall_ms,
+                    peak_memory_bytes,
+                    stderr,
+                } => {
+                    diagnostics = stderr;
+                    o.wall_ms = Some(safe(wall_ms));
+                    o.peak_memory_bytes = Some(safe(peak_memory_bytes));
+                    o.execution = match ending {
+                        Ending::Success => {
+                            let bytes = produced.unwrap_or_default();
+                            o.response_digest = Some(ResponseDigest::of_response(&bytes));
+                            output = Some(bytes);
+                            ExecutionOutcome::Success
+                        }
+                        Ending::Exit(code) => ExecutionOutcome::Trap {
+                            message: format!("the tool exited with status {code}"),
+                        },
+                        Ending::Trap(message) => ExecutionOutcome::Trap { message },
+                        Ending::ToolError(message) => ExecutionOutcome::Trap {
+                            message: format!("the tool returned an error: {message}"),
+                        },
+                        Ending::Exceeded(kind) => ExecutionOutcome::ResourceExceeded {
+                            kind: kind.kind().to_owned(),
+                        },
+                    };
+                }
+            }
+        }
+        let outcome = self.outcome.take().expect("finish runs once");
+        match self.pipeline.audit.session.append(&outcome) {
+            Ok(appended) => Ok(CallRecord {
+                outcome,
+                seq: appended.seq,
+                output,
+                stderr: diagnostics,
+            }),
+            Err(source) => Err(PipelineError::Outcome {
+                call_id: outcome.call_id,
+                source,
+            }),
+        }
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        let Some(mut outcome) = self.outcome.take() else {
+            return;
+        };
+        outcome.response_digest = None;
+        outcome.execution = if std::thread::panicking() {
+            ExecutionOutcome::Trap {
+                message: HOST_PANIC.to_owned(),
+            }
+        } else {
+            ExecutionOutcome::HostDenied {
+                reason: ABANDONED.to_owned(),
+            }
+        };
+        // Nothing to report to: a failure here has already poisoned the session, and
+        // the missing outcome leaves the call in flight for `aegis verify` to flag.
+        let _ = self.pipeline.audit.session.append(&outcome);
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}

@@ -1,0 +1,225 @@
+//! The harness the suites share: a pipeline assembled from a real profile (YAML policy
+//! file, durable file sink, fresh key), and a check of the record it leaves.
+
+use aegis_record::json::{Object, Value};
+use aegis_record::key::SigningKey;
+use aegis_record::verify::{Options, Report, Verdict, verify};
+use aegis_record::{IntentLine, OutcomeLine};
+use aegis_runtime::capability::{DEFAULT_LIMITS, Limits, ToolKind, ToolManifest, ToolRegistry};
+use aegis_runtime::handler::HostHandler;
+use aegis_runtime::pipeline::{CallRecord, CallRequest, Pipeline, Setup};
+use aegis_runtime::sandbox::Sandbox;
+use aegis_runtime::{Profile, ProfileSource, Registry};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+/// A committed guest component from `tests/fixtures/wasm`.
+pub fn guest(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/wasm")
+        .join(format!("{name}.wasm"))
+}
+
+/// One sandbox per test binary: engines are meant to be shared.
+pub fn sandbox() -> Arc<Sandbox> {
+    static SANDBOX: OnceLock<Arc<Sandbox>> = OnceLock::new();
+    SANDBOX
+        .get_or_init(|| Arc::new(Sandbox::new().expect("engine")))
+        .clone()
+}
+
+/// A wasm tool's manifest.
+pub fn wasm_tool(
+    id: &str,
+    guest_name: &str,
+    read: &[&Path],
+    write: &[&Path],
+    limits: Limits,
+) -> ToolManifest {
+    ToolManifest {
+        id: id.into(),
+        kind: ToolKind::Wasm {
+            component: guest(guest_name),
+        },
+        fs_read: read.iter().map(|p| p.to_path_buf()).collect(),
+        fs_write: write.iter().map(|p| p.to_path_buf()).collect(),
+        net: Vec::new(),
+        limits,
+    }
+}
+
+/// A wasm tool with no roots and the default ceilings.
+pub fn plain_tool(id: &str, guest_name: &str) -> ToolManifest {
+    wasm_tool(id, guest_name, &[], &[], DEFAULT_LIMITS)
+}
+
+/// A pipeline over a real profile, and where its record goes.
+pub struct Harness {
+    /// Holds the policy file, the key and the record.
+    pub dir: tempfile::TempDir,
+    /// The assembled stations.
+    pub pipeline: Pipeline,
+    /// The key the record must verify under.
+    pub key: SigningKey,
+    /// The record file.
+    pub record: PathBuf,
+}
+
+impl Harness {
+    /// Assembles `policy` (YAML), `tools` and `handlers` with a durable file sink.
+    pub fn new(
+        policy: &str,
+        tools: Vec<ToolManifest>,
+        handlers: BTreeMap<String, HostHandler>,
+    ) -> Harness {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let policy_path = dir.path().join("policy.yaml");
+        std::fs::write(&policy_path, policy).expect("write policy");
+        let config = format!("path = {:?}", policy_path.display().to_string());
+        Harness::with_policy_plugin(dir, "builtin:policy-yaml", &config, tools, handlers)
+    }
+
+    /// The same, with any policy plugin (`plugin` as a profile names it) in `dir`.
+    pub fn with_policy_plugin(
+        dir: tempfile::TempDir,
+        plugin: &str,
+        config: &str,
+        tools: Vec<ToolManifest>,
+        handlers: BTreeMap<String, HostHandler>,
+    ) -> Harness {
+        let record = dir.path().join("record.aarl");
+        let profile_text = format!(
+            "name = \"suite\"\ndescription = \"suite\"\n\
+             [policy]\nplugin = {plugin:?}\nconfig = {{ {config} }}\n\
+             [capability]\n[sandbox]\n\
+             [audit]\nplugin = \"builtin:file-sink\"\nconfig = {{ path = {:?} }}\n",
+            record.display().to_string(),
+        );
+        let profile_path = dir.path().join("suite.toml");
+        let profile = Profile::parse(
+            &profile_text,
+            &profile_path.display().to_string(),
+            ProfileSource::File(profile_path.clone()),
+        )
+        .expect("profile");
+        let key = SigningKey::generate().expect("key");
+        let mut registry = ToolRegistry::new();
+        for t in tools {
+            registry.register(t).expect("register");
+        }
+        let pipeline = Pipeline::open(
+            &profile,
+            &Registry::new(),
+            Setup {
+                key: Some(key.clone()),
+                tools: registry,
+                handlers,
+                sandbox: sandbox(),
+            },
+        )
+        .expect("pipeline");
+        Harness {
+            dir,
+            pipeline,
+            key,
+            record,
+        }
+    }
+
+    /// Calls `tool` with `input`, expecting the record to be kept.
+    pub fn call(&self, tool: &str, input: &[u8]) -> CallRecord {
+        self.pipeline
+            .call(&CallRequest::new(tool, input))
+            .expect("the record is kept")
+    }
+
+    /// Calls `tool` with `input` and command arguments.
+    pub fn call_args(&self, tool: &str, input: &[u8], args: &[&str]) -> CallRecord {
+        self.pipeline
+            .call(&CallRequest {
+                args,
+                ..CallRequest::new(tool, input)
+            })
+            .expect("the record is kept")
+    }
+
+    /// Closes the session and checks its record: Verified pinned to the key, and exactly
+    /// one intent and one outcome per call. Returns the outcomes in record order.
+    pub fn finish(self) -> Checked {
+        self.pipeline
+            .into_audit()
+            .session
+            .close()
+            .expect("close line");
+        let bytes = std::fs::read(&self.record).expect("read record");
+        let report = verify(
+            &bytes[..],
+            &Options {
+                trust: Some(vec![self.key.public_key()]),
+                threads: 0,
+            },
+        )
+        .expect("verify");
+        assert!(
+            matches!(report.verdict(), Verdict::Verified(_)),
+            "the record must verify: {}",
+            report.to_text()
+        );
+        let mut intents = Vec::new();
+        let mut outcomes = Vec::new();
+        for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let Ok(Value::Object(o)) = aegis_record::json::parse(line) else {
+                panic!("a line that is not an object");
+            };
+            match line_type(&o) {
+                "intent" => intents.push(IntentLine::from_object(&o).expect("intent")),
+                "outcome" => outcomes.push(OutcomeLine::from_object(&o).expect("outcome")),
+                _ => {}
+            }
+        }
+        let intent_ids: BTreeSet<&str> = intents.iter().map(|i| i.call_id.as_str()).collect();
+        let outcome_ids: BTreeSet<&str> = outcomes.iter().map(|o| o.call_id.as_str()).collect();
+        assert_eq!(intent_ids.len(), intents.len(), "an intent written twice");
+        assert_eq!(
+            outcome_ids.len(),
+            outcomes.len(),
+            "an outcome written twice"
+        );
+        assert_eq!(
+            intent_ids, outcome_ids,
+            "an intent without its outcome, or the reverse"
+        );
+        for o in &outcomes {
+            let i = intents.iter().find(|i| i.call_id == o.call_id).unwrap();
+            assert_eq!(i.request_digest, o.request_digest, "{}", o.call_id);
+            assert_eq!(i.tool_id, o.tool_id, "{}", o.call_id);
+        }
+        Checked { report, outcomes }
+    }
+}
+
+fn line_type(o: &Object) -> &str {
+    match o.get("line_type") {
+        Some(Value::String(s)) => s,
+        _ => "",
+    }
+}
+
+/// A record that verified, with its outcomes.
+pub struct Checked {
+    /// The verifier's report.
+    pub report: Report,
+    /// Every outcome, in record order.
+    pub outcomes: Vec<OutcomeLine>,
+}
+
+impl Checked {
+    /// The outcome of `call_id`.
+    pub fn outcome(&self, call_id: &str) -> &OutcomeLine {
+        self.outcomes
+            .iter()
+            .find(|o| o.call_id == call_id)
+            .unwrap_or_else(|| panic!("no outcome for {call_id}"))
+    }
+}
