@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 mod demo;
 mod plugins;
+mod run;
 mod style;
 
 /// Exit codes shared by the subcommands. `verify`'s are API: CI gates script them.
@@ -22,8 +23,24 @@ mod exit {
     pub const UNREADABLE: u8 = 2;
     /// verify: Indeterminate.
     pub const INDETERMINATE: u8 = 3;
-    /// A profile, plugin, key or sink was refused (plugins, profiles, and later run).
+    /// A profile, plugin, key or sink was refused (plugins, profiles, run).
     pub const REFUSED: u8 = 4;
+    /// run: a policy rule refused the call.
+    pub const POLICY_DENIED: u8 = 10;
+    /// run: a rate limit refused the call.
+    pub const RATE_LIMITED: u8 = 11;
+    /// run: the call was parked for approval (and not run).
+    pub const PENDING_APPROVAL: u8 = 12;
+    /// run: the capability station refused the call (no grant).
+    pub const CAPABILITY_DENIED: u8 = 13;
+    /// run: the tool trapped, failed or exited non-zero.
+    pub const TRAP: u8 = 14;
+    /// run: a ceiling (memory, wall time, output) stopped the tool.
+    pub const RESOURCE_EXCEEDED: u8 = 15;
+    /// run: the host could not start the tool.
+    pub const HOST_DENIED: u8 = 16;
+    /// run: the record could not be written; any output was withheld.
+    pub const RECORD_FAILED: u8 = 17;
 }
 
 #[derive(Parser)]
@@ -78,6 +95,15 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Run one tool call through the profile's stations: policy, capability, sandbox,
+    /// audit. The tool's output goes to stdout, the verdict to stderr.
+    ///
+    /// Exit codes: 0 success, 1 usage error, 2 the input, component or a root could not
+    /// be read, 4 the profile, a plugin, the key or the sink was refused, 10 refused by
+    /// policy, 11 rate limited, 12 parked for approval, 13 refused by the capability
+    /// station, 14 the tool trapped or exited non-zero, 15 a ceiling stopped it, 16 the
+    /// host could not start it, 17 the record could not be written (output withheld).
+    Run(Box<run::RunArgs>),
     /// A guided walk: write a signed session, verify it, then tamper with it.
     Demo,
     /// List plugins: built-in, and loadable libraries found on the plugin path.
@@ -155,6 +181,7 @@ fn main() -> ExitCode {
             path,
         } => verify(keys, trust_store, json, &path),
         Command::Keygen { out, force } => keygen(&out, force),
+        Command::Run(args) => run::run(&cli.profile, &args),
         Command::Demo => demo::run(),
         Command::Plugins {
             command: PluginsCommand::List { paths },

@@ -256,6 +256,18 @@ fn demo_runs_and_ends_on_a_verdict() {
         !text.contains('\x1b'),
         "no colour when NO_COLOR is set or stdout is a pipe"
     );
+    for shown in [
+        "success: 14 bytes out",
+        "refused by policy (rule no-shell): shell is never allowed",
+        "refused by the capability station",
+        "stopped by the memory ceiling",
+        "stopped by the wall_time ceiling",
+        "stopped by the output ceiling",
+        "Every call and every verdict came out as Aegis promises.",
+    ] {
+        assert!(text.contains(shown), "missing {shown:?} in:\n{text}");
+    }
+    assert!(!text.contains("kingdom"), "the secret never shows");
     assert!(text.contains("Verified (pinned to "));
     assert!(text.contains("Tampered — bad signature"));
     assert!(text.contains("Indeterminate — session 0 does not end with a close record"));

@@ -1,0 +1,258 @@
+//! `aegis run`: one tool call through the profile's stations.
+//!
+//! The tool's output goes to stdout, the pipeline's verdict to stderr, and the exit code
+//! names the class of the ending (see [`crate::exit`]).
+
+use aegis_record::key::SigningKey;
+use aegis_record::{CapabilityOutcome, ExecutionOutcome, PolicyOutcome};
+use aegis_runtime::capability::{DEFAULT_LIMITS, Limits, ToolKind, ToolManifest, ToolRegistry};
+use aegis_runtime::pipeline::{CallClass, CallRecord, CallRequest, Pipeline, Setup};
+use aegis_runtime::sandbox::Sandbox;
+use aegis_runtime::{PluginChoice, PluginSpec, Profile, Registry};
+use std::io::{IsTerminal, Read};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::exit;
+
+/// `aegis run`'s arguments.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The WebAssembly component to run (a wasip2 command, or the aegis tool world).
+    #[arg(long, value_name = "FILE")]
+    component: PathBuf,
+    /// The tool's id: what policy rules and the record name it by.
+    #[arg(long, value_name = "ID")]
+    id: String,
+    /// The input, as given (the tool's stdin).
+    #[arg(long, value_name = "STR", conflicts_with = "input_file")]
+    input: Option<String>,
+    /// Read the input from a file (otherwise from stdin when it is not a terminal).
+    #[arg(long, value_name = "PATH")]
+    input_file: Option<PathBuf>,
+    /// A directory the tool may read beneath; repeatable.
+    #[arg(long = "allow-read", value_name = "DIR")]
+    allow_read: Vec<PathBuf>,
+    /// A directory the tool may read and write beneath; repeatable.
+    #[arg(long = "allow-write", value_name = "DIR")]
+    allow_write: Vec<PathBuf>,
+    /// Ceiling on the tool's total linear memory, in bytes.
+    #[arg(long, value_name = "BYTES")]
+    max_memory: Option<u64>,
+    /// Ceiling on the call's wall-clock time, in milliseconds.
+    #[arg(long, value_name = "MS")]
+    max_wall_ms: Option<u64>,
+    /// Ceiling on the tool's output, in bytes (more fails the call; nothing is cut).
+    #[arg(long, value_name = "BYTES")]
+    max_output: Option<u64>,
+    /// The capability the call names (fs.read, fs.write, net.http); it gets only that.
+    #[arg(long, value_name = "NAME")]
+    capability: Option<String>,
+    /// The role the caller asserts, for policy rules.
+    #[arg(long, value_name = "ROLE")]
+    role: Option<String>,
+    /// A policy YAML file, instead of the profile's policy station.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// Append the record to this file (a durable file sink) instead of the profile's.
+    #[arg(long, value_name = "PATH", requires = "signing_key")]
+    audit: Option<PathBuf>,
+    /// The signing key (`aegis keygen`); required by a durable sink.
+    #[arg(long, value_name = "PATH")]
+    signing_key: Option<PathBuf>,
+    /// Arguments for a command component, after `--`.
+    #[arg(last = true, value_name = "ARGS")]
+    args: Vec<String>,
+}
+
+/// A `key = "value"` TOML table line, quoted by the toml crate.
+fn path_config(path: &std::path::Path) -> String {
+    let mut table = toml::Table::new();
+    table.insert("path".into(), path.display().to_string().into());
+    table.to_string()
+}
+
+/// Where compiled components are cached between runs, if the environment names a home.
+fn cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("aegis").join("wasmtime"))
+}
+
+fn read_input(a: &RunArgs) -> Result<Vec<u8>, String> {
+    if let Some(s) = &a.input {
+        return Ok(s.as_bytes().to_vec());
+    }
+    if let Some(p) = &a.input_file {
+        return std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+    }
+    let mut stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Ok(Vec::new());
+    }
+    let mut bytes = Vec::new();
+    stdin
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("stdin: {e}"))?;
+    Ok(bytes)
+}
+
+pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
+    let input = match read_input(a) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            crate::error(e);
+            return exit::UNREADABLE;
+        }
+    };
+    let limits = Limits {
+        max_memory_bytes: a.max_memory.unwrap_or(DEFAULT_LIMITS.max_memory_bytes),
+        max_wall_ms: a.max_wall_ms.unwrap_or(DEFAULT_LIMITS.max_wall_ms),
+        max_output_bytes: a.max_output.unwrap_or(DEFAULT_LIMITS.max_output_bytes),
+    };
+    let mut tools = ToolRegistry::new();
+    if let Err(e) = tools.register(ToolManifest {
+        id: a.id.clone(),
+        kind: ToolKind::Wasm {
+            component: a.component.clone(),
+        },
+        fs_read: a.allow_read.clone(),
+        fs_write: a.allow_write.clone(),
+        net: Vec::new(),
+        limits,
+    }) {
+        crate::error(e);
+        return exit::UNREADABLE;
+    }
+    let mut profile = match Profile::find(profile_name) {
+        Ok(p) => p,
+        Err(e) => {
+            crate::error(e);
+            return exit::REFUSED;
+        }
+    };
+    if let Some(policy) = &a.policy {
+        profile.policy = PluginChoice::from_flag(
+            "--policy",
+            PluginSpec::parse("builtin:policy-yaml"),
+            path_config(policy),
+        );
+    }
+    if let Some(audit) = &a.audit {
+        profile.audit = PluginChoice::from_flag(
+            "--audit",
+            PluginSpec::parse("builtin:file-sink"),
+            path_config(audit),
+        );
+    }
+    let key = match &a.signing_key {
+        Some(path) => match SigningKey::load(path) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                crate::error(format_args!("--signing-key: {e}"));
+                return exit::REFUSED;
+            }
+        },
+        None => None,
+    };
+    let sandbox = match cache_dir().map_or_else(Sandbox::new, |dir| Sandbox::with_cache_dir(&dir)) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            crate::error(e);
+            return exit::REFUSED;
+        }
+    };
+    let setup = Setup {
+        key,
+        tools,
+        handlers: Default::default(),
+        sandbox,
+    };
+    let pipeline = match Pipeline::open(&profile, &Registry::new(), setup) {
+        Ok(p) => p,
+        Err(e) => {
+            crate::error(e);
+            return exit::REFUSED;
+        }
+    };
+    let args: Vec<&str> = a.args.iter().map(String::as_str).collect();
+    let request = CallRequest {
+        args: &args,
+        capability: a.capability.as_deref(),
+        role: a.role.as_deref(),
+        ..CallRequest::new(&a.id, &input)
+    };
+    let result = pipeline.call(&request);
+    let notice = pipeline.notice().to_string();
+    // Close the session so the record ends anchored.
+    let closed = pipeline.into_audit().session.close();
+    let record = match result {
+        Ok(r) => r,
+        Err(e) => {
+            crate::error(e);
+            return exit::RECORD_FAILED;
+        }
+    };
+    if let Some(output) = &record.output {
+        crate::print(output);
+    }
+    for line in String::from_utf8_lossy(&record.stderr).lines() {
+        eprintln!("{}: {line}", a.id);
+    }
+    eprintln!("aegis: {}", describe(&record));
+    eprintln!("aegis: {notice}");
+    if let Err(e) = closed {
+        crate::error(format_args!(
+            "the session's close line could not be written: {e}"
+        ));
+        return exit::RECORD_FAILED;
+    }
+    code(record.class())
+}
+
+/// The exit code of each ending; documented in `aegis run --help`.
+pub fn code(class: CallClass) -> u8 {
+    match class {
+        CallClass::Success => exit::OK,
+        CallClass::PolicyDenied => exit::POLICY_DENIED,
+        CallClass::RateLimited => exit::RATE_LIMITED,
+        CallClass::PendingApproval => exit::PENDING_APPROVAL,
+        CallClass::CapabilityDenied => exit::CAPABILITY_DENIED,
+        CallClass::Trap => exit::TRAP,
+        CallClass::ResourceExceeded => exit::RESOURCE_EXCEEDED,
+        CallClass::HostDenied => exit::HOST_DENIED,
+    }
+}
+
+/// One line: what each station decided, and the call's place on the record.
+pub fn describe(record: &CallRecord) -> String {
+    let o = &record.outcome;
+    let rule = o
+        .decision_axes
+        .matched_rule
+        .as_deref()
+        .map(|r| format!(" (rule {r})"))
+        .unwrap_or_default();
+    let what = match (&o.policy, &o.capability, &o.execution) {
+        (PolicyOutcome::Denied { reason }, _, _) => format!("refused by policy{rule}: {reason}"),
+        (PolicyOutcome::RateLimited { reason }, _, _) => format!("rate limited{rule}: {reason}"),
+        (PolicyOutcome::PendingApproval { approval_id }, _, _) => {
+            format!("parked for approval {approval_id}{rule}; not run")
+        }
+        (_, CapabilityOutcome::Denied { reason, .. }, _) => {
+            format!("refused by the capability station: {reason}")
+        }
+        (_, _, ExecutionOutcome::Success) => format!(
+            "success: {} bytes out in {} ms",
+            record.output.as_ref().map_or(0, Vec::len),
+            o.wall_ms.map_or(0, |w| w.get())
+        ),
+        (_, _, ExecutionOutcome::Trap { message }) => format!("trapped: {message}"),
+        (_, _, ExecutionOutcome::ResourceExceeded { kind }) => {
+            format!("stopped by the {kind} ceiling; no output returned")
+        }
+        (_, _, ExecutionOutcome::HostDenied { reason }) => format!("not run: {reason}"),
+    };
+    format!("{what} [{} · outcome seq {}]", o.call_id, record.seq)
+}

@@ -1,0 +1,285 @@
+//! `aegis run` end to end: a real wasip2 tool with exactly the authority its flags
+//! grant, each refusal class on its documented exit code, and a durable record that
+//! verifies.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn aegis() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_aegis"));
+    // Keep the compilation cache out of the user's home.
+    c.env(
+        "XDG_CACHE_HOME",
+        std::env::temp_dir().join("aegis-run-tests-cache"),
+    );
+    c
+}
+
+fn guest(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/fixtures/wasm/{name}.wasm"))
+}
+
+fn run(args: &[&str]) -> Output {
+    aegis().arg("run").args(args).output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn output_goes_to_stdout_and_the_verdict_to_stderr() {
+    let echo = guest("echo");
+    let out = run(&[
+        "--component",
+        echo.to_str().unwrap(),
+        "--id",
+        "echo",
+        "--input",
+        "hello",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(out.stdout, b"hello");
+    let err = text(&out.stderr);
+    assert!(err.contains("aegis: success: 5 bytes out"), "{err}");
+    assert!(
+        err.contains("volatile"),
+        "the operator is told nothing is kept: {err}"
+    );
+}
+
+#[test]
+fn input_comes_from_a_file_or_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("in.txt");
+    std::fs::write(&file, b"from a file").unwrap();
+    let echo = guest("echo");
+    let out = run(&[
+        "--component",
+        echo.to_str().unwrap(),
+        "--id",
+        "echo",
+        "--input-file",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.stdout, b"from a file");
+    let mut child = aegis()
+        .args(["run", "--component", echo.to_str().unwrap(), "--id", "echo"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"from stdin")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.stdout, b"from stdin", "{}", text(&out.stderr));
+}
+
+#[test]
+fn the_tool_reaches_exactly_the_roots_it_is_granted() {
+    let dir = tempfile::tempdir().unwrap();
+    let granted = dir.path().join("granted");
+    std::fs::create_dir(&granted).unwrap();
+    std::fs::write(granted.join("a.txt"), b"inside").unwrap();
+    std::fs::write(dir.path().join("b.txt"), b"outside").unwrap();
+    let rf = guest("read-file");
+    let base = [
+        "--component",
+        rf.to_str().unwrap(),
+        "--id",
+        "read",
+        "--allow-read",
+    ];
+    let inside = granted.join("a.txt");
+    let out = run(&[
+        &base[..],
+        &[granted.to_str().unwrap(), "--", inside.to_str().unwrap()],
+    ]
+    .concat());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(out.stdout, b"inside");
+    let outside = dir.path().join("b.txt");
+    let out = run(&[
+        &base[..],
+        &[granted.to_str().unwrap(), "--", outside.to_str().unwrap()],
+    ]
+    .concat());
+    assert_eq!(out.status.code(), Some(14), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty());
+    // The tool's own complaint reaches the operator, labelled with its id.
+    assert!(
+        text(&out.stderr).contains("read: read-file:"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn each_refusal_class_has_its_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "version: 1\ndefault: allow\nrules:\n  - id: no-shell\n    action: deny\n    tool: shell\n  - id: later\n    action: pending_approval\n    tool: deploy\n  - id: once\n    action: rate_limit\n    tool: search\n    rate: { max: 1, per_seconds: 3600 }\n",
+    )
+    .unwrap();
+    let p = policy.to_str().unwrap();
+    let echo = guest("echo");
+    let e = echo.to_str().unwrap();
+    let code = |extra: &[&str]| run(extra).status.code();
+    assert_eq!(
+        code(&["--component", e, "--id", "shell", "--policy", p]),
+        Some(10)
+    );
+    assert_eq!(
+        code(&["--component", e, "--id", "deploy", "--policy", p]),
+        Some(12)
+    );
+    // Each run is a new process, so a budget of one is never spent here: the limit
+    // itself is covered by the pipeline suites.
+    assert_eq!(
+        code(&["--component", e, "--id", "search", "--policy", p]),
+        Some(0)
+    );
+    assert_eq!(
+        code(&["--component", e, "--id", "echo", "--capability", "net.http"]),
+        Some(13)
+    );
+    let panic = guest("panic");
+    assert_eq!(
+        code(&["--component", panic.to_str().unwrap(), "--id", "p"]),
+        Some(14)
+    );
+    let spin = guest("spin");
+    assert_eq!(
+        code(&[
+            "--component",
+            spin.to_str().unwrap(),
+            "--id",
+            "s",
+            "--max-wall-ms",
+            "50"
+        ]),
+        Some(15)
+    );
+    let flood = guest("flood");
+    assert_eq!(
+        code(&[
+            "--component",
+            flood.to_str().unwrap(),
+            "--id",
+            "f",
+            "--max-output",
+            "10"
+        ]),
+        Some(15)
+    );
+}
+
+#[test]
+fn bad_input_is_one_line_with_its_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.wasm");
+    let out = run(&["--component", missing.to_str().unwrap(), "--id", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: ") && err.contains("missing.wasm"),
+        "{err}"
+    );
+
+    let policy = dir.path().join("bad.yaml");
+    std::fs::write(
+        &policy,
+        "version: 1\ndefault: allow\nrules:\n  - id: a\n    action: maybe\n",
+    )
+    .unwrap();
+    let echo = guest("echo");
+    let out = run(&[
+        "--component",
+        echo.to_str().unwrap(),
+        "--id",
+        "x",
+        "--policy",
+        policy.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(4));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--policy") && err.contains("bad.yaml:5"),
+        "{err}"
+    );
+
+    // A durable record with the development key is refused before anything runs.
+    let record = dir.path().join("record.aarl");
+    let out = aegis()
+        .args([
+            "--profile",
+            "durable-file",
+            "run",
+            "--component",
+            echo.to_str().unwrap(),
+            "--id",
+            "x",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("aegis keygen"));
+    assert!(!record.exists());
+}
+
+#[test]
+fn a_durable_record_keeps_every_run_and_verifies_pinned() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("k");
+    let out = aegis()
+        .args(["keygen", "--out", key.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let public = text(&out.stdout)
+        .lines()
+        .next()
+        .unwrap()
+        .trim_start_matches("public_key ")
+        .to_owned();
+    let record = dir.path().join("record.aarl");
+    let echo = guest("echo");
+    for input in ["one", "two"] {
+        let out = run(&[
+            "--component",
+            echo.to_str().unwrap(),
+            "--id",
+            "echo",
+            "--input",
+            input,
+            "--audit",
+            record.to_str().unwrap(),
+            "--signing-key",
+            key.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        assert!(text(&out.stderr).contains(record.to_str().unwrap()));
+    }
+    let out = aegis()
+        .args(["verify", "--key", &public, record.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let lines = std::fs::read_to_string(&record).unwrap();
+    assert_eq!(lines.matches("\"line_type\":\"outcome\"").count(), 2);
+    assert_eq!(
+        lines.matches("\"line_type\":\"open\"").count(),
+        2,
+        "two sessions, chained"
+    );
+}
