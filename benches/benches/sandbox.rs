@@ -1,16 +1,18 @@
 //! The Model A sandbox: what one tool call costs.
 //!
-//! - `warm/*`: one call to an already prepared component (a fresh store, WASI context
-//!   and instance per call, as in production). `echo` (command shape) with 0, 1 and 4
+//! - `warm/{pooled,on_demand}/*`: one call to an already prepared component (a fresh
+//!   store, WASI context and instance per call, as in production), with instances from
+//!   the pool (the default) or mapped per call. `echo` (command shape) with 0, 1 and 4
 //!   read roots shows what each preopen adds; `world_reverse` is the WIT-world shape.
 //! - `cold/*`: a new `Sandbox`, then prepare and one call: compiling the component in
 //!   process (`no_cache`) against loading it from a primed cache directory
-//!   (`primed_cache`).
+//!   (`primed_cache`, pooled; `primed_cache_on_demand` without the pool, to price
+//!   reserving it).
 
 use aegis_runtime::capability::{
     DEFAULT_LIMITS, Grant, NarrowingLimits, ToolKind, ToolManifest, ToolRegistry,
 };
-use aegis_runtime::sandbox::{Ending, Sandbox};
+use aegis_runtime::sandbox::{Ending, Options, Sandbox};
 use criterion::{Criterion, criterion_main};
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -55,21 +57,29 @@ fn warm(c: &mut Criterion) {
             d
         })
         .collect();
-    let sandbox = Sandbox::new().unwrap();
-    sandbox.prepare(&guest("echo")).unwrap();
-    sandbox.prepare(&guest("world-reverse")).unwrap();
-
     let mut g = c.benchmark_group("warm");
-    for n in [0, 1, 4] {
-        let echo = grant("echo", &dirs[..n]);
-        g.bench_function(format!("echo/roots={n}"), |b| {
-            b.iter(|| call(&sandbox, "echo", &echo))
+    for (allocation, concurrent_calls) in [
+        ("pooled", Options::default().concurrent_calls),
+        ("on_demand", None),
+    ] {
+        let sandbox = Sandbox::with_options(&Options {
+            cache_dir: None,
+            concurrent_calls,
+        })
+        .unwrap();
+        sandbox.prepare(&guest("echo")).unwrap();
+        sandbox.prepare(&guest("world-reverse")).unwrap();
+        for n in [0, 1, 4] {
+            let echo = grant("echo", &dirs[..n]);
+            g.bench_function(format!("{allocation}/echo/roots={n}"), |b| {
+                b.iter(|| call(&sandbox, "echo", &echo))
+            });
+        }
+        let reverse = grant("world-reverse", &[]);
+        g.bench_function(format!("{allocation}/world_reverse"), |b| {
+            b.iter(|| call(&sandbox, "world-reverse", &reverse))
         });
     }
-    let reverse = grant("world-reverse", &[]);
-    g.bench_function("world_reverse", |b| {
-        b.iter(|| call(&sandbox, "world-reverse", &reverse))
-    });
     g.finish();
 }
 
@@ -94,6 +104,16 @@ fn cold(c: &mut Criterion) {
     g.bench_function("echo/primed_cache", |b| {
         b.iter(|| {
             let sandbox = Sandbox::with_cache_dir(cache).unwrap();
+            cold_call(sandbox, &echo)
+        })
+    });
+    g.bench_function("echo/primed_cache_on_demand", |b| {
+        b.iter(|| {
+            let sandbox = Sandbox::with_options(&Options {
+                cache_dir: Some(cache.to_owned()),
+                concurrent_calls: None,
+            })
+            .unwrap();
             cold_call(sandbox, &echo)
         })
     });

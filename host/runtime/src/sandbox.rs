@@ -22,9 +22,19 @@
 //!   (`resource_exceeded` output) and none of it is returned.
 //! - A component that is neither shape (or exports both) is refused when prepared,
 //!   before any guest code runs.
+//! - Instances come from a pool of slots (by default; see [`Options`]) that wasmtime
+//!   resets between uses: no call sees memory an earlier call wrote (tested with a guest
+//!   that reports what it finds). A call beyond the pool's size is refused
+//!   ([`SandboxError::AtCapacity`]) before any guest code runs, never queued or
+//!   reported as the guest's trap.
 //!
 //! # Non-guarantees
 //! - The wall-clock ceiling is enforced at tick granularity ([`TICK`]).
+//! - A guest with a write root can create a symlink there whose *relative* target
+//!   leads out (`link -> ../secret`). No call can follow it out (resolution stays
+//!   beneath the preopen, and a Model B context resolves through cap-std), but the
+//!   link outlives the call: software outside Aegis that follows links under a write
+//!   root must not trust them. Absolute targets are refused when the link is made.
 //! - A host bug in wasmtime or wasmtime-wasi is outside what this module can contain.
 //! - The compilation cache ([`Sandbox::with_cache_dir`]) holds native code that is
 //!   loaded and run without any signature: whoever can write to the directory can run
@@ -37,6 +47,9 @@
 //!
 //! # Limits
 //! - [`TICK`] (5 ms): the wall-clock resolution, and the ticker thread's period.
+//! - [`DEFAULT_CONCURRENT_CALLS`] (64) calls at once per sandbox. The pool reserves
+//!   address space (not memory) up front: 4 GiB plus guard pages per memory slot, two
+//!   slots per call.
 //! - Stderr: 64 KiB kept per call, the rest dropped.
 //! - Cache: wasmtime's own worker trims the directory (its default soft limits on
 //!   file count and total size); entries are keyed on the component's bytes and the
@@ -51,13 +64,60 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use wasmtime::component::types::{ComponentItem, Type};
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker, ResourceTable};
-use wasmtime::{Cache, CacheConfig, Config, Engine, ResourceLimiter, Store, Trap};
+use wasmtime::{
+    Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolConcurrencyLimitError,
+    PoolingAllocationConfig, ResourceLimiter, Store, Trap,
+};
 use wasmtime_wasi::p2::bindings::sync::CommandPre;
 use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxView, WasiView};
 
 /// The epoch ticker's period: the resolution of the wall-clock ceiling.
 pub const TICK: Duration = Duration::from_millis(5);
+
+/// How many calls one [`Sandbox`] runs at once by default (see [`Options`]).
+pub const DEFAULT_CONCURRENT_CALLS: u32 = 64;
+
+/// How a [`Sandbox`] is built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// wasmtime's compilation cache in this directory (see [`Sandbox::with_cache_dir`]);
+    /// `None` compiles every component in this process.
+    pub cache_dir: Option<PathBuf>,
+    /// `Some(n)`: instances come from a pool of `n` slots reserved up front, reset
+    /// between calls, and a call beyond `n` at once is refused
+    /// ([`SandboxError::AtCapacity`]). `None`: every call maps fresh memory, with no
+    /// bound but the host's (slower: the kernel builds and tears down each instance's
+    /// reservation per call; `benches/results/sandbox.md`).
+    pub concurrent_calls: Option<u32>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            cache_dir: None,
+            concurrent_calls: Some(DEFAULT_CONCURRENT_CALLS),
+        }
+    }
+}
+
+/// The pool for `calls` concurrent calls. A component may hold several core
+/// instances, memories and tables; these bounds cover the committed guests (a Rust
+/// wasip2 command has a handful of core instances and one memory) with room to spare.
+fn pooling(calls: u32) -> PoolingAllocationConfig {
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_component_instances(calls)
+        .max_core_instances_per_component(32)
+        .total_core_instances(calls.saturating_mul(32))
+        .max_memories_per_component(4)
+        .total_memories(calls.saturating_mul(2))
+        .max_tables_per_component(32)
+        .total_tables(calls.saturating_mul(32))
+        // The grant's limiter is the memory ceiling; the pool must not be a lower,
+        // silent one. 4 GiB is all a 32-bit memory can address.
+        .max_memory_size(4 << 30);
+    pool
+}
 
 /// How much of stderr is kept for diagnostics.
 const STDERR_CAP: usize = 64 << 10;
@@ -140,6 +200,9 @@ pub enum SandboxError {
         /// What failed.
         message: String,
     },
+    /// Every slot of the instance pool is in use: the call was not started.
+    #[error("the sandbox is at capacity: {0}")]
+    AtCapacity(String),
     /// The compilation cache directory could not be used, or others can reach it.
     #[error("compilation cache {path}: {message}")]
     Cache {
@@ -322,7 +385,7 @@ impl Sandbox {
     /// # Errors
     /// The engine or linker could not be built.
     pub fn new() -> Result<Sandbox, SandboxError> {
-        Sandbox::build(None)
+        Sandbox::with_options(&Options::default())
     }
 
     /// Like [`Sandbox::new`], with wasmtime's compilation cache in `dir`: a
@@ -337,21 +400,41 @@ impl Sandbox {
     /// [`SandboxError::Cache`] if `dir` cannot be created, is not owned by this user,
     /// or is reachable by group or others; otherwise as [`Sandbox::new`].
     pub fn with_cache_dir(dir: &Path) -> Result<Sandbox, SandboxError> {
-        let dir = private_cache_dir(dir)?;
-        let mut config = CacheConfig::new();
-        config.with_directory(&dir);
-        let cache = Cache::new(config).map_err(|e| SandboxError::Cache {
-            path: dir,
-            message: format!("{e:#}"),
-        })?;
-        Sandbox::build(Some(cache))
+        Sandbox::with_options(&Options {
+            cache_dir: Some(dir.to_owned()),
+            ..Options::default()
+        })
     }
 
-    fn build(cache: Option<Cache>) -> Result<Sandbox, SandboxError> {
+    /// A sandbox built as `options` say.
+    ///
+    /// # Errors
+    /// As [`Sandbox::with_cache_dir`] for the cache; otherwise the engine or the pool
+    /// could not be built.
+    pub fn with_options(options: &Options) -> Result<Sandbox, SandboxError> {
+        let cache = match &options.cache_dir {
+            Some(dir) => {
+                let dir = private_cache_dir(dir)?;
+                let mut config = CacheConfig::new();
+                config.with_directory(&dir);
+                Some(Cache::new(config).map_err(|e| SandboxError::Cache {
+                    path: dir,
+                    message: format!("{e:#}"),
+                })?)
+            }
+            None => None,
+        };
+        Sandbox::build(cache, options.concurrent_calls)
+    }
+
+    fn build(cache: Option<Cache>, concurrent_calls: Option<u32>) -> Result<Sandbox, SandboxError> {
         let mut config = Config::new();
         config.epoch_interruption(true);
         config.wasm_component_model(true);
         config.cache(cache.clone());
+        if let Some(calls) = concurrent_calls {
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling(calls)));
+        }
         let engine = Engine::new(&config).map_err(|e| SandboxError::Engine(e.to_string()))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
@@ -515,6 +598,14 @@ impl Sandbox {
             }
         };
         let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        // A full pool is the host's limit, not the guest's doing: no guest code ran.
+        if let Err(e) = &result
+            && let Some(full) = e
+                .chain()
+                .find_map(|c| c.downcast_ref::<PoolConcurrencyLimitError>())
+        {
+            return Err(SandboxError::AtCapacity(full.to_string()));
+        }
         let state = store.data();
         let peak_memory_bytes = state.memory.peak as u64;
         let memory_hit = state.memory.hit;

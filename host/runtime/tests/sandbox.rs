@@ -447,3 +447,82 @@ fn a_world_tool_using_wasi_sees_only_its_grant() {
         assert!(out.output.is_none());
     }
 }
+
+#[test]
+fn no_call_sees_memory_an_earlier_call_left_behind() {
+    // world-remember returns what sits at a fixed address, then writes its input there.
+    // Pooled slots are reused between calls; each must start zeroed.
+    let g = grant("world-remember", &[], &[], DEFAULT_LIMITS);
+    for i in 0..8 {
+        let secret = format!("secret number {i} from an earlier call");
+        let out = run("world-remember", &g, secret.as_bytes(), &[]);
+        assert_eq!(out.ending, Ending::Success);
+        let seen = out.output.unwrap();
+        assert_eq!(seen.len(), 64);
+        assert!(
+            seen.iter().all(|&b| b == 0),
+            "call {i} saw {:?}",
+            String::from_utf8_lossy(&seen)
+        );
+    }
+}
+
+#[test]
+fn a_call_beyond_the_pool_is_refused_before_it_starts_and_the_slot_comes_back() {
+    use aegis_runtime::sandbox::Options;
+    let small = Sandbox::with_options(&Options {
+        concurrent_calls: Some(1),
+        ..Options::default()
+    })
+    .unwrap();
+    let slow = grant(
+        "spin",
+        &[],
+        &[],
+        Limits {
+            max_wall_ms: 1_500,
+            ..DEFAULT_LIMITS
+        },
+    );
+    let quick = grant("world-reverse", &[], &[], DEFAULT_LIMITS);
+    small.prepare(&guest("spin")).unwrap();
+    small.prepare(&guest("world-reverse")).unwrap();
+    std::thread::scope(|s| {
+        // The spinning call retries until it holds the slot (the probe below may hold
+        // it for a moment first).
+        let busy = s.spawn(|| {
+            loop {
+                match small.run(&guest("spin"), &slow, b"", &[]) {
+                    Err(SandboxError::AtCapacity(_)) => std::thread::yield_now(),
+                    other => return other.unwrap(),
+                }
+            }
+        });
+        // While the spinning call holds the only slot, another call is refused.
+        let mut refused = false;
+        let give_up = std::time::Instant::now() + std::time::Duration::from_millis(1_400);
+        while !refused && std::time::Instant::now() < give_up && !busy.is_finished() {
+            match small.run(&guest("world-reverse"), &quick, b"ab", &[]) {
+                Err(SandboxError::AtCapacity(why)) => {
+                    assert!(why.contains("concurrent"), "{why}");
+                    refused = true;
+                }
+                Ok(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(
+            refused,
+            "a second call while the pool was full was not refused"
+        );
+        assert_eq!(
+            busy.join().unwrap().ending,
+            Ending::Exceeded(Exceeded::WallTime)
+        );
+    });
+    // The slot is back.
+    let out = small
+        .run(&guest("world-reverse"), &quick, b"ab", &[])
+        .unwrap();
+    assert_eq!(out.output.as_deref(), Some(&b"ba"[..]));
+}
