@@ -378,6 +378,8 @@ pub struct HostContext {
     /// `None` when `max_wall_ms` is too far away for the clock to represent.
     deadline: Option<Instant>,
     logs: Mutex<Logs>,
+    /// The first ceiling an effect ran into, for the pipeline's record.
+    tripped: Mutex<Option<Exceeded>>,
 }
 
 fn open_roots(axis: Axis, roots: &[PathBuf]) -> Result<Vec<Root>, HandlerError> {
@@ -760,6 +762,7 @@ impl HostContext {
             limits,
             deadline: Instant::now().checked_add(Duration::from_millis(limits.max_wall_ms)),
             logs: Mutex::new(Logs::default()),
+            tripped: Mutex::new(None),
         })
     }
 
@@ -840,6 +843,25 @@ impl HostContext {
     /// [`HandlerError::BadResponse`], [`HandlerError::UnsupportedResponse`] or
     /// [`HandlerError::Io`] when the server or the network fails.
     pub fn http_get(&self, url: &str) -> Result<HttpResponse, HandlerError> {
+        let result = self.get(url);
+        if let Err(e) = &result
+            && let ErrorClass::Exceeded(kind) = e.class()
+        {
+            self.tripped
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get_or_insert(kind);
+        }
+        result
+    }
+
+    /// The first ceiling an effect through this context ran into, if any: the pipeline
+    /// records a handler that failed after one as stopped by that ceiling.
+    pub fn tripped(&self) -> Option<Exceeded> {
+        *self.tripped.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn get(&self, url: &str) -> Result<HttpResponse, HandlerError> {
         const METHOD: &str = "GET";
         let url = parse_url(url)?;
         let allowed = self.net.iter().any(|rule| {

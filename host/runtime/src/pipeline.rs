@@ -529,8 +529,18 @@ impl Pipeline {
                         peak_memory_bytes: 0,
                         stderr: Vec::new(),
                     },
-                    Err(message) => Executed::Failed {
-                        message: format!("handler error: {message}"),
+                    Err(message) => match context.tripped() {
+                        // A handler that gave up after a ceiling tripped was stopped by it.
+                        Some(kind) => Executed::Ran {
+                            ending: Ending::Exceeded(kind),
+                            output: None,
+                            wall_ms,
+                            peak_memory_bytes: 0,
+                            stderr: Vec::new(),
+                        },
+                        None => Executed::Failed {
+                            message: format!("handler error: {message}"),
+                        },
                     },
                 }
             }

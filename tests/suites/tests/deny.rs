@@ -439,3 +439,59 @@ fn a_policy_plugin_that_panics_denies_the_call_and_the_host_carries_on() {
     assert_eq!(h.call("echo", b"x").class(), CallClass::PolicyDenied);
     h.finish();
 }
+
+#[test]
+fn a_handler_stopped_by_the_output_ceiling_is_recorded_as_exceeded() {
+    use aegis_runtime::capability::NetRule;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        use std::io::{Read as _, Write as _};
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 1024];
+        let _ = s.read(&mut buf);
+        let body = "x".repeat(100);
+        let _ = write!(
+            s,
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+    });
+    let url = format!("http://127.0.0.1:{port}/");
+    let mut handlers: BTreeMap<String, HostHandler> = BTreeMap::new();
+    handlers.insert(
+        "fetch".into(),
+        Arc::new(move |ctx, _| {
+            ctx.http_get(&url)
+                .map(|r| r.body)
+                .map_err(|e| e.to_string())
+        }),
+    );
+    let h = Harness::new(
+        ALLOW_ALL,
+        vec![ToolManifest {
+            net: vec![NetRule {
+                host: "127.0.0.1".into(),
+                ports: vec![port],
+                methods: vec!["GET".into()],
+            }],
+            limits: Limits {
+                max_output_bytes: 10,
+                ..DEFAULT_LIMITS
+            },
+            ..host_tool("fetch")
+        }],
+        handlers,
+    );
+    let r = h.call("fetch", b"");
+    server.join().unwrap();
+    assert_eq!(
+        r.outcome.execution,
+        ExecutionOutcome::ResourceExceeded {
+            kind: "output".into()
+        }
+    );
+    assert_eq!(r.output, None);
+    let o = h.finish().outcomes.pop().unwrap();
+    assert_eq!(o.decision_axes.net.map(|n| n.port), Some(port));
+}
