@@ -7,7 +7,7 @@ use aegis_record::key::SigningKey;
 use aegis_record::{CapabilityOutcome, ExecutionOutcome, PolicyOutcome};
 use aegis_runtime::capability::{DEFAULT_LIMITS, Limits, ToolKind, ToolManifest, ToolRegistry};
 use aegis_runtime::pipeline::{CallClass, CallRecord, CallRequest, Pipeline, Setup};
-use aegis_runtime::sandbox::Sandbox;
+use aegis_runtime::sandbox::{Options, Sandbox};
 use aegis_runtime::{PluginChoice, PluginSpec, Profile, Registry};
 use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
@@ -156,7 +156,13 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
         },
         None => None,
     };
-    let sandbox = match cache_dir().map_or_else(Sandbox::new, |dir| Sandbox::with_cache_dir(&dir)) {
+    // One call per process: reserving an instance pool (about 3-4 ms) would cost more
+    // than it saves (benches/results/sandbox.md).
+    let options = Options {
+        cache_dir: cache_dir(),
+        concurrent_calls: None,
+    };
+    let sandbox = match Sandbox::with_options(&options) {
         Ok(s) => Arc::new(s),
         Err(e) => {
             crate::error(e);

@@ -1,0 +1,260 @@
+//! The pipeline, station by station and end to end (issue targets in brackets).
+//!
+//! - `policy_yaml/{allow_all,multi_rule}/{plain,builtin,loaded}`: one evaluation by the
+//!   YAML station as a plain Rust call, as a built-in through the station trait object,
+//!   and from its loaded cdylib [≤ 60 ns through the boundary].
+//! - `stations_1_2/{allow,deny}`: policy then capability, as the pipeline runs them,
+//!   minting a grant or refusing [≤ 300 ns].
+//! - `call/warm_volatile`: a whole audited Model A call (intent, policy, capability, a
+//!   warm sandbox run of `echo`, signed outcome) on the volatile memory sink [≤ 50 µs].
+//!   `call/warm_volatile_world` is the same with the WIT-world guest `world-reverse`;
+//!   `call/seal_floor` is the signed outcome line alone, for the ratio.
+//! - `call/durable/{1,16}`: the same call through the file sink (fsync, group commit)
+//!   with 1 and 16 concurrent callers; throughput in calls per second.
+
+#[path = "../../tests/support/cdylib.rs"]
+mod support;
+
+use aegis_policy_yaml::{PolicyEngine, PolicySet};
+use aegis_record::key::SigningKey;
+use aegis_runtime::capability::{DEFAULT_LIMITS, ToolKind, ToolManifest, ToolRegistry};
+use aegis_runtime::pipeline::{CallClass, CallRequest, Pipeline, Setup};
+use aegis_runtime::sandbox::Sandbox;
+use aegis_runtime::{Plugin, PluginSpec, Profile, ProfileSource, Registry};
+use aegis_station_api::abi_stable::std_types::RStr;
+use aegis_station_api::{Policy as _, PolicyRequest};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_main};
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const ALLOW_ALL: &str = "version: 1\ndefault: allow\n";
+
+/// Twenty rules of mixed shape; the request below is decided by the most specific one
+/// after every rule has been looked at.
+fn multi_rule() -> String {
+    let mut y = String::from("version: 1\ndefault: deny\nrules:\n");
+    for i in 0..6 {
+        y += &format!("  - id: deny-tool-{i}\n    action: deny\n    tool: shell-{i}\n");
+        y += &format!(
+            "  - id: rate-{i}\n    action: rate_limit\n    tool: search-{i}\n    rate: {{ max: 100, per_seconds: 60 }}\n"
+        );
+        y += &format!("  - id: role-{i}\n    action: allow\n    role: team-{i}\n");
+    }
+    y += "  - id: notes-any\n    action: allow\n    tool: read-notes\n";
+    y += "  - id: echo-ops\n    action: allow\n    tool: echo\n    role: ops\n";
+    y += "  - id: notes-ops\n    action: allow\n    tool: read-notes\n    role: ops\n    priority: 3\n";
+    y
+}
+
+fn request() -> PolicyRequest<'static> {
+    PolicyRequest {
+        tool_id: RStr::from("read-notes"),
+        capability: RStr::from("fs.read"),
+        role: RStr::from("ops"),
+        session: RStr::from("s-1"),
+    }
+}
+
+fn guest(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/fixtures/wasm/{name}.wasm"))
+}
+
+fn write_policy(dir: &Path, yaml: &str) -> PathBuf {
+    let path = dir.join("policy.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+fn config_for(path: &Path) -> String {
+    format!("path = {:?}", path.display().to_string())
+}
+
+fn policy_yaml(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = c.benchmark_group("policy_yaml");
+    let req = request();
+    let loaded_plugin = Plugin::load(&support::cdylib("aegis-policy-yaml-plugin"), None).unwrap();
+    for (name, yaml) in [
+        ("allow_all", ALLOW_ALL.to_owned()),
+        ("multi_rule", multi_rule()),
+    ] {
+        let path = write_policy(dir.path(), &yaml);
+        let plain = PolicyEngine::new(PolicySet::parse(&yaml, "bench").unwrap());
+        g.bench_function(BenchmarkId::new(name, "plain"), |b| {
+            b.iter(|| black_box(plain.evaluate(black_box(&req))))
+        });
+        let builtin = Registry::new()
+            .resolve(&PluginSpec::parse("builtin:policy-yaml"), None)
+            .unwrap()
+            .policy_evaluator(&config_for(&path))
+            .unwrap();
+        g.bench_function(BenchmarkId::new(name, "builtin"), |b| {
+            b.iter(|| black_box(builtin.evaluate(black_box(&req))))
+        });
+        let loaded = loaded_plugin.policy_evaluator(&config_for(&path)).unwrap();
+        g.bench_function(BenchmarkId::new(name, "loaded"), |b| {
+            b.iter(|| black_box(loaded.evaluate(black_box(&req))))
+        });
+    }
+    g.finish();
+}
+
+/// A pipeline on the default profile's memory sink, or on a file sink at `record`.
+fn pipeline(dir: &Path, yaml: &str, record: Option<&Path>, sandbox: Arc<Sandbox>) -> Pipeline {
+    let policy = write_policy(dir, yaml);
+    let audit = match record {
+        Some(r) => format!(
+            "plugin = \"builtin:file-sink\"\nconfig = {{ {} }}",
+            config_for(r)
+        ),
+        None => "plugin = \"builtin:memory-sink\"".to_owned(),
+    };
+    let text = format!(
+        "name = \"bench\"\ndescription = \"bench\"\n[policy]\nplugin = \"builtin:policy-yaml\"\nconfig = {{ {} }}\n[capability]\n[sandbox]\n[audit]\n{audit}\n",
+        config_for(&policy)
+    );
+    let profile = Profile::parse(&text, "bench.toml", ProfileSource::Embedded).unwrap();
+    let notes = dir.join("notes");
+    std::fs::create_dir_all(&notes).unwrap();
+    let mut tools = ToolRegistry::new();
+    for (id, guest_name, read) in [
+        ("echo", "echo", vec![]),
+        ("reverse", "world-reverse", vec![]),
+        ("read-notes", "read-file", vec![notes.clone()]),
+    ] {
+        tools
+            .register(ToolManifest {
+                id: id.into(),
+                kind: ToolKind::Wasm {
+                    component: guest(guest_name),
+                },
+                fs_read: read,
+                fs_write: vec![],
+                net: vec![],
+                limits: DEFAULT_LIMITS,
+            })
+            .unwrap();
+    }
+    Pipeline::open(
+        &profile,
+        &Registry::new(),
+        Setup {
+            key: Some(SigningKey::generate().unwrap()),
+            tools,
+            handlers: Default::default(),
+            sandbox,
+        },
+    )
+    .unwrap()
+}
+
+fn stations_1_2(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = pipeline(
+        dir.path(),
+        &multi_rule(),
+        None,
+        Arc::new(Sandbox::new().unwrap()),
+    );
+    let mut g = c.benchmark_group("stations_1_2");
+    let allow = CallRequest {
+        capability: Some("fs.read"),
+        role: Some("ops"),
+        ..CallRequest::new("read-notes", b"{}")
+    };
+    assert!(p.decide(&allow).1.is_some());
+    g.bench_function("allow", |b| {
+        b.iter(|| black_box(p.decide(black_box(&allow))))
+    });
+    // The same without a root to check (no `stat`, no paths to record).
+    let no_roots = CallRequest {
+        role: Some("ops"),
+        ..CallRequest::new("echo", b"{}")
+    };
+    assert!(p.decide(&no_roots).1.is_some());
+    g.bench_function("allow_no_roots", |b| {
+        b.iter(|| black_box(p.decide(black_box(&no_roots))))
+    });
+    let deny = CallRequest::new("shell-3", b"{}");
+    assert!(p.decide(&deny).1.is_none());
+    g.bench_function("deny", |b| b.iter(|| black_box(p.decide(black_box(&deny)))));
+    g.finish();
+}
+
+fn call(c: &mut Criterion) {
+    let sandbox = Arc::new(Sandbox::new().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = c.benchmark_group("call");
+    let warm = pipeline(dir.path(), ALLOW_ALL, None, sandbox.clone());
+    let req = CallRequest::new("echo", b"hello");
+    assert_eq!(warm.call(&req).unwrap().class(), CallClass::Success);
+    g.bench_function("warm_volatile", |b| {
+        b.iter(|| black_box(warm.call(black_box(&req)).unwrap()))
+    });
+    let world = CallRequest::new("reverse", b"hello");
+    assert_eq!(warm.call(&world).unwrap().class(), CallClass::Success);
+    g.bench_function("warm_volatile_world", |b| {
+        b.iter(|| black_box(warm.call(black_box(&world)).unwrap()))
+    });
+    let key = SigningKey::generate().unwrap();
+    let line = warm.call(&req).unwrap().outcome;
+    g.bench_function("seal_floor", |b| {
+        b.iter(|| {
+            use aegis_record::line::LineBody as _;
+            black_box(
+                aegis_record::seal(
+                    "outcome",
+                    line.to_object(),
+                    7,
+                    aegis_record::LineHash::GENESIS,
+                    Some(&key),
+                )
+                .unwrap(),
+            )
+        })
+    });
+
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(10));
+    g.throughput(Throughput::Elements(1));
+    for callers in [1u64, 16] {
+        let d = tempfile::tempdir().unwrap();
+        let durable = pipeline(
+            d.path(),
+            ALLOW_ALL,
+            Some(&d.path().join("record.aarl")),
+            sandbox.clone(),
+        );
+        g.bench_with_input(BenchmarkId::new("durable", callers), &callers, |b, &n| {
+            b.iter_custom(|iters| {
+                let per = iters.div_ceil(n).max(1);
+                let start = Instant::now();
+                std::thread::scope(|s| {
+                    for _ in 0..n {
+                        let durable = &durable;
+                        s.spawn(move || {
+                            for _ in 0..per {
+                                durable.call(&CallRequest::new("echo", b"hello")).unwrap();
+                            }
+                        });
+                    }
+                });
+                // Report the time per call actually made.
+                start.elapsed().mul_f64(iters as f64 / (per * n) as f64)
+            })
+        });
+    }
+    g.finish();
+}
+
+// The same as `criterion_group!`, which would define an undocumented `pub fn`.
+fn benches() {
+    let mut c = Criterion::default().configure_from_args();
+    policy_yaml(&mut c);
+    stations_1_2(&mut c);
+    call(&mut c);
+}
+
+criterion_main!(benches);
