@@ -22,7 +22,12 @@
 //! # Non-guarantees
 //! - The policy set hash is read just before the verdict; a reload landing between the
 //!   two reads is attributed to the newer set.
-//! - Model B handlers are checked, not isolated (see [`crate::handler`]).
+//! - Model B handlers are checked, not isolated (see [`crate::handler`]): their effects
+//!   through the context are checked, but the pipeline cannot stop host code, so a
+//!   handler's time is measured, not bounded.
+//! - A call whose outcome cannot be written (the sink failed) is refused to its caller,
+//!   but what the tool did is not undone; the session is poisoned and `aegis verify`
+//!   reports the call in flight.
 
 use crate::audit::{AuditNotice, OpenedAudit, RetentionError, open_audit};
 use crate::capability::{Grant, NarrowingLimits, ToolKind, ToolRegistry};
@@ -197,7 +202,8 @@ pub struct Pipeline {
     handlers: BTreeMap<String, HostHandler>,
     sandbox: Arc<Sandbox>,
     audit: OpenedAudit,
-    /// Names this session's calls: the first bytes of its open line's hash.
+    /// Names this session's calls: the first 64 bits of its open line's hash, so call
+    /// ids stay distinct across the sessions of one record.
     call_prefix: String,
     calls: AtomicU64,
 }
@@ -209,18 +215,6 @@ impl std::fmt::Debug for Pipeline {
             .field("call_prefix", &self.call_prefix)
             .finish_non_exhaustive()
     }
-}
-
-fn plugin_failure(
-    profile: &Profile,
-    station: &'static str,
-    e: impl std::fmt::Display,
-) -> OpenError {
-    let choice = match station {
-        "policy" => &profile.policy,
-        _ => &profile.audit,
-    };
-    OpenError::Profile(profile.plugin_error(station, choice, e.to_string()))
 }
 
 impl Pipeline {
@@ -237,11 +231,11 @@ impl Pipeline {
         let policy_plugin = profile.resolve(registry, "policy", &profile.policy)?;
         let policy = policy_plugin
             .policy_evaluator(&profile.policy.config)
-            .map_err(|e| plugin_failure(profile, "policy", e))?;
+            .map_err(|e| profile.plugin_error("policy", &profile.policy, e.to_string()))?;
         let sink_plugin = profile.resolve(registry, "audit", &profile.audit)?;
         let sink = sink_plugin
             .audit_sink(&profile.audit.config)
-            .map_err(|e| plugin_failure(profile, "audit", e))?;
+            .map_err(|e| profile.plugin_error("audit", &profile.audit, e.to_string()))?;
         let audit = open_audit(
             sink,
             &sink_plugin,
@@ -266,7 +260,7 @@ impl Pipeline {
         handlers: BTreeMap<String, HostHandler>,
         sandbox: Arc<Sandbox>,
     ) -> Pipeline {
-        let call_prefix = audit.session.tail().to_hex()[..8].to_owned();
+        let call_prefix = audit.session.tail().to_hex()[..16].to_owned();
         Pipeline {
             policy,
             tools,
