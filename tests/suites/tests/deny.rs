@@ -495,3 +495,44 @@ fn a_handler_stopped_by_the_output_ceiling_is_recorded_as_exceeded() {
     let o = h.finish().outcomes.pop().unwrap();
     assert_eq!(o.decision_axes.net.map(|n| n.port), Some(port));
 }
+
+#[test]
+fn the_record_names_a_single_root_as_given_and_as_resolved() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = std::fs::canonicalize(dir.path()).unwrap().join("notes");
+    std::fs::create_dir(&real).unwrap();
+    // The manifest names the root through a symlink and a `..`.
+    let alias = dir.path().join("alias");
+    std::os::unix::fs::symlink(&real, &alias).unwrap();
+    let given = alias.join("../notes");
+    let h = Harness::new(
+        ALLOW_ALL,
+        vec![
+            wasm_tool("one-root", "list-dir", &[&given], &[], DEFAULT_LIMITS),
+            wasm_tool(
+                "two-roots",
+                "list-dir",
+                &[&given, dir.path()],
+                &[],
+                DEFAULT_LIMITS,
+            ),
+        ],
+        no_handlers(),
+    );
+    let one = h.call_args("one-root", b"", &[real.to_str().unwrap()]);
+    let two = h.call_args("two-roots", b"", &[real.to_str().unwrap()]);
+    let checked = h.finish();
+    let fs = checked
+        .outcome(&one.outcome.call_id)
+        .decision_axes
+        .fs
+        .clone()
+        .expect("one root: the axis is recorded");
+    assert_eq!(fs.path_raw, given.display().to_string());
+    assert_eq!(fs.path_canonical, real.display().to_string());
+    assert_eq!(
+        checked.outcome(&two.outcome.call_id).decision_axes.fs,
+        None,
+        "two roots: none is picked"
+    );
+}
