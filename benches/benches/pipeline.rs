@@ -3,8 +3,11 @@
 //! - `policy_yaml/{allow_all,multi_rule}/{plain,builtin,loaded}`: one evaluation by the
 //!   YAML station as a plain Rust call, as a built-in through the station trait object,
 //!   and from its loaded cdylib [≤ 60 ns through the boundary].
-//! - `stations_1_2/{allow,deny}`: policy then capability, as the pipeline runs them,
-//!   minting a grant or refusing [≤ 300 ns].
+//! - `stations_1_2/{allow,allow_no_roots,deny}`: policy then capability as the
+//!   pipeline runs them (`Pipeline::decide`: request digest, outcome draft, grant
+//!   record), minting a grant or refusing [≤ 300 ns]. `stations_1_2/bare_*` is the
+//!   two stations' own work alone: one policy evaluation through the boundary and one
+//!   `ToolRegistry::resolve`, as the reference measured it.
 //! - `call/warm_volatile`: a whole audited Model A call (intent, policy, capability, a
 //!   warm sandbox run of `echo`, signed outcome) on the volatile memory sink [≤ 50 µs].
 //!   `call/warm_volatile_world` is the same with the WIT-world guest `world-reverse`;
@@ -177,6 +180,50 @@ fn stations_1_2(c: &mut Criterion) {
     g.bench_function("allow_no_roots", |b| {
         b.iter(|| black_box(p.decide(black_box(&no_roots))))
     });
+    // The stations' own work, without the record: the same evaluator and registry.
+    let policy = Registry::new()
+        .resolve(&PluginSpec::parse("builtin:policy-yaml"), None)
+        .unwrap()
+        .policy_evaluator(&config_for(&write_policy(dir.path(), &multi_rule())))
+        .unwrap();
+    let notes = dir.path().join("notes");
+    let mut tools = ToolRegistry::new();
+    for (id, read) in [("read-notes", vec![notes]), ("echo", vec![])] {
+        tools
+            .register(ToolManifest {
+                id: id.into(),
+                kind: ToolKind::Wasm {
+                    component: guest("echo"),
+                },
+                fs_read: read,
+                fs_write: vec![],
+                net: vec![],
+                limits: DEFAULT_LIMITS,
+            })
+            .unwrap();
+    }
+    for (name, tool, capability) in [
+        ("bare_allow", "read-notes", Some("fs.read")),
+        ("bare_allow_no_roots", "echo", None),
+    ] {
+        let ask = PolicyRequest {
+            tool_id: RStr::from(tool),
+            capability: RStr::from(capability.unwrap_or("")),
+            role: RStr::from("ops"),
+            session: RStr::from(""),
+        };
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let d = policy.evaluate(black_box(&ask)).unwrap();
+                assert_eq!(d.verdict, aegis_station_api::Verdict::ALLOW);
+                black_box(
+                    tools
+                        .resolve(tool, capability, &Default::default())
+                        .unwrap(),
+                )
+            })
+        });
+    }
     let deny = CallRequest::new("shell-3", b"{}");
     assert!(p.decide(&deny).1.is_none());
     g.bench_function("deny", |b| b.iter(|| black_box(p.decide(black_box(&deny)))));
