@@ -283,3 +283,34 @@ fn a_durable_record_keeps_every_run_and_verifies_pinned() {
         "two sessions, chained"
     );
 }
+
+#[test]
+fn a_world_component_runs_the_same_way() {
+    let reverse = guest("world-reverse");
+    let out = run(&[
+        "--component",
+        reverse.to_str().unwrap(),
+        "--id",
+        "rev",
+        "--input",
+        "abc",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(out.stdout, b"cba");
+    let refuse = guest("world-refuse");
+    let out = run(&[
+        "--component",
+        refuse.to_str().unwrap(),
+        "--id",
+        "no",
+        "--input",
+        "abc",
+    ]);
+    assert_eq!(out.status.code(), Some(14), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty());
+    assert!(
+        text(&out.stderr).contains("the tool returned an error"),
+        "{}",
+        text(&out.stderr)
+    );
+}
