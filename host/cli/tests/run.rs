@@ -24,21 +24,21 @@ fn run(args: &[&str]) -> Output {
     aegis().arg("run").args(args).output().unwrap()
 }
 
+/// `aegis run --component <committed guest> --id <id>`, then `extra`.
+fn tool(guest_name: &str, id: &str, extra: &[&str]) -> Output {
+    let component = guest(guest_name);
+    let mut args = vec!["--component", component.to_str().unwrap(), "--id", id];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
 #[test]
 fn output_goes_to_stdout_and_the_verdict_to_stderr() {
-    let echo = guest("echo");
-    let out = run(&[
-        "--component",
-        echo.to_str().unwrap(),
-        "--id",
-        "echo",
-        "--input",
-        "hello",
-    ]);
+    let out = tool("echo", "echo", &["--input", "hello"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(out.stdout, b"hello");
     let err = text(&out.stderr);
@@ -54,16 +54,9 @@ fn input_comes_from_a_file_or_stdin() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("in.txt");
     std::fs::write(&file, b"from a file").unwrap();
-    let echo = guest("echo");
-    let out = run(&[
-        "--component",
-        echo.to_str().unwrap(),
-        "--id",
-        "echo",
-        "--input-file",
-        file.to_str().unwrap(),
-    ]);
+    let out = tool("echo", "echo", &["--input-file", file.to_str().unwrap()]);
     assert_eq!(out.stdout, b"from a file");
+    let echo = guest("echo");
     let mut child = aegis()
         .args(["run", "--component", echo.to_str().unwrap(), "--id", "echo"])
         .stdin(Stdio::piped())
@@ -201,15 +194,7 @@ fn bad_input_is_one_line_with_its_exit_code() {
         "version: 1\ndefault: allow\nrules:\n  - id: a\n    action: maybe\n",
     )
     .unwrap();
-    let echo = guest("echo");
-    let out = run(&[
-        "--component",
-        echo.to_str().unwrap(),
-        "--id",
-        "x",
-        "--policy",
-        policy.to_str().unwrap(),
-    ]);
+    let out = tool("echo", "x", &["--policy", policy.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(4));
     let err = text(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -220,6 +205,7 @@ fn bad_input_is_one_line_with_its_exit_code() {
 
     // A durable record with the development key is refused before anything runs.
     let record = dir.path().join("record.aarl");
+    let echo = guest("echo");
     let out = aegis()
         .args([
             "--profile",
@@ -286,26 +272,10 @@ fn a_durable_record_keeps_every_run_and_verifies_pinned() {
 
 #[test]
 fn a_world_component_runs_the_same_way() {
-    let reverse = guest("world-reverse");
-    let out = run(&[
-        "--component",
-        reverse.to_str().unwrap(),
-        "--id",
-        "rev",
-        "--input",
-        "abc",
-    ]);
+    let out = tool("world-reverse", "rev", &["--input", "abc"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(out.stdout, b"cba");
-    let refuse = guest("world-refuse");
-    let out = run(&[
-        "--component",
-        refuse.to_str().unwrap(),
-        "--id",
-        "no",
-        "--input",
-        "abc",
-    ]);
+    let out = tool("world-refuse", "no", &["--input", "abc"]);
     assert_eq!(out.status.code(), Some(14), "{}", text(&out.stderr));
     assert!(out.stdout.is_empty());
     assert!(

@@ -54,6 +54,32 @@ pub fn plain_tool(id: &str, guest_name: &str) -> ToolManifest {
     wasm_tool(id, guest_name, &[], &[], DEFAULT_LIMITS)
 }
 
+/// The guests that exhaust each ceiling, as `(tool id, guest, ceiling kind)`.
+pub const EXHAUSTERS: [(&str, &str, &str); 3] = [
+    ("bomb", "memory-bomb", "memory"),
+    ("spin", "spin", "wall_time"),
+    ("flood", "flood", "output"),
+];
+
+/// Ceilings small enough for [`EXHAUSTERS`] to trip each quickly.
+pub const TIGHT: Limits = Limits {
+    max_memory_bytes: 16 << 20,
+    max_wall_ms: 150,
+    max_output_bytes: 1 << 10,
+};
+
+/// A harness allowing everything, with the [`EXHAUSTERS`] registered under [`TIGHT`].
+pub fn exhaustion_harness() -> Harness {
+    Harness::new(
+        "version: 1\ndefault: allow\n",
+        EXHAUSTERS
+            .iter()
+            .map(|(id, guest_name, _)| wasm_tool(id, guest_name, &[], &[], TIGHT))
+            .collect(),
+        BTreeMap::new(),
+    )
+}
+
 /// A pipeline over a real profile, and where its record goes.
 pub struct Harness {
     /// Holds the policy file, the key and the record.

@@ -253,25 +253,8 @@ fn a_trap_and_a_nonzero_exit_are_recorded_as_traps_without_output() {
 
 #[test]
 fn each_ceiling_trips_and_is_recorded_by_kind() {
-    let small = Limits {
-        max_memory_bytes: 16 << 20,
-        max_wall_ms: 200,
-        max_output_bytes: 1 << 10,
-    };
-    let h = Harness::new(
-        ALLOW_ALL,
-        vec![
-            wasm_tool("bomb", "memory-bomb", &[], &[], small),
-            wasm_tool("spin", "spin", &[], &[], small),
-            wasm_tool("flood", "flood", &[], &[], small),
-        ],
-        no_handlers(),
-    );
-    for (tool, kind) in [
-        ("bomb", "memory"),
-        ("spin", "wall_time"),
-        ("flood", "output"),
-    ] {
+    let h = aegis_suites::exhaustion_harness();
+    for (tool, _, kind) in aegis_suites::EXHAUSTERS {
         let r = h.call(tool, b"");
         assert_eq!(r.class(), CallClass::ResourceExceeded, "{tool}");
         assert_eq!(
@@ -281,6 +264,10 @@ fn each_ceiling_trips_and_is_recorded_by_kind() {
         );
         assert_eq!(r.output, None);
         assert_eq!(r.outcome.response_digest, None);
+        assert!(matches!(
+            r.outcome.capability,
+            CapabilityOutcome::Granted { .. }
+        ));
     }
     h.finish();
 }
