@@ -284,3 +284,18 @@ fn a_world_component_runs_the_same_way() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn the_example_policy_parses_and_decides() {
+    let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policy.yaml");
+    let p = policy.to_str().unwrap();
+    for (id, code) in [
+        ("echo", 0),
+        ("shell", 10),
+        ("deploy", 12),
+        ("anything-else", 10),
+    ] {
+        let out = tool("echo", id, &["--input", "x", "--policy", p]);
+        assert_eq!(out.status.code(), Some(code), "{id}: {}", text(&out.stderr));
+    }
+}
