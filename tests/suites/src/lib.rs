@@ -114,6 +114,27 @@ impl Harness {
         tools: Vec<ToolManifest>,
         handlers: BTreeMap<String, HostHandler>,
     ) -> Harness {
+        Harness::assemble(dir, plugin, config, tools, handlers, sandbox())
+    }
+
+    /// Like [`Harness::new`], on a sandbox of the caller's.
+    pub fn with_sandbox(policy: &str, tools: Vec<ToolManifest>, sandbox: Arc<Sandbox>) -> Harness {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let policy_path = dir.path().join("policy.yaml");
+        std::fs::write(&policy_path, policy).expect("write policy");
+        let config = format!("path = {:?}", policy_path.display().to_string());
+        let plugin = "builtin:policy-yaml";
+        Harness::assemble(dir, plugin, &config, tools, BTreeMap::new(), sandbox)
+    }
+
+    fn assemble(
+        dir: tempfile::TempDir,
+        plugin: &str,
+        config: &str,
+        tools: Vec<ToolManifest>,
+        handlers: BTreeMap<String, HostHandler>,
+        sandbox: Arc<Sandbox>,
+    ) -> Harness {
         let record = dir.path().join("record.aarl");
         let profile_text = format!(
             "name = \"suite\"\ndescription = \"suite\"\n\
@@ -141,7 +162,7 @@ impl Harness {
                 key: Some(key.clone()),
                 tools: registry,
                 handlers,
-                sandbox: sandbox(),
+                sandbox,
             },
         )
         .expect("pipeline");

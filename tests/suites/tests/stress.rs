@@ -88,3 +88,52 @@ fn every_call_from_every_thread_is_recorded_once_on_one_chain() {
         );
     }
 }
+
+#[test]
+fn calls_beyond_the_sandbox_pool_are_recorded_as_not_started() {
+    use aegis_record::ExecutionOutcome;
+    use aegis_runtime::sandbox::{Options, Sandbox};
+    let one_slot = Sandbox::with_options(&Options {
+        cache_dir: None,
+        concurrent_calls: Some(1),
+    })
+    .unwrap();
+    let slow = Limits {
+        max_wall_ms: 1_000,
+        ..DEFAULT_LIMITS
+    };
+    let h = Harness::with_sandbox(
+        "version: 1\ndefault: allow\n",
+        vec![wasm_tool("spin", "spin", &[], &[], slow)],
+        Arc::new(one_slot),
+    );
+    let classes: Vec<CallClass> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| h.call("spin", b"").class()))
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    let stopped = classes
+        .iter()
+        .filter(|c| **c == CallClass::ResourceExceeded)
+        .count();
+    let refused = classes
+        .iter()
+        .filter(|c| **c == CallClass::HostDenied)
+        .count();
+    assert!(stopped >= 1, "{classes:?}");
+    assert!(
+        refused >= 1,
+        "four one-second calls started together cannot share one slot: {classes:?}"
+    );
+    assert_eq!(stopped + refused, 4, "{classes:?}");
+    let checked = h.finish();
+    let at_capacity = checked
+        .outcomes
+        .iter()
+        .filter(|o| {
+            matches!(&o.execution, ExecutionOutcome::HostDenied { reason } if reason.contains("at capacity"))
+        })
+        .count();
+    assert_eq!(at_capacity, refused, "each refusal says why on the record");
+}
