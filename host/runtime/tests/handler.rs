@@ -12,7 +12,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Mints a grant the only way there is: register a host tool, then resolve.
 fn grant(
@@ -519,13 +519,13 @@ fn a_silent_server_hits_the_wall_clock_ceiling() {
         conn.set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         let mut sink = Vec::new();
-        let _ = conn.read_to_end(&mut sink);
+        // Ok means the client hung up first (EOF), not that 10 s went by.
+        conn.read_to_end(&mut sink).is_ok()
     });
     let ctx = net_context(
         vec![rule("127.0.0.1", &[port], &["GET"])],
         limits(1 << 20, 300),
     );
-    let started = Instant::now();
     let err = ctx
         .http_get(&format!("http://127.0.0.1:{port}/"))
         .unwrap_err();
@@ -534,9 +534,11 @@ fn a_silent_server_hits_the_wall_clock_ceiling() {
         "{err}"
     );
     assert_eq!(err.class(), ErrorClass::Exceeded(Exceeded::WallTime));
-    assert!(started.elapsed() < Duration::from_secs(5));
     drop(ctx);
-    server.join().unwrap();
+    assert!(
+        server.join().unwrap(),
+        "the client gave up on its own ceiling, before the server's 10 s"
+    );
 }
 
 /// The documented non-guarantee: a rule naming a host allows whatever its lookup
