@@ -51,15 +51,6 @@ fn multi_rule() -> String {
     y
 }
 
-fn request() -> PolicyRequest<'static> {
-    PolicyRequest {
-        tool_id: RStr::from("read-notes"),
-        capability: RStr::from("fs.read"),
-        role: RStr::from("ops"),
-        session: RStr::from("s-1"),
-    }
-}
-
 fn guest(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/fixtures/wasm/{name}.wasm"))
 }
@@ -77,7 +68,7 @@ fn config_for(path: &Path) -> String {
 fn policy_yaml(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let mut g = c.benchmark_group("policy_yaml");
-    let req = request();
+    let req = aegis_benches::policy_request();
     let loaded_plugin = Plugin::load(&support::cdylib("aegis-policy-yaml-plugin"), None).unwrap();
     for (name, yaml) in [
         ("allow_all", ALLOW_ALL.to_owned()),

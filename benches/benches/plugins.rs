@@ -12,8 +12,7 @@ mod support;
 
 use aegis_policy_static::StaticPolicy;
 use aegis_runtime::{Plugin, PluginSpec, Registry};
-use aegis_station_api::abi_stable::std_types::RStr;
-use aegis_station_api::{Policy as _, PolicyRequest, Sink as _};
+use aegis_station_api::{Policy as _, Sink as _};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_main};
 use std::hint::black_box;
 use std::io::Write as _;
@@ -21,18 +20,9 @@ use std::time::{Duration, Instant};
 
 const CONFIG: &str = "verdict = \"allow\"";
 
-fn request() -> PolicyRequest<'static> {
-    PolicyRequest {
-        tool_id: RStr::from("read-notes"),
-        capability: RStr::from("fs.read"),
-        role: RStr::from("ops"),
-        session: RStr::from("s-1"),
-    }
-}
-
 fn policy(c: &mut Criterion) {
     let mut g = c.benchmark_group("policy");
-    let req = request();
+    let req = aegis_benches::policy_request();
 
     let plain = StaticPolicy::from_config(CONFIG).unwrap();
     g.bench_function("plain_call", |b| {

@@ -301,6 +301,17 @@ impl ChainFile {
     }
 }
 
+/// The policy request every policy bench evaluates: a read of notes by an operator.
+pub fn policy_request() -> aegis_station_api::PolicyRequest<'static> {
+    use aegis_station_api::abi_stable::std_types::RStr;
+    aegis_station_api::PolicyRequest {
+        tool_id: RStr::from("read-notes"),
+        capability: RStr::from("fs.read"),
+        role: RStr::from("ops"),
+        session: RStr::from("s-1"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

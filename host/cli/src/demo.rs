@@ -340,12 +340,10 @@ fn demo_pipeline(
         .find(|(name, _)| *name == "default")
         .expect("the default profile is embedded");
     let mut profile = Profile::parse(text, "embedded:default", ProfileSource::Embedded)?;
-    let mut config = toml::Table::new();
-    config.insert("path".into(), policy.display().to_string().into());
     profile.policy = PluginChoice::from_flag(
         "the demo's policy",
         PluginSpec::parse("builtin:policy-yaml"),
-        config.to_string(),
+        crate::run::path_config(policy),
     );
     let tight = Limits {
         max_memory_bytes: 32 << 20,

@@ -66,7 +66,7 @@ pub struct RunArgs {
 }
 
 /// A `key = "value"` TOML table line, quoted by the toml crate.
-fn path_config(path: &std::path::Path) -> String {
+pub fn path_config(path: &std::path::Path) -> String {
     let mut table = toml::Table::new();
     table.insert("path".into(), path.display().to_string().into());
     table.to_string()

@@ -80,6 +80,15 @@ pub fn exhaustion_harness() -> Harness {
     )
 }
 
+/// A temp dir holding `policy` as `policy.yaml`, and the YAML station's config for it.
+fn policy_dir(policy: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, policy).expect("write policy");
+    let config = format!("path = {:?}", path.display().to_string());
+    (dir, config)
+}
+
 /// A pipeline over a real profile, and where its record goes.
 pub struct Harness {
     /// Holds the policy file, the key and the record.
@@ -99,10 +108,7 @@ impl Harness {
         tools: Vec<ToolManifest>,
         handlers: BTreeMap<String, HostHandler>,
     ) -> Harness {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let policy_path = dir.path().join("policy.yaml");
-        std::fs::write(&policy_path, policy).expect("write policy");
-        let config = format!("path = {:?}", policy_path.display().to_string());
+        let (dir, config) = policy_dir(policy);
         Harness::with_policy_plugin(dir, "builtin:policy-yaml", &config, tools, handlers)
     }
 
@@ -119,10 +125,7 @@ impl Harness {
 
     /// Like [`Harness::new`], on a sandbox of the caller's.
     pub fn with_sandbox(policy: &str, tools: Vec<ToolManifest>, sandbox: Arc<Sandbox>) -> Harness {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let policy_path = dir.path().join("policy.yaml");
-        std::fs::write(&policy_path, policy).expect("write policy");
-        let config = format!("path = {:?}", policy_path.display().to_string());
+        let (dir, config) = policy_dir(policy);
         let plugin = "builtin:policy-yaml";
         Harness::assemble(dir, plugin, &config, tools, BTreeMap::new(), sandbox)
     }
