@@ -10,7 +10,7 @@
 /// Prints a line; a closed stdout (`aegis demo | head`) is not an error.
 macro_rules! say {
     ($($arg:tt)*) => {
-        crate::print(format!("{}\n", format_args!($($arg)*)).as_bytes())
+        { let _ = crate::print(format!("{}\n", format_args!($($arg)*)).as_bytes()); }
     };
 }
 
@@ -234,12 +234,13 @@ fn walk() -> Result<bool, Box<dyn std::error::Error>> {
         as_expected &= ok;
         let verdict = crate::run::describe(&r);
         let verdict = verdict.split(" [").next().unwrap_or(&verdict);
+        let verdict = &aegis_record::text::escape(verdict);
         let painted = match r.class() {
             CallClass::Success => p.good(verdict),
             _ => p.bad(verdict),
         };
         say!("  {:<10} {:<12} {painted}", s.shows, s.tool);
-        let detail = detail(&r, &args, &base);
+        let detail = aegis_record::text::escape(&detail(&r, &args, &base)).into_owned();
         if !detail.is_empty() {
             say!("  {:<10} {:<12} {}", "", "", p.dim(&detail));
         }

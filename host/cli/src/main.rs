@@ -68,7 +68,7 @@ enum Command {
     /// Check a record file offline: Verified, Indeterminate or Tampered.
     ///
     /// Exit codes: 0 Verified, 1 Tampered or a usage error, 2 the record or the trust
-    /// store could not be read, 3 Indeterminate.
+    /// store could not be read (or the report could not be written), 3 Indeterminate.
     Verify {
         /// A public key (64 lowercase hex characters) you accept; repeatable. Any --key
         /// or --trust-store makes the walk pinned.
@@ -85,8 +85,11 @@ enum Command {
     },
     /// Write a fresh ed25519 signing key (mode 0600) and print its public key and key_id.
     ///
-    /// Exit codes: 0 written, 1 a usage error or the file exists (without --force),
-    /// 2 the file could not be written.
+    /// Missing parent directories are created, mode 0700. --force replaces an existing
+    /// key file, never anything that is not a regular file (a device, a link).
+    ///
+    /// Exit codes: 0 written, 1 a usage error, the file exists (without --force) or is
+    /// not a regular file, 2 the file or the public key could not be written.
     Keygen {
         /// Where to write the seed.
         #[arg(long, value_name = "PATH")]
@@ -194,17 +197,42 @@ fn main() -> ExitCode {
             command: ProfilesCommand::Show { name },
         } => plugins::show_profile(name.as_deref().unwrap_or(&cli.profile)),
     };
+    // Data that could not be written is a failure, even if the command's work succeeded.
+    if let Some(e) = STDOUT_FAILED.get()
+        && code == exit::OK
+    {
+        error(format_args!("standard output could not be written: {e}"));
+        return ExitCode::from(exit::UNREADABLE);
+    }
     ExitCode::from(code)
 }
 
-fn error(message: impl std::fmt::Display) {
-    eprintln!("error: {message}");
+/// Set when stdout refused a write for any reason but a closed pipe.
+static STDOUT_FAILED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// One diagnostic line on stderr. Guest- or record-derived parts must already be
+/// escaped ([`aegis_record::text`]); a closed or failing stderr is ignored, never a panic.
+fn say(line: impl std::fmt::Display) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{line}");
 }
 
-/// Writes to stdout; a closed pipe (`aegis verify f | head -1`) is not an error.
-fn print(text: &[u8]) {
+fn error(message: impl std::fmt::Display) {
+    say(format_args!("error: {message}"));
+}
+
+/// Writes to stdout. A closed pipe (`aegis verify f | head -1`) is not an error; any
+/// other failure (a full disk, `/dev/full`) is remembered, and turns a successful exit
+/// into [`exit::UNREADABLE`] (see [`main`]).
+fn print(text: &[u8]) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text).and_then(|()| out.flush());
+    match out.write_all(text).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            let _ = STDOUT_FAILED.set(e.to_string());
+            Err(e)
+        }
+        _ => Ok(()),
+    }
 }
 
 fn verify(
@@ -248,9 +276,9 @@ fn verify(
     if json {
         let mut bytes = report.to_json();
         bytes.push(b'\n');
-        print(&bytes);
+        let _ = print(&bytes);
     } else {
-        print(report.to_text().as_bytes());
+        let _ = print(report.to_text().as_bytes());
     }
     match report.verdict() {
         Verdict::Verified(_) => exit::OK,
@@ -268,12 +296,38 @@ fn keygen(out: &std::path::Path, force: bool) -> u8 {
             return exit::UNREADABLE;
         }
     };
+    // A fresh machine has no ~/.config/aegis yet: make the missing directories,
+    // private to the owner (the key inside is a secret).
+    if let Some(dir) = out
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+    {
+        use std::os::unix::fs::DirBuilderExt as _;
+        if let Err(e) = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+        {
+            error(format_args!("{}: {e}", dir.display()));
+            return exit::UNREADABLE;
+        }
+    }
     match key.write_seed_file(out, force) {
         Ok(()) => {
-            print(format!("public_key {}\nkey_id {}\n", key.public_key(), key.key_id()).as_bytes());
+            let said = format!("public_key {}\nkey_id {}\n", key.public_key(), key.key_id());
+            if let Err(e) = print(said.as_bytes()) {
+                // The seed is safe on disk; make sure its public half is not lost.
+                error(format_args!(
+                    "the public key could not be printed ({e}); the key was written to {}: public_key {} key_id {}",
+                    out.display(),
+                    key.public_key(),
+                    key.key_id()
+                ));
+                return exit::UNREADABLE;
+            }
             exit::OK
         }
-        Err(e @ KeyError::Exists { .. }) => {
+        Err(e @ (KeyError::Exists { .. } | KeyError::NotAFile { .. })) => {
             error(e);
             exit::TAMPERED_OR_USAGE
         }

@@ -51,7 +51,7 @@ pub fn list(paths: &[PathBuf]) -> u8 {
             }
         }
     }
-    crate::print(out.as_bytes());
+    let _ = crate::print(out.as_bytes());
     crate::exit::OK
 }
 
@@ -73,7 +73,7 @@ pub fn list_profiles() -> u8 {
             }
         }
     }
-    crate::print(out.as_bytes());
+    let _ = crate::print(out.as_bytes());
     crate::exit::OK
 }
 
@@ -130,7 +130,7 @@ pub fn show_profile(name: &str) -> u8 {
         }
     }
     station(&mut out, "audit", "audit", &profile.audit);
-    crate::print(out.as_bytes());
+    let _ = crate::print(out.as_bytes());
     if refused {
         crate::exit::REFUSED
     } else {
@@ -185,11 +185,11 @@ pub fn export(profile: &str, out: &std::path::Path, force: bool) -> u8 {
     let mut writer = std::io::BufWriter::new(file);
     match aegis_runtime::export(&sink, &mut writer) {
         Ok(n) => {
-            eprintln!(
+            crate::say(format_args!(
                 "exported {n} lines from {} to {}",
                 sink.location(),
                 out.display()
-            );
+            ));
             crate::exit::OK
         }
         Err(e) => {

@@ -200,14 +200,7 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
             return exit::RECORD_FAILED;
         }
     };
-    if let Some(output) = &record.output {
-        crate::print(output);
-    }
-    for line in String::from_utf8_lossy(&record.stderr).lines() {
-        eprintln!("{}: {line}", a.id);
-    }
-    eprintln!("aegis: {}", describe(&record));
-    eprintln!("aegis: {notice}");
+    show(&a.id, &record, &notice);
     if let Err(e) = closed {
         crate::error(format_args!(
             "the session's close line could not be written: {e}"
@@ -215,6 +208,37 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
         return exit::RECORD_FAILED;
     }
     code(record.class())
+}
+
+/// Hands the output to stdout and tells the operator, on stderr, what happened.
+///
+/// Everything the tool chose is escaped before it reaches a terminal: its stderr and
+/// any message in the verdict always, its output when stdout is a terminal (a pipe or
+/// a file gets the exact bytes). So a tool can neither forge the verdict line with a
+/// carriage return nor hide it behind an escape sequence.
+fn show(tool_id: &str, record: &CallRecord, notice: &str) {
+    use aegis_record::text::{escape, escape_keeping_lines};
+    use std::io::IsTerminal as _;
+    let stdout_is_terminal = std::io::stdout().is_terminal();
+    if let Some(output) = &record.output {
+        if stdout_is_terminal {
+            let text = String::from_utf8_lossy(output);
+            let _ = crate::print(escape_keeping_lines(&text).as_bytes());
+            // The verdict starts on a line of its own, even after output without a
+            // final newline.
+            if !output.is_empty() && !output.ends_with(b"\n") && std::io::stderr().is_terminal() {
+                crate::say("");
+            }
+        } else {
+            let _ = crate::print(output);
+        }
+    }
+    let tool = escape(tool_id);
+    for line in String::from_utf8_lossy(&record.stderr).lines() {
+        crate::say(format_args!("{tool}: {}", escape(line)));
+    }
+    crate::say(format_args!("aegis: {}", escape(&describe(record))));
+    crate::say(format_args!("aegis: {notice}"));
 }
 
 /// The exit code of each ending; documented in `aegis run --help`.

@@ -188,9 +188,38 @@ pub enum KeyError {
         /// The seed file.
         path: PathBuf,
     },
+    /// Refused to replace something that is not a regular file (a device, a
+    /// directory, a symlink, a FIFO), even with `force`.
+    #[error("{path}: is a {found}, not a regular file; refusing to replace it with a key")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What is there.
+        found: &'static str,
+    },
     /// The operating system's random source failed.
     #[error("no randomness available: {0}")]
     Random(String),
+}
+
+/// A word for a file type, for errors.
+fn kind_of(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    if t.is_dir() {
+        "directory"
+    } else if t.is_symlink() {
+        "symbolic link"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
 }
 
 /// An ed25519 signing key.
@@ -284,10 +313,20 @@ impl SigningKey {
             path: path.to_owned(),
             source,
         };
-        if !force && std::fs::symlink_metadata(path).is_ok() {
-            return Err(KeyError::Exists {
-                path: path.to_owned(),
-            });
+        // `force` replaces a key, never anything else: renaming over `/dev/null` or a
+        // symlink would replace the device or the link with a secret.
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            if !meta.file_type().is_file() {
+                return Err(KeyError::NotAFile {
+                    path: path.to_owned(),
+                    found: kind_of(meta.file_type()),
+                });
+            }
+            if !force {
+                return Err(KeyError::Exists {
+                    path: path.to_owned(),
+                });
+            }
         }
         let dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,

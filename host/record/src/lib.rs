@@ -25,6 +25,7 @@ pub mod digest;
 pub mod json;
 pub mod key;
 pub mod line;
+pub mod text;
 pub mod verify;
 
 pub use chain::{Appended, LineSink, SealedLine, Session, VecSink, WriteError, seal};
