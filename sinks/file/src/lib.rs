@@ -13,6 +13,8 @@
 //!   line would turn the torn one into a malformed line in the middle of the chain.
 //! - One process at a time: the file is locked (advisory `flock`) while open.
 //! - `existing_tail` reads the file from its end, never the whole file.
+//! - A file the sink created and never wrote a line to is removed when the sink is
+//!   dropped: a session the host refused to open leaves no empty record behind.
 //!
 //! # Non-guarantees
 //! - What fsync promises is what the filesystem and disk promise.
@@ -50,6 +52,8 @@ struct Writer {
     failed: Option<String>,
     /// Set when the file ended mid-line at open.
     torn_at: Option<u64>,
+    /// Whether this sink created the file (it did not exist at open).
+    created: bool,
 }
 
 struct Commit {
@@ -103,10 +107,19 @@ impl FileSink {
     /// The file cannot be opened, read or locked.
     pub fn open(path: &Path) -> Result<FileSink, PluginError> {
         let mut options = std::fs::OpenOptions::new();
-        options.read(true).append(true).create(true);
+        options.read(true).append(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(path).map_err(|e| io_err(path, "open", &e))?;
+        // Create only if absent, and remember it: a file this sink made but never wrote
+        // to is removed again when it is dropped (a refused session leaves nothing).
+        let (mut file, created) = match options.clone().create_new(true).open(path) {
+            Ok(f) => (f, true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => (
+                options.open(path).map_err(|e| io_err(path, "open", &e))?,
+                false,
+            ),
+            Err(e) => return Err(io_err(path, "open", &e)),
+        };
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -135,6 +148,7 @@ impl FileSink {
                 appended: 0,
                 failed: None,
                 torn_at,
+                created,
             }),
             commit: Mutex::new(Commit {
                 durable: 0,
@@ -152,6 +166,27 @@ impl FileSink {
         c.failed.get_or_insert_with(|| why.clone());
         self.done.notify_all();
         PluginError::new(ErrorKind::IO, why)
+    }
+}
+
+impl Drop for FileSink {
+    /// Removes the file if this sink created it and nothing was ever written to it,
+    /// so a session the host refused (a published key, say) leaves no empty record
+    /// behind. Only the very file it created goes: if the path now names another file,
+    /// it is left alone.
+    fn drop(&mut self) {
+        use std::os::unix::fs::MetadataExt as _;
+        let w = lock(&self.writer);
+        if !w.created || w.appended != 0 || w.len != 0 {
+            return;
+        }
+        let (Ok(ours), Ok(there)) = (w.file.metadata(), std::fs::symlink_metadata(&self.path))
+        else {
+            return;
+        };
+        if ours.dev() == there.dev() && ours.ino() == there.ino() && there.len() == 0 {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -348,6 +383,33 @@ mod tests {
 
     fn sink(dir: &tempfile::TempDir) -> FileSink {
         FileSink::open(&dir.path().join("r.aarl")).unwrap()
+    }
+
+    /// Regression: a session the host refused (a published key on a durable sink)
+    /// used to leave an empty record file behind.
+    #[test]
+    fn a_file_created_and_never_written_is_removed_on_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.aarl");
+        drop(sink(&dir));
+        assert!(!path.exists(), "the unused file it created is gone");
+        // A file that was there before stays, even empty.
+        std::fs::write(&path, b"").unwrap();
+        drop(sink(&dir));
+        assert!(path.exists(), "a file it did not create is never removed");
+        // A file it created and wrote to stays.
+        std::fs::remove_file(&path).unwrap();
+        let s = sink(&dir);
+        s.append(b"{\"a\":1}\n").unwrap();
+        drop(s);
+        assert_eq!(std::fs::read(&path).unwrap(), b"{\"a\":1}\n");
+        // If the path now names another file, that file is left alone.
+        std::fs::remove_file(&path).unwrap();
+        let s = sink(&dir);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, b"").unwrap();
+        drop(s);
+        assert!(path.exists());
     }
 
     #[test]
