@@ -85,7 +85,7 @@ enum Command {
     },
     /// Write a fresh ed25519 signing key (mode 0600) and print its public key and key_id.
     ///
-    /// Missing parent directories are created, mode 0700. --force replaces an existing
+    /// The directory must exist (keygen creates none). --force replaces an existing
     /// key file, never anything that is not a regular file (a device, a link).
     ///
     /// Exit codes: 0 written, 1 a usage error, the file exists (without --force) or is
@@ -296,22 +296,6 @@ fn keygen(out: &std::path::Path, force: bool) -> u8 {
             return exit::UNREADABLE;
         }
     };
-    // A fresh machine has no ~/.config/aegis yet: make the missing directories,
-    // private to the owner (the key inside is a secret).
-    if let Some(dir) = out
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
-    {
-        use std::os::unix::fs::DirBuilderExt as _;
-        if let Err(e) = std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-        {
-            error(format_args!("{}: {e}", dir.display()));
-            return exit::UNREADABLE;
-        }
-    }
     match key.write_seed_file(out, force) {
         Ok(()) => {
             let said = format!("public_key {}\nkey_id {}\n", key.public_key(), key.key_id());
