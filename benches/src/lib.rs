@@ -8,9 +8,9 @@
 use aegis_record::json::{self, Object, SafeInt, Value};
 use aegis_record::line::LineBody as _;
 use aegis_record::{
-    CapabilityGrant, CapabilityOutcome, DecisionAxes, ExecutionOutcome, FsAxis, FsScope,
-    IntentLine, LineHash, NetAxis, OutcomeLine, PolicyOutcome, PolicySetHash, RequestDigest,
-    ResponseDigest, Session, SigningKey, VecSink,
+    CapabilityGrant, CapabilityOutcome, ComponentDigest, DecisionAxes, ExecutionOutcome, FsAxis,
+    FsScope, IntentLine, LineHash, NetAxis, OutcomeLine, PolicyOutcome, PolicySetHash,
+    RequestDigest, ResponseDigest, Session, SigningKey, VecSink,
 };
 use std::sync::Arc;
 
@@ -141,6 +141,8 @@ fn ran(call: &str, execution: ExecutionOutcome, response: Option<&[u8]>) -> Outc
                 max_memory_bytes: int(64 << 20),
                 max_wall_ms: int(2000),
                 max_output_bytes: int(1 << 20),
+                // A wasm grant carries its component's digest, as the host writes it.
+                component_digest: Some(ComponentDigest::of_component(b"read-notes.wasm")),
             },
         },
         execution,

@@ -299,3 +299,72 @@ fn the_example_policy_parses_and_decides() {
         assert_eq!(out.status.code(), Some(code), "{id}: {}", text(&out.stderr));
     }
 }
+
+/// Two runs with the same key, each on a fresh record file, write different open lines
+/// (each session draws a nonce) and so name their calls differently; the record names
+/// the component by the SHA-256 `sha256sum` prints, and the request digest covers the
+/// arguments after `--` as well as the input.
+#[test]
+fn fresh_records_never_share_call_ids_and_bind_what_ran() {
+    use aegis_record::json::{self, Value};
+    use aegis_record::{CapabilityOutcome, OutcomeLine, RequestDigest};
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("k");
+    let out = aegis()
+        .args(["keygen", "--out", key.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let echo = guest("echo");
+    let record_of = |name: &str, args: &[&str]| {
+        let record = dir.path().join(name);
+        let mut all = vec![
+            "--component",
+            echo.to_str().unwrap(),
+            "--id",
+            "echo",
+            "--input",
+            "same",
+            "--audit",
+            record.to_str().unwrap(),
+            "--signing-key",
+            key.to_str().unwrap(),
+            "--",
+        ];
+        all.extend_from_slice(args);
+        let out = run(&all);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let bytes = std::fs::read(&record).unwrap();
+        let lines: Vec<Vec<u8>> = bytes
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect();
+        let Ok(Value::Object(o)) = json::parse(&lines[2]) else {
+            panic!("an outcome object");
+        };
+        (lines[0].clone(), OutcomeLine::from_object(&o).unwrap())
+    };
+    let (open_a, a) = record_of("a.aarl", &["x"]);
+    let (open_b, b) = record_of("b.aarl", &["y"]);
+    assert_ne!(open_a, open_b);
+    assert_ne!(a.call_id, b.call_id);
+    assert_eq!(
+        a.request_digest,
+        RequestDigest::of_invocation(&["x"], b"same")
+    );
+    assert_ne!(a.request_digest, b.request_digest);
+    let CapabilityOutcome::Granted { grant } = &a.capability else {
+        panic!("granted");
+    };
+    let recorded = grant
+        .component_digest
+        .expect("the component is named")
+        .to_hex();
+    let sums = std::fs::read_to_string(echo.with_file_name("SHA256SUMS")).unwrap();
+    assert!(
+        sums.lines()
+            .any(|l| l.starts_with(&recorded) && l.ends_with("echo.wasm")),
+        "{recorded} is not echo.wasm's sha256sum"
+    );
+}

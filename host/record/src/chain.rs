@@ -14,6 +14,17 @@
 //!   [`UnsignedBody`]; signed bodies go through [`Session::append`]. No path signs an
 //!   intent, and no path leaves an outcome unsigned.
 //! - A session writes its close line when closed or dropped (clean exit, panic unwinding).
+//! - **No line the verifier would call malformed.** The line bodies bound every member
+//!   after escaping ([`crate::bound`]), and the writer checks each sealed line against
+//!   the verifier's own limits — [`MAX_LINE_BYTES`] and [`MAX_DEPTH`], the same
+//!   constants — before it consumes a `seq`. A line over either (only possible through
+//!   caller-supplied open-line extensions) is refused with [`WriteError::Unverifiable`]
+//!   and nothing is written, so the chain stays intact. The other ways a line can be
+//!   malformed (a float, `null`, a lone surrogate, a duplicate key, a missing or
+//!   ill-typed member) cannot be expressed by the typed bodies and [`Object`].
+//! - **Distinct sessions.** [`Session::open`] writes a fresh 128-bit random `nonce` into
+//!   the open line, so two sessions never share an open line (nor its hash, from which a
+//!   host may derive call ids) even with the same key, file state and extensions.
 //!
 //! That an intent cannot be signed is checked by the compiler:
 //!
@@ -38,10 +49,11 @@
 //!   verifies as Indeterminate (unanchored tail), which is the honest answer.
 //! - The sink decides what "durable" means; the writer trusts its `sync`.
 
-use crate::digest::LineHash;
-use crate::json::{Object, SafeInt, Value};
+use crate::digest::{LineHash, encode_hex};
+use crate::json::{MAX_DEPTH, Object, SafeInt, Value};
 use crate::key::SigningKey;
 use crate::line::{SCHEMA_VERSION, SignedBody, UnsignedBody};
+use crate::verify::MAX_LINE_BYTES;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Where the writer puts bytes. A sink stores lines; it cannot number, link or sign them.
@@ -107,7 +119,22 @@ pub enum WriteError {
     /// The session was already closed.
     #[error("the session is closed")]
     Closed,
+    /// The line would be outside what the verifier reads; nothing was written and no
+    /// `seq` was consumed.
+    #[error("a {line_type} line would be malformed to a verifier, so it was not written: {detail}")]
+    Unverifiable {
+        /// The line type refused.
+        line_type: String,
+        /// Which limit it exceeds.
+        detail: String,
+    },
+    /// The operating system's random source failed, so no session nonce could be drawn.
+    #[error("no session nonce: the system random source failed: {0}")]
+    Random(String),
 }
+
+/// The bytes of a session nonce (written as 32 lowercase hex characters).
+pub const NONCE_BYTES: usize = 16;
 
 /// The members the chain rule assigns: a line body may not set them.
 pub const CHAIN_MEMBERS: [&str; 6] = [
@@ -196,24 +223,45 @@ impl Session {
     ///
     /// `prev_session_tail` must be the final line hash already in the sink, or `None`
     /// when the sink is empty. `extensions` are extra members for the open line (the
-    /// host records provenance there); they are signed and hashed like the rest.
+    /// host records provenance there); they are signed and hashed like the rest. The
+    /// open line also carries a fresh random `nonce`.
     ///
     /// # Errors
-    /// A reserved member in `extensions`, or the sink refusing or failing to sync.
+    /// A reserved member in `extensions`, no randomness, an open line outside the
+    /// verifier's limits, or the sink refusing or failing to sync.
     pub fn open(
         sink: Arc<dyn LineSink>,
         key: SigningKey,
         prev_session_tail: Option<LineHash>,
         extensions: Object,
     ) -> Result<Session, WriteError> {
+        let mut nonce = [0u8; NONCE_BYTES];
+        getrandom::fill(&mut nonce).map_err(|e| WriteError::Random(e.to_string()))?;
+        Session::open_with_nonce(sink, key, prev_session_tail, extensions, nonce)
+    }
+
+    /// [`Session::open`] with a nonce the caller chose. For reproducible test vectors
+    /// only: two sessions given the same nonce, key, tail and extensions write the same
+    /// open line, and a host deriving call ids from it would repeat them.
+    ///
+    /// # Errors
+    /// As [`Session::open`].
+    pub fn open_with_nonce(
+        sink: Arc<dyn LineSink>,
+        key: SigningKey,
+        prev_session_tail: Option<LineHash>,
+        extensions: Object,
+        nonce: [u8; NONCE_BYTES],
+    ) -> Result<Session, WriteError> {
         let mut body = extensions;
-        for own in ["public_key", "prev_session_tail"] {
+        for own in ["public_key", "prev_session_tail", "nonce"] {
             if body.contains_key(own) {
                 return Err(WriteError::ReservedMember(own.to_owned()));
             }
         }
         body.insert("public_key", key.public_key());
         body.insert_opt("prev_session_tail", prev_session_tail);
+        body.insert("nonce", encode_hex(&nonce));
         let session = Session {
             sink,
             key,
@@ -248,6 +296,17 @@ impl Session {
                 return Err(WriteError::Closed);
             }
             let seq = state.next_seq;
+            let unverifiable = |detail: String| WriteError::Unverifiable {
+                line_type: line_type.to_owned(),
+                detail,
+            };
+            // The chain members add no nesting, so the body's depth is the line's.
+            let depth = body.depth();
+            if depth > MAX_DEPTH {
+                return Err(unverifiable(format!(
+                    "nesting depth {depth}, the verifier reads at most {MAX_DEPTH}"
+                )));
+            }
             let sealed = seal(
                 line_type,
                 body,
@@ -255,6 +314,12 @@ impl Session {
                 state.tail,
                 signed.then_some(&self.key),
             )?;
+            if sealed.bytes.len() > MAX_LINE_BYTES {
+                return Err(unverifiable(format!(
+                    "{} bytes, the verifier reads at most {MAX_LINE_BYTES}",
+                    sealed.bytes.len()
+                )));
+            }
             state.next_seq += 1;
             let mut bytes = sealed.bytes;
             bytes.push(b'\n');

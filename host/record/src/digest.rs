@@ -1,6 +1,6 @@
 //! SHA-256 digests as distinct types.
 //!
-//! Five fields of the format hold a SHA-256 digest, and each means something different.
+//! Six fields of the format hold a SHA-256 digest, and each means something different.
 //! Giving each its own type turns "hashed the policy set into prev_hash" from a line that
 //! verifies while being wrong into a compile error.
 //!
@@ -138,6 +138,12 @@ digest_type! {
 }
 
 digest_type! {
+    /// SHA-256 over the bytes of the WebAssembly component a grant runs: what ran, named
+    /// by content rather than by path.
+    ComponentDigest
+}
+
+digest_type! {
     /// SHA-256 over the 32 bytes of an ed25519 public key: the key's fingerprint.
     KeyId
 }
@@ -153,9 +159,45 @@ impl LineHash {
 }
 
 impl RequestDigest {
-    /// Digest of the request bytes exactly as received, before any parsing.
+    /// Digest of the request bytes exactly as received, before any parsing: the form
+    /// for a caller whose request is a frame (an MCP message) that carries everything
+    /// the tool is given.
     pub fn of_request(raw: &[u8]) -> RequestDigest {
         RequestDigest(sha256(raw))
+    }
+
+    /// Digest of an invocation: everything a tool is given, as the canonical JSON
+    /// object `{"args":[<each argument>],"input":"<input as lowercase hex>"}`
+    /// (`spec/SPEC.md` §3.2).
+    ///
+    /// The object is hashed as it is serialized, so the hex form of a large input is
+    /// never held in memory.
+    pub fn of_invocation(args: &[&str], input: &[u8]) -> RequestDigest {
+        let mut h = Sha256::new();
+        let mut buf = Vec::with_capacity(256);
+        buf.extend_from_slice(b"{\"args\":[");
+        for (i, a) in args.iter().enumerate() {
+            if i > 0 {
+                buf.push(b',');
+            }
+            crate::json::write_string(a, &mut buf);
+            h.update(&buf);
+            buf.clear();
+        }
+        buf.extend_from_slice(b"],\"input\":\"");
+        h.update(&buf);
+        for chunk in input.chunks(4096) {
+            h.update(encode_hex(chunk).as_bytes());
+        }
+        h.update(b"\"}");
+        RequestDigest(h.finalize().into())
+    }
+}
+
+impl ComponentDigest {
+    /// Digest of a component's bytes, exactly as compiled.
+    pub fn of_component(bytes: &[u8]) -> ComponentDigest {
+        ComponentDigest(sha256(bytes))
     }
 }
 
@@ -194,6 +236,39 @@ mod tests {
             })
         ));
         assert_eq!(LineHash::GENESIS.to_hex(), "0".repeat(64));
+    }
+
+    /// The streamed invocation digest is the digest of the canonical object it names,
+    /// and every argument and input byte changes it.
+    #[test]
+    fn invocation_digest_is_the_canonical_object_and_covers_args_and_input() {
+        use crate::json::{Object, Value};
+        let args = ["--flag", "a \"quoted\"\n\u{1}arg", "ü"];
+        let input: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
+        let mut o = Object::new();
+        o.insert(
+            "args",
+            Value::Array(args.iter().map(|a| Value::from(*a)).collect()),
+        );
+        o.insert("input", encode_hex(&input));
+        assert_eq!(
+            RequestDigest::of_invocation(&args, &input),
+            RequestDigest::of_request(&o.to_canonical())
+        );
+        let base = RequestDigest::of_invocation(&["a"], b"x");
+        assert_ne!(base, RequestDigest::of_invocation(&["b"], b"x"));
+        assert_ne!(base, RequestDigest::of_invocation(&["a"], b"y"));
+        assert_ne!(base, RequestDigest::of_invocation(&["a", ""], b"x"));
+        assert_ne!(base, RequestDigest::of_invocation(&[], b"x"));
+        // Argument boundaries count: ["ab"] is not ["a","b"].
+        assert_ne!(
+            RequestDigest::of_invocation(&["ab"], b""),
+            RequestDigest::of_invocation(&["a", "b"], b"")
+        );
+        assert_eq!(
+            RequestDigest::of_invocation(&[], b"").to_hex(),
+            encode_hex(&sha256(br#"{"args":[],"input":""}"#))
+        );
     }
 
     #[test]

@@ -154,6 +154,16 @@ impl Value {
         self.write_canonical(&mut out);
         out
     }
+
+    /// How deeply arrays and objects nest in this value, counted as the parser counts
+    /// against [`MAX_DEPTH`]: a scalar is 0, `[]` and `{}` are 1.
+    pub fn depth(&self) -> usize {
+        match self {
+            Value::Array(items) => 1 + items.iter().map(Value::depth).max().unwrap_or(0),
+            Value::Object(obj) => obj.depth(),
+            _ => 0,
+        }
+    }
 }
 
 impl From<bool> for Value {
@@ -300,6 +310,17 @@ impl Object {
             v.write_canonical(out);
         }
         out.push(b'}');
+    }
+
+    /// How deeply arrays and objects nest in this object, itself included (see
+    /// [`Value::depth`]).
+    pub fn depth(&self) -> usize {
+        1 + self
+            .members
+            .iter()
+            .map(|(_, v)| v.depth())
+            .max()
+            .unwrap_or(0)
     }
 
     /// The canonical form of this object as bytes.

@@ -9,7 +9,12 @@
 //! # Guarantees
 //! - One canonical byte form per line ([`json`]), hashed and signed exactly as the
 //!   specification states ([`chain::seal`]).
-//! - A writer that cannot fork a chain and never signs an intent ([`chain::Session`]).
+//! - A writer that cannot fork a chain and never signs an intent ([`chain::Session`]),
+//!   and never emits a line the verifier would call malformed: every member is bounded
+//!   after escaping ([`bound`]) and the writer refuses what would still exceed the
+//!   verifier's own limits.
+//! - Every session's open line carries a fresh random nonce, so no two sessions share
+//!   an open line hash or the call ids derived from it.
 //! - A verifier with exactly three verdicts that is deterministic in its input
 //!   ([`verify::verify`]).
 //!
@@ -20,6 +25,7 @@
 //! - Records are not confidential: decision axes and reasons are host-written free text
 //!   that may name paths. Read a chain before publishing it.
 
+pub mod bound;
 pub mod chain;
 pub mod digest;
 pub mod json;
@@ -29,7 +35,7 @@ pub mod text;
 pub mod verify;
 
 pub use chain::{Appended, LineSink, SealedLine, Session, VecSink, WriteError, seal};
-pub use digest::{KeyId, LineHash, PolicySetHash, RequestDigest, ResponseDigest};
+pub use digest::{ComponentDigest, KeyId, LineHash, PolicySetHash, RequestDigest, ResponseDigest};
 pub use key::{PublicKey, Signature, SigningKey};
 pub use line::{
     ApprovalScope, CapabilityGrant, CapabilityOutcome, DecisionAxes, DecisionLine, DecisionVerdict,

@@ -4,11 +4,17 @@
 //! members and the signature) and back. Parsing checks the members this version defines
 //! and ignores others: a newer emitter may add members, and they are still hashed.
 //!
+//! Every string and list a body writes passes through [`crate::bound`], so no member,
+//! whoever supplied its text, can grow a line past what the verifier reads.
+//!
 //! Which lines are signed is a property of the type: [`SignedBody`] is implemented for
 //! outcome and decision bodies and never for [`IntentLine`], so the writer has no path
 //! that signs an intent. Both traits are sealed.
 
-use crate::digest::{HexError, LineHash, PolicySetHash, RequestDigest, ResponseDigest};
+use crate::bound::{insert_list, text_value, text_values};
+use crate::digest::{
+    ComponentDigest, HexError, LineHash, PolicySetHash, RequestDigest, ResponseDigest,
+};
 use crate::json::{Object, SafeInt, Value};
 use crate::key::PublicKey;
 
@@ -295,8 +301,8 @@ impl LineBody for IntentLine {
     const LINE_TYPE: &'static str = "intent";
     fn to_object(&self) -> Object {
         let mut o = Object::new();
-        o.insert("call_id", self.call_id.as_str());
-        o.insert("tool_id", self.tool_id.as_str());
+        o.insert("call_id", text_value(&self.call_id));
+        o.insert("tool_id", text_value(&self.tool_id));
         o.insert("request_digest", self.request_digest);
         o
     }
@@ -349,15 +355,15 @@ impl PolicyOutcome {
             }
             PolicyOutcome::Denied { reason } => {
                 o.insert("status", "denied");
-                o.insert("reason", reason.as_str());
+                o.insert("reason", text_value(reason));
             }
             PolicyOutcome::RateLimited { reason } => {
                 o.insert("status", "rate_limited");
-                o.insert("reason", reason.as_str());
+                o.insert("reason", text_value(reason));
             }
             PolicyOutcome::PendingApproval { approval_id } => {
                 o.insert("status", "pending_approval");
-                o.insert("approval_id", approval_id.as_str());
+                o.insert("approval_id", text_value(approval_id));
             }
         }
         o
@@ -400,8 +406,8 @@ pub struct FsScope {
 impl FsScope {
     fn to_object(&self) -> Object {
         let mut o = Object::new();
-        o.insert("read_paths", self.read_paths.clone());
-        o.insert("write_paths", self.write_paths.clone());
+        insert_list(&mut o, "read_paths", text_values(&self.read_paths));
+        insert_list(&mut o, "write_paths", text_values(&self.write_paths));
         o
     }
 
@@ -439,14 +445,18 @@ impl NetScope {
             .iter()
             .map(|r| {
                 let mut o = Object::new();
-                o.insert("host", r.host.as_str());
-                o.insert("ports", r.ports.clone());
-                o.insert("methods", r.methods.clone());
+                o.insert("host", text_value(&r.host));
+                insert_list(
+                    &mut o,
+                    "ports",
+                    r.ports.iter().map(|&p| Value::from(p)).collect(),
+                );
+                insert_list(&mut o, "methods", text_values(&r.methods));
                 Value::Object(o)
             })
             .collect();
         let mut o = Object::new();
-        o.insert("http", Value::Array(rules));
+        insert_list(&mut o, "http", rules);
         o
     }
 
@@ -499,18 +509,22 @@ pub struct CapabilityGrant {
     pub max_wall_ms: SafeInt,
     /// Output ceiling for the call.
     pub max_output_bytes: SafeInt,
+    /// SHA-256 of the WebAssembly component the grant runs; absent for tools that are
+    /// not a component (host handlers).
+    pub component_digest: Option<ComponentDigest>,
 }
 
 impl CapabilityGrant {
     fn to_object(&self) -> Object {
         let mut o = Object::new();
-        o.insert("grant_id", self.grant_id.as_str());
-        o.insert("tool_id", self.tool_id.as_str());
+        o.insert("grant_id", text_value(&self.grant_id));
+        o.insert("tool_id", text_value(&self.tool_id));
         o.insert_opt("fs", self.fs.as_ref().map(FsScope::to_object));
         o.insert_opt("net", self.net.as_ref().map(NetScope::to_object));
         o.insert("max_memory_bytes", self.max_memory_bytes);
         o.insert("max_wall_ms", self.max_wall_ms);
         o.insert("max_output_bytes", self.max_output_bytes);
+        o.insert_opt("component_digest", self.component_digest);
         o
     }
 
@@ -530,6 +544,7 @@ impl CapabilityGrant {
             max_memory_bytes: f.int("max_memory_bytes")?,
             max_wall_ms: f.int("max_wall_ms")?,
             max_output_bytes: f.int("max_output_bytes")?,
+            component_digest: f.opt_hex("component_digest", ComponentDigest::from_hex)?,
         })
     }
 }
@@ -564,8 +579,11 @@ impl CapabilityOutcome {
                 denied_capability,
             } => {
                 o.insert("status", "denied");
-                o.insert("reason", reason.as_str());
-                o.insert_opt("denied_capability", denied_capability.as_deref());
+                o.insert("reason", text_value(reason));
+                o.insert_opt(
+                    "denied_capability",
+                    denied_capability.as_deref().map(text_value),
+                );
             }
         }
         o
@@ -617,15 +635,15 @@ impl ExecutionOutcome {
             }
             ExecutionOutcome::Trap { message } => {
                 o.insert("status", "trap");
-                o.insert("message", message.as_str());
+                o.insert("message", text_value(message));
             }
             ExecutionOutcome::ResourceExceeded { kind } => {
                 o.insert("status", "resource_exceeded");
-                o.insert("kind", kind.as_str());
+                o.insert("kind", text_value(kind));
             }
             ExecutionOutcome::HostDenied { reason } => {
                 o.insert("status", "host_denied");
-                o.insert("reason", reason.as_str());
+                o.insert("reason", text_value(reason));
             }
         }
         o
@@ -689,20 +707,20 @@ pub struct DecisionAxes {
 impl DecisionAxes {
     fn to_object(&self) -> Object {
         let mut o = Object::new();
-        o.insert_opt("capability", self.capability.as_deref());
-        o.insert_opt("role", self.role.as_deref());
-        o.insert_opt("session", self.session.as_deref());
-        o.insert_opt("matched_rule", self.matched_rule.as_deref());
-        o.insert_opt("approval_ref", self.approval_ref.as_deref());
+        o.insert_opt("capability", self.capability.as_deref().map(text_value));
+        o.insert_opt("role", self.role.as_deref().map(text_value));
+        o.insert_opt("session", self.session.as_deref().map(text_value));
+        o.insert_opt("matched_rule", self.matched_rule.as_deref().map(text_value));
+        o.insert_opt("approval_ref", self.approval_ref.as_deref().map(text_value));
         if let Some(fs) = &self.fs {
             let mut f = Object::new();
-            f.insert("path_raw", fs.path_raw.as_str());
-            f.insert("path_canonical", fs.path_canonical.as_str());
+            f.insert("path_raw", text_value(&fs.path_raw));
+            f.insert("path_canonical", text_value(&fs.path_canonical));
             o.insert("fs", f);
         }
         if let Some(net) = &self.net {
             let mut n = Object::new();
-            n.insert("host", net.host.as_str());
+            n.insert("host", text_value(&net.host));
             n.insert("port", net.port);
             o.insert("net", n);
         }
@@ -780,14 +798,14 @@ impl LineBody for OutcomeLine {
     const LINE_TYPE: &'static str = "outcome";
     fn to_object(&self) -> Object {
         let mut o = Object::new();
-        o.insert("call_id", self.call_id.as_str());
-        o.insert("tool_id", self.tool_id.as_str());
+        o.insert("call_id", text_value(&self.call_id));
+        o.insert("tool_id", text_value(&self.tool_id));
         o.insert("request_digest", self.request_digest);
         o.insert("policy_set_hash", self.policy_set_hash);
         o.insert("policy", self.policy.to_object());
         o.insert("capability", self.capability.to_object());
         o.insert("execution", self.execution.to_object());
-        o.insert_opt("grant_id", self.grant_id.as_deref());
+        o.insert_opt("grant_id", self.grant_id.as_deref().map(text_value));
         o.insert_opt("response_digest", self.response_digest);
         o.insert_opt("wall_ms", self.wall_ms);
         o.insert_opt("peak_memory_bytes", self.peak_memory_bytes);
@@ -864,7 +882,7 @@ impl LineBody for DecisionLine {
         match &self.verdict {
             DecisionVerdict::Approved { scope } => {
                 let mut s = Object::new();
-                s.insert("tool_id", scope.tool_id.as_str());
+                s.insert("tool_id", text_value(&scope.tool_id));
                 s.insert_opt("fs", scope.fs.as_ref().map(FsScope::to_object));
                 s.insert_opt("net", scope.net.as_ref().map(NetScope::to_object));
                 v.insert("verdict", "approved");
@@ -872,11 +890,11 @@ impl LineBody for DecisionLine {
             }
             DecisionVerdict::Denied { reason } => {
                 v.insert("verdict", "denied");
-                v.insert("reason", reason.as_str());
+                v.insert("reason", text_value(reason));
             }
         }
         let mut o = Object::new();
-        o.insert("approval_id", self.approval_id.as_str());
+        o.insert("approval_id", text_value(&self.approval_id));
         o.insert("verdict", v);
         o
     }
@@ -949,6 +967,7 @@ mod tests {
                     max_memory_bytes: SafeInt::from(1u32 << 20),
                     max_wall_ms: SafeInt::from(100u32),
                     max_output_bytes: SafeInt::from(4096u32),
+                    component_digest: Some(ComponentDigest::of_component(b"\0asm")),
                 },
             },
             execution: ExecutionOutcome::Success,

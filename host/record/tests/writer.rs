@@ -143,7 +143,13 @@ fn open_line_extensions_are_signed_and_cannot_shadow() {
         String::from_utf8_lossy(&bytes).contains("\"provenance\":{\"aegis_version\":\"0.1.0\"}")
     );
     assert_eq!(verdict(&bytes), Verdict::Verified(Trust::Unpinned));
-    for reserved in ["seq", "public_key", "signature", "prev_session_tail"] {
+    for reserved in [
+        "seq",
+        "public_key",
+        "signature",
+        "prev_session_tail",
+        "nonce",
+    ] {
         let mut ext = Object::new();
         ext.insert(reserved, "x");
         let err = Session::open(Arc::new(VecSink::new()), key(), None, ext).unwrap_err();
@@ -175,4 +181,89 @@ fn a_later_session_chains_to_the_stored_tail() {
     .unwrap();
     wrong.close().unwrap();
     assert!(matches!(verdict(&sink.contents()), Verdict::Tampered(_)));
+}
+
+/// Two sessions opened on fresh sinks with the same key and the same extensions still
+/// write different open lines: each carries its own random nonce, so a host that names
+/// calls by the open line's hash never repeats a call id across records.
+#[test]
+fn two_fresh_sessions_have_different_open_lines() {
+    let open_line = || {
+        let sink = VecSink::new();
+        let s = Session::open(Arc::new(sink.clone()), key(), None, Object::new()).unwrap();
+        let tail = s.tail();
+        s.close().unwrap();
+        let bytes = sink.contents();
+        assert_eq!(verdict(&bytes), Verdict::Verified(Trust::Unpinned));
+        let first = bytes.split(|&b| b == b'\n').next().unwrap().to_vec();
+        (first, tail)
+    };
+    let (a, tail_a) = open_line();
+    let (b, tail_b) = open_line();
+    assert_ne!(a, b);
+    assert_ne!(tail_a, tail_b);
+    let nonce = |line: &[u8]| {
+        let obj = aegis_record::json::parse(line).unwrap();
+        obj.as_object()
+            .unwrap()
+            .get("nonce")
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(nonce(&a).len(), 32);
+    assert_ne!(nonce(&a), nonce(&b));
+    // A fixed nonce reproduces the line exactly (what the committed vectors rely on).
+    let fixed = || {
+        let sink = VecSink::new();
+        let s =
+            Session::open_with_nonce(Arc::new(sink.clone()), key(), None, Object::new(), [7; 16])
+                .unwrap();
+        drop(s);
+        sink.contents()
+    };
+    assert_eq!(fixed(), fixed());
+}
+
+/// The writer shares the verifier's limits: an open line that would be longer than
+/// `MAX_LINE_BYTES` or nest deeper than `MAX_DEPTH` (only caller-supplied extensions can
+/// make one) is refused before a seq is consumed, nothing reaches the sink, and a later
+/// session on the same sink verifies.
+#[test]
+fn the_writer_refuses_lines_the_verifier_would_call_malformed() {
+    use aegis_record::json::{MAX_DEPTH, Value};
+    use aegis_record::verify::MAX_LINE_BYTES;
+    let sink = VecSink::new();
+    let mut ext = Object::new();
+    ext.insert("provenance", "x".repeat(MAX_LINE_BYTES));
+    let err = Session::open(Arc::new(sink.clone()), key(), None, ext).unwrap_err();
+    assert!(
+        matches!(&err, WriteError::Unverifiable { line_type, .. } if line_type == "open"),
+        "{err}"
+    );
+    let mut deep = Value::Array(Vec::new());
+    for _ in 0..MAX_DEPTH {
+        deep = Value::Array(vec![deep]);
+    }
+    let mut ext = Object::new();
+    ext.insert("provenance", deep);
+    let err = Session::open(Arc::new(sink.clone()), key(), None, ext).unwrap_err();
+    assert!(matches!(err, WriteError::Unverifiable { .. }), "{err}");
+    assert!(sink.contents().is_empty());
+    // Exactly at the depth limit is written, and verifies.
+    let mut deep = Value::Array(Vec::new());
+    for _ in 0..MAX_DEPTH - 2 {
+        deep = Value::Array(vec![deep]);
+    }
+    let mut ext = Object::new();
+    ext.insert("provenance", deep);
+    Session::open(Arc::new(sink.clone()), key(), None, ext)
+        .unwrap()
+        .close()
+        .unwrap();
+    assert_eq!(
+        verdict(&sink.contents()),
+        Verdict::Verified(Trust::Unpinned)
+    );
 }

@@ -13,11 +13,16 @@
 //!   narrowed grant never exceeds its parent (property-tested).
 //! - **Roots are canonical.** Registration resolves every root once (symlinks, `..`),
 //!   so the sandbox is configured from real paths.
+//! - **A component is named by its bytes.** Registration reads a wasm tool's component
+//!   once and keeps its SHA-256; every grant for the tool carries it into the record
+//!   (`component_digest`), and the sandbox refuses to run a file whose bytes no longer
+//!   match it (see [`crate::sandbox::Sandbox::run`]).
 //!
 //! # Non-guarantees
 //! - A manifest states authority; it does not enforce it. The sandbox (or, for host
 //!   tools, the checks in the handler context) does.
 
+use aegis_record::ComponentDigest;
 use aegis_record::json::MAX_SAFE_INTEGER;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -137,6 +142,16 @@ pub enum RegistrationError {
         /// The component path.
         component: PathBuf,
     },
+    /// A wasm tool's component file could not be read to take its digest.
+    #[error("tool {tool:?}: component {component}: {source}")]
+    ComponentRead {
+        /// The tool.
+        tool: String,
+        /// The component path.
+        component: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
     /// A ceiling of zero, or beyond what the record can carry.
     #[error("tool {tool:?}: {field} must be between 1 and 2^53 - 1")]
     Limit {
@@ -202,6 +217,8 @@ pub struct Grant {
     limits: Limits,
     /// The grant's only root, as the manifest gave it and canonical, if it has one root.
     single_root: Option<(PathBuf, PathBuf)>,
+    /// SHA-256 of the component registered for a wasm tool; `None` for host tools.
+    component_digest: Option<ComponentDigest>,
 }
 
 impl Grant {
@@ -228,6 +245,10 @@ impl Grant {
     /// Ceilings.
     pub fn limits(&self) -> Limits {
         self.limits
+    }
+    /// SHA-256 of the component the tool was registered with; `None` for host tools.
+    pub fn component_digest(&self) -> Option<ComponentDigest> {
+        self.component_digest
     }
 
     /// The grant's only filesystem root as `(as the manifest gave it, canonical)`, when
@@ -283,6 +304,7 @@ impl Grant {
             max_memory_bytes: safe(self.limits.max_memory_bytes),
             max_wall_ms: safe(self.limits.max_wall_ms),
             max_output_bytes: safe(self.limits.max_output_bytes),
+            component_digest: self.component_digest,
         }
     }
 }
@@ -303,6 +325,8 @@ pub struct ToolRegistry {
     tools: BTreeMap<String, ToolManifest>,
     /// Each canonical root's spelling in the manifest, for the record's decision axes.
     given: BTreeMap<PathBuf, PathBuf>,
+    /// Each wasm tool's component digest, taken once at registration.
+    components: BTreeMap<String, ComponentDigest>,
     minted: std::sync::atomic::AtomicU64,
 }
 
@@ -342,13 +366,22 @@ impl ToolRegistry {
         if self.tools.contains_key(&tool) {
             return Err(RegistrationError::DuplicateId(tool));
         }
-        if let ToolKind::Wasm { component } = &m.kind
-            && !component.is_file()
-        {
-            return Err(RegistrationError::Component {
-                tool,
-                component: component.clone(),
-            });
+        let mut digest = None;
+        if let ToolKind::Wasm { component } = &m.kind {
+            if !component.is_file() {
+                return Err(RegistrationError::Component {
+                    tool,
+                    component: component.clone(),
+                });
+            }
+            // Once per tool, not per call: the sandbox compares what it compiles to this.
+            let bytes =
+                std::fs::read(component).map_err(|source| RegistrationError::ComponentRead {
+                    tool: tool.clone(),
+                    component: component.clone(),
+                    source,
+                })?;
+            digest = Some(ComponentDigest::of_component(&bytes));
         }
         for (field, v) in [
             ("max_memory_bytes", m.limits.max_memory_bytes),
@@ -381,6 +414,9 @@ impl ToolRegistry {
                 .iter_mut()
                 .for_each(|x| x.make_ascii_uppercase());
             rule.host.make_ascii_lowercase();
+        }
+        if let Some(d) = digest {
+            self.components.insert(tool.clone(), d);
         }
         self.tools.insert(tool, m);
         Ok(())
@@ -469,6 +505,7 @@ impl ToolRegistry {
             net,
             limits: m.limits.narrowed(policy_limits),
             single_root,
+            component_digest: self.components.get(tool).copied(),
         })
     }
 }

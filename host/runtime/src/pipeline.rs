@@ -16,8 +16,12 @@
 //! - **Only bytes that left.** `response_digest` is set only when output is handed back,
 //!   and output is handed back only after its outcome is durable. If the outcome cannot
 //!   be written, the caller gets the error and not the output.
-//! - **The request digest is the host's.** It is computed here over the raw request
-//!   bytes, never taken from the caller.
+//! - **The request digest is the host's, and covers what the tool is given.** It is
+//!   computed here, never taken from the caller: over the invocation — the call's
+//!   arguments and input in the canonical form of `spec/SPEC.md` §3.2 — unless the
+//!   caller hands over the frame the request arrived in (an MCP message), whose bytes
+//!   are then digested verbatim. A caller that only sets `args` and `input` cannot
+//!   leave either out.
 //!
 //! # Non-guarantees
 //! - The policy set hash is read just before the verdict; a reload landing between the
@@ -65,9 +69,13 @@ pub const HOST_PANIC: &str = "host panic during tool call";
 pub struct CallRequest<'a> {
     /// The tool to run.
     pub tool_id: &'a str,
-    /// The raw request bytes, as received: `request_digest` is computed over these.
-    pub request: &'a [u8],
-    /// What the tool is given (stdin, or the world's `input`). Often the request itself.
+    /// The frame the request arrived in, exactly as received (an MCP `tools/call`
+    /// message), for a caller that has one: `request_digest` is then SHA-256 of these
+    /// bytes verbatim, and the frame must carry everything the tool is given. `None`
+    /// (what [`CallRequest::new`] sets): the digest covers `args` and `input`
+    /// ([`RequestDigest::of_invocation`]).
+    pub frame: Option<&'a [u8]>,
+    /// What the tool is given (stdin, or the world's `input`).
     pub input: &'a [u8],
     /// Arguments after the program name (command components only).
     pub args: &'a [&'a str],
@@ -80,16 +88,25 @@ pub struct CallRequest<'a> {
 }
 
 impl<'a> CallRequest<'a> {
-    /// A call of `tool_id` whose request is its input, naming nothing else.
+    /// A call of `tool_id` with `input`, naming nothing else; its request digest is
+    /// taken over the invocation.
     pub fn new(tool_id: &'a str, input: &'a [u8]) -> CallRequest<'a> {
         CallRequest {
             tool_id,
-            request: input,
+            frame: None,
             input,
             args: &[],
             capability: None,
             role: None,
             session: None,
+        }
+    }
+
+    /// The digest the record names the request by: the frame's, or the invocation's.
+    pub fn request_digest(&self) -> RequestDigest {
+        match self.frame {
+            Some(frame) => RequestDigest::of_request(frame),
+            None => RequestDigest::of_invocation(self.args, self.input),
         }
     }
 }
@@ -134,7 +151,9 @@ impl CallClass {
 /// A finished call: its outcome as recorded and, on success only, its output.
 #[derive(Clone, Debug)]
 pub struct CallRecord {
-    /// The outcome line, exactly as appended.
+    /// The outcome line as appended. Its text members are whole here; the line on the
+    /// record holds them bounded (`aegis_record::bound`), so a very long trap message
+    /// is cut there, with its length and digest.
     pub outcome: OutcomeLine,
     /// The outcome line's `seq`.
     pub seq: u64,
@@ -202,8 +221,9 @@ pub struct Pipeline {
     handlers: BTreeMap<String, HostHandler>,
     sandbox: Arc<Sandbox>,
     audit: OpenedAudit,
-    /// Names this session's calls: the first 64 bits of its open line's hash, so call
-    /// ids stay distinct across the sessions of one record.
+    /// Names this session's calls: the first 64 bits of its open line's hash. The open
+    /// line carries a random nonce, so call ids stay distinct across the sessions of one
+    /// record and across records, even with the same key.
     call_prefix: String,
     calls: AtomicU64,
 }
@@ -314,7 +334,7 @@ impl Pipeline {
     pub fn begin<'p>(&'p self, request: &CallRequest<'_>) -> Result<Call<'p>, PipelineError> {
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
         let call_id = format!("call-{}-{n}", self.call_prefix);
-        let request_digest = RequestDigest::of_request(request.request);
+        let request_digest = request.request_digest();
         let policy_set_hash = self.policy_set_hash();
         self.audit
             .session
@@ -338,7 +358,7 @@ impl Pipeline {
         let mut o = draft(
             String::from("call-undecided"),
             request,
-            RequestDigest::of_request(request.request),
+            request.request_digest(),
             self.policy_set_hash(),
         );
         let grant = self.stations_1_2(&mut o);

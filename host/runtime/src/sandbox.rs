@@ -22,6 +22,9 @@
 //!   (`resource_exceeded` output) and none of it is returned.
 //! - A component that is neither shape (or exports both) is refused when prepared,
 //!   before any guest code runs.
+//! - What runs is what the record names: a component is read once and those bytes are
+//!   both hashed and compiled; a grant whose `component_digest` (taken at registration)
+//!   differs is refused before any guest code runs.
 //! - Instances come from a pool of slots (by default; see [`Options`]) that wasmtime
 //!   resets between uses: no call sees memory an earlier call wrote (tested with a guest
 //!   that reports what it finds). A call beyond the pool's size is refused
@@ -56,6 +59,7 @@
 //!   engine's settings, so a different wasmtime build or setting never reuses them.
 
 use crate::capability::Grant;
+use aegis_record::ComponentDigest;
 use std::collections::HashMap;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -330,7 +334,8 @@ impl WasiView for CallState {
 pub struct Sandbox {
     engine: Engine,
     linker: Linker<CallState>,
-    ready: Mutex<HashMap<PathBuf, Prepared>>,
+    /// Each component prepared so far, with the digest of the bytes compiled.
+    ready: Mutex<HashMap<PathBuf, (Prepared, ComponentDigest)>>,
     cache: Option<Cache>,
     stop: Arc<AtomicBool>,
 }
@@ -475,25 +480,28 @@ impl Sandbox {
     /// [`SandboxError::Component`] if the file cannot be read or compiled, needs
     /// imports beyond WASI preview 2, or is neither shape.
     pub fn prepare(&self, component: &Path) -> Result<Shape, SandboxError> {
-        Ok(match self.prepared(component)? {
+        Ok(match self.prepared(component)?.0 {
             Prepared::Command(_) => Shape::Command,
             Prepared::Tool { .. } => Shape::Tool,
         })
     }
 
-    fn prepared(&self, component: &Path) -> Result<Prepared, SandboxError> {
+    fn prepared(&self, component: &Path) -> Result<(Prepared, ComponentDigest), SandboxError> {
         let mut ready = self.ready.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(pre) = ready.get(component) {
             return Ok(pre.clone());
         }
-        let failed = |e: wasmtime::Error| SandboxError::Component {
+        let failed = |message: String| SandboxError::Component {
             path: component.to_owned(),
-            message: e.to_string(),
+            message,
         };
-        let compiled = Component::from_file(&self.engine, component).map_err(failed)?;
-        let pre = shape_of(&self.linker, &compiled).map_err(failed)?;
-        ready.insert(component.to_owned(), pre.clone());
-        Ok(pre)
+        // Read once and compile those bytes, so the digest names exactly what runs.
+        let bytes = std::fs::read(component).map_err(|e| failed(e.to_string()))?;
+        let digest = ComponentDigest::of_component(&bytes);
+        let compiled = Component::new(&self.engine, &bytes).map_err(|e| failed(e.to_string()))?;
+        let pre = shape_of(&self.linker, &compiled).map_err(|e| failed(e.to_string()))?;
+        ready.insert(component.to_owned(), (pre.clone(), digest));
+        Ok((pre, digest))
     }
 
     /// Runs `component` under `grant`. A command gets `input` on stdin and `args` as
@@ -513,7 +521,20 @@ impl Sandbox {
         input: &[u8],
         args: &[&str],
     ) -> Result<Execution, SandboxError> {
-        let prepared = self.prepared(component)?;
+        let (prepared, digest) = self.prepared(component)?;
+        // The grant names the component registered; running other bytes under it would
+        // make the record name something that did not run.
+        if let Some(registered) = grant.component_digest()
+            && registered != digest
+        {
+            return Err(SandboxError::Component {
+                path: component.to_owned(),
+                message: format!(
+                    "its bytes (sha256 {digest}) are not the ones registered for the tool \
+                     (sha256 {registered}); it changed after registration"
+                ),
+            });
+        }
         let limits = grant.limits();
         let cap = usize::try_from(limits.max_output_bytes).unwrap_or(usize::MAX - 1);
         // One byte over the ceiling tells "exactly at the cap" from "tried to write more".

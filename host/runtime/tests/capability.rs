@@ -210,3 +210,32 @@ proptest! {
         }
     }
 }
+
+/// A wasm tool's component is hashed once, at registration: every grant for it (and
+/// its record form) names that digest, even after the file changes; a host tool's
+/// grant names none.
+#[test]
+fn a_wasm_grant_names_the_component_registered() {
+    let dir = tempfile::tempdir().unwrap();
+    let component = dir.path().join("tool.wasm");
+    std::fs::write(&component, b"\0asm first bytes").unwrap();
+    let mut reg = ToolRegistry::new();
+    let mut wasm = manifest("wasm", &[], &[]);
+    wasm.kind = ToolKind::Wasm {
+        component: component.clone(),
+    };
+    reg.register(wasm).unwrap();
+    reg.register(manifest("host", &[], &[])).unwrap();
+    let none = NarrowingLimits::default();
+    let registered = aegis_record::ComponentDigest::of_component(b"\0asm first bytes");
+    std::fs::write(&component, b"\0asm other bytes").unwrap();
+    let grant = reg.resolve("wasm", None, &none).unwrap();
+    assert_eq!(grant.component_digest(), Some(registered));
+    assert_eq!(grant.to_record().component_digest, Some(registered));
+    assert_eq!(
+        grant.narrow(&none).to_record().component_digest,
+        Some(registered)
+    );
+    let host = reg.resolve("host", None, &none).unwrap();
+    assert_eq!(host.to_record().component_digest, None);
+}

@@ -62,7 +62,8 @@ fn an_allowed_call_records_its_grant_and_the_digest_of_what_it_returned() {
     );
     assert_eq!(
         o.request_digest,
-        aegis_record::RequestDigest::of_request(b"hello")
+        aegis_record::RequestDigest::of_invocation(&[], b"hello"),
+        "the digest covers the invocation: no arguments, this input"
     );
     assert!(o.wall_ms.is_some() && o.peak_memory_bytes.is_some());
 }

@@ -14,6 +14,14 @@ pub const VECTOR_SEED: [u8; 32] = *b"aegis spec/vectors: public seed!";
 pub const ROTATED_SEED: [u8; 32] = *b"aegis spec/vectors: rotated key!";
 /// Seed of a key that appears in no vector, used as a trust slice that excludes them.
 pub const OUTSIDER_SEED: [u8; 32] = [0x09; 32];
+/// The nonce of every session the vectors open. A real session draws a fresh one; the
+/// vectors fix it so that they rebuild byte for byte.
+pub const VECTOR_NONCE: [u8; 16] = *b"aegis vec nonce!";
+
+/// Opens a session with the fixed vector nonce.
+fn open_session(sink: Arc<dyn LineSink>, key: SigningKey, prev: Option<LineHash>) -> Session {
+    Session::open_with_nonce(sink, key, prev, Object::new(), VECTOR_NONCE).unwrap()
+}
 
 /// What `aegis verify` must answer for one vector.
 #[derive(Clone, Debug)]
@@ -65,6 +73,8 @@ fn grant(id: &str, tool: &str) -> CapabilityGrant {
         max_memory_bytes: int(64 << 20),
         max_wall_ms: int(2000),
         max_output_bytes: int(1 << 20),
+        // Stands for the read-notes component's bytes.
+        component_digest: Some(ComponentDigest::of_component(b"read-notes.wasm")),
     }
 }
 
@@ -136,7 +146,7 @@ fn intent(call: &str, tool: &str) -> IntentLine {
 /// The golden session: one call per exit class, a decision, a close.
 pub fn golden_session() -> Vec<u8> {
     let sink = VecSink::new();
-    let s = Session::open(Arc::new(sink.clone()), key(), None, Object::new()).unwrap();
+    let s = open_session(Arc::new(sink.clone()), key(), None);
     let calls: Vec<(&str, &str, OutcomeLine)> = vec![
         (
             "01-success",
@@ -296,7 +306,7 @@ pub fn golden_names() -> Vec<String> {
 /// A short closed session written by the real writer: open, intent, outcome, close.
 fn base_session(key: SigningKey, call: &str, prev: Option<LineHash>) -> Vec<u8> {
     let sink = VecSink::new();
-    let s = Session::open(Arc::new(sink.clone()), key, prev, Object::new()).unwrap();
+    let s = open_session(Arc::new(sink.clone()), key, prev);
     s.append_unsigned(&intent(call, "echo")).unwrap();
     s.append(&ran(call, ExecutionOutcome::Success, Some(b"hello")))
         .unwrap();
@@ -521,7 +531,7 @@ pub fn build() -> Built {
     {
         // A session that crashed (no close) is anchored by the next session's open.
         let sink = VecSink::new();
-        let s = Session::open(Arc::new(sink.clone()), k.clone(), None, Object::new()).unwrap();
+        let s = open_session(Arc::new(sink.clone()), k.clone(), None);
         s.append_unsigned(&intent("call-crashed", "echo")).unwrap();
         let crash_tail = s.tail();
         std::mem::forget(s); // no close: what SIGKILL leaves behind
@@ -853,7 +863,7 @@ fn tampered_vectors(t: &mut Table, k: &SigningKey) {
 
     // duplicate_decision: a denial, then an approval for the same park, both signed.
     let sink = VecSink::new();
-    let s = Session::open(Arc::new(sink.clone()), k.clone(), None, Object::new()).unwrap();
+    let s = open_session(Arc::new(sink.clone()), k.clone(), None);
     s.append(&DecisionLine {
         approval_id: "apr-vector-1".into(),
         verdict: DecisionVerdict::Denied {
@@ -1067,7 +1077,7 @@ fn indeterminate_vectors(t: &mut Table, k: &SigningKey) {
 
     // unanchored_tail: open and intent, then nothing (SIGKILL mid-call).
     let sink = VecSink::new();
-    let s = Session::open(Arc::new(sink.clone()), k.clone(), None, Object::new()).unwrap();
+    let s = open_session(Arc::new(sink.clone()), k.clone(), None);
     s.append_unsigned(&intent("call-unanchored", "http-post"))
         .unwrap();
     std::mem::forget(s);
@@ -1082,7 +1092,7 @@ fn indeterminate_vectors(t: &mut Table, k: &SigningKey) {
 
     // missing_line: the sink refused the outcome; seq 2 was consumed and never written.
     let sink = RefuseNth::new(3);
-    let s = Session::open(Arc::new(sink.clone()), k.clone(), None, Object::new()).unwrap();
+    let s = open_session(Arc::new(sink.clone()), k.clone(), None);
     s.append_unsigned(&intent("call-gap", "echo")).unwrap();
     assert!(
         s.append(&ran("call-gap", ExecutionOutcome::Success, Some(b"x")))
