@@ -17,12 +17,6 @@
 //!   final line, an unanchored final session, a seq gap over an intact chain, an empty file.
 //! - **Verified** means every line parsed, chained and verified, and the file ends with a
 //!   verified close. Without a trust slice it proves internal consistency only.
-//!
-//! # Non-guarantees
-//! - Unpinned, a whole rewritten session signed by an attacker's own key verifies: the
-//!   label says "unpinned" for that reason.
-//! - Nothing after the last signature can be authenticated; coverage says where that is.
-//!
 //! - The report never hides a call that has an intent and no outcome: calls in the
 //!   final session are listed as in flight, calls whose session was later closed or
 //!   superseded by a new open as unfinished — both whenever the verdict is not Tampered,
@@ -32,6 +26,14 @@
 //!   source without a newline (`/dev/zero`, a sparse hole) ends in a verdict.
 //! - A record signed by a key in [`crate::key::PUBLISHED_TEST_KEYS`] is labelled as
 //!   proving nothing about its author, pinned or not.
+//!
+//! # Non-guarantees
+//! - Unpinned, a whole rewritten session signed by an attacker's own key verifies: the
+//!   label says "unpinned" for that reason.
+//! - Nothing after the last signature can be authenticated; coverage says where that is.
+//!   Intents are unsigned, so the call lists are information, not evidence: an intent
+//!   after the coverage position can be removed, and its listing with it.
+//! - Only keys whose seeds this crate knows were published are named as test keys.
 //!
 //! # Limits
 //! - A line longer than [`MAX_LINE_BYTES`] is malformed. Memory is otherwise flat in the
