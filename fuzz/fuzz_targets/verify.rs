@@ -65,8 +65,12 @@ fn check_text(report: &Report) {
     assert!(text.ends_with('\n'), "to_text() does not end with a newline: {text:?}");
     let expected = 1
         + report.keys().len()
+        + report.published_test_keys().len()
         + usize::from(report.coverage().is_some())
-        + report.in_flight().len();
+        + report.in_flight().len()
+        + usize::from(report.in_flight_unlisted() > 0)
+        + report.unfinished().len()
+        + usize::from(report.unfinished_unlisted() > 0);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines.len(),

@@ -21,7 +21,8 @@ fn stderr(o: &Output) -> String {
     String::from_utf8(o.stderr.clone()).unwrap()
 }
 
-/// Every manifest entry: first stdout line, in_flight lines and exit code as published.
+/// Every manifest entry: first stdout line, in_flight and unfinished lines and exit code
+/// as published.
 #[test]
 fn every_committed_vector_gets_its_published_verdict() {
     let manifest = std::fs::read_to_string(vectors().join("manifest.jsonl")).unwrap();
@@ -63,6 +64,19 @@ fn every_committed_vector_gets_its_published_verdict() {
             .map(|a| a.as_str().unwrap())
             .collect();
         assert_eq!(in_flight, expected, "{file}");
+        let unfinished: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("unfinished"))
+            .collect();
+        let expected: Vec<&str> = entry
+            .get("unfinished")
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(unfinished, expected, "{file}");
         assert!(stderr(&out).is_empty(), "{file}: {}", stderr(&out));
         checked += 1;
     }
@@ -83,8 +97,9 @@ fn report_lines_are_deterministic_and_carry_no_path() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "Verified (unpinned)");
     assert!(lines[1].starts_with("key_id "));
-    assert_eq!(lines[2], "coverage session 0 seq 20");
-    assert_eq!(lines.len(), 3);
+    assert!(lines[2].starts_with("published_test_key "));
+    assert_eq!(lines[3], "coverage session 0 seq 20");
+    assert_eq!(lines.len(), 4);
     assert!(!text.contains("golden"));
 }
 
@@ -296,4 +311,187 @@ fn a_closed_stdout_is_not_an_error() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
         assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
     }
+}
+
+/// Runs `aegis verify` on `path` and kills it if it has not ended after a generous grace:
+/// a hang fails the test (the timeout is a watchdog, not a measured duration).
+fn verify_or_kill(
+    path: &Path,
+    stdin: Option<Box<dyn FnOnce(std::process::ChildStdin) + Send>>,
+) -> Output {
+    use std::process::Stdio;
+    let mut child = aegis()
+        .arg("verify")
+        .arg(path)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let feeder = stdin.map(|feed| {
+        let pipe = child.stdin.take().unwrap();
+        std::thread::spawn(move || feed(pipe))
+    });
+    let mut waited = 0;
+    while child.try_wait().unwrap().is_none() {
+        if waited > 600 {
+            child.kill().unwrap();
+            let _ = child.wait();
+            panic!("aegis verify {} never ended", path.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        waited += 1;
+    }
+    let out = child.wait_with_output().unwrap();
+    if let Some(f) = feeder {
+        f.join().unwrap();
+    }
+    out
+}
+
+fn assert_oversize(out: &Output, line: u64, what: &str) {
+    assert_eq!(out.status.code(), Some(1), "{what}: {}", stderr(out));
+    assert_eq!(
+        stdout(out).lines().next(),
+        Some(format!("Tampered — malformed line {line}: longer than 1048576 bytes").as_str()),
+        "{what}"
+    );
+}
+
+/// Sources that never end, or whose first over-long line is far from its end, get a
+/// verdict once the line limit is passed: `/dev/zero`, an endless pipe on stdin, and a
+/// sparse file whose hole follows a valid session.
+#[cfg(unix)]
+#[test]
+fn verify_ends_on_endless_and_sparse_sources() {
+    assert_oversize(
+        &verify_or_kill(Path::new("/dev/zero"), None),
+        1,
+        "/dev/zero",
+    );
+
+    let endless = |mut pipe: std::process::ChildStdin| {
+        use std::io::Write as _;
+        let block = vec![b'x'; 1 << 16];
+        // Stops when the verifier closes the pipe: it has decided.
+        while pipe.write_all(&block).is_ok() {}
+    };
+    assert_oversize(
+        &verify_or_kill(Path::new("/dev/stdin"), Some(Box::new(endless))),
+        1,
+        "an endless pipe",
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let sparse = dir.path().join("sparse.aarl");
+    let golden = std::fs::read(vectors().join("golden/golden.aarl")).unwrap();
+    std::fs::write(&sparse, &golden).unwrap();
+    // 64 GiB of hole after 21 valid lines; no block of it is ever written.
+    std::fs::File::options()
+        .write(true)
+        .open(&sparse)
+        .unwrap()
+        .set_len(64 << 30)
+        .unwrap();
+    assert_oversize(&verify_or_kill(&sparse, None), 22, "a sparse file");
+}
+
+/// Ctrl-C left an intent with no outcome, and the next run anchored that session: the
+/// verdict stays Verified, and the report, text and JSON, still names the call.
+#[test]
+fn an_interrupted_call_is_named_after_a_later_session_anchors_it() {
+    let path = vectors().join("verified/crash_then_restart.aarl");
+    let out = aegis().arg("verify").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        stdout(&out)
+            .contains("\nunfinished session 0 seq 1 call_id \"call-crashed\" tool_id \"echo\"\n"),
+        "{}",
+        stdout(&out)
+    );
+    let out = aegis()
+        .args(["verify", "--json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let Value::Object(o) = json::parse(stdout(&out).trim_end().as_bytes()).unwrap() else {
+        panic!("an object");
+    };
+    assert_eq!(o.get("verdict").unwrap().as_str(), Some("verified"));
+    let unfinished = o.get("unfinished").unwrap().as_array().unwrap();
+    assert_eq!(unfinished.len(), 1);
+    let call = unfinished[0].as_object().unwrap();
+    assert_eq!(call.get("call_id").unwrap().as_str(), Some("call-crashed"));
+    assert_eq!(o.get("unfinished_unlisted").unwrap().as_int(), Some(0));
+    assert!(o.get("in_flight").unwrap().as_array().unwrap().is_empty());
+}
+
+/// The golden vector is signed by a published seed: pinned or not, the report says the
+/// record proves nothing about its author. A record under a fresh key says nothing so.
+#[test]
+fn a_published_test_key_is_named_pinned_or_not() {
+    let golden = vectors().join("golden/golden.aarl");
+    let line = "published_test_key 5990c104283522fc80d1415329ab1edbd946db99db120e60eb530d4406a73ff3 (the vector key, whose seed is public: this record proves nothing about its author)";
+    for pin in [vec![], vec!["--key".to_owned(), golden_key()]] {
+        let out = aegis()
+            .arg("verify")
+            .args(&pin)
+            .arg(&golden)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{pin:?}");
+        assert!(
+            stdout(&out).lines().any(|l| l == line),
+            "{pin:?}: {}",
+            stdout(&out)
+        );
+        let out = aegis()
+            .args(["verify", "--json"])
+            .args(&pin)
+            .arg(&golden)
+            .output()
+            .unwrap();
+        let Value::Object(o) = json::parse(stdout(&out).trim_end().as_bytes()).unwrap() else {
+            panic!("an object");
+        };
+        assert_eq!(
+            o.get("signed_by_published_test_key"),
+            Some(&Value::Bool(true))
+        );
+        let key = o.get("keys").unwrap().as_array().unwrap()[0]
+            .as_object()
+            .unwrap();
+        assert_eq!(
+            key.get("published_test_key").unwrap().as_str(),
+            Some("vector key")
+        );
+    }
+
+    let fresh = aegis_record::SigningKey::generate().unwrap();
+    let sink = aegis_record::VecSink::new();
+    let session = aegis_record::Session::open(
+        std::sync::Arc::new(sink.clone()),
+        fresh,
+        None,
+        aegis_record::json::Object::new(),
+    )
+    .unwrap();
+    session.close().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("fresh.aarl");
+    std::fs::write(&record, sink.contents()).unwrap();
+    let out = aegis().arg("verify").arg(&record).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(!stdout(&out).contains("published_test_key"));
+    let out = aegis()
+        .args(["verify", "--json"])
+        .arg(&record)
+        .output()
+        .unwrap();
+    assert!(stdout(&out).contains("\"signed_by_published_test_key\":false"));
 }

@@ -10,6 +10,9 @@
 //! # Non-guarantees
 //! - The [development key](SigningKey::development) is public. Anything it signs proves
 //!   only that some build of Aegis wrote it; a host must refuse it for durable sinks.
+//! - The same holds for every key in [`PUBLISHED_TEST_KEYS`] (the specification prints
+//!   their seeds so the vectors are reproducible): [`published_test_key`] names them, so
+//!   a host can refuse them and a verifier can say that they prove nothing.
 //! - On non-Unix systems file modes are neither set nor checked.
 
 use crate::digest::{HexError, KeyId, decode_hex, encode_hex, sha256};
@@ -21,6 +24,65 @@ use std::path::{Path, PathBuf};
 /// Seed of the compiled-in development key. It is published here on purpose: it is for
 /// volatile stores and tests, and is worthless as evidence.
 const DEVELOPMENT_SEED: [u8; 32] = *b"aegis development key: worthless";
+
+/// A key whose seed is published (in this crate or in the specification, §9.5). Anyone
+/// can sign with it, so a record it signs proves nothing about who wrote it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PublishedTestKey {
+    /// The name the specification gives it, e.g. `"vector key"`.
+    pub name: &'static str,
+    /// Its 32-byte seed, as published.
+    pub seed: [u8; 32],
+}
+
+/// Every key whose seed is published: the development key and the keys that sign the
+/// committed vectors (spec §9.5). One list, so a host refusing test keys and a verifier
+/// labelling them cannot disagree. Keys only grow here: removing one would turn a record
+/// it signed back into apparent evidence.
+pub const PUBLISHED_TEST_KEYS: [PublishedTestKey; 4] = [
+    PublishedTestKey {
+        name: "development key",
+        seed: DEVELOPMENT_SEED,
+    },
+    PublishedTestKey {
+        name: "vector key",
+        seed: *b"aegis spec/vectors: public seed!",
+    },
+    PublishedTestKey {
+        name: "rotated vector key",
+        seed: *b"aegis spec/vectors: rotated key!",
+    },
+    PublishedTestKey {
+        name: "outsider key",
+        seed: [0x09; 32],
+    },
+];
+
+/// The key ids of [`PUBLISHED_TEST_KEYS`], in the same order, derived once.
+fn published_key_ids() -> &'static [KeyId; 4] {
+    static IDS: std::sync::OnceLock<[KeyId; 4]> = std::sync::OnceLock::new();
+    IDS.get_or_init(|| PUBLISHED_TEST_KEYS.map(|k| SigningKey::from_seed(k.seed).key_id()))
+}
+
+/// Names the published test key `key` is, or `None` for a key whose seed was never
+/// published. A host must not sign records anyone relies on (a durable sink) with a key
+/// for which this is `Some`; `aegis verify` reports such records as proving nothing
+/// about their author, pinned or not.
+///
+/// This recognises only the keys this crate knows were published. A key whose seed
+/// leaked some other way is not, and cannot be, detected.
+pub fn published_test_key(key: &PublicKey) -> Option<&'static str> {
+    published_test_key_id(&key.key_id())
+}
+
+/// [`published_test_key`] by fingerprint, for reports that hold key ids.
+pub fn published_test_key_id(key_id: &KeyId) -> Option<&'static str> {
+    published_key_ids()
+        .iter()
+        .zip(&PUBLISHED_TEST_KEYS)
+        .find(|(id, _)| *id == key_id)
+        .map(|(_, k)| k.name)
+}
 
 /// The development key's fingerprint, derived once.
 pub fn development_key_id() -> KeyId {
@@ -411,6 +473,37 @@ mod tests {
         assert!(SigningKey::development().is_development());
         assert!(SigningKey::development().public_key().is_development());
         assert!(!SigningKey::from_seed([7; 32]).is_development());
+    }
+
+    /// The list names each published key by its public half and by its id, and knows
+    /// nothing of a fresh key. The ids are those printed in the specification (§9.5).
+    #[test]
+    fn published_test_keys_are_named_and_nothing_else_is() {
+        let printed = [
+            "ed286e39a89ae610041a0e09f01a9fc83e9801dbd032882bd7df25c317d27154",
+            "5990c104283522fc80d1415329ab1edbd946db99db120e60eb530d4406a73ff3",
+            "f74abda5f71bf644dff29a7167228e5b4a9a46c06204a2325ed187eb20a7df69",
+            "dbc298251c51321b7266e78d1c151c2b62aff8cb95b293096d3463018544face",
+        ];
+        for (published, id) in PUBLISHED_TEST_KEYS.iter().zip(printed) {
+            let key = SigningKey::from_seed(published.seed).public_key();
+            assert_eq!(key.key_id().to_hex(), id, "{}", published.name);
+            assert_eq!(published_test_key(&key), Some(published.name));
+            assert_eq!(
+                published_test_key_id(&KeyId::from_hex(id).unwrap()),
+                Some(published.name)
+            );
+        }
+        assert_eq!(
+            published_test_key(&SigningKey::development().public_key()),
+            Some("development key")
+        );
+        assert_eq!(
+            published_test_key(&SigningKey::from_seed([7; 32]).public_key()),
+            None
+        );
+        let fresh = SigningKey::generate().unwrap();
+        assert_eq!(published_test_key(&fresh.public_key()), None);
     }
 
     #[test]

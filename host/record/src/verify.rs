@@ -17,17 +17,36 @@
 //!   final line, an unanchored final session, a seq gap over an intact chain, an empty file.
 //! - **Verified** means every line parsed, chained and verified, and the file ends with a
 //!   verified close. Without a trust slice it proves internal consistency only.
+//! - The report never hides a call that has an intent and no outcome: calls in the
+//!   final session are listed as in flight, calls whose session was later closed or
+//!   superseded by a new open as unfinished — both whenever the verdict is not Tampered,
+//!   and even when it is Verified.
+//! - The walk is bounded: it reads at most [`MAX_LINE_BYTES`] + 1 bytes of any line, and
+//!   stops reading as soon as a Tampered finding decides the verdict, so an endless
+//!   source without a newline (`/dev/zero`, a sparse hole) ends in a verdict.
+//! - A record signed by a key in [`crate::key::PUBLISHED_TEST_KEYS`] is labelled as
+//!   proving nothing about its author, pinned or not.
 //!
 //! # Non-guarantees
 //! - Unpinned, a whole rewritten session signed by an attacker's own key verifies: the
 //!   label says "unpinned" for that reason.
 //! - Nothing after the last signature can be authenticated; coverage says where that is.
+//!   Intents are unsigned, so the call lists are information, not evidence: an intent
+//!   after the coverage position can be removed, and its listing with it.
+//! - Only keys whose seeds this crate knows were published are named as test keys.
 //!
 //! # Limits
 //! - A line longer than [`MAX_LINE_BYTES`] is malformed. Memory is otherwise flat in the
-//!   file's length, except for one entry per decided approval_id and per call in flight.
+//!   file's length, except for one fixed-size entry per decided approval_id (a digest)
+//!   and per call in flight in the current session (a digest of its call_id, its seq and
+//!   the first [`MAX_ID_BYTES`] of its call_id and tool_id).
+//! - Each call list names at most [`MAX_LISTED_CALLS`] calls, then counts the rest; an id
+//!   longer than [`MAX_ID_BYTES`] is shown cut, and marked so.
+//! - A source that keeps producing well-formed lines, or blank lines after an unparsable
+//!   one (which might yet be a torn final line), is read until it ends: nothing before
+//!   the end decides such a verdict.
 
-use crate::digest::{KeyId, LineHash};
+use crate::digest::{KeyId, LineHash, sha256};
 use crate::json::{self, Object, ParseError, Value};
 use crate::key::{PublicKey, Signature, VerifyingKey};
 use crate::line::{
@@ -51,6 +70,14 @@ const MAX_THREADS: usize = 64;
 
 /// How many findings of the Indeterminate kind the report keeps.
 const MAX_FINDINGS: usize = 64;
+
+/// How many calls each call list of a report names (`in_flight`, `unfinished`); the
+/// rest are counted.
+pub const MAX_LISTED_CALLS: usize = 64;
+
+/// How many bytes of a `call_id` or `tool_id` the walk keeps for the report (cut at a
+/// character boundary). Calls are matched by a digest of the whole `call_id`.
+pub const MAX_ID_BYTES: usize = 64;
 
 /// A position in a chain file: the session's ordinal in the file and the line's seq.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -443,15 +470,21 @@ pub enum Verdict {
     Tampered(Tampered),
 }
 
-/// A call with an intent and no outcome in the unanchored final session.
+/// A call with an intent and no outcome: in flight in the final session, or unfinished
+/// in a session that was closed or superseded without its outcome.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct InFlight {
     /// The intent line's position.
     pub at: Position,
-    /// The call.
+    /// The call: the `call_id`, or its first [`MAX_ID_BYTES`] when longer.
     pub call_id: String,
-    /// The tool.
+    /// The tool: the `tool_id`, or its first [`MAX_ID_BYTES`] when longer.
     pub tool_id: String,
+    /// Whether `call_id` was cut.
+    pub call_id_truncated: bool,
+    /// Whether `tool_id` was cut.
+    pub tool_id_truncated: bool,
 }
 
 /// The verifier's answer. Only [`verify`] constructs one.
@@ -461,7 +494,31 @@ pub struct Report {
     keys: Vec<KeyId>,
     coverage: Option<Position>,
     in_flight: Vec<InFlight>,
+    in_flight_unlisted: u64,
+    unfinished: Vec<InFlight>,
+    unfinished_unlisted: u64,
     findings: Vec<Indeterminate>,
+}
+
+/// The first [`MAX_ID_BYTES`] of `s`, cut at a character boundary, and whether it was cut.
+fn id_prefix(s: &str) -> (String, bool) {
+    if s.len() <= MAX_ID_BYTES {
+        return (s.to_owned(), false);
+    }
+    let mut end = MAX_ID_BYTES;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    (s[..end].to_owned(), true)
+}
+
+/// An id quoted for the text report; a cut id ends in `…` inside the quotes.
+fn show_id(id: &str, truncated: bool) -> String {
+    let mut q = quote(id);
+    if truncated && !q.ends_with("…\"") {
+        q.insert(q.len() - 1, '…');
+    }
+    q
 }
 
 impl Report {
@@ -481,9 +538,36 @@ impl Report {
         self.coverage
     }
 
-    /// Calls in flight in an unanchored final session.
+    /// Calls with an intent and no outcome in the final session, after its last close,
+    /// in intent order (at most [`MAX_LISTED_CALLS`]). Empty when the verdict is Tampered.
     pub fn in_flight(&self) -> &[InFlight] {
         &self.in_flight
+    }
+
+    /// How many calls in flight [`Report::in_flight`] does not list.
+    pub fn in_flight_unlisted(&self) -> u64 {
+        self.in_flight_unlisted
+    }
+
+    /// Calls with an intent and no outcome whose session was closed, or superseded by a
+    /// later open, without their outcome: an interrupted run that a later run anchored.
+    /// In file order (at most [`MAX_LISTED_CALLS`]), whatever the verdict except Tampered.
+    pub fn unfinished(&self) -> &[InFlight] {
+        &self.unfinished
+    }
+
+    /// How many unfinished calls [`Report::unfinished`] does not list.
+    pub fn unfinished_unlisted(&self) -> u64 {
+        self.unfinished_unlisted
+    }
+
+    /// The names of the published test keys (spec §9.5) among [`Report::keys`], in the
+    /// same order. A record signed by one proves nothing about who wrote it.
+    pub fn published_test_keys(&self) -> Vec<(KeyId, &'static str)> {
+        self.keys
+            .iter()
+            .filter_map(|k| crate::key::published_test_key_id(k).map(|name| (*k, name)))
+            .collect()
     }
 
     /// Every Indeterminate finding, in file order (at most 64), whatever the verdict.
@@ -502,8 +586,9 @@ impl Report {
         }
     }
 
-    /// The human report: headline, then `key_id`, `coverage` and `in_flight` lines. No
-    /// timestamps and no paths: same bytes in, same text out.
+    /// The human report: headline, then `key_id`, `published_test_key`, `coverage`,
+    /// `in_flight`, `in_flight_unlisted`, `unfinished` and `unfinished_unlisted` lines.
+    /// No timestamps and no paths: same bytes in, same text out.
     pub fn to_text(&self) -> String {
         let dev = crate::key::development_key_id();
         let mut s = self.headline();
@@ -515,18 +600,40 @@ impl Report {
             }
             s.push('\n');
         }
+        for (k, name) in self.published_test_keys() {
+            s.push_str(&format!(
+                "published_test_key {k} (the {name}, whose seed is public: this record proves nothing about its author)\n"
+            ));
+        }
         if let Some(c) = self.coverage {
             s.push_str(&format!("coverage session {} seq {}\n", c.session, c.seq));
         }
-        for call in &self.in_flight {
-            s.push_str(&format!(
-                "in_flight session {} seq {} call_id {} tool_id {}\n",
-                call.at.session,
-                call.at.seq,
-                quote(&call.call_id),
-                quote(&call.tool_id)
-            ));
-        }
+        let calls = |s: &mut String, label: &str, list: &[InFlight], unlisted: u64| {
+            for call in list {
+                s.push_str(&format!(
+                    "{label} session {} seq {} call_id {} tool_id {}\n",
+                    call.at.session,
+                    call.at.seq,
+                    show_id(&call.call_id, call.call_id_truncated),
+                    show_id(&call.tool_id, call.tool_id_truncated)
+                ));
+            }
+            if unlisted > 0 {
+                s.push_str(&format!("{label}_unlisted {unlisted}\n"));
+            }
+        };
+        calls(
+            &mut s,
+            "in_flight",
+            &self.in_flight,
+            self.in_flight_unlisted,
+        );
+        calls(
+            &mut s,
+            "unfinished",
+            &self.unfinished,
+            self.unfinished_unlisted,
+        );
         s
     }
 
@@ -578,25 +685,40 @@ impl Report {
                 let mut ko = Object::new();
                 ko.insert("key_id", *k);
                 ko.insert("development", *k == dev);
+                if let Some(name) = crate::key::published_test_key_id(k) {
+                    ko.insert("published_test_key", name);
+                }
                 Value::Object(ko)
             })
             .collect();
         o.insert("keys", Value::Array(keys));
+        o.insert(
+            "signed_by_published_test_key",
+            !self.published_test_keys().is_empty(),
+        );
         if let Some(c) = self.coverage {
             o.insert("coverage", pos(c));
         }
-        let calls: Vec<Value> = self
-            .in_flight
-            .iter()
-            .map(|c| {
-                let mut co = Object::new();
-                co.insert("at", pos(c.at));
-                co.insert("call_id", c.call_id.as_str());
-                co.insert("tool_id", c.tool_id.as_str());
-                Value::Object(co)
-            })
-            .collect();
-        o.insert("in_flight", Value::Array(calls));
+        let calls = |list: &[InFlight]| {
+            let calls: Vec<Value> = list
+                .iter()
+                .map(|c| {
+                    let mut co = Object::new();
+                    co.insert("at", pos(c.at));
+                    co.insert("call_id", c.call_id.as_str());
+                    co.insert("call_id_truncated", c.call_id_truncated);
+                    co.insert("tool_id", c.tool_id.as_str());
+                    co.insert("tool_id_truncated", c.tool_id_truncated);
+                    Value::Object(co)
+                })
+                .collect();
+            Value::Array(calls)
+        };
+        let count = |n: u64| crate::json::SafeInt::new(n).unwrap_or_default();
+        o.insert("in_flight", calls(&self.in_flight));
+        o.insert("in_flight_unlisted", count(self.in_flight_unlisted));
+        o.insert("unfinished", calls(&self.unfinished));
+        o.insert("unfinished_unlisted", count(self.unfinished_unlisted));
         let findings: Vec<Value> = self
             .findings
             .iter()
@@ -718,8 +840,68 @@ struct SessionState {
     key_id: KeyId,
     /// Whether the session's last line so far is an anchor (close, or a checkpoint).
     anchored: bool,
-    /// call_id → (order, intent), for naming calls in flight.
-    in_flight: HashMap<String, (u64, InFlight)>,
+    /// SHA-256 of call_id → the intent, for naming calls in flight. Keyed by digest and
+    /// holding only id prefixes, so an entry has a fixed size whatever the ids' length.
+    in_flight: HashMap<[u8; 32], Pending>,
+}
+
+/// A call in flight as the walk holds it.
+struct Pending {
+    /// Intent order in the file, for listing.
+    order: u64,
+    seq: u64,
+    call_id: Box<str>,
+    call_id_truncated: bool,
+    tool_id: Box<str>,
+    tool_id_truncated: bool,
+}
+
+impl Pending {
+    fn new(order: u64, seq: u64, call_id: &str, tool_id: &str) -> Pending {
+        let (call_id, call_id_truncated) = id_prefix(call_id);
+        let (tool_id, tool_id_truncated) = id_prefix(tool_id);
+        Pending {
+            order,
+            seq,
+            call_id: call_id.into_boxed_str(),
+            call_id_truncated,
+            tool_id: tool_id.into_boxed_str(),
+            tool_id_truncated,
+        }
+    }
+}
+
+/// A bounded list of calls: the first [`MAX_LISTED_CALLS`] named, the rest counted.
+#[derive(Default)]
+struct CallList {
+    listed: Vec<InFlight>,
+    unlisted: u64,
+}
+
+impl CallList {
+    /// Appends a session's calls without outcome, in intent order.
+    fn take_session(&mut self, session: u64, calls: HashMap<[u8; 32], Pending>) {
+        let mut calls: Vec<Pending> = calls.into_values().collect();
+        calls.sort_unstable_by_key(|c| c.order);
+        let room = MAX_LISTED_CALLS.saturating_sub(self.listed.len());
+        let extra = calls.len().saturating_sub(room);
+        self.unlisted = self.unlisted.saturating_add(extra as u64);
+        calls.truncate(room);
+        self.listed.extend(calls.into_iter().map(|c| InFlight {
+            at: Position {
+                session,
+                seq: c.seq,
+            },
+            call_id: c.call_id.into(),
+            tool_id: c.tool_id.into(),
+            call_id_truncated: c.call_id_truncated,
+            tool_id_truncated: c.tool_id_truncated,
+        }));
+    }
+
+    fn total(&self) -> u64 {
+        (self.listed.len() as u64).saturating_add(self.unlisted)
+    }
 }
 
 struct Walked {
@@ -732,7 +914,12 @@ struct Walked {
     findings: Vec<(Indeterminate, u64)>,
     torn: Option<u64>,
     saw_line: bool,
-    unanchored: Option<(u64, Vec<InFlight>)>,
+    /// The final session's index, if it is not anchored.
+    unanchored: Option<u64>,
+    /// Calls without outcome in the final session.
+    in_flight: CallList,
+    /// Calls without outcome in sessions that were closed or superseded.
+    unfinished: CallList,
 }
 
 impl Walked {
@@ -765,17 +952,22 @@ impl Walked {
             .filter(|(_, line)| *line < cut)
             .map(|(f, _)| f)
             .collect();
-        let mut in_flight = Vec::new();
+        // A Tampered file is not evidence of anything, calls included; and the walk may
+        // have read a timing-dependent distance past the deciding line.
+        let (in_flight, unfinished) = if tampered.is_some() {
+            (CallList::default(), CallList::default())
+        } else {
+            (self.in_flight, self.unfinished)
+        };
         let verdict = if let Some(t) = tampered {
             Verdict::Tampered(t)
         } else {
             let mut reasons = findings.clone();
-            if let Some((session, calls)) = self.unanchored {
+            if let Some(session) = self.unanchored {
                 reasons.push(Indeterminate::UnanchoredTail {
                     session,
-                    in_flight: calls.len(),
+                    in_flight: usize::try_from(in_flight.total()).unwrap_or(usize::MAX),
                 });
-                in_flight = calls;
             }
             if let Some(line) = self.torn {
                 reasons.push(Indeterminate::TornFinalLine { line });
@@ -794,7 +986,10 @@ impl Walked {
             verdict,
             keys,
             coverage,
-            in_flight,
+            in_flight: in_flight.listed,
+            in_flight_unlisted: in_flight.unlisted,
+            unfinished: unfinished.listed,
+            unfinished_unlisted: unfinished.unlisted,
             findings,
         }
     }
@@ -816,7 +1011,8 @@ struct Walk<'a> {
     batch_covered_before: Option<Position>,
     sessions: u64,
     session: Option<SessionState>,
-    decided: HashSet<String>,
+    /// SHA-256 of each decided approval_id: fixed size whatever the ids' length.
+    decided: HashSet<[u8; 32]>,
     /// The current line's signing input, when it could be cut from canonical bytes.
     signing_input: Option<Vec<u8>>,
     out: Walked,
@@ -847,6 +1043,8 @@ impl<'a> Walk<'a> {
                 torn: None,
                 saw_line: false,
                 unanchored: None,
+                in_flight: CallList::default(),
+                unfinished: CallList::default(),
             },
             next_order: 0,
         }
@@ -881,6 +1079,13 @@ impl<'a> Walk<'a> {
                 // A signature already failed earlier in the file; nothing later matters.
                 return Ok(());
             }
+            if oversize {
+                // Malformed wherever it stands: the verdict is decided, so stop reading.
+                if let Err(stop) = self.line(line_no, &[], true, false) {
+                    self.out.tampered = Some(stop);
+                }
+                return Ok(());
+            }
             let trimmed = buf.strip_suffix(b"\n").unwrap_or(&buf).to_vec();
             pending = Some((line_no, trimmed, oversize));
         }
@@ -897,11 +1102,11 @@ impl<'a> Walk<'a> {
         self.tx = None;
         if self.out.tampered.is_none()
             && let Some(s) = self.session.take()
-            && !s.anchored
         {
-            let mut calls: Vec<(u64, InFlight)> = s.in_flight.into_values().collect();
-            calls.sort_by_key(|(order, _)| *order);
-            self.out.unanchored = Some((s.index, calls.into_iter().map(|(_, c)| c).collect()));
+            if !s.anchored {
+                self.out.unanchored = Some(s.index);
+            }
+            self.out.in_flight.take_session(s.index, s.in_flight);
         }
         self.out
     }
@@ -1023,15 +1228,8 @@ impl<'a> Walk<'a> {
                 self.next_order += 1;
                 if let Some(s) = self.session.as_mut() {
                     s.in_flight.insert(
-                        intent.call_id.clone(),
-                        (
-                            order,
-                            InFlight {
-                                at,
-                                call_id: intent.call_id,
-                                tool_id: intent.tool_id,
-                            },
-                        ),
+                        sha256(intent.call_id.as_bytes()),
+                        Pending::new(order, seq, &intent.call_id, &intent.tool_id),
                     );
                 }
             }
@@ -1039,12 +1237,12 @@ impl<'a> Walk<'a> {
                 let outcome = OutcomeLine::from_object(&obj).map_err(field)?;
                 self.signed(no, at, &obj)?;
                 if let Some(s) = self.session.as_mut() {
-                    s.in_flight.remove(&outcome.call_id);
+                    s.in_flight.remove(&sha256(outcome.call_id.as_bytes()));
                 }
             }
             LineType::Decision => {
                 let decision = DecisionLine::from_object(&obj).map_err(field)?;
-                if !self.decided.insert(decision.approval_id.clone()) {
+                if !self.decided.insert(sha256(decision.approval_id.as_bytes())) {
                     return Err(Tampered::DuplicateDecision {
                         at,
                         line: no,
@@ -1057,7 +1255,9 @@ impl<'a> Walk<'a> {
                 self.signed(no, at, &obj)?;
                 if let Some(s) = self.session.as_mut() {
                     s.anchored = true;
-                    s.in_flight.clear();
+                    // Calls left without outcome at a close will never get one.
+                    let calls = std::mem::take(&mut s.in_flight);
+                    self.out.unfinished.take_session(s.index, calls);
                 }
             }
             LineType::Checkpoint => {
@@ -1158,7 +1358,11 @@ impl<'a> Walk<'a> {
                 key_id,
             });
         }
-        // The previous session's calls in flight are anchored by this open line.
+        // The previous session's calls in flight are anchored by this open line: they
+        // will never get an outcome, and the report keeps naming them.
+        if let Some(prev) = self.session.take() {
+            self.out.unfinished.take_session(prev.index, prev.in_flight);
+        }
         self.session = Some(SessionState {
             index,
             expected_seq: 1,
@@ -1231,11 +1435,12 @@ impl<'a> Walk<'a> {
     }
 }
 
-/// Reads one line including its `\n` into `buf`, but never more than
-/// [`MAX_LINE_BYTES`] of it; the rest of an oversize line is skipped.
+/// Reads one line including its `\n` into `buf`. A line whose content goes over
+/// [`MAX_LINE_BYTES`] is reported as oversize as soon as its first byte over the limit is
+/// read, and nothing more is read: the line is malformed whatever follows, and the rest
+/// of it may never end (`/dev/zero`, a sparse hole).
 fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>) -> std::io::Result<(usize, bool)> {
     let mut total = 0;
-    let mut oversize = false;
     loop {
         let available = match reader.fill_buf() {
             Ok(b) => b,
@@ -1243,24 +1448,25 @@ fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>) -> std::io::Result<(u
             Err(e) => return Err(e),
         };
         if available.is_empty() {
-            return Ok((total, oversize));
+            return Ok((total, false));
         }
         let (chunk, done) = match available.iter().position(|&b| b == b'\n') {
             Some(i) => (&available[..=i], true),
             None => (available, false),
         };
-        let take = chunk.len();
         // The limit counts the line's content, not its newline.
-        let content = buf.len() + take - usize::from(done);
-        if content > MAX_LINE_BYTES {
-            oversize = true;
-        } else if !oversize {
-            buf.extend_from_slice(chunk);
+        let content = chunk.len() - usize::from(done);
+        if buf.len() + content > MAX_LINE_BYTES {
+            let take = MAX_LINE_BYTES + 1 - buf.len();
+            reader.consume(take);
+            return Ok((total + take, true));
         }
+        let take = chunk.len();
+        buf.extend_from_slice(chunk);
         total += take;
         reader.consume(take);
         if done {
-            return Ok((total, oversize));
+            return Ok((total, false));
         }
     }
 }
@@ -1311,6 +1517,10 @@ mod tests {
                 return out;
             }
             out.push(over);
+            if over {
+                // The walk stops at an oversize line.
+                return out;
+            }
         }
     }
 

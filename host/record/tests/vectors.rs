@@ -75,8 +75,8 @@ fn run(e: &Expect, threads: usize) -> aegis_record::Report {
     verify(&bytes[..], &Options { trust, threads }).unwrap()
 }
 
-/// The verifier's headline, in-flight lines and exit class match the hand-written table,
-/// with one signature thread and with several.
+/// The verifier's headline, in-flight and unfinished lines and exit class match the
+/// hand-written table, with one signature thread and with several.
 #[test]
 fn verifier_agrees_with_every_expected_verdict() {
     let built = build();
@@ -97,6 +97,11 @@ fn verifier_agrees_with_every_expected_verdict() {
                 .filter(|l| l.starts_with("in_flight"))
                 .collect();
             assert_eq!(in_flight, e.in_flight, "{}", e.file);
+            let unfinished: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("unfinished"))
+                .collect();
+            assert_eq!(unfinished, e.unfinished, "{}", e.file);
         }
     }
 }

@@ -8,12 +8,15 @@ use aegis_record::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Seed of the key that signs the vectors. Public and worthless by design.
-pub const VECTOR_SEED: [u8; 32] = *b"aegis spec/vectors: public seed!";
+use aegis_record::key::PUBLISHED_TEST_KEYS;
+
+/// Seed of the key that signs the vectors. Public and worthless by design, and taken
+/// from the crate's list of published keys so that the list cannot miss it.
+pub const VECTOR_SEED: [u8; 32] = PUBLISHED_TEST_KEYS[1].seed;
 /// Seed of the second key, used where a file rotates keys.
-pub const ROTATED_SEED: [u8; 32] = *b"aegis spec/vectors: rotated key!";
+pub const ROTATED_SEED: [u8; 32] = PUBLISHED_TEST_KEYS[2].seed;
 /// Seed of a key that appears in no vector, used as a trust slice that excludes them.
-pub const OUTSIDER_SEED: [u8; 32] = [0x09; 32];
+pub const OUTSIDER_SEED: [u8; 32] = PUBLISHED_TEST_KEYS[3].seed;
 /// The nonce of every session the vectors open. A real session draws a fresh one; the
 /// vectors fix it so that they rebuild byte for byte.
 pub const VECTOR_NONCE: [u8; 16] = *b"aegis vec nonce!";
@@ -31,6 +34,7 @@ pub struct Expect {
     pub exit: u8,
     pub headline: String,
     pub in_flight: Vec<String>,
+    pub unfinished: Vec<String>,
 }
 
 /// Every file under `spec/vectors/`, by relative path, and the verdict table.
@@ -426,6 +430,18 @@ impl Table {
         self.expect_calls(file, args, exit, headline, vec![]);
     }
 
+    fn expect_unfinished(
+        &mut self,
+        file: &str,
+        args: &[String],
+        exit: u8,
+        headline: String,
+        unfinished: Vec<String>,
+    ) {
+        self.expect_calls(file, args, exit, headline, vec![]);
+        self.built.expects.last_mut().unwrap().unfinished = unfinished;
+    }
+
     fn expect_calls(
         &mut self,
         file: &str,
@@ -440,6 +456,7 @@ impl Table {
             exit,
             headline,
             in_flight,
+            unfinished: vec![],
         });
     }
 }
@@ -542,7 +559,50 @@ pub fn build() -> Built {
             Some(crash_tail),
         ));
         let f = t.add("verified", "crash_then_restart.aarl", file);
-        t.expect(&f, &none, 0, "Verified (unpinned)".into());
+        t.expect_unfinished(
+            &f,
+            &none,
+            0,
+            "Verified (unpinned)".into(),
+            vec!["unfinished session 0 seq 1 call_id \"call-crashed\" tool_id \"echo\"".into()],
+        );
+    }
+    {
+        // An interrupted run (Ctrl-C: an intent, no outcome, no close) that the next run
+        // anchored; in that run a call left open when its session closed (a panic that
+        // unwound through the writer); then a clean run. Verified, and both calls named.
+        let sink = VecSink::new();
+        let s = open_session(Arc::new(sink.clone()), k.clone(), None);
+        s.append_unsigned(&intent("call-finished", "echo")).unwrap();
+        s.append(&ran(
+            "call-finished",
+            ExecutionOutcome::Success,
+            Some(b"ok"),
+        ))
+        .unwrap();
+        s.append_unsigned(&intent("call-interrupted", "http-post"))
+            .unwrap();
+        let tail = s.tail();
+        std::mem::forget(s);
+        let s = open_session(Arc::new(sink.clone()), k.clone(), Some(tail));
+        s.append_unsigned(&intent("call-left-at-close", "read-notes"))
+            .unwrap();
+        let tail = s.close().unwrap();
+        let mut file = sink.contents();
+        file.extend(base_session(k.clone(), "call-clean", Some(tail)));
+        let f = t.add("verified", "unfinished_calls.aarl", file);
+        t.expect_unfinished(
+            &f,
+            &none,
+            0,
+            "Verified (unpinned)".into(),
+            vec![
+                "unfinished session 0 seq 3 call_id \"call-interrupted\" tool_id \"http-post\""
+                    .into(),
+                "unfinished session 1 seq 1 call_id \"call-left-at-close\" tool_id \"read-notes\""
+                    .into(),
+            ],
+        );
     }
 
     tampered_vectors(&mut t, &k);
@@ -596,6 +656,7 @@ pub fn build() -> Built {
         o.insert("exit", u32::from(e.exit));
         o.insert("headline", e.headline.as_str());
         o.insert("in_flight", e.in_flight.clone());
+        o.insert("unfinished", e.unfinished.clone());
         manifest.extend(o.to_canonical());
         manifest.push(b'\n');
     }
@@ -1100,11 +1161,13 @@ fn indeterminate_vectors(t: &mut Table, k: &SigningKey) {
     );
     s.close().unwrap();
     let f = t.add("indeterminate", "missing_line.aarl", sink.inner.contents());
-    t.expect(
+    // The refused outcome leaves its call without one: the report names it.
+    t.expect_unfinished(
         &f,
         &none,
         3,
         "Indeterminate — session 0 skips seq 2 with the chain intact".into(),
+        vec!["unfinished session 0 seq 1 call_id \"call-gap\" tool_id \"echo\"".into()],
     );
 
     // empty: zero bytes.
