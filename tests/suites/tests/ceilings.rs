@@ -143,7 +143,10 @@ fn tables_count_toward_the_memory_ceiling() {
     let r = h.call("bomb", b"");
     assert_stopped_by(&r, "memory");
     let peak = r.outcome.peak_memory_bytes.unwrap().get();
-    assert!(peak <= tight.max_memory_bytes, "peak {peak} over the ceiling");
+    assert!(
+        peak <= tight.max_memory_bytes,
+        "peak {peak} over the ceiling"
+    );
     // Under a ceiling it fits, the record's peak is the true one: the tables are in it.
     let r = h.call("tables", b"");
     assert_eq!(r.class(), CallClass::Success);
@@ -207,4 +210,53 @@ fn stderr_is_held_to_the_output_ceiling_when_the_output_ceiling_stops_the_call()
     );
     assert!(r.stderr.starts_with(b"eee"), "the bounded stderr is kept");
     h.finish();
+}
+
+#[test]
+fn a_cancelled_call_is_recorded_as_a_trap_saying_why() {
+    use aegis_runtime::pipeline::{CallRequest, Executed};
+    use aegis_runtime::sandbox::CancelToken;
+    let hour = Limits {
+        max_wall_ms: 3_600_000,
+        ..QUICK
+    };
+    let (tx, rx) = mpsc::channel();
+    let token = CancelToken::new();
+    let running = token.clone();
+    std::thread::spawn(move || {
+        let sandbox = aegis_suites::sandbox();
+        let tools = vec![wasm_tool("sleep", "sleep", &[], &[], hour)];
+        let h = Harness::with_sandbox(ALLOW_ALL, tools, sandbox.clone());
+        // A caller that holds a token runs the stations itself.
+        let mut call = h.pipeline.begin(&CallRequest::new("sleep", b"")).unwrap();
+        let grant = call.authorize().expect("allowed");
+        let run = sandbox
+            .run_cancellable(&aegis_suites::guest("sleep"), &grant, b"", &[], &running)
+            .expect("started");
+        let r = call
+            .finish(Executed::Ran {
+                ending: run.ending,
+                output: run.output,
+                wall_ms: run.wall_ms,
+                peak_memory_bytes: run.peak_memory_bytes,
+                stderr: run.stderr,
+            })
+            .expect("recorded");
+        let checked = h.finish();
+        let _ = tx.send((r, checked));
+    });
+    token.cancel("the client sent notifications/cancelled");
+    let (r, checked) = rx
+        .recv_timeout(PATIENCE)
+        .expect("the cancelled call did not stop");
+    assert_eq!(
+        r.outcome.execution,
+        ExecutionOutcome::Trap {
+            message: "cancelled: the client sent notifications/cancelled".into()
+        }
+    );
+    assert_eq!(r.output, None);
+    assert_eq!(r.outcome.response_digest, None);
+    assert!(r.outcome.wall_ms.is_some(), "the tool was started");
+    assert_eq!(checked.outcome(&r.outcome.call_id), &r.outcome);
 }
