@@ -62,10 +62,13 @@
 //!   on the host (a command's stdout pipe stops at the output ceiling plus one byte).
 //!
 //! # Limits
-//! - [`TICK`] (5 ms): the wall-clock resolution, and the ticker thread's period.
+//! - [`TICK`] (5 ms): the wall-clock resolution for a guest running its own code, and
+//!   the ticker thread's period.
 //! - [`DEFAULT_CONCURRENT_CALLS`] (64) calls at once per sandbox. The pool reserves
 //!   address space (not memory) up front: 4 GiB plus guard pages per memory slot, two
-//!   slots per call.
+//!   slots per call, and one fiber stack per call (wasmtime's default size, 2 MiB).
+//! - Each call runs on a wasmtime fiber and is driven by the sandbox's runtime; that
+//!   costs tens of microseconds per warm call (`benches/results/sandbox.md`, run 5).
 //! - Stderr: the lower of the grant's output ceiling and 64 KiB per call; past it the
 //!   guest's stderr is a closed stream (its writes fail), nothing more reaches the host.
 //! - The runtime: one tokio worker thread per sandbox (timers), plus tokio's blocking
