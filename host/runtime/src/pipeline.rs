@@ -710,6 +710,11 @@ impl Call<'_> {
                         Ending::ToolError(message) => ExecutionOutcome::Trap {
                             message: format!("the tool returned an error: {message}"),
                         },
+                        // The guest was stopped mid-run, like a trap; not `host_denied`,
+                        // which says the tool never ran.
+                        Ending::Cancelled(why) => ExecutionOutcome::Trap {
+                            message: format!("cancelled: {why}"),
+                        },
                         Ending::Exceeded(kind) => ExecutionOutcome::ResourceExceeded {
                             kind: kind.kind().to_owned(),
                         },

@@ -5,7 +5,9 @@
 use aegis_runtime::capability::{
     DEFAULT_LIMITS, Grant, Limits, NarrowingLimits, ToolKind, ToolManifest, ToolRegistry,
 };
-use aegis_runtime::sandbox::{CacheStats, Ending, Exceeded, Sandbox, SandboxError, Shape};
+use aegis_runtime::sandbox::{
+    CacheStats, CancelToken, Ending, Exceeded, Sandbox, SandboxError, Shape,
+};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -363,15 +365,19 @@ fn a_cache_directory_others_can_reach_is_refused() {
 }
 
 /// Every file under `dir`, sorted.
+/// The compiled entries under `dir`: wasmtime's cache worker also keeps usage
+/// counters (`*.stats`) and cleanup markers (`.cleanup.wip-<pid>`), written from its
+/// own thread whenever it gets to them, which are bookkeeping, not compiled code.
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {
         for entry in std::fs::read_dir(&d).unwrap() {
             let path = entry.unwrap().path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
             if path.is_dir() {
                 todo.push(path);
-            } else {
+            } else if !name.ends_with(".stats") && !name.starts_with(".cleanup") {
                 files.push(path);
             }
         }
@@ -522,4 +528,85 @@ fn a_call_beyond_the_pool_is_refused_before_it_starts_and_the_slot_comes_back() 
         .run(&guest("world-reverse"), &quick, b"ab", &[])
         .unwrap();
     assert_eq!(out.output.as_deref(), Some(&b"ba"[..]));
+}
+
+/// Runs `name` with `token` in another thread, cancelling it from this one; `None` if
+/// the call did not return within a minute (its own ceiling is an hour).
+fn cancelled_run(
+    name: &'static str,
+    token: CancelToken,
+    why: &str,
+) -> Option<aegis_runtime::sandbox::Execution> {
+    let limits = Limits {
+        max_wall_ms: 3_600_000,
+        ..DEFAULT_LIMITS
+    };
+    let g = grant(name, &[], &[], limits);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let running = token.clone();
+    std::thread::spawn(move || {
+        let out = sandbox().run_cancellable(&guest(name), &g, b"", &[], &running);
+        let _ = tx.send(out);
+    });
+    // Whether the call is already running or not yet started, it must stop.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    token.cancel(why);
+    let out = rx.recv_timeout(std::time::Duration::from_secs(60)).ok()?;
+    Some(out.unwrap())
+}
+
+#[test]
+fn a_cancelled_call_stops_whether_it_waits_in_a_host_call_or_spins() {
+    for name in ["sleep", "spin", "world-spin"] {
+        let out = cancelled_run(name, CancelToken::new(), "operator pressed ctrl-c")
+            .unwrap_or_else(|| panic!("{name}: the cancelled call did not stop"));
+        assert_eq!(
+            out.ending,
+            Ending::Cancelled("operator pressed ctrl-c".into()),
+            "{name}"
+        );
+        assert_eq!(out.output, None, "{name}");
+    }
+    // The sandbox is still usable.
+    let g = grant("echo", &[], &[], DEFAULT_LIMITS);
+    assert_eq!(run("echo", &g, b"still here", &[]).ending, Ending::Success);
+}
+
+#[test]
+fn a_token_cancelled_before_the_call_stops_it_before_it_runs() {
+    let token = CancelToken::new();
+    token.cancel("first");
+    token.cancel("second");
+    assert_eq!(
+        token.reason().as_deref(),
+        Some("first"),
+        "the first reason is kept"
+    );
+    let g = grant("world-reverse", &[], &[], DEFAULT_LIMITS);
+    let out = sandbox()
+        .run_cancellable(&guest("world-reverse"), &g, b"abc", &[], &token)
+        .unwrap();
+    assert_eq!(out.ending, Ending::Cancelled("first".into()));
+    assert_eq!(out.output, None);
+    // Nothing was instantiated: not even the memory the input would have needed.
+    assert_eq!(out.peak_memory_bytes, 0);
+}
+
+#[test]
+fn stderr_is_held_to_the_output_ceiling_whatever_the_ending() {
+    let limits = Limits {
+        max_output_bytes: 100,
+        ..DEFAULT_LIMITS
+    };
+    // The panic message and the flood's stderr are both over 100 bytes.
+    for name in ["panic", "stderr-flood"] {
+        let g = grant(name, &[], &[], limits);
+        let out = run(name, &g, b"", &[]);
+        assert!(
+            out.stderr.len() <= 100,
+            "{name}: {} bytes",
+            out.stderr.len()
+        );
+        assert!(!out.stderr.is_empty(), "{name}: the first bytes are kept");
+    }
 }

@@ -14,12 +14,20 @@
 //!   read roots read-only, write roots read-write. No environment, no arguments beyond
 //!   those given, no sockets (a fresh WASI context has networking off). Both shapes
 //!   get the same context.
-//! - Memory: a limiter caps the *total* of all linear memories at the grant's ceiling.
-//! - Time: one engine-wide epoch ticker; each call gets a deadline of its ceiling in
-//!   ticks, and a guest still running then is interrupted.
+//! - Memory: a limiter ([`limiter`]) holds the *total* of all linear memories and
+//!   all table slots to the grant's ceiling, bounds the instances, tables and memories
+//!   of a call, and reports the true peak (memories plus tables).
+//! - Time: the call runs as a future (wasmtime's async API) driven with its deadline;
+//!   at the deadline the future is dropped wherever the call is: in guest code (which
+//!   yields to the host at every epoch tick) or waiting in a host call (a sleep, a
+//!   poll, a file open). It ends `resource_exceeded` `wall_time`.
+//! - Cancellation: [`Sandbox::run_cancellable`] takes a [`CancelToken`]; cancelling it
+//!   from any thread stops the call the same way ([`Ending::Cancelled`]).
 //! - Output: a command's stdout is captured up to the ceiling; a world's `ok` bytes
 //!   and `err` message are held to the same ceiling. Either over it fails closed
-//!   (`resource_exceeded` output) and none of it is returned.
+//!   (`resource_exceeded` output) and none of it is returned. Stderr, which goes to
+//!   the operator and not to the caller, is held to the same ceiling (or 64 KiB if
+//!   that is lower), whatever the ending.
 //! - A component that is neither shape (or exports both) is refused when prepared,
 //!   before any guest code runs.
 //! - What runs is what the record names: a component is read once and those bytes are
@@ -32,7 +40,15 @@
 //!   reported as the guest's trap.
 //!
 //! # Non-guarantees
-//! - The wall-clock ceiling is enforced at tick granularity ([`TICK`]).
+//! - A guest running its own code is stopped at the next epoch tick ([`TICK`]) after
+//!   its deadline; one waiting in a host call, within the runtime timer's millisecond.
+//! - Dropping the call stops the *call*, not a thread the kernel holds: a host call
+//!   that wasmtime-wasi runs on a blocking thread (opening a FIFO nobody writes, a
+//!   read of a slow file) is abandoned there, and that thread stays blocked until the
+//!   kernel lets it go. The call has ended and its outcome is recorded; the thread is
+//!   the host's cost (tokio's blocking pool bounds how many there can be).
+//! - [`Sandbox::run`] blocks its thread on the sandbox's runtime: call it from a plain
+//!   thread (or `spawn_blocking`), not from inside an async task.
 //! - A guest with a write root can create a symlink there whose *relative* target
 //!   leads out (`link -> ../secret`). No call can follow it out (resolution stays
 //!   beneath the preopen, and a Model B context resolves through cap-std), but the
@@ -49,30 +65,45 @@
 //!   on the host (a command's stdout pipe stops at the output ceiling plus one byte).
 //!
 //! # Limits
-//! - [`TICK`] (5 ms): the wall-clock resolution, and the ticker thread's period.
+//! - [`TICK`] (5 ms): the wall-clock resolution for a guest running its own code, and
+//!   the ticker thread's period.
 //! - [`DEFAULT_CONCURRENT_CALLS`] (64) calls at once per sandbox. The pool reserves
 //!   address space (not memory) up front: 4 GiB plus guard pages per memory slot, two
-//!   slots per call.
-//! - Stderr: 64 KiB kept per call, the rest dropped.
+//!   slots per call, and one fiber stack per call (wasmtime's default size, 2 MiB).
+//! - Each call runs on a wasmtime fiber and is driven by the sandbox's runtime; that
+//!   costs tens of microseconds per warm call (`benches/results/sandbox.md`, run 5).
+//! - Stderr: the lower of the grant's output ceiling and 64 KiB per call; past it the
+//!   guest's stderr is a closed stream (its writes fail), nothing more reaches the host.
+//! - The runtime: one tokio worker thread per sandbox (timers), plus tokio's blocking
+//!   pool for wasmtime-wasi's file operations.
 //! - Cache: wasmtime's own worker trims the directory (its default soft limits on
 //!   file count and total size); entries are keyed on the component's bytes and the
 //!   engine's settings, so a different wasmtime build or setting never reuses them.
 
+mod cancel;
+pub mod limiter;
+
+pub use cancel::CancelToken;
+
 use crate::capability::Grant;
 use aegis_record::ComponentDigest;
+use limiter::{Ceiling, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES};
 use std::collections::HashMap;
+use std::future::{Future, poll_fn};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 use wasmtime::component::types::{ComponentItem, Type};
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker, ResourceTable};
 use wasmtime::{
     Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolConcurrencyLimitError,
-    PoolingAllocationConfig, ResourceLimiter, Store, Trap,
+    PoolingAllocationConfig, Store, Trap,
 };
-use wasmtime_wasi::p2::bindings::sync::CommandPre;
+use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxView, WasiView};
 
@@ -105,25 +136,31 @@ impl Default for Options {
     }
 }
 
-/// The pool for `calls` concurrent calls. A component may hold several core
-/// instances, memories and tables; these bounds cover the committed guests (a Rust
-/// wasip2 command has a handful of core instances and one memory) with room to spare.
+/// The pool for `calls` concurrent calls. Its per-component bounds are the limiter's
+/// per-call bounds ([`limiter`]), so a component is held to the same numbers with or
+/// without a pool (the pool refuses it when prepared, the limiter when it
+/// instantiates). A Rust wasip2 command has a handful of core instances and one
+/// memory; the pool holds two memories per call on average, so calls that use more
+/// fill it sooner ([`SandboxError::AtCapacity`]).
 fn pooling(calls: u32) -> PoolingAllocationConfig {
+    let per_call = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     let mut pool = PoolingAllocationConfig::new();
     pool.total_component_instances(calls)
-        .max_core_instances_per_component(32)
-        .total_core_instances(calls.saturating_mul(32))
-        .max_memories_per_component(4)
+        .max_core_instances_per_component(per_call(MAX_INSTANCES))
+        .total_core_instances(calls.saturating_mul(per_call(MAX_INSTANCES)))
+        .max_memories_per_component(per_call(MAX_MEMORIES))
         .total_memories(calls.saturating_mul(2))
-        .max_tables_per_component(32)
-        .total_tables(calls.saturating_mul(32))
+        .max_tables_per_component(per_call(MAX_TABLES))
+        .total_tables(calls.saturating_mul(per_call(MAX_TABLES)))
+        // Every call runs on a fiber stack of its own.
+        .total_stacks(calls)
         // The grant's limiter is the memory ceiling; the pool must not be a lower,
         // silent one. 4 GiB is all a 32-bit memory can address.
         .max_memory_size(4 << 30);
     pool
 }
 
-/// How much of stderr is kept for diagnostics.
+/// The most stderr kept for diagnostics (less when the grant's output ceiling is lower).
 const STDERR_CAP: usize = 64 << 10;
 
 /// Which ceiling stopped a call.
@@ -163,6 +200,9 @@ pub enum Ending {
     /// declined. No output is returned; the message is the guest's own words, held
     /// to the output ceiling.
     ToolError(String),
+    /// The caller cancelled it through its [`CancelToken`], for this reason. No
+    /// output is returned.
+    Cancelled(String),
 }
 
 /// What a run produced.
@@ -173,11 +213,12 @@ pub struct Execution {
     /// The output (a command's stdout, a world's `ok` bytes), only when the run
     /// succeeded: nothing else leaves the sandbox.
     pub output: Option<Vec<u8>>,
-    /// Stderr (up to 64 KiB), for diagnostics, whatever the shape or ending.
+    /// Stderr, for diagnostics, whatever the shape or ending: at most the grant's
+    /// output ceiling, and at most 64 KiB.
     pub stderr: Vec<u8>,
     /// Wall time in the sandbox.
     pub wall_ms: u64,
-    /// Peak total linear memory.
+    /// Peak of linear memory and table slots together (see [`limiter`]).
     pub peak_memory_bytes: u64,
 }
 
@@ -280,45 +321,10 @@ fn shape_of(linker: &Linker<CallState>, component: &Component) -> wasmtime::Resu
     }
 }
 
-struct MemoryCap {
-    limit: usize,
-    used: usize,
-    peak: usize,
-    hit: bool,
-}
-
-impl ResourceLimiter for MemoryCap {
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        let total = self.used - current.min(self.used) + desired;
-        if total > self.limit {
-            self.hit = true;
-            return Ok(false);
-        }
-        self.used = total;
-        self.peak = self.peak.max(total);
-        Ok(true)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        // Tables hold references, not data; bound them so they cannot exhaust the host.
-        Ok(desired <= 1 << 20)
-    }
-}
-
 struct CallState {
     wasi: WasiCtx,
     table: ResourceTable,
-    memory: MemoryCap,
+    memory: Ceiling,
 }
 
 impl WasiView for CallState {
@@ -338,6 +344,9 @@ pub struct Sandbox {
     ready: Mutex<HashMap<PathBuf, (Prepared, ComponentDigest)>>,
     cache: Option<Cache>,
     stop: Arc<AtomicBool>,
+    /// Drives every call's future (timers, wasmtime-wasi's tasks); `None` only once
+    /// dropped.
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -349,6 +358,11 @@ impl std::fmt::Debug for Sandbox {
 impl Drop for Sandbox {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        // Without waiting: a blocking thread abandoned by a stopped call may never
+        // return (see the non-guarantees), and dropping would wait for it.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 
@@ -435,6 +449,9 @@ impl Sandbox {
     fn build(cache: Option<Cache>, concurrent_calls: Option<u32>) -> Result<Sandbox, SandboxError> {
         let mut config = Config::new();
         config.epoch_interruption(true);
+        // Off (wasmtime's default too), said here because the limiter's table slot
+        // size depends on it: continuation tables have slots twice as large.
+        config.wasm_stack_switching(false);
         config.wasm_component_model(true);
         config.cache(cache.clone());
         if let Some(calls) = concurrent_calls {
@@ -442,8 +459,16 @@ impl Sandbox {
         }
         let engine = Engine::new(&config).map_err(|e| SandboxError::Engine(e.to_string()))?;
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| SandboxError::Engine(e.to_string()))?;
+        // The calls run on their callers' threads (`block_on`); the one worker only
+        // drives timers and whatever wasmtime-wasi spawns.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("aegis-sandbox")
+            .enable_all()
+            .build()
+            .map_err(|e| SandboxError::Engine(format!("tokio runtime: {e}")))?;
         let stop = Arc::new(AtomicBool::new(false));
         let (ticking, flag) = (engine.clone(), stop.clone());
         std::thread::Builder::new()
@@ -461,6 +486,7 @@ impl Sandbox {
             ready: Mutex::new(HashMap::new()),
             cache,
             stop,
+            runtime: Some(runtime),
         })
     }
 
@@ -521,6 +547,22 @@ impl Sandbox {
         input: &[u8],
         args: &[&str],
     ) -> Result<Execution, SandboxError> {
+        self.run_cancellable(component, grant, input, args, &CancelToken::new())
+    }
+
+    /// [`Sandbox::run`], stopped early if `cancel` is cancelled (from any thread):
+    /// the call then ends [`Ending::Cancelled`] with the token's reason.
+    ///
+    /// # Errors
+    /// As [`Sandbox::run`].
+    pub fn run_cancellable(
+        &self,
+        component: &Path,
+        grant: &Grant,
+        input: &[u8],
+        args: &[&str],
+        cancel: &CancelToken,
+    ) -> Result<Execution, SandboxError> {
         let (prepared, digest) = self.prepared(component)?;
         // The grant names the component registered; running other bytes under it would
         // make the record name something that did not run.
@@ -535,11 +577,17 @@ impl Sandbox {
                 ),
             });
         }
+        let runtime = self
+            .runtime
+            .as_ref()
+            .ok_or_else(|| SandboxError::Engine("the sandbox's runtime is shut down".into()))?;
         let limits = grant.limits();
         let cap = usize::try_from(limits.max_output_bytes).unwrap_or(usize::MAX - 1);
         // One byte over the ceiling tells "exactly at the cap" from "tried to write more".
         let stdout = MemoryOutputPipe::new(cap.saturating_add(1));
-        let stderr = MemoryOutputPipe::new(STDERR_CAP);
+        // Stderr goes to the operator, not the caller, but it is still a way out of
+        // the sandbox: the grant's output ceiling holds it too.
+        let stderr = MemoryOutputPipe::new(STDERR_CAP.min(cap));
         let mut wasi = WasiCtx::builder();
         let mut argv = vec!["tool"];
         argv.extend_from_slice(args);
@@ -563,12 +611,7 @@ impl Sandbox {
                     })?;
             }
         }
-        let memory = MemoryCap {
-            limit: usize::try_from(limits.max_memory_bytes).unwrap_or(usize::MAX),
-            used: 0,
-            peak: 0,
-            hit: false,
-        };
+        let memory = Ceiling::new(usize::try_from(limits.max_memory_bytes).unwrap_or(usize::MAX));
         let mut store = Store::new(
             &self.engine,
             CallState {
@@ -578,46 +621,37 @@ impl Sandbox {
             },
         );
         store.limiter(|s| &mut s.memory);
-        let ticks = limits.max_wall_ms.div_ceil(TICK.as_millis() as u64).max(1);
-        store.set_epoch_deadline(ticks);
-        store.epoch_deadline_trap();
+        // Guest code hands control back to the host at every tick, so the deadline
+        // and the cancel token are looked at while it spins, too.
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_async_yield_and_update(1);
 
         let started = Instant::now();
-        // What the guest's own code decided, before the ceilings are consulted.
-        let (result, returned) = match &prepared {
-            Prepared::Command(pre) => {
-                let ran = pre
-                    .instantiate(&mut store)
-                    .and_then(|command| command.wasi_cli_run().call_run(&mut store));
-                let written = stdout.contents();
-                let said = match ran {
-                    Ok(Ok(())) if written.len() <= cap => Ok(Said::Output(written.to_vec())),
-                    // Over the cap: handled below, and not worth copying.
-                    Ok(Ok(())) => Ok(Said::Nothing),
-                    Ok(Err(())) => Ok(Said::Exit(1)),
-                    Err(e) => Err(e),
-                };
-                (said, written.len())
-            }
-            Prepared::Tool { pre, run } => {
-                let ran = pre.instantiate(&mut store).and_then(|instance| {
-                    instance
-                        .get_typed_func::<(&[u8],), ToolResult>(&mut store, run)?
-                        .call(&mut store, (input,))
-                });
-                match ran {
-                    Ok((Ok(bytes),)) => {
-                        let len = bytes.len();
-                        (Ok(Said::Output(bytes)), len)
-                    }
-                    Ok((Err(message),)) => {
-                        let len = message.len();
-                        (Ok(Said::ToolError(message)), len)
-                    }
-                    Err(e) => (Err(e), 0),
+        let deadline = started.checked_add(Duration::from_millis(limits.max_wall_ms));
+        // What the guest's own code decided, before the ceilings are consulted. The
+        // call's future borrows the store; whichever branch wins, it is dropped (and
+        // with it any host call it was waiting in) before the store is read.
+        let (result, returned) = runtime.block_on(async {
+            let mut cancelled = pin!(cancel.cancelled());
+            let mut timeout = pin!(until(deadline));
+            let mut call = pin!(guest_call(&prepared, &mut store, input, &stdout, cap));
+            // Biased: cancellation, then the deadline, then the call.
+            poll_fn(|cx| {
+                if let Poll::Ready(why) = cancelled.as_mut().poll(cx) {
+                    return Poll::Ready((Ok(Said::Stopped(Ending::Cancelled(why))), None));
                 }
-            }
-        };
+                if timeout.as_mut().poll(cx).is_ready() {
+                    let stop = Ending::Exceeded(Exceeded::WallTime);
+                    return Poll::Ready((Ok(Said::Stopped(stop)), None));
+                }
+                call.as_mut()
+                    .poll(cx)
+                    .map(|(said, returned)| (said, Some(returned)))
+            })
+            .await
+        });
+        // A stopped command may already have written past the cap.
+        let returned = returned.unwrap_or_else(|| stdout.contents().len());
         let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         // A full pool is the host's limit, not the guest's doing: no guest code ran.
         if let Err(e) = &result
@@ -628,10 +662,10 @@ impl Sandbox {
             return Err(SandboxError::AtCapacity(full.to_string()));
         }
         let state = store.data();
-        let peak_memory_bytes = state.memory.peak as u64;
-        let memory_hit = state.memory.hit;
-        // A refused memory growth is the ceiling tripping, whether the guest then
-        // trapped or handled the failure and exited.
+        let peak_memory_bytes = state.memory.peak() as u64;
+        let memory_hit = state.memory.hit();
+        // A ceiling that tripped is reported even when the call then ran on and was
+        // stopped (or handled the failure and exited): it tripped first.
         let (ending, output) = if returned > cap {
             (Ending::Exceeded(Exceeded::Output), None)
         } else if memory_hit {
@@ -641,6 +675,7 @@ impl Sandbox {
                 Ok(Said::Output(bytes)) => (Ending::Success, Some(bytes)),
                 Ok(Said::Exit(code)) => (Ending::Exit(code), None),
                 Ok(Said::ToolError(message)) => (Ending::ToolError(message), None),
+                Ok(Said::Stopped(ending)) => (ending, None),
                 // Only said when over the cap, which was handled above.
                 Ok(Said::Nothing) => (Ending::Exceeded(Exceeded::Output), None),
                 Err(e) => match (e.downcast_ref::<I32Exit>(), &prepared) {
@@ -657,6 +692,8 @@ impl Sandbox {
                         )),
                         None,
                     ),
+                    // Not configured (guests yield at the deadline instead), kept so
+                    // an interrupt could never read as the guest's own trap.
                     (None, _) if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) => {
                         (Ending::Exceeded(Exceeded::WallTime), None)
                     }
@@ -674,6 +711,64 @@ impl Sandbox {
     }
 }
 
+/// Resolves at `deadline`; never, when the deadline is past what the clock can hold.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        // tokio clamps a deadline beyond its timer's range (years away) to that range.
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Instantiates and runs the guest: what its own code said, and how many bytes of
+/// output it tried to hand back.
+async fn guest_call(
+    prepared: &Prepared,
+    store: &mut Store<CallState>,
+    input: &[u8],
+    stdout: &MemoryOutputPipe,
+    cap: usize,
+) -> (wasmtime::Result<Said>, usize) {
+    match prepared {
+        Prepared::Command(pre) => {
+            let ran = match pre.instantiate_async(&mut *store).await {
+                Ok(command) => command.wasi_cli_run().call_run(&mut *store).await,
+                Err(e) => Err(e),
+            };
+            let written = stdout.contents();
+            let said = match ran {
+                Ok(Ok(())) if written.len() <= cap => Ok(Said::Output(written.to_vec())),
+                // Over the cap: handled by the caller, and not worth copying.
+                Ok(Ok(())) => Ok(Said::Nothing),
+                Ok(Err(())) => Ok(Said::Exit(1)),
+                Err(e) => Err(e),
+            };
+            (said, written.len())
+        }
+        Prepared::Tool { pre, run } => {
+            let ran = async {
+                let instance = pre.instantiate_async(&mut *store).await?;
+                instance
+                    .get_typed_func::<(&[u8],), ToolResult>(&mut *store, run)?
+                    .call_async(&mut *store, (input,))
+                    .await
+            }
+            .await;
+            match ran {
+                Ok((Ok(bytes),)) => {
+                    let len = bytes.len();
+                    (Ok(Said::Output(bytes)), len)
+                }
+                Ok((Err(message),)) => {
+                    let len = message.len();
+                    (Ok(Said::ToolError(message)), len)
+                }
+                Err(e) => (Err(e), 0),
+            }
+        }
+    }
+}
+
 /// What a guest's own code produced, before the ceilings are applied.
 enum Said {
     /// Output bytes (a command's stdout, or a world's `ok`).
@@ -684,4 +779,6 @@ enum Said {
     ToolError(String),
     /// A command's stdout over the output ceiling, deliberately not copied.
     Nothing,
+    /// Stopped from outside the guest: its deadline, or its cancel token.
+    Stopped(Ending),
 }
