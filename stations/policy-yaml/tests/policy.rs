@@ -249,7 +249,7 @@ fn regression_errors_stay_on_one_line_whatever_the_keys_hold() {
     }
 }
 
-/// A policy of `n` rules, each on its own lines: about 50 bytes a rule.
+/// A policy of `n` rules, one a line: about 65 bytes a rule.
 fn many_rules(n: usize) -> String {
     let mut text = String::with_capacity(n * 64 + 32);
     text.push_str("version: 1\ndefault: deny\nrules:\n");
