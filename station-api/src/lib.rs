@@ -291,7 +291,7 @@ pub trait PolicyEvaluator: Send + Sync {
     #[sabi(last_prefix_field)]
     fn evaluate(&self, request: &PolicyRequest<'_>) -> RResult<PolicyDecision, PluginError>;
 
-    /// Decides one call over every axis its grant would carry (API 1.1).
+    /// Decides one call over every axis its grant would carry.
     ///
     /// `axes` are asked in order, each standing in for `request.capability` (which is
     /// not read); the answer holds one decision per axis asked, stopping after the first
@@ -299,10 +299,10 @@ pub trait PolicyEvaluator: Send + Sync {
     /// What this method adds over asking [`PolicyEvaluator::evaluate`] per axis is that
     /// the evaluator knows the asks are one call: a rate limit must count it once.
     ///
-    /// Added after the last prefix field, so a plugin built against API 1.0 has no
+    /// Added after the last prefix field, so a plugin built before it was added has no
     /// entry for it. abi_stable then runs this default body on the host's side, which
     /// asks `evaluate` once per axis ([`each_axis`]); it never panics for a missing
-    /// method. A 1.0 plugin's rate limits therefore count each axis asked.
+    /// method. Such a plugin's rate limits therefore count each axis asked.
     fn evaluate_axes(
         &self,
         request: &PolicyRequest<'_>,
