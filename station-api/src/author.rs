@@ -8,10 +8,11 @@
 use crate::{
     AuditSink, AuditSink_TO, AuditSinkBox, ConfinementBackend, ConfinementBackend_TO,
     ConfinementBackendBox, ConfinementReport, ConfinementRequest, PluginError, PolicyDecision,
-    PolicyEvaluator, PolicyEvaluator_TO, PolicyEvaluatorBox, PolicyRequest, Retention, Tail, guard,
+    PolicyEvaluator, PolicyEvaluator_TO, PolicyEvaluatorBox, PolicyRequest, Retention, Tail,
+    each_axis, guard,
 };
 use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{RResult, RSlice, RString, RVec};
+use abi_stable::std_types::{RResult, RSlice, RStr, RString, RVec};
 
 /// A policy evaluator, in plain Rust.
 pub trait Policy: Send + Sync + 'static {
@@ -22,6 +23,20 @@ pub trait Policy: Send + Sync + 'static {
     /// # Errors
     /// When the call cannot be decided; the host then refuses it.
     fn evaluate(&self, request: &PolicyRequest<'_>) -> Result<PolicyDecision, PluginError>;
+    /// Decides one call over every axis its grant would carry: see
+    /// [`PolicyEvaluator::evaluate_axes`]. The default asks [`Policy::evaluate`] per axis
+    /// ([`each_axis`]); an evaluator with per-call state (a rate limit) overrides it so
+    /// that one call counts once.
+    ///
+    /// # Errors
+    /// When the call cannot be decided; the host then refuses it.
+    fn evaluate_axes(
+        &self,
+        request: &PolicyRequest<'_>,
+        axes: &[RStr<'_>],
+    ) -> Result<Vec<PolicyDecision>, PluginError> {
+        each_axis(request, axes, |r| self.evaluate(r))
+    }
 }
 
 /// A confinement backend, in plain Rust.
@@ -72,6 +87,18 @@ impl<T: Policy> PolicyEvaluator for Guarded<T> {
 
     fn evaluate(&self, request: &PolicyRequest<'_>) -> RResult<PolicyDecision, PluginError> {
         guard(|| self.0.evaluate(request))
+    }
+
+    fn evaluate_axes(
+        &self,
+        request: &PolicyRequest<'_>,
+        axes: RSlice<'_, RStr<'_>>,
+    ) -> RResult<RVec<PolicyDecision>, PluginError> {
+        guard(|| {
+            self.0
+                .evaluate_axes(request, axes.as_slice())
+                .map(RVec::from)
+        })
     }
 }
 

@@ -290,6 +290,55 @@ pub trait PolicyEvaluator: Send + Sync {
     /// Decides one call.
     #[sabi(last_prefix_field)]
     fn evaluate(&self, request: &PolicyRequest<'_>) -> RResult<PolicyDecision, PluginError>;
+
+    /// Decides one call over every axis its grant would carry.
+    ///
+    /// `axes` are asked in order, each standing in for `request.capability` (which is
+    /// not read); the answer holds one decision per axis asked, stopping after the first
+    /// that is not an allow. The host refuses the call unless every axis is allowed.
+    /// What this method adds over asking [`PolicyEvaluator::evaluate`] per axis is that
+    /// the evaluator knows the asks are one call: a rate limit must count it once.
+    ///
+    /// Added after the last prefix field, so a plugin built before it was added has no
+    /// entry for it. abi_stable then runs this default body on the host's side, which
+    /// asks `evaluate` once per axis ([`each_axis`]); it never panics for a missing
+    /// method. Such a plugin's rate limits therefore count each axis asked.
+    fn evaluate_axes(
+        &self,
+        request: &PolicyRequest<'_>,
+        axes: RSlice<'_, RStr<'_>>,
+    ) -> RResult<RVec<PolicyDecision>, PluginError> {
+        each_axis(request, axes.as_slice(), |r| self.evaluate(r).into_result())
+            .map(RVec::from)
+            .into()
+    }
+}
+
+/// Asks `evaluate` once per axis of `axes`, in order, with the axis as the request's
+/// capability, stopping after the first answer that is not an allow (or the first
+/// error). The per-axis meaning of [`PolicyEvaluator::evaluate_axes`], for evaluators
+/// whose answers carry no per-call state.
+///
+/// # Errors
+/// The first error `evaluate` returns.
+pub fn each_axis(
+    request: &PolicyRequest<'_>,
+    axes: &[RStr<'_>],
+    mut evaluate: impl FnMut(&PolicyRequest<'_>) -> Result<PolicyDecision, PluginError>,
+) -> Result<Vec<PolicyDecision>, PluginError> {
+    let mut answers = Vec::with_capacity(axes.len());
+    for axis in axes {
+        let decision = evaluate(&PolicyRequest {
+            capability: *axis,
+            ..*request
+        })?;
+        let allowed = decision.verdict == Verdict::ALLOW;
+        answers.push(decision);
+        if !allowed {
+            break;
+        }
+    }
+    Ok(answers)
 }
 
 /// What a confinement backend is asked to apply to the current process.

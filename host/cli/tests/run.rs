@@ -366,5 +366,48 @@ fn fresh_records_never_share_call_ids_and_bind_what_ran() {
         sums.lines()
             .any(|l| l.starts_with(&recorded) && l.ends_with("echo.wasm")),
         "{recorded} is not echo.wasm's sha256sum"
+
+/// A deny keyed on a role loads, with a warning on stderr: the role is asserted by the
+/// caller, so leaving it out escapes the rule, as the second run shows.
+#[test]
+fn a_policy_denying_by_role_warns_that_roles_are_self_asserted() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "version: 1\nrules:\n  - { id: no-guests, action: deny, role: guest }\n",
+    )
+    .unwrap();
+    let p = policy.to_str().unwrap();
+    let out = tool(
+        "echo",
+        "echo",
+        &["--input", "x", "--policy", p, "--role", "guest"],
+    );
+    assert_eq!(out.status.code(), Some(10), "{}", text(&out.stderr));
+    let warning =
+        format!("aegis: {p}:3: warning: rule \"no-guests\" is a deny keyed only on role \"guest\"");
+    assert!(
+        text(&out.stderr).contains(&warning),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = tool("echo", "echo", &["--input", "x", "--policy", p]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+/// A policy file of two YAML documents is refused, naming the file and line.
+#[test]
+fn a_policy_of_two_documents_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, "version: 1\ndefault: allow\n---\ndefault: deny\n").unwrap();
+    let p = policy.to_str().unwrap();
+    let out = tool("echo", "echo", &["--input", "x", "--policy", p]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains(&format!("{p}:3: policy: a second YAML document")),
+        "{}",
+        text(&out.stderr)
     );
 }

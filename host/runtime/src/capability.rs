@@ -8,7 +8,16 @@
 //! - **A grant is proof.** [`Grant`] has no public constructor: only
 //!   [`ToolRegistry::resolve`] mints one, and [`Grant::narrow`] can only shrink it.
 //! - **Least authority.** A call that names a capability gets only that axis of the
-//!   manifest (`fs.read` gets the read roots and nothing else).
+//!   manifest: `fs.read` gets the read roots and the write roots' contents, read-only;
+//!   `fs.write` the write roots; `net.http` the destinations. A name that is not exactly
+//!   one of these three ([`Capability`]'s `FromStr`: no case folding, no trimming) is
+//!   refused as undeclared.
+//! - **The axes a grant carries are known before it is minted.** [`ToolRegistry::axes`]
+//!   says which [`Capability`] axes [`ToolRegistry::resolve`] would hand over for the
+//!   same call, and [`Grant::axes`] says which one did; both come from the same
+//!   computation. A write root is readable in the sandbox, so a grant with write roots
+//!   carries `fs.read` as well as `fs.write`. The pipeline asks the policy about every
+//!   one of them (see `pipeline`).
 //! - **Limits only narrow.** Policy limits are applied as a minimum on every axis; a
 //!   narrowed grant never exceeds its parent (property-tested).
 //! - **Roots are canonical.** Registration resolves every root once (symlinks, `..`),
@@ -25,7 +34,59 @@
 use aegis_record::ComponentDigest;
 use aegis_record::json::MAX_SAFE_INTEGER;
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// An axis of a grant: what a call may be handed. Policy rules keyed on a capability
+/// apply to every call whose grant carries that axis, whatever the call named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Capability {
+    /// `fs.read`: reading beneath a root (read roots, and write roots too).
+    FsRead,
+    /// `fs.write`: writing beneath a write root.
+    FsWrite,
+    /// `net.http`: reaching a declared destination.
+    NetHttp,
+}
+
+impl Capability {
+    /// Every axis, in the fixed order the policy is asked about them.
+    pub const ALL: [Capability; 3] = [Capability::FsRead, Capability::FsWrite, Capability::NetHttp];
+
+    /// The name rules and the record use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Capability::FsRead => "fs.read",
+            Capability::FsWrite => "fs.write",
+            Capability::NetHttp => "net.http",
+        }
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A capability name that is not exactly `fs.read`, `fs.write` or `net.http`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown capability {0:?}: expected fs.read, fs.write or net.http")]
+pub struct UnknownCapability(pub String);
+
+impl FromStr for Capability {
+    type Err = UnknownCapability;
+
+    /// Exact names only: `FS.WRITE`, ` fs.write` or `fs.write\n` are not `fs.write`,
+    /// and are refused rather than guessed at.
+    fn from_str(s: &str) -> Result<Capability, UnknownCapability> {
+        Capability::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| UnknownCapability(s.to_owned()))
+    }
+}
 
 /// Default ceilings for a manifest that names none.
 pub const DEFAULT_LIMITS: Limits = Limits {
@@ -185,6 +246,15 @@ pub enum CapabilityDenied {
         /// The capability.
         capability: String,
     },
+    /// The grant would carry an axis the policy was not asked about (never expected:
+    /// the axes asked and the grant come from one computation; refused if they differ).
+    #[error("tool {tool:?}: the grant would carry {capability}, which policy was not asked about")]
+    Unasked {
+        /// The tool.
+        tool: String,
+        /// The axis.
+        capability: Capability,
+    },
     /// A root of the manifest no longer resolves.
     #[error("tool {tool:?}: root {root} no longer resolves")]
     RootGone {
@@ -201,6 +271,7 @@ impl CapabilityDenied {
         match self {
             CapabilityDenied::Unregistered(_) => "tool.registry",
             CapabilityDenied::Undeclared { capability, .. } => capability,
+            CapabilityDenied::Unasked { capability, .. } => capability.as_str(),
             CapabilityDenied::RootGone { .. } => "fs",
         }
     }
@@ -249,6 +320,11 @@ impl Grant {
     /// SHA-256 of the component the tool was registered with; `None` for host tools.
     pub fn component_digest(&self) -> Option<ComponentDigest> {
         self.component_digest
+    }
+
+    /// The axes this grant carries, in [`Capability::ALL`] order.
+    pub fn axes(&self) -> Vec<Capability> {
+        carried(&self.fs_read, &self.fs_write, &self.net)
     }
 
     /// The grant's only filesystem root as `(as the manifest gave it, canonical)`, when
@@ -309,14 +385,25 @@ impl Grant {
     }
 }
 
-/// The capabilities a manifest declares, by name.
-fn declares(m: &ToolManifest, capability: &str) -> bool {
-    match capability {
-        "fs.read" => !m.fs_read.is_empty() || !m.fs_write.is_empty(),
-        "fs.write" => !m.fs_write.is_empty(),
-        "net.http" => !m.net.is_empty(),
-        _ => false,
-    }
+/// The axes a grant of these roots and destinations carries, in [`Capability::ALL`]
+/// order. A write root is readable in the sandbox, so it carries `fs.read` too.
+fn carried(fs_read: &[PathBuf], fs_write: &[PathBuf], net: &[NetRule]) -> Vec<Capability> {
+    Capability::ALL
+        .into_iter()
+        .filter(|c| match c {
+            Capability::FsRead => !fs_read.is_empty() || !fs_write.is_empty(),
+            Capability::FsWrite => !fs_write.is_empty(),
+            Capability::NetHttp => !net.is_empty(),
+        })
+        .collect()
+}
+
+/// What a grant for one call hands over, before it is minted.
+struct Scope<'m> {
+    manifest: &'m ToolManifest,
+    fs_read: Vec<PathBuf>,
+    fs_write: Vec<PathBuf>,
+    net: Vec<NetRule>,
 }
 
 /// Registered tools. Built once; read by every call.
@@ -427,10 +514,67 @@ impl ToolRegistry {
         self.tools.get(tool)
     }
 
+    /// What a grant for `tool` would hand over when the call names `capability`: the
+    /// one computation behind both [`ToolRegistry::axes`] and [`ToolRegistry::resolve`].
+    fn scope(&self, tool: &str, capability: Option<&str>) -> Result<Scope<'_>, CapabilityDenied> {
+        let m = self
+            .tools
+            .get(tool)
+            .ok_or_else(|| CapabilityDenied::Unregistered(tool.to_owned()))?;
+        let named = match capability {
+            None => None,
+            Some(c) => match c.parse::<Capability>() {
+                Ok(named) if carried(&m.fs_read, &m.fs_write, &m.net).contains(&named) => {
+                    Some(named)
+                }
+                // Unknown names and axes the manifest does not declare alike.
+                _ => {
+                    return Err(CapabilityDenied::Undeclared {
+                        tool: tool.to_owned(),
+                        capability: c.to_owned(),
+                    });
+                }
+            },
+        };
+        let (fs_read, fs_write, net) = match named {
+            None => (m.fs_read.clone(), m.fs_write.clone(), m.net.clone()),
+            // fs.read also covers the write roots' contents, read-only.
+            Some(Capability::FsRead) => {
+                let mut r = m.fs_read.clone();
+                r.extend(m.fs_write.iter().cloned());
+                (r, Vec::new(), Vec::new())
+            }
+            Some(Capability::FsWrite) => (Vec::new(), m.fs_write.clone(), Vec::new()),
+            Some(Capability::NetHttp) => (Vec::new(), Vec::new(), m.net.clone()),
+        };
+        Ok(Scope {
+            manifest: m,
+            fs_read,
+            fs_write,
+            net,
+        })
+    }
+
+    /// The axes a grant for this call would carry, in [`Capability::ALL`] order, without
+    /// minting it: what the policy must be asked about. `capability` is read exactly as
+    /// by [`ToolRegistry::resolve`].
+    ///
+    /// # Errors
+    /// The refusal [`ToolRegistry::resolve`] would give for an unregistered tool or an
+    /// undeclared capability (a root that has gone is found only when minting).
+    pub fn axes(
+        &self,
+        tool: &str,
+        capability: Option<&str>,
+    ) -> Result<Vec<Capability>, CapabilityDenied> {
+        self.scope(tool, capability)
+            .map(|s| carried(&s.fs_read, &s.fs_write, &s.net))
+    }
+
     /// Mints a grant for one call, default-deny, narrowed by the policy's limits.
     ///
-    /// `capability` is the axis the call names (`fs.read`, `fs.write`, `net.http`), or
-    /// `None` for everything the manifest declares.
+    /// `capability` is the axis the call names (`fs.read`, `fs.write`, `net.http`,
+    /// exactly), or `None` for everything the manifest declares.
     ///
     /// # Errors
     /// See [`CapabilityDenied`]; nothing is minted.
@@ -440,39 +584,12 @@ impl ToolRegistry {
         capability: Option<&str>,
         policy_limits: &NarrowingLimits,
     ) -> Result<Grant, CapabilityDenied> {
-        let m = self
-            .tools
-            .get(tool)
-            .ok_or_else(|| CapabilityDenied::Unregistered(tool.to_owned()))?;
-        if let Some(c) = capability
-            && !declares(m, c)
-        {
-            return Err(CapabilityDenied::Undeclared {
-                tool: tool.to_owned(),
-                capability: c.to_owned(),
-            });
-        }
-        let wants = |axis: &str| capability.is_none_or(|c| c == axis);
-        let fs_read = if wants("fs.read") {
-            // fs.read also covers the write roots' contents, read-only.
-            let mut r = m.fs_read.clone();
-            if capability == Some("fs.read") {
-                r.extend(m.fs_write.iter().cloned());
-            }
-            r
-        } else {
-            Vec::new()
-        };
-        let fs_write = if wants("fs.write") {
-            m.fs_write.clone()
-        } else {
-            Vec::new()
-        };
-        let net = if wants("net.http") {
-            m.net.clone()
-        } else {
-            Vec::new()
-        };
+        let Scope {
+            manifest: m,
+            fs_read,
+            fs_write,
+            net,
+        } = self.scope(tool, capability)?;
         for root in fs_read.iter().chain(&fs_write) {
             if !root.is_dir() {
                 return Err(CapabilityDenied::RootGone {

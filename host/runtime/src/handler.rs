@@ -57,7 +57,6 @@
 use crate::capability::{Grant, Limits, NetRule};
 use crate::sandbox::Exceeded;
 use cap_std::fs::{Dir, OpenOptions};
-use std::fmt;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -81,33 +80,8 @@ pub const MAX_LOG_LINES: usize = 4096;
 /// Longest chunk-size line accepted in a chunked body (extensions included).
 const MAX_CHUNK_LINE: usize = 1024;
 
-/// The capability axis an operation uses, as the record names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Axis {
-    /// `fs.read`.
-    FsRead,
-    /// `fs.write`.
-    FsWrite,
-    /// `net.http`.
-    NetHttp,
-}
-
-impl Axis {
-    /// The record's name for the axis.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Axis::FsRead => "fs.read",
-            Axis::FsWrite => "fs.write",
-            Axis::NetHttp => "net.http",
-        }
-    }
-}
-
-impl fmt::Display for Axis {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The capability axis an operation uses, as the record names it: the grant's axes.
+pub use crate::capability::Capability as Axis;
 
 /// What kind of failure a [`HandlerError`] is, so the pipeline records it right.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

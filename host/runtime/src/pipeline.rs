@@ -22,8 +22,27 @@
 //!   caller hands over the frame the request arrived in (an MCP message), whose bytes
 //!   are then digested verbatim. A caller that only sets `args` and `input` cannot
 //!   leave either out.
+//! - **Policy is asked about what the grant will carry.** A capability is an axis of the
+//!   grant, not a claim of the caller: before minting, the pipeline takes the axes the
+//!   grant would carry ([`ToolRegistry::axes`]: all the manifest declares when the call
+//!   names none, what the name hands over when it names one) and asks the policy about
+//!   each, in the order `fs.read`, `fs.write`, `net.http` (once, with the empty
+//!   capability, when there are none). The call proceeds only if every axis is
+//!   allowed; the first refusal is recorded, its reason prefixed with its axis; the
+//!   limits are the narrowest of all the answers; on an allow the matched rule recorded
+//!   is the first axis's. A minted grant that carried an axis not asked about would be
+//!   refused (it cannot, as both come from one computation). So no way of stating or
+//!   omitting a capability gets past a deny keyed on one.
+//! - **One call is one ask.** The axes go to the station together
+//!   (`evaluate_axes`), so a rate limit counts the call once. A plugin built before
+//!   that method existed is asked per axis by abi_stable's fallback (see
+//!   `spec/PLUGINS.md`).
 //!
 //! # Non-guarantees
+//! - The role and session are what the caller asserts; nothing here authenticates
+//!   them, so a rule keyed on a role sorts cooperating callers only.
+//! - A call naming a capability the tool does not declare (or a name that is not one)
+//!   gets no grant, but the policy is still asked first, once, about the name as given.
 //! - The policy set hash is read just before the verdict; a reload landing between the
 //!   two reads is attributed to the newer set.
 //! - Model B handlers are checked, not isolated (see [`crate::handler`]): their effects
@@ -34,7 +53,7 @@
 //!   reports the call in flight.
 
 use crate::audit::{AuditNotice, OpenedAudit, RetentionError, open_audit};
-use crate::capability::{Grant, NarrowingLimits, ToolKind, ToolRegistry};
+use crate::capability::{CapabilityDenied, Grant, NarrowingLimits, ToolKind, ToolRegistry};
 use crate::handler::{HostContext, HostHandler};
 use crate::profile::{Profile, ProfileError};
 use crate::registry::Registry;
@@ -45,7 +64,8 @@ use aegis_record::{
     CapabilityOutcome, DecisionAxes, ExecutionOutcome, FsAxis, IntentLine, NetAxis, OutcomeLine,
     PolicyOutcome, PolicySetHash, RequestDigest, ResponseDigest, WriteError,
 };
-use aegis_station_api::{PolicyEvaluatorBox, PolicyRequest, Verdict};
+use aegis_station_api::abi_stable::std_types::{RSlice, RStr};
+use aegis_station_api::{PolicyDecision, PolicyEvaluatorBox, PolicyRequest, Verdict};
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -367,15 +387,19 @@ impl Pipeline {
 
     /// Stations 1 and 2 over a draft outcome: the request's tool and axes are read
     /// from it, and each station's decision is written into it.
+    ///
+    /// The policy is asked about every axis the grant would carry
+    /// ([`ToolRegistry::axes`]), not only the one the call names: see [`ask_policy`].
     fn stations_1_2(&self, o: &mut OutcomeLine) -> Option<Grant> {
-        let axes = &o.decision_axes;
-        let ask = PolicyRequest {
-            tool_id: o.tool_id.as_str().into(),
-            capability: axes.capability.as_deref().unwrap_or("").into(),
-            role: axes.role.as_deref().unwrap_or("").into(),
-            session: axes.session.as_deref().unwrap_or("").into(),
+        let named = o.decision_axes.capability.clone();
+        let planned = self.tools.axes(&o.tool_id, named.as_deref());
+        let axes: Vec<&str> = match &planned {
+            Ok(axes) if !axes.is_empty() => axes.iter().map(|c| c.as_str()).collect(),
+            Ok(_) => vec![""],
+            // No grant will be minted; the policy still answers first, about what the
+            // call named, so its refusal takes precedence on the record.
+            Err(_) => vec![named.as_deref().unwrap_or("")],
         };
-        let evaluated = self.policy.evaluate(&ask).into_result();
         let refused_before_capability = |o: &mut OutcomeLine, policy: PolicyOutcome, why: &str| {
             o.policy = policy;
             o.capability = CapabilityOutcome::Denied {
@@ -386,16 +410,22 @@ impl Pipeline {
                 reason: why.to_owned(),
             };
         };
-        let decision = match evaluated {
-            Ok(d) => d,
-            Err(e) => {
-                let reason = format!("the policy station failed, so the call is refused: {e}");
+        let answer = match ask_policy(&self.policy, o, &axes) {
+            Ok(answer) => answer,
+            Err(why) => {
+                let reason = format!("the policy station failed, so the call is refused: {why}");
                 refused_before_capability(o, PolicyOutcome::Denied { reason }, NOT_EXECUTED);
                 return None;
             }
         };
+        let decision = answer.decision;
         o.decision_axes.matched_rule = decision.matched_rule.clone().into_option().map(Into::into);
-        let reason = decision.reason.to_string();
+        // A refusal names the grant axis it was about; a name the caller made up is
+        // already on the record as decision_axes.capability and is not repeated.
+        let reason = match (&planned, answer.axis) {
+            (Ok(_), axis) if !axis.is_empty() => format!("{axis}: {}", decision.reason),
+            _ => decision.reason.to_string(),
+        };
         match decision.verdict {
             Verdict::ALLOW => o.policy = PolicyOutcome::Allowed,
             Verdict::DENY => {
@@ -427,17 +457,20 @@ impl Pipeline {
                 return None;
             }
         }
-        let limits = &decision.limits;
-        let narrowing = NarrowingLimits {
-            max_memory_bytes: limits.max_memory_bytes.into_option(),
-            max_wall_ms: limits.max_wall_ms.into_option(),
-            max_output_bytes: limits.max_output_bytes.into_option(),
-        };
-        let resolved = self.tools.resolve(
-            &o.tool_id,
-            o.decision_axes.capability.as_deref(),
-            &narrowing,
-        );
+        let resolved = planned.and_then(|asked| {
+            let grant = self
+                .tools
+                .resolve(&o.tool_id, named.as_deref(), &answer.narrowing)?;
+            // Fail closed should the grant ever carry an axis the policy was not asked
+            // about: the two come from one computation over an immutable registry.
+            match grant.axes().into_iter().find(|c| !asked.contains(c)) {
+                None => Ok(grant),
+                Some(unasked) => Err(CapabilityDenied::Unasked {
+                    tool: o.tool_id.clone(),
+                    capability: unasked,
+                }),
+            }
+        });
         match resolved {
             Ok(grant) => {
                 o.capability = CapabilityOutcome::Granted {
@@ -757,6 +790,78 @@ impl Drop for Call<'_> {
         // the missing outcome leaves the call in flight for `aegis verify` to flag.
         let _ = self.pipeline.audit.session.append(&outcome);
     }
+}
+
+/// The policy's answer for a whole call.
+struct PolicyAnswer<'a> {
+    /// The first refusal, or (when every axis is allowed) the first axis's allow.
+    decision: PolicyDecision,
+    /// The axis `decision` answered (`""` when the grant carries none).
+    axis: &'a str,
+    /// The narrowest of every answer's limits.
+    narrowing: NarrowingLimits,
+}
+
+/// Asks `policy` about each of `axes` (in order) for the call `o` states, as one call
+/// through [`PolicyEvaluator::evaluate_axes`](aegis_station_api::PolicyEvaluator):
+/// a plugin that has it counts the call once; one built before it is asked per axis
+/// by abi_stable's fallback.
+///
+/// The call is allowed only if every axis is. The answer must hold one decision per
+/// axis up to and including the first that is not an allow; anything else (none, too
+/// many, an allow after a refusal, a stop without one) is a station failure, and the
+/// call is refused.
+///
+/// # Errors
+/// A one-line reason the station failed.
+fn ask_policy<'a>(
+    policy: &PolicyEvaluatorBox,
+    o: &OutcomeLine,
+    axes: &[&'a str],
+) -> Result<PolicyAnswer<'a>, String> {
+    let axes_r: Vec<RStr<'_>> = axes.iter().map(|a| RStr::from(*a)).collect();
+    let ask = PolicyRequest {
+        tool_id: o.tool_id.as_str().into(),
+        capability: "".into(),
+        role: o.decision_axes.role.as_deref().unwrap_or("").into(),
+        session: o.decision_axes.session.as_deref().unwrap_or("").into(),
+    };
+    let answers = policy
+        .evaluate_axes(&ask, RSlice::from(axes_r.as_slice()))
+        .into_result()
+        .map_err(|e| e.to_string())?;
+    let shape = || {
+        format!(
+            "it answered {} decisions for {} axes asked",
+            answers.len(),
+            axes.len()
+        )
+    };
+    let refusal = answers.iter().position(|d| d.verdict != Verdict::ALLOW);
+    let decided = match refusal {
+        Some(i) if i + 1 == answers.len() && answers.len() <= axes.len() => i,
+        None if answers.len() == axes.len() && !answers.is_empty() => 0,
+        _ => return Err(shape()),
+    };
+    let mut narrowing = NarrowingLimits::default();
+    for d in answers.iter() {
+        let l = &d.limits;
+        let min = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        narrowing = NarrowingLimits {
+            max_memory_bytes: min(narrowing.max_memory_bytes, l.max_memory_bytes.into_option()),
+            max_wall_ms: min(narrowing.max_wall_ms, l.max_wall_ms.into_option()),
+            max_output_bytes: min(narrowing.max_output_bytes, l.max_output_bytes.into_option()),
+        };
+    }
+    let mut answers = answers;
+    Ok(PolicyAnswer {
+        decision: answers.swap_remove(decided),
+        axis: axes[decided],
+        narrowing,
+    })
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

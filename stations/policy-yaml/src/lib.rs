@@ -5,24 +5,35 @@
 //! atomically — a file that fails to parse leaves the old set in force.
 //!
 //! # Guarantees
-//! - See [`set`] for parsing, resolution and the hash.
+//! - See [`set`] for parsing, resolution, the hash, the size limits and the warnings.
 //! - Rate limits are token buckets, one per rule, shared by every thread that evaluates.
+//! - **One call counts once.** The host asks about every axis a call's grant would
+//!   carry (`fs.read`, `fs.write`, `net.http`) in one
+//!   [`evaluate_axes`](aegis_station_api::Policy::evaluate_axes) ask;
+//!   [`PolicyEngine::decide_axes`] answers each axis against one set and takes at most
+//!   one token from each rate_limit rule per call, however many axes that rule is
+//!   selected for. (Taking a token per axis would make a two-axis call cost two.)
 //! - `pending_approval` mints a fresh approval id and refuses the call; nothing is parked.
+//! - [`PolicyEngine::from_config`] reads at most [`set::MAX_POLICY_BYTES`] and writes
+//!   each [`set::PolicyWarning`] to stderr, one line each: the station ABI has no
+//!   channel for load diagnostics.
 //!
 //! # Non-guarantees
 //! - Rules never look at call arguments; they match tool identity, capability and role.
+//! - The role is asserted by the caller and not authenticated here; see [`set`].
 //! - Rate-limit state lives in the process: a restart refills every bucket.
 
 pub mod set;
 
-use aegis_station_api::abi_stable::std_types::{ROption, RString};
+use aegis_station_api::abi_stable::std_types::{ROption, RStr, RString};
 use aegis_station_api::{
     ErrorKind, Limits, PluginError, Policy, PolicyDecision, PolicyRequest, Verdict,
 };
 use arc_swap::ArcSwap;
 use set::{Action, Rate};
-pub use set::{PolicyError, PolicySet, Rule};
+pub use set::{PolicyError, PolicySet, PolicyWarning, Rule};
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
@@ -96,10 +107,20 @@ impl PolicyEngine {
         let c: Config =
             toml::from_str(config).map_err(|e| PluginError::new(ErrorKind::CONFIG, e.message()))?;
         let label = c.path.display().to_string();
-        let text = std::fs::read_to_string(&c.path)
-            .map_err(|e| PluginError::new(ErrorKind::IO, format!("{label}: {e}")))?;
+        let io = |e: std::io::Error| PluginError::new(ErrorKind::IO, format!("{label}: {e}"));
+        let mut text = String::new();
+        // One byte past the limit is enough to refuse it; a larger file is not read.
+        std::fs::File::open(&c.path)
+            .and_then(|f| {
+                f.take(set::MAX_POLICY_BYTES as u64 + 1)
+                    .read_to_string(&mut text)
+            })
+            .map_err(io)?;
         let set = PolicySet::parse(&text, &label)
             .map_err(|e| PluginError::new(ErrorKind::CONFIG, e.to_string()))?;
+        for warning in set.warnings() {
+            eprintln!("aegis: {warning}");
+        }
         Ok(PolicyEngine::new(set))
     }
 
@@ -118,9 +139,41 @@ impl PolicyEngine {
         Ok(())
     }
 
-    /// Decides one call.
+    /// Decides one call that names `capability` (asked alone).
     pub fn decide(&self, tool: &str, capability: &str, role: &str) -> PolicyDecision {
         let set = self.set.load();
+        self.decide_in(&set, tool, capability, role, &mut Vec::new())
+    }
+
+    /// Decides one call over each of `axes` in order, stopping after the first answer
+    /// that is not an allow: one decision per axis asked. All axes are decided by the
+    /// same set, and a rate_limit rule takes at most one token for the whole call.
+    pub fn decide_axes(&self, tool: &str, axes: &[&str], role: &str) -> Vec<PolicyDecision> {
+        let set = self.set.load();
+        let mut counted = Vec::new();
+        let mut answers = Vec::with_capacity(axes.len());
+        for axis in axes {
+            let d = self.decide_in(&set, tool, axis, role, &mut counted);
+            let allowed = d.verdict == Verdict::ALLOW;
+            answers.push(d);
+            if !allowed {
+                break;
+            }
+        }
+        answers
+    }
+
+    /// Decides one ask against `set`. `counted` holds each rate_limit rule already
+    /// charged for this call, with whether it had a token: such a rule is not charged
+    /// again.
+    fn decide_in(
+        &self,
+        set: &PolicySet,
+        tool: &str,
+        capability: &str,
+        role: &str,
+        counted: &mut Vec<(String, bool)>,
+    ) -> PolicyDecision {
         let Some(rule) = set.select(tool, capability, role) else {
             let (verdict, reason) = match set.default {
                 Action::Deny => (
@@ -146,15 +199,15 @@ impl PolicyEngine {
             ),
             Action::RateLimit => {
                 let rate = rule.rate.expect("a rate_limit rule always has a rate");
-                let now = Instant::now();
-                let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
-                let bucket = buckets
-                    .entry(rule.id.clone())
-                    .or_insert_with(|| Bucket::new(rate, now));
-                if bucket.rate != rate {
-                    *bucket = Bucket::new(rate, now); // the rule changed on reload
-                }
-                if bucket.take(now) {
+                let within = match counted.iter().find(|(id, _)| *id == rule.id) {
+                    Some(&(_, within)) => within,
+                    None => {
+                        let within = self.take(&rule.id, rate);
+                        counted.push((rule.id.clone(), within));
+                        within
+                    }
+                };
+                if within {
                     decision(
                         Verdict::ALLOW,
                         Some(rule),
@@ -175,6 +228,19 @@ impl PolicyEngine {
                 }
             }
         }
+    }
+
+    /// Takes one token from rule `id`'s bucket; whether there was one.
+    fn take(&self, id: &str, rate: Rate) -> bool {
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        let bucket = buckets
+            .entry(id.to_owned())
+            .or_insert_with(|| Bucket::new(rate, now));
+        if bucket.rate != rate {
+            *bucket = Bucket::new(rate, now); // the rule changed on reload
+        }
+        bucket.take(now)
     }
 }
 
@@ -227,5 +293,14 @@ impl Policy for PolicyEngine {
             request.capability.as_str(),
             request.role.as_str(),
         ))
+    }
+
+    fn evaluate_axes(
+        &self,
+        request: &PolicyRequest<'_>,
+        axes: &[RStr<'_>],
+    ) -> Result<Vec<PolicyDecision>, PluginError> {
+        let axes: Vec<&str> = axes.iter().map(RStr::as_str).collect();
+        Ok(self.decide_axes(request.tool_id.as_str(), &axes, request.role.as_str()))
     }
 }
