@@ -50,8 +50,9 @@ mod exit {
     about = "Run AI agents' tool calls under policy, capability grants and a sandbox, and prove afterwards what happened."
 )]
 struct Cli {
-    /// The profile to run with: a name (./profiles, $AEGIS_PROFILE_PATH, the user and
-    /// system config dirs, then the embedded ones) or a path to a .toml file.
+    /// The profile to run with: a name ($AEGIS_PROFILE_PATH, the user and system config
+    /// dirs, then the embedded ones; never the working directory) or a path to a profile
+    /// file (anything containing `/` or ending in `.toml`, e.g. ./profiles/mine.toml).
     #[arg(
         long,
         global = true,
@@ -185,7 +186,14 @@ fn main() -> ExitCode {
         } => verify(keys, trust_store, json, &path),
         Command::Keygen { out, force } => keygen(&out, force),
         Command::Run(args) => run::run(&cli.profile, &args),
-        Command::Demo => demo::run(),
+        Command::Demo => {
+            // The walk runs on the embedded default profile whatever --profile says.
+            say(format_args!(
+                "aegis: profile default ({})",
+                aegis_runtime::ProfileSource::Embedded
+            ));
+            demo::run()
+        }
         Command::Plugins {
             command: PluginsCommand::List { paths },
         } => plugins::list(&paths),
@@ -205,6 +213,30 @@ fn main() -> ExitCode {
         return ExitCode::from(exit::UNREADABLE);
     }
     ExitCode::from(code)
+}
+
+/// Finds the profile a command runs with and says on stderr which one it is and where
+/// it came from, so a profile picked up from an unexpected place is visible.
+///
+/// # Errors
+/// The exit code, after printing why the profile was refused.
+fn use_profile(name_or_path: &str) -> Result<aegis_runtime::Profile, u8> {
+    match aegis_runtime::Profile::find(name_or_path) {
+        Ok(p) => {
+            // A profile's name and path are the operator's, but a path can hold anything.
+            let source = p.source.to_string();
+            say(format_args!(
+                "aegis: profile {} ({})",
+                aegis_record::text::escape(&p.name),
+                aegis_record::text::escape(&source)
+            ));
+            Ok(p)
+        }
+        Err(e) => {
+            error(e);
+            Err(exit::REFUSED)
+        }
+    }
 }
 
 /// Set when stdout refused a write for any reason but a closed pipe.

@@ -78,12 +78,9 @@ pub fn list_profiles() -> u8 {
 }
 
 pub fn show_profile(name: &str) -> u8 {
-    let profile = match Profile::find(name) {
+    let profile = match crate::use_profile(name) {
         Ok(p) => p,
-        Err(e) => {
-            crate::error(e);
-            return crate::exit::REFUSED;
-        }
+        Err(code) => return code,
     };
     let registry = Registry::new();
     let sha: String = profile.sha256.iter().map(|b| format!("{b:02x}")).collect();
@@ -139,12 +136,9 @@ pub fn show_profile(name: &str) -> u8 {
 }
 
 pub fn export(profile: &str, out: &std::path::Path, force: bool) -> u8 {
-    let profile = match Profile::find(profile) {
+    let profile = match crate::use_profile(profile) {
         Ok(p) => p,
-        Err(e) => {
-            crate::error(e);
-            return crate::exit::REFUSED;
-        }
+        Err(code) => return code,
     };
     let registry = Registry::new();
     let plugin = match profile.resolve(&registry, "audit", &profile.audit) {

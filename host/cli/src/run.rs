@@ -8,7 +8,7 @@ use aegis_record::{CapabilityOutcome, ExecutionOutcome, PolicyOutcome};
 use aegis_runtime::capability::{DEFAULT_LIMITS, Limits, ToolKind, ToolManifest, ToolRegistry};
 use aegis_runtime::pipeline::{CallClass, CallRecord, CallRequest, Pipeline, Setup};
 use aegis_runtime::sandbox::{Options, Sandbox};
-use aegis_runtime::{PluginChoice, PluginSpec, Profile, Registry};
+use aegis_runtime::{PluginChoice, PluginSpec, Registry};
 use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -125,12 +125,9 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
         crate::error(e);
         return exit::UNREADABLE;
     }
-    let mut profile = match Profile::find(profile_name) {
+    let mut profile = match crate::use_profile(profile_name) {
         Ok(p) => p,
-        Err(e) => {
-            crate::error(e);
-            return exit::REFUSED;
-        }
+        Err(code) => return code,
     };
     if let Some(policy) = &a.policy {
         profile.policy = PluginChoice::from_flag(

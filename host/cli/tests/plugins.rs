@@ -22,7 +22,8 @@ fn aegis_in(dir: &Path) -> Command {
     c
 }
 
-/// Writes `profiles/<name>.toml` under `dir`, where `--profile <name>` finds it.
+/// Writes `profiles/<name>.toml` under `dir`, which `--profile profiles/<name>.toml`
+/// reads (a name alone never looks in the working directory).
 fn write_profile(dir: &Path, name: &str, text: &str) {
     std::fs::create_dir_all(dir.join("profiles")).unwrap();
     std::fs::write(dir.join(format!("profiles/{name}.toml")), text).unwrap();
@@ -58,7 +59,7 @@ fn the_default_profile_works_from_an_empty_directory() {
 }
 
 #[test]
-fn a_local_profile_overrides_and_errors_name_file_line_and_key() {
+fn a_local_profile_given_as_a_path_is_read_and_errors_name_file_line_and_key() {
     let dir = tempfile::tempdir().unwrap();
     write_profile(
         dir.path(),
@@ -66,7 +67,7 @@ fn a_local_profile_overrides_and_errors_name_file_line_and_key() {
         "name = \"bad\"\ndescription = \"d\"\n[policy]\nplugin = \"builtin:policy-static\"\n[capability]\n[sandbox]\nreorder = true\n[audit]\nplugin = \"builtin:memory-sink\"\n",
     );
     let o = aegis_in(dir.path())
-        .args(["--profile", "bad", "profiles", "show"])
+        .args(["--profile", "profiles/bad.toml", "profiles", "show"])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(4));
@@ -211,19 +212,136 @@ fn a_plugin_named_without_a_path_is_found_on_the_plugin_path() {
     );
     let o = aegis_in(dir.path())
         .env("AEGIS_PLUGIN_PATH", &plugins)
-        .args(["--profile", "named", "profiles", "show"])
+        .args(["--profile", "profiles/named.toml", "profiles", "show"])
         .output()
         .unwrap();
     let out = ok(&o);
     assert!(out.contains("audit        sqlite-sink 0.1.0 from"), "{out}");
     assert!(out.contains("plugins/libaegis_sink_sqlite.so"), "{out}");
     let o = aegis_in(dir.path())
-        .args(["--profile", "named", "profiles", "show"])
+        .args(["--profile", "profiles/named.toml", "profiles", "show"])
         .output()
         .unwrap();
     assert_eq!(
         o.status.code(),
         Some(4),
         "not found without the plugin path"
+    );
+    // A relative entry on the plugin path would search the working directory: skipped.
+    let o = aegis_in(dir.path())
+        .env("AEGIS_PLUGIN_PATH", "plugins")
+        .args(["--profile", "profiles/named.toml", "profiles", "show"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o.stdout));
+}
+
+/// Regression: a plain command in a checkout holding `./profiles/default.toml` read it
+/// and loaded the plugin it named. Now the embedded default is used, and stderr says so.
+#[test]
+fn a_profile_planted_in_the_working_directory_is_not_used_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let so = cdylib("aegis-test-plugin-misbehaving");
+    std::fs::create_dir(dir.path().join("profiles")).unwrap();
+    std::fs::copy(&so, dir.path().join("profiles/libevil.so")).unwrap();
+    let planted = "name = \"default\"\ndescription = \"planted\"\n[policy]\nplugin = \"./libevil.so\"\n[capability]\n[sandbox]\n[audit]\nplugin = \"builtin:memory-sink\"\n";
+    write_profile(dir.path(), "default", planted);
+    for args in [
+        vec!["profiles", "show"],
+        vec!["--profile", "default", "profiles", "show"],
+    ] {
+        let o = aegis_in(dir.path()).args(&args).output().unwrap();
+        let out = ok(&o);
+        assert!(out.contains("source       embedded"), "{out}");
+        assert!(!out.contains("misbehaving"), "{out}");
+        assert_eq!(text(&o.stderr), "aegis: profile default (embedded)\n");
+    }
+    // Named as a path it is the operator's choice, and stderr names the file.
+    let o = aegis_in(dir.path())
+        .args(["--profile", "./profiles/default.toml", "profiles", "show"])
+        .output()
+        .unwrap();
+    let out = ok(&o);
+    assert!(out.contains("policy       misbehaving"), "{out}");
+    let abs = std::path::absolute(dir.path().join("./profiles/default.toml")).unwrap();
+    assert_eq!(
+        text(&o.stderr),
+        format!("aegis: profile default ({})\n", abs.display())
+    );
+}
+
+/// The same profile file loads the same plugin from any working directory: its relative
+/// plugin path is the profile file's neighbour, not a file under the working directory.
+#[test]
+fn a_relative_plugin_path_means_the_same_file_from_any_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("conf");
+    std::fs::create_dir_all(conf.join("plugins")).unwrap();
+    std::fs::copy(cdylib("aegis-sink-sqlite"), conf.join("plugins/libsink.so")).unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(elsewhere.join("plugins")).unwrap();
+    std::fs::copy(
+        cdylib("aegis-test-plugin-misbehaving"),
+        elsewhere.join("plugins/libsink.so"),
+    )
+    .unwrap();
+    let profile = conf.join("p.toml");
+    std::fs::write(
+        &profile,
+        "name = \"rel\"\ndescription = \"d\"\n[policy]\nplugin = \"builtin:policy-static\"\n[capability]\n[sandbox]\n[audit]\nplugin = \"plugins/libsink.so\"\nconfig = { path = \"a.db\" }\n",
+    )
+    .unwrap();
+    for cwd in [&conf, &elsewhere] {
+        let o = aegis_in(cwd)
+            .arg("--profile")
+            .arg(&profile)
+            .args(["profiles", "show"])
+            .output()
+            .unwrap();
+        let out = ok(&o);
+        assert!(out.contains("audit        sqlite-sink"), "{out}");
+        assert!(
+            out.contains(&format!("{}", conf.join("plugins/libsink.so").display())),
+            "{out}"
+        );
+    }
+}
+
+/// `run` and `export` say which profile they use, before anything else on stderr.
+#[test]
+fn commands_that_use_a_profile_name_it_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = aegis_in(dir.path())
+        .args(["export", "--out", "x.aarl"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).starts_with("aegis: profile default (embedded)\n"),
+        "{}",
+        text(&o.stderr)
+    );
+    let echo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/wasm/echo.wasm");
+    let o = aegis_in(dir.path())
+        .env("XDG_CACHE_HOME", dir.path().join("cache"))
+        .args([
+            "--profile",
+            "durable-file",
+            "run",
+            "--id",
+            "echo",
+            "--input",
+            "hi",
+        ])
+        .arg("--component")
+        .arg(&echo)
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&o.stderr).lines().next(),
+        Some("aegis: profile durable-file (embedded)"),
+        "{}",
+        text(&o.stderr)
     );
 }

@@ -197,6 +197,10 @@ fn bad_input_is_one_line_with_its_exit_code() {
     let out = tool("echo", "x", &["--policy", policy.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(4));
     let err = text(&out.stderr);
+    // The profile in use, then the one-line error.
+    let err = err
+        .strip_prefix("aegis: profile default (embedded)\n")
+        .unwrap_or_else(|| panic!("{err}"));
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
         err.contains("--policy") && err.contains("bad.yaml:5"),

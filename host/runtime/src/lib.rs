@@ -18,6 +18,6 @@ pub mod sandbox;
 
 pub use audit::{AuditNotice, OpenedAudit, RetentionError, export, open_audit};
 pub use pipeline::{Call, CallClass, CallRecord, CallRequest, Pipeline, PipelineError, Setup};
-pub use plugin::{LoadError, Metadata, Origin, Plugin};
+pub use plugin::{CheckedLibrary, LoadError, Metadata, Origin, Plugin};
 pub use profile::{PluginChoice, Profile, ProfileError, ProfileSource};
 pub use registry::{PluginSpec, Registry, ResolveError};

@@ -1,9 +1,19 @@
 //! Loading plugin libraries, and the one handle type built-in and loaded plugins share.
 //!
 //! # Guarantees
-//! - Before a library is opened (and its initialisers run), the file must be a regular
-//!   file (not a symlink to one), owned by root or the current user, not writable by
-//!   group or others, and match the profile's pinned SHA-256 if one is given.
+//! - The library that is loaded is the file that was checked and hashed. The path is
+//!   walked once, one component at a time through directory descriptors, and the file is
+//!   opened once; its type, owner, mode and SHA-256 are taken through that descriptor,
+//!   and the dynamic loader is handed the same descriptor (`/proc/self/fd/N`). Renaming
+//!   or replacing anything on the path after the check changes nothing that is loaded.
+//! - The file must be a regular file (not a symlink to one), owned by root or the
+//!   current user, not writable by group or others, and match the profile's pinned
+//!   SHA-256 if one is given.
+//! - Every directory the walk passes through — each ancestor, and each directory holding
+//!   a symlink that is followed on the way — must be owned by root or the current user
+//!   and not writable by group or others, unless it is sticky (like `/tmp`: others may
+//!   add entries but not rename or remove ours). So no other non-root user can choose
+//!   which file the path names.
 //! - A library is accepted only if abi_stable finds the same station-API major and the
 //!   same layout for every type reachable from the root module; a library that ships no
 //!   layout to check is refused rather than trusted.
@@ -14,7 +24,18 @@
 //! # Non-guarantees
 //! - A loaded plugin runs with the host's privileges. The checks above decide which
 //!   code is loaded; they do not sandbox it.
-//! - Libraries are never unloaded.
+//! - The file's owner (the current user or root) can still rewrite it in place after it
+//!   was hashed; such a writer already has the host's authority.
+//! - The libraries a plugin itself depends on (`DT_NEEDED`) are found by the system's
+//!   loader rules, not by these checks.
+//! - Libraries are never unloaded, and the descriptor each was loaded through stays open
+//!   for the life of the process (see [`CheckedLibrary::load`]).
+//!
+//! # Limits
+//! - Linux only: loading goes through `/proc/self/fd`, which must be mounted.
+//! - At most [`MAX_SYMLINKS`] symlinks are followed in one path, as the kernel does.
+
+mod walk;
 
 use abi_stable::library::{LibraryError, lib_header_from_path};
 use abi_stable::std_types::RStr;
@@ -24,7 +45,12 @@ use aegis_station_api::{
 };
 use sha2::{Digest as _, Sha256};
 use std::fmt;
+use std::fs::File;
 use std::path::{Path, PathBuf};
+
+/// The most symlinks one plugin path may pass through; the kernel's own limit, so a
+/// path that loads here would also open there.
+pub const MAX_SYMLINKS: usize = 40;
 
 /// Where a plugin's code came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -133,6 +159,34 @@ pub enum LoadError {
         /// The owner.
         owner: u32,
     },
+    /// A directory on the way to it lets group or others rename or replace its entries.
+    #[error(
+        "plugin {path}: directory {dir} has mode {mode:04o}, which lets group or others replace what the path names"
+    )]
+    DirectoryWritable {
+        /// The library.
+        path: PathBuf,
+        /// The directory, as reached by the walk (symlinks followed).
+        dir: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// A directory on the way to it is owned by another user.
+    #[error("plugin {path}: directory {dir} is owned by uid {owner}, not root or the current user")]
+    DirectoryOwner {
+        /// The library.
+        path: PathBuf,
+        /// The directory, as reached by the walk (symlinks followed).
+        dir: PathBuf,
+        /// Its owner.
+        owner: u32,
+    },
+    /// This platform has no way to load a library through the descriptor that was checked.
+    #[error("plugin {path}: loading plugin libraries needs Linux (/proc/self/fd)")]
+    Unsupported {
+        /// The library.
+        path: PathBuf,
+    },
     /// The bytes differ from the profile's pin.
     #[error("plugin {path}: sha256 {found} does not match the pinned {expected}")]
     PinMismatch {
@@ -172,43 +226,14 @@ impl Plugin {
         }
     }
 
-    /// Checks and loads the plugin library at `path`.
+    /// Checks and loads the plugin library at `path`: [`CheckedLibrary::open`], then
+    /// [`CheckedLibrary::load`].
     ///
     /// # Errors
-    /// See [`LoadError`]: every check happens before the library is opened.
+    /// See [`LoadError`]: every file and directory check happens before the library is
+    /// handed to the dynamic loader.
     pub fn load(path: &Path, pin: Option<&[u8; 32]>) -> Result<Plugin, LoadError> {
-        let sha256 = check_file(path, pin)?;
-        let abi = |summary: String| LoadError::Abi {
-            path: path.to_owned(),
-            summary,
-        };
-        let header = lib_header_from_path(path).map_err(|e| abi(summarize(&e, None)))?;
-        if header.layout().is_none() {
-            return Err(abi(
-                "exports no type layout to check; refusing to load it unchecked".into(),
-            ));
-        }
-        let module = header.init_root_module::<PluginModuleRef>().map_err(|e| {
-            abi(summarize(
-                &e,
-                Some(header.version_strings().version.to_string()),
-            ))
-        })?;
-        let metadata = read_metadata(module);
-        if metadata.api_major != API_MAJOR {
-            return Err(LoadError::ApiMajor {
-                path: path.to_owned(),
-                found: metadata.api_major,
-            });
-        }
-        Ok(Plugin {
-            metadata,
-            module,
-            origin: Origin::Library {
-                path: path.to_owned(),
-                sha256,
-            },
-        })
+        CheckedLibrary::open(path, pin)?.load()
     }
 
     /// Its self-description.
@@ -246,6 +271,134 @@ impl Plugin {
     }
 }
 
+/// A plugin library opened and checked but not yet loaded: the descriptor whose bytes were
+/// hashed is the one [`CheckedLibrary::load`] hands to the dynamic loader.
+#[derive(Debug)]
+pub struct CheckedLibrary {
+    path: PathBuf,
+    file: File,
+    sha256: [u8; 32],
+}
+
+impl CheckedLibrary {
+    /// Walks `path` (relative paths start at the working directory), checks every
+    /// directory on the way and the file itself, opens the file once and hashes it
+    /// through that descriptor. Nothing of the library runs yet.
+    ///
+    /// # Errors
+    /// [`LoadError::Io`] if the path cannot be walked or read (too many symlinks, a
+    /// missing component), [`LoadError::NotRegularFile`], [`LoadError::Writable`],
+    /// [`LoadError::Owner`], [`LoadError::DirectoryWritable`],
+    /// [`LoadError::DirectoryOwner`], [`LoadError::PinMismatch`].
+    pub fn open(path: &Path, pin: Option<&[u8; 32]>) -> Result<CheckedLibrary, LoadError> {
+        let file = walk::open_checked(path)?;
+        let sha256 = hash(&file).map_err(|source| LoadError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        if let Some(expected) = pin
+            && *expected != sha256
+        {
+            return Err(LoadError::PinMismatch {
+                path: path.to_owned(),
+                expected: hex(expected),
+                found: hex(&sha256),
+            });
+        }
+        Ok(CheckedLibrary {
+            path: path.to_owned(),
+            file,
+            sha256,
+        })
+    }
+
+    /// The path it was opened by.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// SHA-256 of the bytes read through its descriptor.
+    pub fn sha256(&self) -> &[u8; 32] {
+        &self.sha256
+    }
+
+    /// Loads the checked file — through its descriptor, never its path — and reads its
+    /// root module.
+    ///
+    /// The descriptor is kept open for the life of the process, as the library is. The
+    /// loader remembers a library by the name it was opened under, `/proc/self/fd/N`; if
+    /// N were closed and reused for another plugin, that name would hand back the first
+    /// library instead of the second.
+    ///
+    /// # Errors
+    /// [`LoadError::Abi`] (abi_stable refused it), [`LoadError::ApiMajor`],
+    /// [`LoadError::Unsupported`] off Linux.
+    pub fn load(self) -> Result<Plugin, LoadError> {
+        let CheckedLibrary { path, file, sha256 } = self;
+        let by_fd = descriptor_path(&path, &file)?;
+        let abi = |summary: String| LoadError::Abi {
+            path: path.clone(),
+            summary: summary.replace(&by_fd.display().to_string(), &path.display().to_string()),
+        };
+        let header = lib_header_from_path(&by_fd);
+        // From here the loader may hold the name `/proc/self/fd/N`, whatever happened.
+        std::mem::forget(file);
+        let header = header.map_err(|e| abi(summarize(&e, None)))?;
+        if header.layout().is_none() {
+            return Err(abi(
+                "exports no type layout to check; refusing to load it unchecked".into(),
+            ));
+        }
+        let module = header.init_root_module::<PluginModuleRef>().map_err(|e| {
+            abi(summarize(
+                &e,
+                Some(header.version_strings().version.to_string()),
+            ))
+        })?;
+        let metadata = read_metadata(module);
+        if metadata.api_major != API_MAJOR {
+            return Err(LoadError::ApiMajor {
+                path,
+                found: metadata.api_major,
+            });
+        }
+        Ok(Plugin {
+            metadata,
+            module,
+            origin: Origin::Library { path, sha256 },
+        })
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn descriptor_path(_path: &Path, file: &File) -> Result<PathBuf, LoadError> {
+    use std::os::fd::AsRawFd as _;
+    Ok(PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn descriptor_path(path: &Path, _file: &File) -> Result<PathBuf, LoadError> {
+    Err(LoadError::Unsupported {
+        path: path.to_owned(),
+    })
+}
+
+/// SHA-256 of everything readable through `file`, streamed: debug plugin builds run to
+/// tens of megabytes.
+fn hash(mut file: &File) -> std::io::Result<[u8; 32]> {
+    use std::io::Read as _;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => return Ok(hasher.finalize().into()),
+            Ok(n) => hasher.update(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 fn read_metadata(module: PluginModuleRef) -> Metadata {
     let m = (module.metadata())();
     Metadata {
@@ -254,50 +407,6 @@ fn read_metadata(module: PluginModuleRef) -> Metadata {
         kinds: m.kinds,
         api_major: m.api_major,
     }
-}
-
-/// The checks made before a library is opened; returns its SHA-256.
-fn check_file(path: &Path, pin: Option<&[u8; 32]>) -> Result<[u8; 32], LoadError> {
-    let io = |source| LoadError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let meta = std::fs::symlink_metadata(path).map_err(io)?;
-    if !meta.file_type().is_file() {
-        return Err(LoadError::NotRegularFile {
-            path: path.to_owned(),
-        });
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt as _;
-        let mode = meta.mode() & 0o7777;
-        if mode & 0o022 != 0 {
-            return Err(LoadError::Writable {
-                path: path.to_owned(),
-                mode,
-            });
-        }
-        let me = rustix::process::getuid().as_raw();
-        if meta.uid() != 0 && meta.uid() != me {
-            return Err(LoadError::Owner {
-                path: path.to_owned(),
-                owner: meta.uid(),
-            });
-        }
-    }
-    let bytes = std::fs::read(path).map_err(io)?;
-    let sha256: [u8; 32] = Sha256::digest(&bytes).into();
-    if let Some(expected) = pin
-        && *expected != sha256
-    {
-        return Err(LoadError::PinMismatch {
-            path: path.to_owned(),
-            expected: hex(expected),
-            found: hex(&sha256),
-        });
-    }
-    Ok(sha256)
 }
 
 /// Turns abi_stable's error (often hundreds of lines) into one line.

@@ -6,10 +6,19 @@
 //!   order is the host's: no key can reorder, skip, repeat or add a station.
 //! - Every error is one line: `<file>:<line>: <what>`, naming the key at fault.
 //! - `default` resolves from any directory with no files present: it is embedded.
+//! - A profile is never read from the working directory unless the operator names it as
+//!   a path (`--profile ./x.toml`): names are looked up only in `$AEGIS_PROFILE_PATH`
+//!   (absolute entries), the user's and the system's config directories, then among the
+//!   embedded profiles. A `profiles/default.toml` planted in a checkout is not read.
+//! - A relative plugin path in a profile file is taken relative to the directory of the
+//!   profile file, never the working directory; an embedded profile, having no
+//!   directory, may not name a plugin by a relative path at all.
 //!
 //! # Non-guarantees
 //! - Plugin config sections are passed to the plugin as TOML text; their contents are
-//!   the plugin's to check.
+//!   the plugin's to check (a relative `path` in a sink's config is the sink's business).
+//! - The profile file itself is read by its path; who may write it is not checked. The
+//!   plugins it names are (see [`crate::plugin`]), and the profile's SHA-256 is recorded.
 
 use crate::plugin::{Origin, Plugin};
 use crate::registry::{PluginSpec, Registry, ResolveError};
@@ -121,6 +130,8 @@ pub struct Profile {
     pub confinement: Option<PluginChoice>,
     /// The audit sink.
     pub audit: PluginChoice,
+    /// What errors call it: the path as the operator gave it, or `embedded:NAME`.
+    label: String,
 }
 
 /// Why a profile was refused. Displayed as one line.
@@ -231,8 +242,23 @@ impl Profile {
                 Some(table) => toml::to_string(&table)
                     .map_err(|e| invalid(line, format!("{station}.config: {e}")))?,
             };
+            let spec = match PluginSpec::parse(t.plugin.get_ref()) {
+                PluginSpec::Path(p) if p.is_relative() => match &source {
+                    ProfileSource::File(f) => PluginSpec::Path(profile_dir(f).join(p)),
+                    ProfileSource::Embedded => {
+                        return Err(invalid(
+                            line,
+                            format!(
+                                "{station}.plugin: relative path {:?} in an embedded profile, which has no directory to resolve it against",
+                                p.display().to_string()
+                            ),
+                        ));
+                    }
+                },
+                spec => spec,
+            };
             Ok(PluginChoice {
-                spec: PluginSpec::parse(t.plugin.get_ref()),
+                spec,
                 sha256,
                 config,
                 line,
@@ -245,21 +271,27 @@ impl Profile {
             .map(|t| choice("sandbox.confinement", t))
             .transpose()?;
         let _ = file.capability;
+        let policy = choice("policy", file.policy)?;
+        let audit = choice("audit", file.audit)?;
+        let source = match source {
+            ProfileSource::File(f) => ProfileSource::File(std::path::absolute(&f).unwrap_or(f)),
+            embedded => embedded,
+        };
         Ok(Profile {
             name: file.name,
             description: file.description,
             source,
             sha256: Sha256::digest(text.as_bytes()).into(),
-            policy: choice("policy", file.policy)?,
+            policy,
             confinement,
-            audit: choice("audit", file.audit)?,
+            audit,
+            label: label.to_owned(),
         })
     }
 
     /// Finds a profile by name or path: a path (containing `/` or ending in `.toml`) is
-    /// read as is; a name is looked up as `NAME.toml` in `./profiles`,
-    /// `$AEGIS_PROFILE_PATH`, the user's and the system's config directories, then among
-    /// the embedded profiles.
+    /// read as is; a name is looked up as `NAME.toml` in [`search_path`] — never the
+    /// working directory — then among the embedded profiles.
     ///
     /// # Errors
     /// Not found, unreadable, or invalid.
@@ -342,10 +374,7 @@ impl Profile {
     }
 
     fn label(&self) -> String {
-        match &self.source {
-            ProfileSource::Embedded => format!("embedded:{}", self.name),
-            ProfileSource::File(p) => p.display().to_string(),
-        }
+        self.label.clone()
     }
 
     /// Resolves (and loads) the plugin for `station` as this profile names it.
@@ -406,15 +435,28 @@ fn parse_sha256(s: &str) -> Option<[u8; 32]> {
         .map(|h| *h.as_bytes())
 }
 
-/// Directories searched for profiles named without a path, in order.
+/// The directory a profile file's relative plugin paths are resolved against.
+fn profile_dir(file: &Path) -> PathBuf {
+    let file = std::path::absolute(file).unwrap_or_else(|_| file.to_owned());
+    file.parent()
+        .map_or_else(|| PathBuf::from("/"), Path::to_owned)
+}
+
+/// Directories searched for profiles named without a path, in order:
+/// `$AEGIS_PROFILE_PATH`, the user's config directory, `/etc/aegis/profiles`.
+///
+/// The working directory is not among them, and a relative entry in
+/// `$AEGIS_PROFILE_PATH` is skipped, so what a name means does not depend on where the
+/// command runs: a checkout cannot plant the profile (and with it the native plugin)
+/// that a plain `aegis run` would use.
 pub fn search_path() -> Vec<PathBuf> {
-    let mut dirs = vec![PathBuf::from("profiles")];
+    let mut dirs = Vec::new();
     if let Some(v) = std::env::var_os("AEGIS_PROFILE_PATH") {
-        dirs.extend(std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()));
+        dirs.extend(std::env::split_paths(&v).filter(|p| p.is_absolute()));
     }
-    if let Some(c) = std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+    if let Some(c) = std::env::var_os("XDG_CONFIG_HOME").filter(|v| Path::new(v).is_absolute()) {
         dirs.push(Path::new(&c).join("aegis/profiles"));
-    } else if let Some(home) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+    } else if let Some(home) = std::env::var_os("HOME").filter(|v| Path::new(v).is_absolute()) {
         dirs.push(Path::new(&home).join(".config/aegis/profiles"));
     }
     dirs.push(PathBuf::from("/etc/aegis/profiles"));

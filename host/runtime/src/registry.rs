@@ -1,4 +1,10 @@
 //! Finding plugins: the built-in table, the plugin search path, explicit files.
+//!
+//! # Guarantees
+//! - A plugin named without a path is looked for only in absolute directories: relative
+//!   entries of `$AEGIS_PLUGIN_PATH` (and a relative `$XDG_DATA_HOME`) are skipped, so
+//!   the working directory never supplies native code by name.
+//! - A file, however found, is checked and loaded by [`Plugin::load`].
 
 use crate::plugin::{LoadError, Plugin};
 use std::path::{Path, PathBuf};
@@ -74,7 +80,8 @@ pub struct Registry {
 
 impl Registry {
     /// The built-in plugins and the default search path: `$AEGIS_PLUGIN_PATH`
-    /// (colon-separated), then the user's and the system's plugin directories.
+    /// (colon-separated, absolute entries only), then the user's and the system's plugin
+    /// directories.
     pub fn new() -> Registry {
         Registry {
             builtins: vec![
@@ -198,13 +205,13 @@ fn default_search_path() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os("AEGIS_PLUGIN_PATH")
         .map(|v| {
             std::env::split_paths(&v)
-                .filter(|p| !p.as_os_str().is_empty())
+                .filter(|p| p.is_absolute())
                 .collect()
         })
         .unwrap_or_default();
-    if let Some(data) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+    if let Some(data) = std::env::var_os("XDG_DATA_HOME").filter(|v| Path::new(v).is_absolute()) {
         dirs.push(Path::new(&data).join("aegis/plugins"));
-    } else if let Some(home) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+    } else if let Some(home) = std::env::var_os("HOME").filter(|v| Path::new(v).is_absolute()) {
         dirs.push(Path::new(&home).join(".local/share/aegis/plugins"));
     }
     dirs.push(PathBuf::from("/usr/local/lib/aegis/plugins"));
