@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod demo;
+mod interrupt;
 mod plugins;
 mod run;
 mod style;
@@ -106,7 +107,8 @@ enum Command {
     /// be read, 4 the profile, a plugin, the key or the sink was refused, 10 refused by
     /// policy, 11 rate limited, 12 parked for approval, 13 refused by the capability
     /// station, 14 the tool trapped or exited non-zero, 15 a ceiling stopped it, 16 the
-    /// host could not start it, 17 the record could not be written (output withheld).
+    /// host could not start it, 17 the record could not be written (output withheld),
+    /// 129/130/143 stopped by SIGHUP/SIGINT/SIGTERM (its outcome is recorded first).
     Run(Box<run::RunArgs>),
     /// A guided walk: write a signed session, verify it, then tamper with it.
     Demo,

@@ -172,6 +172,14 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
         handlers: Default::default(),
         sandbox,
     };
+    // From here on a signal stops the tool and lets the record end whole.
+    let interrupts = match crate::interrupt::Interrupts::install() {
+        Ok(i) => i,
+        Err(e) => {
+            crate::error(format_args!("signal handlers could not be installed: {e}"));
+            return exit::REFUSED;
+        }
+    };
     let pipeline = match Pipeline::open(&profile, &Registry::new(), setup) {
         Ok(p) => p,
         Err(e) => {
@@ -184,6 +192,7 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
         args: &args,
         capability: a.capability.as_deref(),
         role: a.role.as_deref(),
+        cancel: Some(interrupts.token()),
         ..CallRequest::new(&a.id, &input)
     };
     let result = pipeline.call(&request);
@@ -204,7 +213,9 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
         ));
         return exit::RECORD_FAILED;
     }
-    code(record.class())
+    interrupts
+        .exit_code()
+        .unwrap_or_else(|| code(record.class()))
 }
 
 /// Hands the output to stdout and tells the operator, on stderr, what happened.

@@ -167,21 +167,17 @@ fn keygen_force_replaces_only_a_regular_file() {
     }
 }
 
+/// A mistyped path fails; keygen makes no directories the operator did not ask for.
 #[test]
-fn keygen_makes_the_missing_directory_private() {
-    use std::os::unix::fs::PermissionsExt as _;
+fn keygen_into_a_missing_directory_fails_and_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("config/aegis/signing.key");
     let out = aegis()
         .args(["keygen", "--out", key.to_str().unwrap()])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let mode = std::fs::metadata(key.parent().unwrap())
-        .unwrap()
-        .permissions()
-        .mode();
-    assert_eq!(mode & 0o777, 0o700);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(!dir.path().join("config").exists());
 }
 
 /// `keygen` to a full disk: the public key is not lost in silence.

@@ -370,6 +370,8 @@ fn fresh_records_never_share_call_ids_and_bind_what_ran() {
         sums.lines()
             .any(|l| l.starts_with(&recorded) && l.ends_with("echo.wasm")),
         "{recorded} is not echo.wasm's sha256sum"
+    );
+}
 
 /// A deny keyed on a role loads, with a warning on stderr: the role is asserted by the
 /// caller, so leaving it out escapes the rule, as the second run shows.

@@ -50,7 +50,7 @@ impl std::fmt::Display for AuditNotice {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RetentionError {
-    /// Durable sink, development key.
+    /// Durable sink and no signing key given.
     #[error(
         "audit sink {plugin} is durable ({location}) but no signing key was given, and the public development key proves nothing; create one with `aegis keygen --out PATH` and pass --signing-key PATH"
     )]
@@ -59,6 +59,21 @@ pub enum RetentionError {
         plugin: String,
         /// Where it keeps records.
         location: String,
+    },
+    /// The signing key given for a durable sink is one whose seed is published (the
+    /// development key or a spec vector key).
+    #[error(
+        "audit sink {plugin} is durable ({location}) but the signing key given is the published {key} (key_id {key_id}), whose seed anyone can read; create a key of your own with `aegis keygen --out PATH`"
+    )]
+    PublishedKeyOnDurable {
+        /// The sink plugin.
+        plugin: String,
+        /// Where it keeps records.
+        location: String,
+        /// Which published key it is.
+        key: &'static str,
+        /// Its fingerprint.
+        key_id: String,
     },
     /// A retention value this host does not define.
     #[error("audit sink {plugin} declares retention {value}, which this host does not know")]
@@ -227,9 +242,22 @@ pub fn open_audit(
         }
     };
     let key = match key {
-        Some(k) if !(retention == Retention::DURABLE && k.is_development()) => k,
+        // A key whose seed is printed in the spec proves nothing about who signed, so
+        // it never signs a record anyone keeps.
+        Some(k) if retention == Retention::DURABLE => {
+            if let Some(published) = aegis_record::key::published_test_key(&k.public_key()) {
+                return Err(RetentionError::PublishedKeyOnDurable {
+                    plugin: name,
+                    location,
+                    key: published,
+                    key_id: k.key_id().to_hex(),
+                });
+            }
+            k
+        }
+        Some(k) => k,
         None if retention == Retention::VOLATILE => SigningKey::development(),
-        _ => {
+        None => {
             return Err(RetentionError::DevelopmentKeyOnDurable {
                 plugin: name,
                 location,

@@ -21,3 +21,4 @@ pub use pipeline::{Call, CallClass, CallRecord, CallRequest, Pipeline, PipelineE
 pub use plugin::{CheckedLibrary, LoadError, Metadata, Origin, Plugin};
 pub use profile::{PluginChoice, Profile, ProfileError, ProfileSource};
 pub use registry::{PluginSpec, Registry, ResolveError};
+pub use sandbox::CancelToken;

@@ -57,7 +57,7 @@ use crate::capability::{CapabilityDenied, Grant, NarrowingLimits, ToolKind, Tool
 use crate::handler::{HostContext, HostHandler};
 use crate::profile::{Profile, ProfileError};
 use crate::registry::Registry;
-use crate::sandbox::{Ending, Exceeded, Sandbox};
+use crate::sandbox::{CancelToken, Ending, Exceeded, Sandbox};
 use aegis_record::json::SafeInt;
 use aegis_record::key::SigningKey;
 use aegis_record::{
@@ -105,6 +105,11 @@ pub struct CallRequest<'a> {
     pub role: Option<&'a str>,
     /// The policy session scope.
     pub session: Option<&'a str>,
+    /// Stops the tool from another thread (an operator's Ctrl-C, a client's
+    /// `notifications/cancelled`). A cancelled wasm call ends recorded as a trap,
+    /// `cancelled: <why>`; one cancelled before it starts runs no guest code. Host
+    /// handlers are not interrupted by it (they answer to their ceilings only).
+    pub cancel: Option<&'a CancelToken>,
 }
 
 impl<'a> CallRequest<'a> {
@@ -119,6 +124,7 @@ impl<'a> CallRequest<'a> {
             capability: None,
             role: None,
             session: None,
+            cancel: None,
         }
     }
 
@@ -522,10 +528,19 @@ impl Pipeline {
         };
         match &manifest.kind {
             ToolKind::Wasm { component } => {
-                match self
-                    .sandbox
-                    .run(component, grant, request.input, request.args)
-                {
+                let run = match request.cancel {
+                    Some(token) => self.sandbox.run_cancellable(
+                        component,
+                        grant,
+                        request.input,
+                        request.args,
+                        token,
+                    ),
+                    None => self
+                        .sandbox
+                        .run(component, grant, request.input, request.args),
+                };
+                match run {
                     Ok(run) => Executed::Ran {
                         // The sandbox returns output on success only.
                         ending: run.ending,

@@ -325,24 +325,22 @@ fn the_retention_rule_holds_for_loaded_sinks() {
         RetentionError::DevelopmentKeyOnDurable { .. }
     ));
     assert!(err.to_string().contains("aegis keygen"), "{err}");
-    let sink = file.audit_sink(&format!("path = {:?}\n", path)).unwrap();
-    let err = open_audit(
-        sink,
-        &file,
-        Some(SigningKey::development()),
-        &profile(),
-        &[],
-    )
-    .unwrap_err();
-    assert!(matches!(
-        err,
-        RetentionError::DevelopmentKeyOnDurable { .. }
-    ));
-    assert_eq!(
-        std::fs::read(&path).unwrap(),
-        b"",
-        "a refused open writes nothing"
-    );
+    assert!(!path.exists(), "a refused open leaves no file");
+    // Every key whose seed is published is refused by name, and the refused open
+    // leaves no empty record file behind.
+    for published in aegis_record::key::PUBLISHED_TEST_KEYS {
+        let sink = file.audit_sink(&format!("path = {:?}\n", path)).unwrap();
+        let key = SigningKey::from_seed(published.seed);
+        let err = open_audit(sink, &file, Some(key.clone()), &profile(), &[]).unwrap_err();
+        assert!(
+            matches!(err, RetentionError::PublishedKeyOnDurable { .. }),
+            "{err}"
+        );
+        let said = err.to_string();
+        assert!(said.contains(published.name), "{said}");
+        assert!(said.contains(&key.key_id().to_hex()), "{said}");
+        assert!(!path.exists(), "a refused open leaves no file");
+    }
 
     std::fs::write(&path, b"{\"half a line").unwrap();
     let sink = file.audit_sink(&format!("path = {:?}\n", path)).unwrap();

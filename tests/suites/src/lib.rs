@@ -14,6 +14,27 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+/// A profile with `plugin` (given `config`) as its policy station and a durable file
+/// sink writing `dir/record.aarl`, as an operator would write it; and that record's path.
+pub fn suite_profile(dir: &Path, plugin: &str, config: &str) -> (Profile, PathBuf) {
+    let record = dir.join("record.aarl");
+    let profile_text = format!(
+        "name = \"suite\"\ndescription = \"suite\"\n\
+         [policy]\nplugin = {plugin:?}\nconfig = {{ {config} }}\n\
+         [capability]\n[sandbox]\n\
+         [audit]\nplugin = \"builtin:file-sink\"\nconfig = {{ path = {:?} }}\n",
+        record.display().to_string(),
+    );
+    let profile_path = dir.join("suite.toml");
+    let profile = Profile::parse(
+        &profile_text,
+        &profile_path.display().to_string(),
+        ProfileSource::File(profile_path.clone()),
+    )
+    .expect("profile");
+    (profile, record)
+}
+
 /// A committed guest component from `tests/fixtures/wasm`.
 pub fn guest(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -138,21 +159,7 @@ impl Harness {
         handlers: BTreeMap<String, HostHandler>,
         sandbox: Arc<Sandbox>,
     ) -> Harness {
-        let record = dir.path().join("record.aarl");
-        let profile_text = format!(
-            "name = \"suite\"\ndescription = \"suite\"\n\
-             [policy]\nplugin = {plugin:?}\nconfig = {{ {config} }}\n\
-             [capability]\n[sandbox]\n\
-             [audit]\nplugin = \"builtin:file-sink\"\nconfig = {{ path = {:?} }}\n",
-            record.display().to_string(),
-        );
-        let profile_path = dir.path().join("suite.toml");
-        let profile = Profile::parse(
-            &profile_text,
-            &profile_path.display().to_string(),
-            ProfileSource::File(profile_path.clone()),
-        )
-        .expect("profile");
+        let (profile, record) = suite_profile(dir.path(), plugin, config);
         let key = SigningKey::generate().expect("key");
         let mut registry = ToolRegistry::new();
         for t in tools {
