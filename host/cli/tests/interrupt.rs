@@ -82,11 +82,16 @@ fn start(guest_name: &str, record: &Path, key: &Path) -> Child {
 }
 
 fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill")
-        .args([&format!("-{name}"), &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    use rustix::process::{Pid, Signal, kill_process};
+    let signal = match name {
+        "INT" => Signal::INT,
+        "TERM" => Signal::TERM,
+        "HUP" => Signal::HUP,
+        "KILL" => Signal::KILL,
+        other => panic!("no signal {other} in these tests"),
+    };
+    let pid = Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+    kill_process(pid, signal).unwrap();
 }
 
 /// Waits for `child`, killing it if it outlives a minute (so a regression fails the
