@@ -155,14 +155,30 @@ pub fn export(profile: &str, out: &std::path::Path, force: bool) -> u8 {
             return crate::exit::REFUSED;
         }
     };
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true);
-    if force {
-        options.create(true).truncate(true);
-    } else {
-        options.create_new(true);
+    // --force replaces an earlier export and nothing else: a device, a FIFO or a link
+    // (whose target would be truncated) at `out` is refused. The file is then made
+    // afresh with O_EXCL, which never follows a link planted after the check.
+    match std::fs::symlink_metadata(out) {
+        Ok(meta) if !meta.file_type().is_file() => {
+            crate::error(format_args!(
+                "{}: is not a regular file; export writes only a file of its own",
+                out.display()
+            ));
+            return crate::exit::TAMPERED_OR_USAGE;
+        }
+        Ok(_) if force => {
+            if let Err(e) = std::fs::remove_file(out) {
+                crate::error(format_args!("{}: {e}", out.display()));
+                return crate::exit::UNREADABLE;
+            }
+        }
+        _ => {}
     }
-    let file = match options.open(out) {
+    let file = match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(out)
+    {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             crate::error(format_args!(

@@ -231,3 +231,82 @@ fn a_closed_or_full_stderr_is_never_a_panic() {
         assert_eq!(out.status.code(), Some(2), "{redirect}");
     }
 }
+
+/// A record (`run --audit`) and an export (`export --out`, even with `--force`) go only
+/// into a regular file of their own: a planted link is not followed (its target would be
+/// appended to or truncated), `/dev/null` would keep nothing, and a FIFO would block.
+#[test]
+fn records_and_exports_go_only_into_regular_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("k");
+    let out = aegis()
+        .args(["keygen", "--out", key.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"precious\n").unwrap();
+    let link = dir.path().join("link.aarl");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let fifo = dir.path().join("fifo.aarl");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let echo = guest("echo");
+    let run_into = |record: &Path| {
+        aegis()
+            .arg("run")
+            .arg("--component")
+            .arg(&echo)
+            .args(["--id", "echo", "--input", "x", "--audit"])
+            .arg(record)
+            .arg("--signing-key")
+            .arg(&key)
+            .output()
+            .unwrap()
+    };
+    for target in [link.as_path(), fifo.as_path(), Path::new("/dev/null")] {
+        let out = run_into(target);
+        assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("regular file"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert!(out.stdout.is_empty(), "the tool never ran");
+    }
+
+    let record = dir.path().join("record.aarl");
+    let out = run_into(&record);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let profile = dir.path().join("p.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            "name = \"p\"\ndescription = \"p\"\n[policy]\nplugin = \"builtin:policy-static\"\nconfig = {{ verdict = \"deny\" }}\n[capability]\n[sandbox]\n[audit]\nplugin = \"builtin:file-sink\"\nconfig = {{ path = {:?} }}\n",
+            record.display().to_string()
+        ),
+    )
+    .unwrap();
+    for target in [link.as_path(), fifo.as_path(), Path::new("/dev/null")] {
+        let out = aegis()
+            .arg("--profile")
+            .arg(&profile)
+            .args(["export", "--force", "--out"])
+            .arg(target)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    }
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious\n");
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}

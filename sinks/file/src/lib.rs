@@ -82,6 +82,39 @@ impl std::fmt::Debug for FileSink {
     }
 }
 
+/// The refusal of a record path that names something other than a regular file.
+fn not_a_file(path: &Path, kind: &std::fs::FileType) -> PluginError {
+    #[cfg(unix)]
+    use std::os::unix::fs::FileTypeExt as _;
+    let what = if kind.is_symlink() {
+        "a symbolic link (name the file itself)"
+    } else if kind.is_dir() {
+        "a directory"
+    } else {
+        #[cfg(unix)]
+        {
+            if kind.is_fifo() {
+                "a FIFO"
+            } else if kind.is_char_device() || kind.is_block_device() {
+                "a device"
+            } else if kind.is_socket() {
+                "a socket"
+            } else {
+                "not a regular file"
+            }
+        }
+        #[cfg(not(unix))]
+        "not a regular file"
+    };
+    PluginError::new(
+        ErrorKind::REFUSED,
+        format!(
+            "{}: is {what}; a record must be a regular file of its own",
+            path.display()
+        ),
+    )
+}
+
 fn io_err(path: &Path, what: &str, e: &std::io::Error) -> PluginError {
     PluginError::new(ErrorKind::IO, format!("{}: {what}: {e}", path.display()))
 }
@@ -109,7 +142,19 @@ impl FileSink {
         let mut options = std::fs::OpenOptions::new();
         options.read(true).append(true);
         #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            // A record is a file of its own: never a link someone planted (appending to
+            // what it points at), and a FIFO must not block the open before the check.
+            options
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+        }
+        if let Ok(meta) = std::fs::symlink_metadata(path)
+            && !meta.file_type().is_file()
+        {
+            return Err(not_a_file(path, &meta.file_type()));
+        }
         // Create only if absent, and remember it: a file this sink made but never wrote
         // to is removed again when it is dropped (a refused session leaves nothing).
         let (mut file, created) = match options.clone().create_new(true).open(path) {
@@ -120,6 +165,14 @@ impl FileSink {
             ),
             Err(e) => return Err(io_err(path, "open", &e)),
         };
+        // The path may have changed between the look and the open: check what was opened.
+        let kind = file
+            .metadata()
+            .map_err(|e| io_err(path, "stat", &e))?
+            .file_type();
+        if !kind.is_file() {
+            return Err(not_a_file(path, &kind));
+        }
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -410,6 +463,52 @@ mod tests {
         std::fs::write(&path, b"").unwrap();
         drop(s);
         assert!(path.exists());
+    }
+
+    /// A record path that names a link, a device, a FIFO, a socket or a directory is
+    /// refused before anything is written: `--audit /dev/null` would keep nothing, a FIFO
+    /// would block the writer, and a planted link would append to what it points at.
+    #[cfg(unix)]
+    #[test]
+    fn only_a_regular_file_is_a_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious\n").unwrap();
+        let link = dir.path().join("link.aarl");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let dangling = dir.path().join("dangling.aarl");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+        let fifo = dir.path().join("fifo.aarl");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let socket = dir.path().join("socket.aarl");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        for (path, said) in [
+            (link.as_path(), "symbolic link"),
+            (dangling.as_path(), "symbolic link"),
+            (fifo.as_path(), "FIFO"),
+            (socket.as_path(), "socket"),
+            (Path::new("/dev/null"), "device"),
+            (dir.path(), "directory"),
+        ] {
+            let Err(e) = FileSink::open(path) else {
+                panic!("{} was taken as a record", path.display());
+            };
+            assert!(
+                e.message.contains(said),
+                "{}: {}",
+                path.display(),
+                e.message
+            );
+        }
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious\n");
+        assert!(
+            !dir.path().join("nowhere").exists(),
+            "a dangling link is not followed"
+        );
     }
 
     #[test]
