@@ -51,7 +51,7 @@ pub fn list(paths: &[PathBuf]) -> u8 {
             }
         }
     }
-    let _ = crate::print(out.as_bytes());
+    let _ = crate::print(shown(&out).as_bytes());
     crate::exit::OK
 }
 
@@ -73,7 +73,7 @@ pub fn list_profiles() -> u8 {
             }
         }
     }
-    let _ = crate::print(out.as_bytes());
+    let _ = crate::print(shown(&out).as_bytes());
     crate::exit::OK
 }
 
@@ -127,7 +127,7 @@ pub fn show_profile(name: &str) -> u8 {
         }
     }
     station(&mut out, "audit", "audit", &profile.audit);
-    let _ = crate::print(out.as_bytes());
+    let _ = crate::print(shown(&out).as_bytes());
     if refused {
         crate::exit::REFUSED
     } else {
@@ -207,4 +207,10 @@ pub fn export(profile: &str, out: &std::path::Path, force: bool) -> u8 {
             crate::exit::UNREADABLE
         }
     }
+}
+
+/// A listing as it may reach a terminal: plugin metadata, profile descriptions and
+/// error text come from files and libraries, so their control characters are escaped.
+fn shown(listing: &str) -> std::borrow::Cow<'_, str> {
+    aegis_record::text::escape_keeping_lines(listing)
 }

@@ -310,3 +310,29 @@ fn records_and_exports_go_only_into_regular_files() {
             .is_symlink()
     );
 }
+
+/// A profile's text (and a plugin's metadata, printed the same way) cannot drive the
+/// terminal: `profiles show` escapes what it lists.
+#[test]
+fn a_profile_description_cannot_drive_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("p.toml");
+    std::fs::write(
+        &profile,
+        "name = \"p\"\ndescription = \"evil \\u001b[2J\\rVerified (pinned)\"\n[policy]\nplugin = \"builtin:policy-static\"\nconfig = { verdict = \"deny\" }\n[capability]\n[sandbox]\n[audit]\nplugin = \"builtin:memory-sink\"\n",
+    )
+    .unwrap();
+    let out = aegis()
+        .arg("--profile")
+        .arg(&profile)
+        .args(["profiles", "show"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(
+        !shown.contains('\x1b') && !shown.contains('\r'),
+        "{shown:?}"
+    );
+    assert!(shown.contains("\\u{1b}"), "{shown}");
+}
