@@ -122,18 +122,25 @@ proptest! {
     }
 
     /// Cutting a closed file anywhere that removes more than its final newline is never
-    /// Verified — except exactly after an earlier session's close line, which leaves a
-    /// shorter file of whole sessions (SPEC §10: whole trailing sessions can be removed
-    /// undetected). That cut must verify, and any other must not.
+    /// Verified — except a cut that ends on an earlier session's close line (with or
+    /// without its newline), which leaves a shorter file of whole sessions (SPEC §10:
+    /// whole trailing sessions can be removed undetected). That cut verifies; no other
+    /// does.
     #[test]
     fn truncation_is_never_verified(bytes in file(), at in any::<prop::sample::Index>()) {
         let cut = at.index(bytes.len() - 1);
         let kept = &bytes[..cut];
-        let at_session_boundary = kept.ends_with(b"\n")
-            && kept[..kept.len() - 1]
-                .rsplit(|&b| b == b'\n')
-                .next()
-                .is_some_and(|last| last.windows(20).any(|w| w == b"\"line_type\":\"close\""));
+        // Whole sessions are left when the cut ends on a close line, with or without
+        // its newline (a final line needs none).
+        let at_session_boundary = kept
+            .strip_suffix(b"\n")
+            .unwrap_or(kept)
+            .rsplit(|&b| b == b'\n')
+            .next()
+            .is_some_and(|last| {
+                let close = b"\"line_type\":\"close\"";
+                last.ends_with(b"}") && last.windows(close.len()).any(|w| w == close)
+            });
         prop_assert_eq!(is_verified(&check(kept)), at_session_boundary);
     }
 
