@@ -15,8 +15,7 @@
 //! - `call/durable/{1,16}`: the same call through the file sink (fsync, group commit)
 //!   with 1 and 16 concurrent callers; throughput in calls per second.
 
-#[path = "../../tests/support/cdylib.rs"]
-mod support;
+use aegis_test_support as support;
 
 use aegis_policy_yaml::{PolicyEngine, PolicySet};
 use aegis_record::key::SigningKey;

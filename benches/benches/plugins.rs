@@ -7,8 +7,7 @@
 //!   and 64 concurrent writers (group commit), against one `fdatasync` per line on a
 //!   plain file. Target: ≥ 10× the per-line baseline at 64 writers.
 
-#[path = "../../tests/support/cdylib.rs"]
-mod support;
+use aegis_test_support as support;
 
 use aegis_policy_static::StaticPolicy;
 use aegis_runtime::{Plugin, PluginSpec, Registry};

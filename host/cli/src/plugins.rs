@@ -8,7 +8,7 @@ fn origin(p: &Plugin) -> String {
     match p.origin() {
         Origin::Builtin => "builtin".to_owned(),
         Origin::Library { path, sha256 } => {
-            let hex: String = sha256.iter().take(8).map(|b| format!("{b:02x}")).collect();
+            let hex = aegis_record::digest::encode_hex(&sha256[..8]);
             format!("{} (sha256 {hex}…)", path.display())
         }
     }
@@ -83,7 +83,7 @@ pub fn show_profile(name: &str) -> u8 {
         Err(code) => return code,
     };
     let registry = Registry::new();
-    let sha: String = profile.sha256.iter().map(|b| format!("{b:02x}")).collect();
+    let sha = aegis_record::digest::encode_hex(&profile.sha256);
     let mut out = String::new();
     let _ = writeln!(out, "name         {}", profile.name);
     let _ = writeln!(out, "description  {}", profile.description);

@@ -1,8 +1,7 @@
 //! `aegis plugins`, `aegis profiles` and `aegis export` as a user runs them, including a
 //! vendor sink (SQLite) loaded from its file path whose record `aegis verify` accepts.
 
-#[path = "../../../tests/support/cdylib.rs"]
-mod support;
+use aegis_test_support as support;
 
 use aegis_record::{IntentLine, RequestDigest, SigningKey};
 use aegis_runtime::{Plugin, Profile, open_audit};

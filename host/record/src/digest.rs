@@ -28,7 +28,14 @@ pub enum HexError {
 }
 
 /// Decodes exactly `N` bytes from `2N` lowercase hex characters.
-pub(crate) fn decode_hex<const N: usize>(s: &str) -> Result<[u8; N], HexError> {
+///
+/// This and [`encode_hex`] are the workspace's one hex codec: every crate that shows or
+/// reads bytes as hex uses them, so there is one spelling (lowercase) everywhere.
+///
+/// # Errors
+/// The length is not `2N`, or a character is outside `0-9a-f` (uppercase is refused,
+/// not folded).
+pub fn decode_hex<const N: usize>(s: &str) -> Result<[u8; N], HexError> {
     let bytes = s.as_bytes();
     if bytes.len() != 2 * N {
         return Err(HexError::Length {
@@ -48,8 +55,8 @@ pub(crate) fn decode_hex<const N: usize>(s: &str) -> Result<[u8; N], HexError> {
     Ok(out)
 }
 
-/// Lowercase hex of `bytes`.
-pub(crate) fn encode_hex(bytes: &[u8]) -> String {
+/// Lowercase hex of `bytes`, two characters per byte.
+pub fn encode_hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {

@@ -190,7 +190,7 @@ pub fn provenance(profile: &Profile, plugins: &[(&str, &Plugin)], retention: Ret
     p.insert("aegis_version", env!("CARGO_PKG_VERSION"));
     let mut prof = Object::new();
     prof.insert("name", profile.name.as_str());
-    prof.insert("sha256", crate::plugin::hex(&profile.sha256));
+    prof.insert("sha256", aegis_record::digest::encode_hex(&profile.sha256));
     p.insert("profile", prof);
     p.insert(
         "plugins",

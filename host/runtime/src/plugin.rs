@@ -39,6 +39,7 @@ mod walk;
 
 use abi_stable::library::{LibraryError, lib_header_from_path};
 use abi_stable::std_types::RStr;
+use aegis_record::digest::encode_hex;
 use aegis_station_api::{
     API_MAJOR, AuditSinkBox, ConfinementBackendBox, Kinds, PluginError, PluginModuleRef,
     PolicyEvaluatorBox,
@@ -71,13 +72,9 @@ impl Origin {
     pub fn digest_label(&self) -> String {
         match self {
             Origin::Builtin => "builtin".to_owned(),
-            Origin::Library { sha256, .. } => hex(sha256),
+            Origin::Library { sha256, .. } => encode_hex(sha256),
         }
     }
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A plugin's self-description, copied out of the library.
@@ -301,8 +298,8 @@ impl CheckedLibrary {
         {
             return Err(LoadError::PinMismatch {
                 path: path.to_owned(),
-                expected: hex(expected),
-                found: hex(&sha256),
+                expected: encode_hex(expected),
+                found: encode_hex(&sha256),
             });
         }
         Ok(CheckedLibrary {

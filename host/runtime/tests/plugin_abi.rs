@@ -12,8 +12,7 @@ use aegis_station_api::{
     Verdict as PolicyVerdict,
 };
 
-#[path = "../../../tests/support/cdylib.rs"]
-mod support;
+use aegis_test_support as support;
 use support::cdylib;
 
 fn request(tool: &str) -> PolicyRequest<'_> {

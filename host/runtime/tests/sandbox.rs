@@ -396,10 +396,7 @@ fn committed_guests_match_sha256sums() {
     for line in sums.lines() {
         let (hex, name) = line.split_once("  ").unwrap();
         let bytes = std::fs::read(wasm.join(name)).unwrap();
-        let actual: String = Sha256::digest(&bytes)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let actual = aegis_record::digest::encode_hex(&Sha256::digest(&bytes));
         assert_eq!(actual, hex, "{name}");
         listed.push(name.to_owned());
     }

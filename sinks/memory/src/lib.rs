@@ -3,6 +3,10 @@
 //! # Guarantees
 //! - Declares [`Retention::VOLATILE`], so the host announces that nothing is retained and
 //!   names no path.
+//! - An append takes exactly one line ending in a newline, like the durable sinks, and
+//!   stores it whole; anything else is refused and stores nothing.
+//! - Passes the sink conformance kit (`tests/conformance.rs`); a sticky failure and a
+//!   torn tail do not apply, since nothing here can fail or outlive the process.
 //!
 //! # Non-guarantees
 //! - Nothing survives the process: a record kept here is not evidence.
@@ -68,7 +72,16 @@ impl Sink for MemorySink {
     }
 
     fn append(&self, line: &[u8]) -> Result<(), PluginError> {
-        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        // Exactly one line, as the other sinks insist: accepting two here would store
+        // them as one entry that `read_lines` returns as one "line", and accepting a
+        // line without its newline would let a caller's bug pass in tests against this
+        // sink and fail only against a durable one.
+        let Some(line) = line.strip_suffix(b"\n").filter(|l| !l.contains(&b'\n')) else {
+            return Err(PluginError::new(
+                aegis_station_api::ErrorKind::OTHER,
+                "append takes exactly one line ending in a newline",
+            ));
+        };
         self.lines().push(line.to_vec());
         Ok(())
     }

@@ -276,10 +276,7 @@ fn approval_id() -> String {
             .map_or(0, |d| d.as_nanos());
         bytes = t.to_le_bytes();
     }
-    format!(
-        "apr-{}",
-        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    )
+    format!("apr-{}", aegis_record::digest::encode_hex(&bytes))
 }
 
 impl Policy for PolicyEngine {

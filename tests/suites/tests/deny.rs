@@ -399,12 +399,9 @@ fn the_intent_is_on_disk_before_the_tool_runs() {
     h.finish();
 }
 
-#[path = "../../support/cdylib.rs"]
-mod cdylib;
-
 #[test]
 fn a_policy_plugin_that_panics_denies_the_call_and_the_host_carries_on() {
-    let plugin = cdylib::cdylib("aegis-test-plugin-misbehaving");
+    let plugin = aegis_test_support::cdylib("aegis-test-plugin-misbehaving");
     let h = Harness::with_policy_plugin(
         tempfile::tempdir().unwrap(),
         plugin.to_str().unwrap(),

@@ -9,8 +9,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-#[path = "../../support/cdylib.rs"]
-mod support;
+use aegis_test_support as support;
 use support::cdylib;
 
 /// The working directory is the process's: tests that move it take this first.

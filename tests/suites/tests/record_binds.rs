@@ -68,10 +68,7 @@ fn regression_a_huge_control_character_error_still_verifies() {
         panic!("a trap");
     };
     let full = format!("handler error: {message}");
-    let digest: String = sha256(full.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let digest = aegis_record::digest::encode_hex(&sha256(full.as_bytes()));
     assert!(
         recorded.ends_with(&format!(
             "...[truncated: {} bytes, sha256 {digest}]",

@@ -1,10 +1,13 @@
-//! Builds the plugin cdylibs the tests load, once per test binary.
+//! Shared pieces of the workspace's tests and benches: building the plugin cdylibs the
+//! tests load, once per test binary.
 //!
 //! `cargo test` builds library crates as test harnesses and does not produce the `.so`
 //! of a cdylib-only crate, so the tests ask cargo for them, in the profile the test
 //! binary itself was built with.
-
-#![allow(dead_code, reason = "each test or bench binary uses a different part")]
+//!
+//! This crate is a dev-dependency only (`publish = false`). It used to be a file that
+//! each test pulled in with `#[path]`, which compiled it once per test binary with its
+//! own lint and dead-code settings; a crate is compiled once and checked like any other.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -61,7 +64,7 @@ pub fn altered_api_plugin() -> PathBuf {
                 .expect("target dir")
                 .join("altered-abi");
             let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../tests/plugin-abi/altered-api/Cargo.toml");
+                .join("../plugin-abi/altered-api/Cargo.toml");
             let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
             cmd.arg("build")
                 .arg("--manifest-path")

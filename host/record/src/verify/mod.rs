@@ -1,0 +1,125 @@
+//! The verifier walk: three verdicts, every class, same bytes → same report.
+//!
+//! The walk holds what the writer held — session index, expected seq, running tail hash,
+//! the session's key — and reads the file once, streaming. Hashing is sequential by
+//! nature; strict signature checks are independent, so they run on worker threads while
+//! the walk goes on. When several problems exist, the one earliest in the file decides,
+//! so the report does not depend on thread timing.
+//!
+//! # Guarantees
+//! - **Tampered** means the file contradicts itself or the caller's trust slice: a chain
+//!   break, seq repeated or backwards, a signed line without a valid signature, a key_id
+//!   that is not the session's key, a broken session boundary, a line outside the format
+//!   (other than a torn final line), an untrusted key, a second decision for one
+//!   approval_id, or an intent line that carries a signature.
+//! - **Indeterminate** means nothing contradicts the file but something cannot be
+//!   decided: an unknown line type without a signature, a reserved checkpoint, a torn
+//!   final line, an unanchored final session, a seq gap over an intact chain, an empty file.
+//! - **Verified** means every line parsed, chained and verified, and the file ends with a
+//!   verified close. Without a trust slice it proves internal consistency only.
+//! - The report never hides a call that has an intent and no outcome: calls in the
+//!   final session are listed as in flight, calls whose session was later closed or
+//!   superseded by a new open as unfinished — both whenever the verdict is not Tampered,
+//!   and even when it is Verified.
+//! - The walk is bounded: it reads at most [`MAX_LINE_BYTES`] + 1 bytes of any line, and
+//!   stops reading as soon as a Tampered finding decides the verdict, so an endless
+//!   source without a newline (`/dev/zero`, a sparse hole) ends in a verdict.
+//! - A record signed by a key in [`crate::key::PUBLISHED_TEST_KEYS`] is labelled as
+//!   proving nothing about its author, pinned or not.
+//!
+//! # Non-guarantees
+//! - Unpinned, a whole rewritten session signed by an attacker's own key verifies: the
+//!   label says "unpinned" for that reason.
+//! - Nothing after the last signature can be authenticated; coverage says where that is.
+//!   Intents are unsigned, so the call lists are information, not evidence: an intent
+//!   after the coverage position can be removed, and its listing with it.
+//! - Only keys whose seeds this crate knows were published are named as test keys.
+//!
+//! # Limits
+//! - A line longer than [`MAX_LINE_BYTES`] is malformed. Memory is otherwise flat in the
+//!   file's length, except for one fixed-size entry per decided approval_id (a digest)
+//!   and per call in flight in the current session (a digest of its call_id, its seq and
+//!   the first [`MAX_ID_BYTES`] of its call_id and tool_id).
+//! - Each call list names at most [`MAX_LISTED_CALLS`] calls, then counts the rest; an id
+//!   longer than [`MAX_ID_BYTES`] is shown cut, and marked so.
+//! - A source that keeps producing well-formed lines, or blank lines after an unparsable
+//!   one (which might yet be a torn final line), is read until it ends: nothing before
+//!   the end decides such a verdict.
+//!
+//! # Layout
+//! - `verdict`: the three verdicts and the classes of finding behind them.
+//! - `report`: the report a walk produces, and its text and JSON renderings.
+//! - `walk`: the per-line state machine that reads the file once.
+//! - `workers`: the threads that check signatures while the walk goes on.
+//! - `trust`: the trust store an operator pins keys with.
+
+mod report;
+mod trust;
+mod verdict;
+mod walk;
+mod workers;
+
+pub use crate::json::quote;
+pub use report::{InFlight, Report};
+pub use trust::{TrustStoreError, parse_trust_store};
+pub use verdict::{
+    BoundaryProblem, Indeterminate, Position, SignatureProblem, Tampered, Trust, Verdict,
+};
+
+use crate::key::PublicKey;
+use std::io::Read;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::sync::mpsc::sync_channel;
+use walk::Walk;
+use workers::{Batch, MAX_THREADS, Shared, worker};
+
+/// The longest line the verifier reads. The format's own lines are well under 64 KiB.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// How many calls each call list of a report names (`in_flight`, `unfinished`); the
+/// rest are counted.
+pub const MAX_LISTED_CALLS: usize = 64;
+
+/// How many bytes of a `call_id` or `tool_id` the walk keeps for the report (cut at a
+/// character boundary). Calls are matched by a digest of the whole `call_id`.
+pub const MAX_ID_BYTES: usize = 64;
+
+/// What the caller supplies.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Keys the caller anchored out of band. `None` is an unpinned walk; `Some` of an
+    /// empty slice is a pin nothing satisfies.
+    pub trust: Option<Vec<PublicKey>>,
+    /// Signature-checking threads; 0 means one per available core (at most 64).
+    pub threads: usize,
+}
+
+/// Verifies the chain file read from `input`.
+///
+/// # Errors
+/// Only when reading fails; everything about the content is in the [`Report`].
+pub fn verify(input: impl Read, options: &Options) -> std::io::Result<Report> {
+    let threads = match options.threads {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
+    }
+    .min(MAX_THREADS);
+    let shared = Shared {
+        first_failure: Mutex::new(None),
+        earliest_line: AtomicU64::new(u64::MAX),
+    };
+    let (tx, rx) = sync_channel::<Batch>(threads * 2);
+    let rx = Mutex::new(rx);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| worker(&rx, &shared));
+        }
+        let mut walk = Walk::new(options, tx, &shared);
+        let result = walk.run(input);
+        let walked = walk.finish();
+        // The sender is dropped inside finish(), so workers drain and stop.
+        result.map(|()| walked)
+    })
+    .map(|walked| walked.into_report(&shared))
+}

@@ -1,0 +1,260 @@
+//! The verifier's report and its two renderings: text for people, canonical JSON for
+//! machines. Both are functions of the report alone (no timestamps, no paths), so the
+//! same bytes in give the same bytes out.
+
+use super::quote;
+use super::verdict::{Indeterminate, Position, Trust, Verdict};
+use crate::digest::KeyId;
+use crate::json::{Object, Value};
+
+/// A call with an intent and no outcome: in flight in the final session, or unfinished
+/// in a session that was closed or superseded without its outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InFlight {
+    /// The intent line's position.
+    pub at: Position,
+    /// The call: the `call_id`, or its first [`MAX_ID_BYTES`](super::MAX_ID_BYTES) when longer.
+    pub call_id: String,
+    /// The tool: the `tool_id`, or its first [`MAX_ID_BYTES`](super::MAX_ID_BYTES) when longer.
+    pub tool_id: String,
+    /// Whether `call_id` was cut.
+    pub call_id_truncated: bool,
+    /// Whether `tool_id` was cut.
+    pub tool_id_truncated: bool,
+}
+
+/// The verifier's answer. Only [`verify`](super::verify()) constructs one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    pub(super) verdict: Verdict,
+    pub(super) keys: Vec<KeyId>,
+    pub(super) coverage: Option<Position>,
+    pub(super) in_flight: Vec<InFlight>,
+    pub(super) in_flight_unlisted: u64,
+    pub(super) unfinished: Vec<InFlight>,
+    pub(super) unfinished_unlisted: u64,
+    pub(super) findings: Vec<Indeterminate>,
+}
+
+/// An id quoted for the text report; a cut id ends in `…` inside the quotes.
+fn show_id(id: &str, truncated: bool) -> String {
+    let mut q = quote(id);
+    if truncated && !q.ends_with("…\"") {
+        q.insert(q.len() - 1, '…');
+    }
+    q
+}
+
+impl Report {
+    /// The verdict.
+    pub fn verdict(&self) -> &Verdict {
+        &self.verdict
+    }
+
+    /// Each key published by an open line the walk reached (including one it then
+    /// rejected, such as an untrusted key), in order of first appearance.
+    pub fn keys(&self) -> &[KeyId] {
+        &self.keys
+    }
+
+    /// The highest position a valid signature reached before any contradiction.
+    pub fn coverage(&self) -> Option<Position> {
+        self.coverage
+    }
+
+    /// Calls with an intent and no outcome in the final session, after its last close,
+    /// in intent order (at most [`MAX_LISTED_CALLS`](super::MAX_LISTED_CALLS)). Empty when the verdict is Tampered.
+    pub fn in_flight(&self) -> &[InFlight] {
+        &self.in_flight
+    }
+
+    /// How many calls in flight [`Report::in_flight`] does not list.
+    pub fn in_flight_unlisted(&self) -> u64 {
+        self.in_flight_unlisted
+    }
+
+    /// Calls with an intent and no outcome whose session was closed, or superseded by a
+    /// later open, without their outcome: an interrupted run that a later run anchored.
+    /// In file order (at most [`MAX_LISTED_CALLS`](super::MAX_LISTED_CALLS)), whatever the verdict except Tampered.
+    pub fn unfinished(&self) -> &[InFlight] {
+        &self.unfinished
+    }
+
+    /// How many unfinished calls [`Report::unfinished`] does not list.
+    pub fn unfinished_unlisted(&self) -> u64 {
+        self.unfinished_unlisted
+    }
+
+    /// The names of the published test keys (spec §9.5) among [`Report::keys`], in the
+    /// same order. A record signed by one proves nothing about who wrote it.
+    pub fn published_test_keys(&self) -> Vec<(KeyId, &'static str)> {
+        self.keys
+            .iter()
+            .filter_map(|k| crate::key::published_test_key_id(k).map(|name| (*k, name)))
+            .collect()
+    }
+
+    /// Every Indeterminate finding, in file order (at most 64), whatever the verdict.
+    pub fn findings(&self) -> &[Indeterminate] {
+        &self.findings
+    }
+
+    /// The first line of the human report.
+    pub fn headline(&self) -> String {
+        match &self.verdict {
+            Verdict::Verified(Trust::PinnedTo(k)) => format!("Verified (pinned to {k})"),
+            Verdict::Verified(Trust::Pinned) => "Verified (pinned)".to_owned(),
+            Verdict::Verified(Trust::Unpinned) => "Verified (unpinned)".to_owned(),
+            Verdict::Indeterminate(r) => format!("Indeterminate — {r}"),
+            Verdict::Tampered(r) => format!("Tampered — {r}"),
+        }
+    }
+
+    /// The human report: headline, then `key_id`, `published_test_key`, `coverage`,
+    /// `in_flight`, `in_flight_unlisted`, `unfinished` and `unfinished_unlisted` lines.
+    /// No timestamps and no paths: same bytes in, same text out.
+    pub fn to_text(&self) -> String {
+        let dev = crate::key::development_key_id();
+        let mut s = self.headline();
+        s.push('\n');
+        for k in &self.keys {
+            s.push_str(&format!("key_id {k}"));
+            if *k == dev {
+                s.push_str(" (the public development key: proves nothing)");
+            }
+            s.push('\n');
+        }
+        for (k, name) in self.published_test_keys() {
+            s.push_str(&format!(
+                "published_test_key {k} (the {name}, whose seed is public: this record proves nothing about its author)\n"
+            ));
+        }
+        if let Some(c) = self.coverage {
+            s.push_str(&format!("coverage session {} seq {}\n", c.session, c.seq));
+        }
+        let calls = |s: &mut String, label: &str, list: &[InFlight], unlisted: u64| {
+            for call in list {
+                s.push_str(&format!(
+                    "{label} session {} seq {} call_id {} tool_id {}\n",
+                    call.at.session,
+                    call.at.seq,
+                    show_id(&call.call_id, call.call_id_truncated),
+                    show_id(&call.tool_id, call.tool_id_truncated)
+                ));
+            }
+            if unlisted > 0 {
+                s.push_str(&format!("{label}_unlisted {unlisted}\n"));
+            }
+        };
+        calls(
+            &mut s,
+            "in_flight",
+            &self.in_flight,
+            self.in_flight_unlisted,
+        );
+        calls(
+            &mut s,
+            "unfinished",
+            &self.unfinished,
+            self.unfinished_unlisted,
+        );
+        s
+    }
+
+    /// The report as one canonical JSON object (a documented, only-growing shape).
+    pub fn to_json(&self) -> Vec<u8> {
+        let pos = |p: Position| {
+            let mut o = Object::new();
+            o.insert(
+                "session",
+                crate::json::SafeInt::new(p.session).unwrap_or_default(),
+            );
+            o.insert("seq", crate::json::SafeInt::new(p.seq).unwrap_or_default());
+            Value::Object(o)
+        };
+        let mut o = Object::new();
+        o.insert("headline", self.headline());
+        match &self.verdict {
+            Verdict::Verified(t) => {
+                o.insert("verdict", "verified");
+                o.insert(
+                    "trust",
+                    match t {
+                        Trust::PinnedTo(_) => "pinned_to",
+                        Trust::Pinned => "pinned",
+                        Trust::Unpinned => "unpinned",
+                    },
+                );
+            }
+            Verdict::Indeterminate(r) => {
+                o.insert("verdict", "indeterminate");
+                o.insert("class", r.code());
+                o.insert("reason", r.to_string());
+            }
+            Verdict::Tampered(r) => {
+                o.insert("verdict", "tampered");
+                o.insert("class", r.code());
+                o.insert("reason", r.to_string());
+                o.insert(
+                    "line",
+                    crate::json::SafeInt::new(r.line()).unwrap_or_default(),
+                );
+            }
+        }
+        let dev = crate::key::development_key_id();
+        let keys: Vec<Value> = self
+            .keys
+            .iter()
+            .map(|k| {
+                let mut ko = Object::new();
+                ko.insert("key_id", *k);
+                ko.insert("development", *k == dev);
+                if let Some(name) = crate::key::published_test_key_id(k) {
+                    ko.insert("published_test_key", name);
+                }
+                Value::Object(ko)
+            })
+            .collect();
+        o.insert("keys", Value::Array(keys));
+        o.insert(
+            "signed_by_published_test_key",
+            !self.published_test_keys().is_empty(),
+        );
+        if let Some(c) = self.coverage {
+            o.insert("coverage", pos(c));
+        }
+        let calls = |list: &[InFlight]| {
+            let calls: Vec<Value> = list
+                .iter()
+                .map(|c| {
+                    let mut co = Object::new();
+                    co.insert("at", pos(c.at));
+                    co.insert("call_id", c.call_id.as_str());
+                    co.insert("call_id_truncated", c.call_id_truncated);
+                    co.insert("tool_id", c.tool_id.as_str());
+                    co.insert("tool_id_truncated", c.tool_id_truncated);
+                    Value::Object(co)
+                })
+                .collect();
+            Value::Array(calls)
+        };
+        let count = |n: u64| crate::json::SafeInt::new(n).unwrap_or_default();
+        o.insert("in_flight", calls(&self.in_flight));
+        o.insert("in_flight_unlisted", count(self.in_flight_unlisted));
+        o.insert("unfinished", calls(&self.unfinished));
+        o.insert("unfinished_unlisted", count(self.unfinished_unlisted));
+        let findings: Vec<Value> = self
+            .findings
+            .iter()
+            .map(|r| {
+                let mut fo = Object::new();
+                fo.insert("class", r.code());
+                fo.insert("reason", r.to_string());
+                Value::Object(fo)
+            })
+            .collect();
+        o.insert("findings", Value::Array(findings));
+        o.to_canonical()
+    }
+}

@@ -1,0 +1,704 @@
+//! The walk: a per-line state machine holding what the writer held (session index,
+//! expected seq, running tail hash, the session's key). It reads the file once,
+//! streaming, hands signature checks to the workers, and turns what it saw into a
+//! [`Report`] once the workers are done.
+
+use super::report::{InFlight, Report};
+use super::verdict::{
+    BoundaryProblem, Indeterminate, Position, SignatureProblem, Tampered, Trust, Verdict,
+};
+use super::workers::{BATCH, Batch, Job, Shared, sig_failure};
+use super::{MAX_ID_BYTES, MAX_LINE_BYTES, MAX_LISTED_CALLS, Options};
+use crate::digest::{KeyId, LineHash, sha256};
+use crate::json::{self, Object, ParseError, Value};
+use crate::key::{Signature, VerifyingKey};
+use crate::line::{
+    DecisionLine, FieldError, Fields, IntentLine, LineType, OpenLine, OutcomeLine, SCHEMA_VERSION,
+};
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Read};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, PoisonError};
+
+/// How many findings of the Indeterminate kind the report keeps.
+const MAX_FINDINGS: usize = 64;
+
+/// The first [`MAX_ID_BYTES`] of `s`, cut at a character boundary, and whether it was cut.
+fn id_prefix(s: &str) -> (String, bool) {
+    if s.len() <= MAX_ID_BYTES {
+        return (s.to_owned(), false);
+    }
+    let mut end = MAX_ID_BYTES;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    (s[..end].to_owned(), true)
+}
+
+struct SessionState {
+    index: u64,
+    expected_seq: u64,
+    tail: LineHash,
+    key: Arc<VerifyingKey>,
+    key_id: KeyId,
+    /// Whether the session's last line so far is an anchor (close, or a checkpoint).
+    anchored: bool,
+    /// SHA-256 of call_id → the intent, for naming calls in flight. Keyed by digest and
+    /// holding only id prefixes, so an entry has a fixed size whatever the ids' length.
+    in_flight: HashMap<[u8; 32], Pending>,
+}
+
+/// A call in flight as the walk holds it.
+struct Pending {
+    /// Intent order in the file, for listing.
+    order: u64,
+    seq: u64,
+    call_id: Box<str>,
+    call_id_truncated: bool,
+    tool_id: Box<str>,
+    tool_id_truncated: bool,
+}
+
+impl Pending {
+    fn new(order: u64, seq: u64, call_id: &str, tool_id: &str) -> Pending {
+        let (call_id, call_id_truncated) = id_prefix(call_id);
+        let (tool_id, tool_id_truncated) = id_prefix(tool_id);
+        Pending {
+            order,
+            seq,
+            call_id: call_id.into_boxed_str(),
+            call_id_truncated,
+            tool_id: tool_id.into_boxed_str(),
+            tool_id_truncated,
+        }
+    }
+}
+
+/// A bounded list of calls: the first [`MAX_LISTED_CALLS`] named, the rest counted.
+#[derive(Default)]
+struct CallList {
+    listed: Vec<InFlight>,
+    unlisted: u64,
+}
+
+impl CallList {
+    /// Appends a session's calls without outcome, in intent order.
+    fn take_session(&mut self, session: u64, calls: HashMap<[u8; 32], Pending>) {
+        let mut calls: Vec<Pending> = calls.into_values().collect();
+        calls.sort_unstable_by_key(|c| c.order);
+        let room = MAX_LISTED_CALLS.saturating_sub(self.listed.len());
+        let extra = calls.len().saturating_sub(room);
+        self.unlisted = self.unlisted.saturating_add(extra as u64);
+        calls.truncate(room);
+        self.listed.extend(calls.into_iter().map(|c| InFlight {
+            at: Position {
+                session,
+                seq: c.seq,
+            },
+            call_id: c.call_id.into(),
+            tool_id: c.tool_id.into(),
+            call_id_truncated: c.call_id_truncated,
+            tool_id_truncated: c.tool_id_truncated,
+        }));
+    }
+
+    fn total(&self) -> u64 {
+        (self.listed.len() as u64).saturating_add(self.unlisted)
+    }
+}
+
+pub(super) struct Walked {
+    tampered: Option<Tampered>,
+    /// Each key with the file line it was first seen on.
+    keys: Vec<(KeyId, u64)>,
+    trust_used: bool,
+    last_signed: Option<Position>,
+    /// Each finding with its file line.
+    findings: Vec<(Indeterminate, u64)>,
+    torn: Option<u64>,
+    saw_line: bool,
+    /// The final session's index, if it is not anchored.
+    unanchored: Option<u64>,
+    /// Calls without outcome in the final session.
+    in_flight: CallList,
+    /// Calls without outcome in sessions that were closed or superseded.
+    unfinished: CallList,
+}
+
+impl Walked {
+    pub(super) fn into_report(self, shared: &Shared) -> Report {
+        let failure = shared
+            .first_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        // The earliest finding in the file decides; a walk finding wins a tie.
+        let (tampered, coverage) = match (self.tampered, failure) {
+            (Some(t), Some(f)) if f.line < t.line() => (Some(sig_failure(&f)), f.covered_before),
+            (None, Some(f)) => (Some(sig_failure(&f)), f.covered_before),
+            (Some(t), _) => (Some(t), self.last_signed),
+            (None, None) => (None, self.last_signed),
+        };
+        // The walk may have read past the deciding line before a worker's failure reached
+        // it, by a distance that depends on timing: report only what precedes the
+        // deciding line, so the same bytes always give the same report.
+        let cut = tampered.as_ref().map_or(u64::MAX, Tampered::line);
+        let keys: Vec<KeyId> = self
+            .keys
+            .iter()
+            .filter(|(_, line)| *line <= cut)
+            .map(|(k, _)| *k)
+            .collect();
+        let findings: Vec<Indeterminate> = self
+            .findings
+            .into_iter()
+            .filter(|(_, line)| *line < cut)
+            .map(|(f, _)| f)
+            .collect();
+        // A Tampered file is not evidence of anything, calls included; and the walk may
+        // have read a timing-dependent distance past the deciding line.
+        let (in_flight, unfinished) = if tampered.is_some() {
+            (CallList::default(), CallList::default())
+        } else {
+            (self.in_flight, self.unfinished)
+        };
+        let verdict = if let Some(t) = tampered {
+            Verdict::Tampered(t)
+        } else {
+            let mut reasons = findings.clone();
+            if let Some(session) = self.unanchored {
+                reasons.push(Indeterminate::UnanchoredTail {
+                    session,
+                    in_flight: usize::try_from(in_flight.total()).unwrap_or(usize::MAX),
+                });
+            }
+            if let Some(line) = self.torn {
+                reasons.push(Indeterminate::TornFinalLine { line });
+            }
+            if !self.saw_line {
+                reasons.push(Indeterminate::Empty);
+            }
+            match reasons.into_iter().next() {
+                Some(r) => Verdict::Indeterminate(r),
+                None if !self.trust_used => Verdict::Verified(Trust::Unpinned),
+                None if keys.len() == 1 => Verdict::Verified(Trust::PinnedTo(keys[0])),
+                None => Verdict::Verified(Trust::Pinned),
+            }
+        };
+        Report {
+            verdict,
+            keys,
+            coverage,
+            in_flight: in_flight.listed,
+            in_flight_unlisted: in_flight.unlisted,
+            unfinished: unfinished.listed,
+            unfinished_unlisted: unfinished.unlisted,
+            findings,
+        }
+    }
+}
+
+pub(super) struct Walk<'a> {
+    options: &'a Options,
+    tx: Option<SyncSender<Batch>>,
+    shared: &'a Shared,
+    batch: Vec<Job>,
+    batch_covered_before: Option<Position>,
+    sessions: u64,
+    session: Option<SessionState>,
+    /// SHA-256 of each decided approval_id: fixed size whatever the ids' length.
+    decided: HashSet<[u8; 32]>,
+    /// The current line's signing input, when it could be cut from canonical bytes.
+    signing_input: Option<Vec<u8>>,
+    out: Walked,
+    next_order: u64,
+}
+
+/// A finding that ends the walk.
+type Stop = Tampered;
+
+impl<'a> Walk<'a> {
+    pub(super) fn new(options: &'a Options, tx: SyncSender<Batch>, shared: &'a Shared) -> Walk<'a> {
+        Walk {
+            options,
+            tx: Some(tx),
+            shared,
+            batch: Vec::with_capacity(BATCH),
+            batch_covered_before: None,
+            sessions: 0,
+            session: None,
+            decided: HashSet::new(),
+            signing_input: None,
+            out: Walked {
+                tampered: None,
+                keys: Vec::new(),
+                trust_used: options.trust.is_some(),
+                last_signed: None,
+                findings: Vec::new(),
+                torn: None,
+                saw_line: false,
+                unanchored: None,
+                in_flight: CallList::default(),
+                unfinished: CallList::default(),
+            },
+            next_order: 0,
+        }
+    }
+
+    pub(super) fn run(&mut self, input: impl Read) -> std::io::Result<()> {
+        let mut reader = BufReader::with_capacity(1 << 16, input);
+        let mut pending: Option<(u64, Vec<u8>, bool)> = None;
+        let mut buf = Vec::new();
+        let mut line_no = 0u64;
+        loop {
+            buf.clear();
+            let (n, oversize) = read_line(&mut reader, &mut buf)?;
+            if n == 0 {
+                break;
+            }
+            line_no += 1;
+            if buf
+                .iter()
+                .all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+                && !oversize
+            {
+                continue;
+            }
+            if let Some((no, bytes, over)) = pending.take()
+                && let Err(stop) = self.line(no, &bytes, over, false)
+            {
+                self.out.tampered = Some(stop);
+                return Ok(());
+            }
+            if self.shared.earliest_line.load(Ordering::Relaxed) != u64::MAX {
+                // A signature already failed earlier in the file; nothing later matters.
+                return Ok(());
+            }
+            if oversize {
+                // Malformed wherever it stands: the verdict is decided, so stop reading.
+                if let Err(stop) = self.line(line_no, &[], true, false) {
+                    self.out.tampered = Some(stop);
+                }
+                return Ok(());
+            }
+            let trimmed = buf.strip_suffix(b"\n").unwrap_or(&buf).to_vec();
+            pending = Some((line_no, trimmed, oversize));
+        }
+        if let Some((no, bytes, over)) = pending
+            && let Err(stop) = self.line(no, &bytes, over, true)
+        {
+            self.out.tampered = Some(stop);
+        }
+        Ok(())
+    }
+
+    pub(super) fn finish(mut self) -> Walked {
+        self.flush();
+        self.tx = None;
+        if self.out.tampered.is_none()
+            && let Some(s) = self.session.take()
+        {
+            if !s.anchored {
+                self.out.unanchored = Some(s.index);
+            }
+            self.out.in_flight.take_session(s.index, s.in_flight);
+        }
+        self.out
+    }
+
+    fn flush(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let jobs = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        let batch = Batch {
+            jobs,
+            covered_before: self.batch_covered_before,
+        };
+        if let Some(tx) = &self.tx {
+            // Workers only stop when the sender is gone, so this cannot fail while we hold it.
+            let _ = tx.send(batch);
+        }
+    }
+
+    fn note(&mut self, finding: Indeterminate, line: u64) {
+        if self.out.findings.len() < MAX_FINDINGS {
+            self.out.findings.push((finding, line));
+        }
+    }
+
+    fn line(&mut self, no: u64, bytes: &[u8], oversize: bool, last: bool) -> Result<(), Stop> {
+        self.out.saw_line = true;
+        let malformed = |detail: String| Tampered::Malformed { line: no, detail };
+        if oversize {
+            return Err(malformed(format!("longer than {MAX_LINE_BYTES} bytes")));
+        }
+        let (obj, layout) = match json::parse_line(bytes) {
+            Ok((Value::Object(o), layout)) => (o, layout),
+            Ok(_) => return Err(malformed("not a JSON object".into())),
+            Err(e @ ParseError::Syntax { .. }) => {
+                if last {
+                    self.out.torn = Some(no);
+                    return Ok(());
+                }
+                return Err(malformed(e.to_string()));
+            }
+            Err(e) => return Err(malformed(format!("outside the value space: {e}"))),
+        };
+        let field = |e: FieldError| malformed(e.to_string());
+        let f = Fields::new(&obj, "");
+        let version = f.int("schema_version").map_err(field)?;
+        if version.get() != u64::from(SCHEMA_VERSION) {
+            return Err(malformed(format!(
+                "schema_version: expected {SCHEMA_VERSION}, found {version}"
+            )));
+        }
+        let line_type = LineType::from_token(f.str("line_type").map_err(field)?);
+        let seq = f.int("seq").map_err(field)?.get();
+        let prev_hash = f.hex("prev_hash", LineHash::from_hex).map_err(field)?;
+        // Lines as written by a conforming emitter are already canonical: hash them as
+        // they are and cut the signature out, instead of serializing twice more.
+        debug_assert!(!layout.canonical || obj.to_canonical() == bytes);
+        let hash = if layout.canonical {
+            LineHash::of_line(bytes)
+        } else {
+            LineHash::of_line(&obj.to_canonical())
+        };
+        self.signing_input = layout.without_signature(bytes);
+
+        if line_type == LineType::Open {
+            return self.open(no, &obj, seq, prev_hash, hash);
+        }
+
+        let Some(session) = self.session.as_mut() else {
+            return Err(Tampered::SessionBoundary {
+                session: 0,
+                line: no,
+                detail: BoundaryProblem::BeforeOpen,
+            });
+        };
+        // Any line after an anchor leaves the tail unanchored again until the next one.
+        session.anchored = false;
+        if seq < session.expected_seq {
+            return Err(Tampered::SeqOutOfOrder {
+                session: session.index,
+                line: no,
+                expected: session.expected_seq,
+                found: seq,
+            });
+        }
+        let at = Position {
+            session: session.index,
+            seq,
+        };
+        if prev_hash != session.tail {
+            return Err(Tampered::ChainBreak {
+                at,
+                line: no,
+                claimed: prev_hash,
+                actual: session.tail,
+            });
+        }
+        let gap = (seq > session.expected_seq).then(|| Indeterminate::MissingLines {
+            session: session.index,
+            from: session.expected_seq,
+            to: seq - 1,
+        });
+        session.expected_seq = seq + 1;
+        session.tail = hash;
+        if let Some(g) = gap {
+            self.note(g, no);
+        }
+
+        match &line_type {
+            LineType::Intent => {
+                if obj.contains_key("signature") || obj.contains_key("key_id") {
+                    return Err(malformed(
+                        "an intent line carries a signature or key_id; intents are never signed"
+                            .into(),
+                    ));
+                }
+                let intent = IntentLine::from_object(&obj).map_err(field)?;
+                let order = self.next_order;
+                self.next_order += 1;
+                if let Some(s) = self.session.as_mut() {
+                    s.in_flight.insert(
+                        sha256(intent.call_id.as_bytes()),
+                        Pending::new(order, seq, &intent.call_id, &intent.tool_id),
+                    );
+                }
+            }
+            LineType::Outcome => {
+                let outcome = OutcomeLine::from_object(&obj).map_err(field)?;
+                self.signed(no, at, &obj)?;
+                if let Some(s) = self.session.as_mut() {
+                    s.in_flight.remove(&sha256(outcome.call_id.as_bytes()));
+                }
+            }
+            LineType::Decision => {
+                let decision = DecisionLine::from_object(&obj).map_err(field)?;
+                if !self.decided.insert(sha256(decision.approval_id.as_bytes())) {
+                    return Err(Tampered::DuplicateDecision {
+                        at,
+                        line: no,
+                        approval_id: decision.approval_id,
+                    });
+                }
+                self.signed(no, at, &obj)?;
+            }
+            LineType::Close => {
+                self.signed(no, at, &obj)?;
+                if let Some(s) = self.session.as_mut() {
+                    s.anchored = true;
+                    // Calls left without outcome at a close will never get one.
+                    let calls = std::mem::take(&mut s.in_flight);
+                    self.out.unfinished.take_session(s.index, calls);
+                }
+            }
+            LineType::Checkpoint => {
+                self.signed(no, at, &obj)?;
+                if let Some(s) = self.session.as_mut() {
+                    s.anchored = true;
+                }
+                self.note(Indeterminate::ReservedCheckpoint { at, line: no }, no);
+            }
+            LineType::Unknown(token) => {
+                if obj.contains_key("signature") {
+                    self.signed(no, at, &obj)?;
+                }
+                self.note(
+                    Indeterminate::UnknownLineType {
+                        token: token.clone(),
+                        at,
+                        line: no,
+                    },
+                    no,
+                );
+            }
+            LineType::Open => unreachable!("handled above"),
+        }
+        Ok(())
+    }
+
+    fn open(
+        &mut self,
+        no: u64,
+        obj: &Object,
+        seq: u64,
+        prev_hash: LineHash,
+        hash: LineHash,
+    ) -> Result<(), Stop> {
+        let malformed = |detail: String| Tampered::Malformed { line: no, detail };
+        let index = self.sessions;
+        let open = OpenLine::from_object(obj).map_err(|e| malformed(e.to_string()))?;
+        if seq != 0 {
+            return Err(malformed(format!(
+                "open line with seq {seq}; sessions start at 0"
+            )));
+        }
+        if prev_hash != LineHash::GENESIS {
+            return Err(malformed(
+                "open line's prev_hash is not the genesis digest".into(),
+            ));
+        }
+        match (&self.session, open.prev_session_tail) {
+            (None, None) => {}
+            (None, Some(_)) => {
+                return Err(Tampered::SessionBoundary {
+                    session: index,
+                    line: no,
+                    detail: BoundaryProblem::MissingPredecessor,
+                });
+            }
+            (Some(prev), claimed) if claimed != Some(prev.tail) => {
+                return Err(Tampered::SessionBoundary {
+                    session: index,
+                    line: no,
+                    detail: BoundaryProblem::TailMismatch {
+                        claimed,
+                        actual: prev.tail,
+                    },
+                });
+            }
+            (Some(_), _) => {}
+        }
+        let at = Position {
+            session: index,
+            seq: 0,
+        };
+        let key_id = open.public_key.key_id();
+        if !self.out.keys.iter().any(|(k, _)| *k == key_id) {
+            self.out.keys.push((key_id, no));
+        }
+        let key = match VerifyingKey::new(&open.public_key) {
+            Ok(k) => Arc::new(k),
+            Err(e) => {
+                let problem = match e {
+                    crate::key::KeyError::SmallOrder => SignatureProblem::KeySmallOrder,
+                    _ => SignatureProblem::KeyNotAPoint,
+                };
+                return Err(Tampered::BadSignature {
+                    at,
+                    line: no,
+                    problem,
+                });
+            }
+        };
+        if let Some(trust) = &self.options.trust
+            && !trust.contains(&open.public_key)
+        {
+            return Err(Tampered::UntrustedKey {
+                at,
+                line: no,
+                key_id,
+            });
+        }
+        // The previous session's calls in flight are anchored by this open line: they
+        // will never get an outcome, and the report keeps naming them.
+        if let Some(prev) = self.session.take() {
+            self.out.unfinished.take_session(prev.index, prev.in_flight);
+        }
+        self.session = Some(SessionState {
+            index,
+            expected_seq: 1,
+            tail: hash,
+            key,
+            key_id,
+            anchored: false,
+            in_flight: HashMap::new(),
+        });
+        self.sessions += 1;
+        self.signed(no, at, obj)
+    }
+
+    /// Checks the signature members and queues the strict check.
+    fn signed(&mut self, no: u64, at: Position, obj: &Object) -> Result<(), Stop> {
+        let session = self
+            .session
+            .as_ref()
+            .expect("signed lines follow an open line");
+        let Some(sig) = obj.get("signature") else {
+            return Err(Tampered::MissingSignature { at, line: no });
+        };
+        let bad = |problem| Tampered::BadSignature {
+            at,
+            line: no,
+            problem,
+        };
+        let signature = sig
+            .as_str()
+            .and_then(|s| Signature::from_hex(s).ok())
+            .ok_or_else(|| bad(SignatureProblem::NotHex))?;
+        let Some(key_id) = obj.get("key_id") else {
+            return Err(bad(SignatureProblem::NoKeyId));
+        };
+        let key_id = key_id
+            .as_str()
+            .and_then(|s| KeyId::from_hex(s).ok())
+            .ok_or_else(|| Tampered::Malformed {
+                line: no,
+                detail: "key_id: expected 64 lowercase hex characters".into(),
+            })?;
+        if key_id != session.key_id {
+            return Err(Tampered::KeyMismatch {
+                at,
+                line: no,
+                found: key_id,
+                expected: session.key_id,
+            });
+        }
+        let message = self.signing_input.take().unwrap_or_else(|| {
+            let mut m = Vec::with_capacity(1024);
+            obj.write_canonical_skipping(Some("signature"), &mut m);
+            m
+        });
+        if self.batch.is_empty() {
+            self.batch_covered_before = self.out.last_signed;
+        }
+        self.batch.push(Job {
+            line: no,
+            at,
+            key: Arc::clone(&session.key),
+            message,
+            signature,
+        });
+        self.out.last_signed = Some(at);
+        if self.batch.len() == BATCH {
+            self.flush();
+        }
+        Ok(())
+    }
+}
+
+/// Reads one line including its `\n` into `buf`. A line whose content goes over
+/// [`MAX_LINE_BYTES`] is reported as oversize as soon as its first byte over the limit is
+/// read, and nothing more is read: the line is malformed whatever follows, and the rest
+/// of it may never end (`/dev/zero`, a sparse hole).
+fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>) -> std::io::Result<(usize, bool)> {
+    let mut total = 0;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok((total, false));
+        }
+        let (chunk, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (&available[..=i], true),
+            None => (available, false),
+        };
+        // The limit counts the line's content, not its newline.
+        let content = chunk.len() - usize::from(done);
+        if buf.len() + content > MAX_LINE_BYTES {
+            let take = MAX_LINE_BYTES + 1 - buf.len();
+            reader.consume(take);
+            return Ok((total + take, true));
+        }
+        let take = chunk.len();
+        buf.extend_from_slice(chunk);
+        total += take;
+        reader.consume(take);
+        if done {
+            return Ok((total, false));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn oversize(bytes: &[u8]) -> Vec<bool> {
+        let mut reader = BufReader::with_capacity(4096, bytes);
+        let mut out = Vec::new();
+        loop {
+            let mut buf = Vec::new();
+            let (n, over) = read_line(&mut reader, &mut buf).unwrap();
+            if n == 0 {
+                return out;
+            }
+            out.push(over);
+            if over {
+                // The walk stops at an oversize line.
+                return out;
+            }
+        }
+    }
+
+    /// The limit counts content only: the same line is accepted or refused whether or
+    /// not a newline follows it.
+    #[test]
+    fn line_limit_ignores_the_newline() {
+        let at_limit = vec![b'x'; MAX_LINE_BYTES];
+        let over = vec![b'x'; MAX_LINE_BYTES + 1];
+        for (line, expected) in [(&at_limit, false), (&over, true)] {
+            let mut with_newline = line.clone();
+            with_newline.push(b'\n');
+            assert_eq!(oversize(&with_newline), vec![expected]);
+            assert_eq!(oversize(line), vec![expected]);
+        }
+    }
+}

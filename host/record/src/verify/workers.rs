@@ -1,0 +1,80 @@
+//! Signature workers: strict ed25519 checks are independent of each other, so they run
+//! on worker threads while the walk goes on hashing. The earliest failure in the file
+//! wins, whatever thread found it first, so the report does not depend on timing.
+
+use super::verdict::{Position, SignatureProblem, Tampered};
+use crate::key::{Signature, VerifyingKey};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// How many signature checks travel to a worker together.
+pub(super) const BATCH: usize = 256;
+
+/// The most signature threads a walk starts, whatever the caller asks for.
+pub(super) const MAX_THREADS: usize = 64;
+
+pub(super) struct Job {
+    pub(super) line: u64,
+    pub(super) at: Position,
+    pub(super) key: Arc<VerifyingKey>,
+    pub(super) message: Vec<u8>,
+    pub(super) signature: Signature,
+}
+
+pub(super) struct Batch {
+    pub(super) jobs: Vec<Job>,
+    /// The last signed position before this batch, for coverage on failure.
+    pub(super) covered_before: Option<Position>,
+}
+
+pub(super) struct Failure {
+    pub(super) line: u64,
+    pub(super) at: Position,
+    pub(super) covered_before: Option<Position>,
+}
+
+pub(super) struct Shared {
+    pub(super) first_failure: Mutex<Option<Failure>>,
+    pub(super) earliest_line: AtomicU64,
+}
+
+pub(super) fn worker(rx: &Mutex<Receiver<Batch>>, shared: &Shared) {
+    loop {
+        let batch = match rx.lock().unwrap_or_else(PoisonError::into_inner).recv() {
+            Ok(b) => b,
+            Err(_) => return,
+        };
+        let mut covered = batch.covered_before;
+        for job in batch.jobs {
+            if job.line > shared.earliest_line.load(Ordering::Relaxed) {
+                break;
+            }
+            if job.key.verify_strict(&job.message, &job.signature) {
+                covered = Some(job.at);
+                continue;
+            }
+            let mut first = shared
+                .first_failure
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if first.as_ref().is_none_or(|f| job.line < f.line) {
+                *first = Some(Failure {
+                    line: job.line,
+                    at: job.at,
+                    covered_before: covered,
+                });
+                shared.earliest_line.fetch_min(job.line, Ordering::Relaxed);
+            }
+            break;
+        }
+    }
+}
+
+pub(super) fn sig_failure(f: &Failure) -> Tampered {
+    Tampered::BadSignature {
+        at: f.at,
+        line: f.line,
+        problem: SignatureProblem::DoesNotVerify,
+    }
+}
