@@ -1,7 +1,7 @@
 //! The context a handler is handed: built from the grant alone, the door to every
 //! checked effect.
 
-use super::{Axis, HandlerError, Logs};
+use super::{Axis, ErrorClass, HandlerError, Logs};
 use crate::capability::{Grant, Limits, NetRule};
 use crate::sandbox::Exceeded;
 use cap_std::fs::Dir;
@@ -29,8 +29,33 @@ pub struct HostContext {
     /// `None` when `max_wall_ms` is too far away for the clock to represent.
     pub(super) deadline: Option<Instant>,
     pub(super) logs: Mutex<Logs>,
-    /// The first ceiling an effect ran into, for the pipeline's record.
-    pub(super) tripped: Mutex<Option<Exceeded>>,
+    /// What the context stopped, for the pipeline's record.
+    pub(super) stops: Mutex<Stops>,
+}
+
+/// An effect the context stopped: the grant refused it, or a ceiling ended it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Stop {
+    /// The grant does not allow it; nothing was done.
+    Refused {
+        /// The axis refused.
+        axis: Axis,
+        /// The context's error, led by the axis (`fs.read: …`).
+        reason: String,
+    },
+    /// A ceiling of the grant ended it; nothing partial was returned.
+    Exceeded(Exceeded),
+}
+
+/// The context's own account of what it stopped. Kept by the context, not taken from
+/// the handler's error, so a handler can neither make up a refusal nor reword one away.
+#[derive(Debug, Default)]
+pub(super) struct Stops {
+    /// The first effect stopped, of either kind.
+    first: Option<Stop>,
+    /// The first ceiling hit, even after a refusal.
+    tripped: Option<Exceeded>,
 }
 
 fn open_roots(axis: Axis, roots: &[PathBuf]) -> Result<Vec<Root>, HandlerError> {
@@ -70,7 +95,7 @@ impl HostContext {
             limits,
             deadline: Instant::now().checked_add(Duration::from_millis(limits.max_wall_ms)),
             logs: Mutex::new(Logs::default()),
-            tripped: Mutex::new(None),
+            stops: Mutex::new(Stops::default()),
         })
     }
 
@@ -93,6 +118,43 @@ impl HostContext {
     /// The first ceiling an effect through this context ran into, if any: the pipeline
     /// records a handler that failed after one as stopped by that ceiling.
     pub fn tripped(&self) -> Option<Exceeded> {
-        *self.tripped.lock().unwrap_or_else(PoisonError::into_inner)
+        self.stops
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .tripped
+    }
+
+    /// The first effect this context stopped, refused by the grant or ended by a
+    /// ceiling, if any: the pipeline records a handler that failed after one as
+    /// stopped by it (see [`super::execute`]).
+    pub fn stopped(&self) -> Option<Stop> {
+        self.stops
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .first
+            .clone()
+    }
+
+    /// Passes an effect's result through, noting a refusal or a ceiling in the
+    /// context's own account. Every public effect method ends here.
+    pub(super) fn note<T>(&self, result: Result<T, HandlerError>) -> Result<T, HandlerError> {
+        if let Err(e) = &result {
+            let stop = match e.class() {
+                ErrorClass::Denied => Some(Stop::Refused {
+                    axis: e.axis_typed(),
+                    reason: e.to_string(),
+                }),
+                ErrorClass::Exceeded(kind) => Some(Stop::Exceeded(kind)),
+                ErrorClass::Invalid | ErrorClass::Failed => None,
+            };
+            if let Some(stop) = stop {
+                let mut stops = self.stops.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Stop::Exceeded(kind) = stop {
+                    stops.tripped.get_or_insert(kind);
+                }
+                stops.first.get_or_insert(stop);
+            }
+        }
+        result
     }
 }

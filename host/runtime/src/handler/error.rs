@@ -9,8 +9,8 @@ use std::path::PathBuf;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ErrorClass {
-    /// The grant does not allow it; nothing was done. Record [`HandlerError::axis`]
-    /// as `denied_capability`.
+    /// The grant does not allow it; nothing was done. A handler that fails after
+    /// one is recorded as `host_denied`, its reason led by [`HandlerError::axis`].
     Denied,
     /// A ceiling of the grant was hit; nothing partial is returned.
     Exceeded(Exceeded),
@@ -141,19 +141,24 @@ impl HandlerError {
     /// The axis involved (`fs.read`, `fs.write`, `net.http`), for the record's
     /// `denied_capability` when [`HandlerError::is_denied`].
     pub fn axis(&self) -> &'static str {
+        self.axis_typed().as_str()
+    }
+
+    /// The axis involved, typed.
+    pub(crate) fn axis_typed(&self) -> Axis {
         match self {
             HandlerError::OutsideRoots { axis, .. }
             | HandlerError::Escapes { axis, .. }
             | HandlerError::AmbiguousPath { axis, .. }
             | HandlerError::NotAFile { axis, .. }
-            | HandlerError::Io { axis, .. } => axis.as_str(),
+            | HandlerError::Io { axis, .. } => *axis,
             HandlerError::NetDenied { .. }
             | HandlerError::BadUrl { .. }
             | HandlerError::UnsupportedScheme { .. }
             | HandlerError::OutputCeiling { .. }
             | HandlerError::WallTime { .. }
             | HandlerError::BadResponse { .. }
-            | HandlerError::UnsupportedResponse { .. } => Axis::NetHttp.as_str(),
+            | HandlerError::UnsupportedResponse { .. } => Axis::NetHttp,
         }
     }
 
@@ -178,5 +183,36 @@ impl HandlerError {
     /// Whether the grant refused it (a capability denial, not an I/O failure).
     pub fn is_denied(&self) -> bool {
         self.class() == ErrorClass::Denied
+    }
+}
+
+/// How a host handler failed: what it returns instead of output.
+///
+/// `?` on any [`HostContext`](super::HostContext) method gives [`HandlerFailure::Effect`];
+/// a `String` or `&str` converts to [`HandlerFailure::Failed`]. Which one the handler
+/// returns does not decide how the call is recorded as refused or exceeded: that is
+/// the context's own account ([`HostContext::stopped`](super::HostContext::stopped)),
+/// so a handler cannot claim a refusal it was not given, nor hide one by rewording it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandlerFailure {
+    /// An effect through the context was refused or failed.
+    #[error(transparent)]
+    Effect(#[from] HandlerError),
+    /// The handler's own failure, in its own words. Those words come from the tool,
+    /// so the grant's output ceiling holds them as it holds output.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<String> for HandlerFailure {
+    fn from(message: String) -> HandlerFailure {
+        HandlerFailure::Failed(message)
+    }
+}
+
+impl From<&str> for HandlerFailure {
+    fn from(message: &str) -> HandlerFailure {
+        HandlerFailure::Failed(message.to_owned())
     }
 }

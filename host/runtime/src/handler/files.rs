@@ -19,6 +19,10 @@ impl HostContext {
     /// [`HandlerError::AmbiguousPath`] for a relative path with several read roots,
     /// [`HandlerError::NotAFile`], or [`HandlerError::Io`].
     pub fn open_read(&self, path: &Path) -> Result<std::fs::File, HandlerError> {
+        self.note(self.read_file(path))
+    }
+
+    fn read_file(&self, path: &Path) -> Result<std::fs::File, HandlerError> {
         let axis = Axis::FsRead;
         let (root, rel) = place(axis, &self.read, path)?;
         let rel = if rel.as_os_str().is_empty() {
@@ -41,6 +45,10 @@ impl HostContext {
     /// # Errors
     /// As [`HostContext::open_read`], on the `fs.write` axis.
     pub fn open_write_append(&self, path: &Path) -> Result<std::fs::File, HandlerError> {
+        self.note(self.append_file(path))
+    }
+
+    fn append_file(&self, path: &Path) -> Result<std::fs::File, HandlerError> {
         let axis = Axis::FsWrite;
         let (root, rel) = place(axis, &self.write, path)?;
         let file = root

@@ -1,9 +1,8 @@
 //! HTTP: one checked `GET` over plain `http://`, bounded by the grant's ceilings.
 
-use super::{Axis, ErrorClass, HandlerError, HostContext, MAX_CHUNK_LINE, MAX_HEAD_BYTES};
+use super::{Axis, HandlerError, HostContext, MAX_CHUNK_LINE, MAX_HEAD_BYTES};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::PoisonError;
 
 /// A response to [`HostContext::http_get`], as the server sent it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -321,16 +320,7 @@ impl HostContext {
     /// [`HandlerError::BadResponse`], [`HandlerError::UnsupportedResponse`] or
     /// [`HandlerError::Io`] when the server or the network fails.
     pub fn http_get(&self, url: &str) -> Result<HttpResponse, HandlerError> {
-        let result = self.get(url);
-        if let Err(e) = &result
-            && let ErrorClass::Exceeded(kind) = e.class()
-        {
-            self.tripped
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get_or_insert(kind);
-        }
-        result
+        self.note(self.get(url))
     }
 
     fn get(&self, url: &str) -> Result<HttpResponse, HandlerError> {
