@@ -653,3 +653,30 @@ fn output_and_a_handlers_own_words_meet_the_output_ceiling() {
         aegis_runtime::pipeline::Executed::NotStarted { .. }
     ));
 }
+
+/// The sandbox's rule, now the handlers' too: a ceiling that tripped is what the call
+/// ended by, even when the handler swallowed the error and returned something else
+/// (before, this handler's fallback was handed back as a success).
+#[test]
+fn a_handler_that_swallows_a_tripped_ceiling_is_still_stopped_by_it() {
+    let (_l, port, server) = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n123456789");
+    let g = grant(
+        &[],
+        &[],
+        vec![rule("127.0.0.1", &[port], &["GET"])],
+        limits(8, 5_000),
+        None,
+    );
+    let url = format!("http://127.0.0.1:{port}/");
+    let fallback: HostHandler = Arc::new(move |ctx, _| {
+        Ok(ctx
+            .http_get(&url)
+            .map(|r| r.body)
+            .unwrap_or_else(|_| b"cached".to_vec()))
+    });
+    assert_eq!(
+        exceeded(&execute(Some(&fallback), &g, b"")),
+        Some(Exceeded::Output)
+    );
+    server.join().unwrap();
+}
