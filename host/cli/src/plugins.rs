@@ -117,15 +117,11 @@ pub fn show_profile(name: &str) -> u8 {
         out,
         "capability   host (default-deny grants; never a plugin)"
     );
-    match &profile.confinement {
-        Some(c) => station(&mut out, "sandbox", "sandbox", c),
-        None => {
-            let _ = writeln!(
-                out,
-                "sandbox      host wasmtime sandbox; no native confinement backend"
-            );
-        }
-    }
+    // A profile naming confinement is refused when parsed: nothing unwired is shown.
+    let _ = writeln!(
+        out,
+        "sandbox      host wasmtime sandbox; no native confinement backend"
+    );
     station(&mut out, "audit", "audit", &profile.audit);
     let _ = crate::print(shown(&out).as_bytes());
     if refused {

@@ -344,3 +344,77 @@ fn commands_that_use_a_profile_name_it_on_stderr() {
         text(&o.stderr)
     );
 }
+
+/// Before, a `[sandbox] confinement` table was accepted, `profiles show` listed it as
+/// the sandbox, and `run` ran unconfined; and a plugin named for a station it does not
+/// fill was shown as that station. Both are refused now, naming file, line and key.
+#[test]
+fn unwired_or_wrong_kind_stations_are_refused_by_show_and_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let echo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/wasm/echo.wasm");
+    let base = "name = \"p\"\ndescription = \"d\"\n[policy]\nplugin = \"builtin:policy-static\"\n[capability]\n[sandbox]\n[audit]\nplugin = \"builtin:memory-sink\"\n";
+    write_profile(
+        dir.path(),
+        "confined",
+        &base.replace(
+            "[sandbox]\n",
+            "[sandbox]\nconfinement = { plugin = \"builtin:policy-static\" }\n",
+        ),
+    );
+    write_profile(
+        dir.path(),
+        "swapped",
+        &base.replace(
+            "[policy]\nplugin = \"builtin:policy-static\"",
+            "[policy]\nplugin = \"builtin:memory-sink\"",
+        ),
+    );
+    let run = |profile: &str, command: &[&str]| {
+        aegis_in(dir.path())
+            .env("XDG_CACHE_HOME", dir.path().join("cache"))
+            .args(["--profile", profile])
+            .args(command)
+            .output()
+            .unwrap()
+    };
+    let run_echo = [
+        "run",
+        "--component",
+        echo.to_str().unwrap(),
+        "--id",
+        "echo",
+        "--input",
+        "hi",
+    ];
+
+    for command in [&["profiles", "show"][..], &run_echo[..]] {
+        let o = run("profiles/confined.toml", command);
+        assert_eq!(o.status.code(), Some(4), "{command:?}");
+        let err = text(&o.stderr);
+        let last = err.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("error: profiles/confined.toml:7: sandbox.confinement: ")
+                && last.contains("not available yet"),
+            "{command:?}: {err}"
+        );
+        assert!(o.stdout.is_empty(), "{command:?}: nothing ran or was shown");
+    }
+
+    let o = run("profiles/swapped.toml", &["profiles", "show"]);
+    assert_eq!(o.status.code(), Some(4));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("policy       refused: profiles/swapped.toml:4: [policy] ")
+            && out.contains("provides sink, not policy"),
+        "{out}"
+    );
+    assert!(!out.contains("policy       memory-sink"), "{out}");
+    let o = run("profiles/swapped.toml", &run_echo);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o.stderr));
+    assert!(o.stdout.is_empty());
+    assert!(
+        text(&o.stderr).contains("provides sink, not policy"),
+        "{}",
+        text(&o.stderr)
+    );
+}

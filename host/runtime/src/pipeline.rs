@@ -54,10 +54,10 @@
 
 use crate::audit::{AuditNotice, OpenedAudit, RetentionError, open_audit};
 use crate::capability::{CapabilityDenied, Grant, NarrowingLimits, ToolKind, ToolRegistry};
-use crate::handler::{HostContext, HostHandler};
+use crate::handler::{self, Axis, HostHandler};
 use crate::profile::{Profile, ProfileError};
 use crate::registry::Registry;
-use crate::sandbox::{CancelToken, Ending, Exceeded, Sandbox};
+use crate::sandbox::{CancelToken, Ending, Sandbox};
 use aegis_record::json::SafeInt;
 use aegis_record::key::SigningKey;
 use aegis_record::{
@@ -154,7 +154,8 @@ pub enum CallClass {
     Trap,
     /// A ceiling stopped it.
     ResourceExceeded,
-    /// The host did not run it (it could not start the tool, or the call was abandoned).
+    /// The host did not run it (it could not start the tool, or the call was
+    /// abandoned), or a host handler's context refused an effect outside the grant.
     HostDenied,
 }
 
@@ -555,56 +556,7 @@ impl Pipeline {
                 }
             }
             ToolKind::Host => {
-                let Some(handler) = self.handlers.get(grant.tool_id()) else {
-                    return Executed::NotStarted {
-                        reason: format!(
-                            "no handler is registered for host tool {:?}",
-                            grant.tool_id()
-                        ),
-                    };
-                };
-                let context = match HostContext::new(grant) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        return Executed::NotStarted {
-                            reason: format!("the handler context could not be built: {e}"),
-                        };
-                    }
-                };
-                let started = std::time::Instant::now();
-                let result = handler(&context, request.input);
-                let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-                match result {
-                    Ok(output) if output.len() as u64 > grant.limits().max_output_bytes => {
-                        Executed::Ran {
-                            ending: Ending::Exceeded(Exceeded::Output),
-                            output: None,
-                            wall_ms,
-                            peak_memory_bytes: 0,
-                            stderr: Vec::new(),
-                        }
-                    }
-                    Ok(output) => Executed::Ran {
-                        ending: Ending::Success,
-                        output: Some(output),
-                        wall_ms,
-                        peak_memory_bytes: 0,
-                        stderr: Vec::new(),
-                    },
-                    Err(message) => match context.tripped() {
-                        // A handler that gave up after a ceiling tripped was stopped by it.
-                        Some(kind) => Executed::Ran {
-                            ending: Ending::Exceeded(kind),
-                            output: None,
-                            wall_ms,
-                            peak_memory_bytes: 0,
-                            stderr: Vec::new(),
-                        },
-                        None => Executed::Failed {
-                            message: format!("handler error: {message}"),
-                        },
-                    },
-                }
+                handler::execute(self.handlers.get(grant.tool_id()), grant, request.input)
             }
         }
     }
@@ -632,6 +584,17 @@ pub enum Executed {
         peak_memory_bytes: u64,
         /// Its stderr, for diagnostics.
         stderr: Vec<u8>,
+    },
+    /// A host handler gave up after its context refused an effect outside the grant
+    /// (see [`handler::execute`]): recorded as `host_denied`, the reason led by the
+    /// axis, with `wall_ms` since the tool had started.
+    Refused {
+        /// The axis refused.
+        axis: Axis,
+        /// The refusal, led by the axis (`fs.read: …`).
+        reason: String,
+        /// Time the handler ran.
+        wall_ms: u64,
     },
     /// A handler failed or the host panicked while running the tool.
     Failed {
@@ -733,6 +696,13 @@ impl Call<'_> {
                 }
                 Executed::Failed { message } => {
                     o.execution = ExecutionOutcome::Trap { message };
+                }
+                Executed::Refused {
+                    reason, wall_ms, ..
+                } => {
+                    o.wall_ms = Some(safe(wall_ms));
+                    o.peak_memory_bytes = Some(safe(0));
+                    o.execution = ExecutionOutcome::HostDenied { reason };
                 }
                 Executed::Ran {
                     ending,

@@ -13,6 +13,10 @@
 //! - A relative plugin path in a profile file is taken relative to the directory of the
 //!   profile file, never the working directory; an embedded profile, having no
 //!   directory, may not name a plugin by a relative path at all.
+//! - **Nothing accepted is ignored.** Every key a profile accepts is used; a station
+//!   feature the host does not enforce yet (`[sandbox] confinement`) is refused at its
+//!   line, never parsed and dropped. [`Profile::resolve`] refuses a plugin that does
+//!   not provide its station's kind before anything is built from it.
 //!
 //! # Non-guarantees
 //! - Plugin config sections are passed to the plugin as TOML text; their contents are
@@ -22,6 +26,7 @@
 
 use crate::plugin::{Origin, Plugin};
 use crate::registry::{PluginSpec, Registry, ResolveError};
+use aegis_station_api::Kinds;
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 use std::path::{Path, PathBuf};
@@ -63,8 +68,15 @@ struct CapabilityTable {}
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SandboxTable {
-    confinement: Option<StationTable>,
+    /// Parsed only to be refused, whatever its shape: the host does not enforce
+    /// native confinement yet, and a profile must not read as if it did.
+    confinement: Option<Spanned<toml::Value>>,
 }
+
+/// What `sandbox.confinement` is refused with until the host enforces it.
+pub const CONFINEMENT_NOT_AVAILABLE: &str = "sandbox.confinement: native confinement is not \
+     available yet in this host, so a profile naming it is refused rather than run \
+     unconfined; remove the key (tools run in the host's wasmtime sandbox)";
 
 /// Where a profile came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,8 +138,6 @@ pub struct Profile {
     pub sha256: [u8; 32],
     /// The policy evaluator.
     pub policy: PluginChoice,
-    /// The confinement backend for native tools, if any.
-    pub confinement: Option<PluginChoice>,
     /// The audit sink.
     pub audit: PluginChoice,
     /// What errors call it: the path as the operator gave it, or `embedded:NAME`.
@@ -265,12 +275,13 @@ impl Profile {
                 flag: None,
             })
         };
-        let confinement = file
-            .sandbox
-            .confinement
-            .map(|t| choice("sandbox.confinement", t))
-            .transpose()?;
-        let _ = file.capability;
+        // Every key a profile accepts is used below, except this one: refuse it.
+        if let Some(c) = &file.sandbox.confinement {
+            let line = line_of(text, c.span().start);
+            return Err(invalid(line, CONFINEMENT_NOT_AVAILABLE.to_owned()));
+        }
+        // `[capability]` takes no keys: the table is required, and empty.
+        let CapabilityTable {} = file.capability;
         let policy = choice("policy", file.policy)?;
         let audit = choice("audit", file.audit)?;
         let source = match source {
@@ -283,7 +294,6 @@ impl Profile {
             source,
             sha256: Sha256::digest(text.as_bytes()).into(),
             policy,
-            confinement,
             audit,
             label: label.to_owned(),
         })
@@ -377,19 +387,49 @@ impl Profile {
         self.label.clone()
     }
 
-    /// Resolves (and loads) the plugin for `station` as this profile names it.
+    /// Resolves (and loads) the plugin for `station` (`policy` or `audit`) as this
+    /// profile names it, and checks that it provides that station's kind: a plugin
+    /// named for a station it cannot fill is refused here, before anything is built
+    /// from it, so nothing lists it as that station.
     ///
     /// # Errors
-    /// [`ProfileError::Plugin`] naming the profile line of that station's `plugin` key.
+    /// [`ProfileError::Plugin`] (or [`ProfileError::Flag`]) naming the profile line
+    /// of that station's `plugin` key: unresolvable, refused by the loader, the wrong
+    /// kind, or a station that takes no plugin in this host.
     pub fn resolve(
         &self,
         registry: &Registry,
         station: &'static str,
         choice: &PluginChoice,
     ) -> Result<Plugin, ProfileError> {
-        registry
+        let Some((kind, kind_name)) = station_kind(station) else {
+            return Err(self.plugin_error(
+                station,
+                choice,
+                format!("no plugin fills the {station} station in this host"),
+            ));
+        };
+        let plugin = registry
             .resolve(&choice.spec, choice.sha256.as_ref())
-            .map_err(|e: ResolveError| self.plugin_error(station, choice, e.to_string()))
+            .map_err(|e: ResolveError| self.plugin_error(station, choice, e.to_string()))?;
+        let m = plugin.metadata();
+        if !m.kinds.contains(kind) {
+            let provides = m.kind_names();
+            let provides = if provides.is_empty() {
+                "nothing".to_owned()
+            } else {
+                provides.join(", ")
+            };
+            return Err(self.plugin_error(
+                station,
+                choice,
+                format!(
+                    "plugin {:?} {} provides {provides}, not {kind_name}",
+                    m.name, m.version
+                ),
+            ));
+        }
+        Ok(plugin)
     }
 
     /// A one-line error about `station`'s plugin, placed at its `plugin` key.
@@ -412,6 +452,17 @@ impl Profile {
             station,
             message,
         }
+    }
+}
+
+/// The kind a station's plugin must provide, and its word (as
+/// [`crate::plugin::Metadata::kind_names`] says it). Only the stations this host wires
+/// to a plugin have one.
+fn station_kind(station: &str) -> Option<(Kinds, &'static str)> {
+    match station {
+        "policy" => Some((Kinds::POLICY, "policy")),
+        "audit" => Some((Kinds::SINK, "sink")),
+        _ => None,
     }
 }
 
@@ -481,7 +532,69 @@ mod tests {
         assert_eq!(p.policy.spec, PluginSpec::Builtin("policy-static".into()));
         assert_eq!(p.policy.config.trim(), "verdict = \"deny\"");
         assert_eq!(p.policy.line, 5);
-        assert!(p.confinement.is_none());
+    }
+
+    /// Before, a confinement table (here naming a policy plugin, not even a
+    /// confinement backend) was accepted and then ignored.
+    #[test]
+    fn a_confinement_section_is_refused_as_not_available_yet() {
+        for sandbox in [
+            "[sandbox]\nconfinement = { plugin = \"builtin:policy-static\" }\n",
+            "[sandbox]\n\n[sandbox.confinement]\nplugin = \"confine-landlock\"\n",
+            "[sandbox]\nconfinement = \"anything\"\n",
+        ] {
+            let text = GOOD.replace("[sandbox]\n", sandbox);
+            let e = err(&text);
+            let line = text
+                .lines()
+                .position(|l| l.contains("confinement") || l.starts_with("plugin = \"confine"))
+                .unwrap()
+                + 1;
+            assert!(
+                e.starts_with(&format!("p.toml:{line}: sandbox.confinement: "))
+                    && e.contains("not available yet"),
+                "{sandbox}: {e}"
+            );
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+    }
+
+    /// Before, a plugin named for a station it cannot fill resolved and was listed
+    /// as that station; only building it failed, later, on some paths.
+    #[test]
+    fn a_plugin_of_the_wrong_kind_is_refused_for_every_station() {
+        let registry = Registry::new().with_search_path(Vec::new());
+        let swapped = GOOD
+            .replace("builtin:policy-static", "builtin:SINK")
+            .replace("builtin:memory-sink", "builtin:policy-static")
+            .replace("builtin:SINK", "builtin:memory-sink");
+        let p = Profile::parse(&swapped, "p.toml", ProfileSource::Embedded).unwrap();
+        let e = p
+            .resolve(&registry, "policy", &p.policy)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("p.toml:5: [policy] ") && e.contains("provides sink, not policy"),
+            "{e}"
+        );
+        let e = p
+            .resolve(&registry, "audit", &p.audit)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("p.toml:13: [audit] ") && e.contains("provides policy, not sink"),
+            "{e}"
+        );
+        // A station that takes no plugin here refuses any.
+        let e = p
+            .resolve(&registry, "sandbox", &p.audit)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no plugin fills the sandbox station"), "{e}");
+        // The right kinds still resolve.
+        let good = Profile::parse(GOOD, "p.toml", ProfileSource::Embedded).unwrap();
+        good.resolve(&registry, "policy", &good.policy).unwrap();
+        good.resolve(&registry, "audit", &good.audit).unwrap();
     }
 
     #[test]

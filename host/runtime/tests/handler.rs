@@ -262,8 +262,8 @@ fn a_handler_reaches_files_through_its_context() {
     let handler: HostHandler = Arc::new(|ctx: &HostContext, input: &[u8]| {
         let name = std::str::from_utf8(input).map_err(|e| e.to_string())?;
         let mut out = Vec::new();
-        ctx.open_read(Path::new(name))
-            .map_err(|e| e.to_string())?
+        // `?` keeps the context's typed error.
+        ctx.open_read(Path::new(name))?
             .read_to_end(&mut out)
             .map_err(|e| e.to_string())?;
         ctx.log_emit(LogLevel::Info, "read it");
@@ -271,9 +271,32 @@ fn a_handler_reaches_files_through_its_context() {
     });
     let ctx = fs_context(&[&t.read], &[]);
     assert_eq!(handler(&ctx, b"a.txt").unwrap(), b"alpha");
+    assert_eq!(ctx.stopped(), None);
     let refused = handler(&ctx, b"../secret.txt").unwrap_err();
-    assert!(refused.starts_with("fs.read: "), "{refused}");
+    let HandlerFailure::Effect(err) = refused else {
+        panic!("a typed effect failure: {refused}")
+    };
+    assert_denied(err, "fs.read");
     assert_eq!(ctx.logs().lines.len(), 1);
+}
+
+#[test]
+fn the_context_keeps_its_own_account_of_refusals_and_ceilings() {
+    let t = tree();
+    let ctx = fs_context(&[&t.read], &[]);
+    // Refused, then refused again on another axis: the first is what it keeps.
+    let _ = ctx.open_read(&t.secret).unwrap_err();
+    let _ = ctx.open_write_append(&t.read.join("x")).unwrap_err();
+    let Some(Stop::Refused { axis, reason }) = ctx.stopped() else {
+        panic!("{:?}", ctx.stopped())
+    };
+    assert_eq!(axis, Axis::FsRead);
+    assert!(reason.starts_with("fs.read: "), "{reason}");
+    assert_eq!(ctx.tripped(), None, "a refusal is not a ceiling");
+    // A failure that is neither is not kept.
+    let ctx = fs_context(&[&t.read], &[]);
+    let _ = ctx.open_read(Path::new("missing.txt")).unwrap_err();
+    assert_eq!(ctx.stopped(), None);
 }
 
 // ---- net.http ------------------------------------------------------------------
@@ -582,4 +605,78 @@ fn logs_are_bounded_and_count_what_they_drop() {
     assert_eq!(logs.lines.len(), MAX_LOG_LINES);
     assert_eq!(logs.dropped, 11);
     assert_eq!(logs.bytes, 0);
+}
+
+// ---- execute: how a handler's end is classified ----------------------------------
+
+fn small_grant() -> Grant {
+    let limits = Limits {
+        max_output_bytes: 4,
+        ..DEFAULT_LIMITS
+    };
+    grant(&[], &[], Vec::new(), limits, None)
+}
+
+fn exceeded(executed: &aegis_runtime::pipeline::Executed) -> Option<Exceeded> {
+    match executed {
+        aegis_runtime::pipeline::Executed::Ran {
+            ending: aegis_runtime::sandbox::Ending::Exceeded(kind),
+            output: None,
+            ..
+        } => Some(*kind),
+        _ => None,
+    }
+}
+
+#[test]
+fn output_and_a_handlers_own_words_meet_the_output_ceiling() {
+    let g = small_grant();
+    let at: HostHandler = Arc::new(|_, _| Ok(b"1234".to_vec()));
+    let over: HostHandler = Arc::new(|_, _| Ok(b"12345".to_vec()));
+    let wordy: HostHandler = Arc::new(|_, _| Err("12345".into()));
+    let terse: HostHandler = Arc::new(|_, _| Err("1234".into()));
+    assert_eq!(exceeded(&execute(Some(&at), &g, b"")), None);
+    assert_eq!(
+        exceeded(&execute(Some(&over), &g, b"")),
+        Some(Exceeded::Output)
+    );
+    assert_eq!(
+        exceeded(&execute(Some(&wordy), &g, b"")),
+        Some(Exceeded::Output)
+    );
+    assert!(matches!(
+        execute(Some(&terse), &g, b""),
+        aegis_runtime::pipeline::Executed::Failed { message } if message == "handler error: 1234"
+    ));
+    assert!(matches!(
+        execute(None, &g, b""),
+        aegis_runtime::pipeline::Executed::NotStarted { .. }
+    ));
+}
+
+/// The sandbox's rule, now the handlers' too: a ceiling that tripped is what the call
+/// ended by, even when the handler swallowed the error and returned something else
+/// (before, this handler's fallback was handed back as a success).
+#[test]
+fn a_handler_that_swallows_a_tripped_ceiling_is_still_stopped_by_it() {
+    let (_l, port, server) = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n123456789");
+    let g = grant(
+        &[],
+        &[],
+        vec![rule("127.0.0.1", &[port], &["GET"])],
+        limits(8, 5_000),
+        None,
+    );
+    let url = format!("http://127.0.0.1:{port}/");
+    let fallback: HostHandler = Arc::new(move |ctx, _| {
+        Ok(ctx
+            .http_get(&url)
+            .map(|r| r.body)
+            .unwrap_or_else(|_| b"cached".to_vec()))
+    });
+    assert_eq!(
+        exceeded(&execute(Some(&fallback), &g, b"")),
+        Some(Exceeded::Output)
+    );
+    server.join().unwrap();
 }

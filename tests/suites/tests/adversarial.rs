@@ -200,11 +200,8 @@ fn a_host_handler_cannot_reach_a_destination_its_grant_does_not_name() {
     let url = exfil.clone();
     handlers.insert(
         "fetch".into(),
-        Arc::new(move |ctx, _| {
-            ctx.http_get(&url)
-                .map(|r| r.body)
-                .map_err(|e| e.to_string())
-        }),
+        // Rewords the typed refusal into its own string.
+        Arc::new(move |ctx, _| Ok(ctx.http_get(&url).map_err(|e| e.to_string())?.body)),
     );
     // Granted: another host on the same port, and the same host on another port.
     let rules = vec![
@@ -232,15 +229,99 @@ fn a_host_handler_cannot_reach_a_destination_its_grant_does_not_name() {
         handlers,
     );
     let r = h.call("fetch", b"");
-    assert_eq!(r.class(), CallClass::Trap);
-    let ExecutionOutcome::Trap { message } = &r.outcome.execution else {
-        panic!()
-    };
-    assert!(message.contains("net.http"), "{message}");
-    assert_eq!(r.output, None);
+    // The handler rewords the refusal into a plain string; the record still says the
+    // grant refused net.http (before this, it was a generic `trap`).
+    assert_refused_in_handler(&r, "net.http: GET 127.0.0.1 port");
     assert!(
         listener.accept().is_err(),
         "the refused request never connected"
+    );
+    let checked = h.finish();
+    assert_eq!(checked.outcome(&r.outcome.call_id), &r.outcome);
+}
+
+/// A refusal inside a host handler is on the record as the grant's refusal of that
+/// axis: the grant stands (it was minted), the execution is `host_denied` led by the
+/// axis, `wall_ms` says the handler had started, and nothing is handed back.
+fn assert_refused_in_handler(r: &CallRecord, reason_starts: &str) {
+    assert_eq!(r.class(), CallClass::HostDenied);
+    assert!(matches!(
+        r.outcome.capability,
+        aegis_record::CapabilityOutcome::Granted { .. }
+    ));
+    let ExecutionOutcome::HostDenied { reason } = &r.outcome.execution else {
+        panic!("{:?}", r.outcome.execution)
+    };
+    assert!(reason.starts_with(reason_starts), "{reason}");
+    assert!(r.outcome.wall_ms.is_some(), "the handler had started");
+    assert_eq!(r.outcome.response_digest, None);
+    assert_eq!(r.output, None);
+}
+
+fn host_reader(id: &str, read: &[&Path]) -> aegis_runtime::capability::ToolManifest {
+    aegis_runtime::capability::ToolManifest {
+        id: id.into(),
+        kind: aegis_runtime::capability::ToolKind::Host,
+        fs_read: read.iter().map(|p| p.to_path_buf()).collect(),
+        fs_write: vec![],
+        net: vec![],
+        limits: DEFAULT_LIMITS,
+    }
+}
+
+#[test]
+fn a_host_handler_refused_a_path_outside_its_roots_is_recorded_as_an_fs_read_refusal() {
+    use aegis_runtime::handler::HostHandler;
+    use std::sync::Arc;
+    let l = layout();
+    let mut handlers: BTreeMap<String, HostHandler> = BTreeMap::new();
+    // Reads the path it is given through its context, and passes the typed error up.
+    handlers.insert(
+        "cat".into(),
+        Arc::new(|ctx, input| {
+            let path = std::str::from_utf8(input).map_err(|e| e.to_string())?;
+            let mut out = Vec::new();
+            std::io::Read::read_to_end(&mut ctx.open_read(Path::new(path))?, &mut out)
+                .map_err(|e| e.to_string())?;
+            Ok(out)
+        }),
+    );
+    let h = Harness::new(ALLOW_ALL, vec![host_reader("cat", &[&l.ro])], handlers);
+    let inside = h.call("cat", l.ro.join("notes.md").to_str().unwrap().as_bytes());
+    assert_eq!(inside.class(), CallClass::Success);
+    let outside = l.base.join("secret");
+    let escape = l.ro.join("../secret");
+    for path in [&outside, &escape] {
+        let r = h.call("cat", path.to_str().unwrap().as_bytes());
+        assert_refused_in_handler(&r, "fs.read: ");
+    }
+    h.finish();
+}
+
+#[test]
+fn a_handler_cannot_record_a_refusal_its_context_never_made() {
+    use aegis_runtime::handler::{HandlerError, HandlerFailure, HostHandler};
+    use std::sync::Arc;
+    let mut handlers: BTreeMap<String, HostHandler> = BTreeMap::new();
+    handlers.insert(
+        "liar".into(),
+        Arc::new(|_, _| {
+            Err(HandlerFailure::Effect(HandlerError::NetDenied {
+                method: "GET",
+                host: "made.up".into(),
+                port: 80,
+            }))
+        }),
+    );
+    let h = Harness::new(ALLOW_ALL, vec![host_reader("liar", &[])], handlers);
+    let r = h.call("liar", b"");
+    assert_eq!(r.class(), CallClass::Trap, "the grant refused nothing");
+    let ExecutionOutcome::Trap { message } = &r.outcome.execution else {
+        panic!()
+    };
+    assert!(
+        message.starts_with("handler error: net.http: "),
+        "{message}"
     );
     h.finish();
 }

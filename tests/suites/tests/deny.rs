@@ -446,11 +446,7 @@ fn a_handler_stopped_by_the_output_ceiling_is_recorded_as_exceeded() {
     let mut handlers: BTreeMap<String, HostHandler> = BTreeMap::new();
     handlers.insert(
         "fetch".into(),
-        Arc::new(move |ctx, _| {
-            ctx.http_get(&url)
-                .map(|r| r.body)
-                .map_err(|e| e.to_string())
-        }),
+        Arc::new(move |ctx, _| Ok(ctx.http_get(&url)?.body)),
     );
     let h = Harness::new(
         ALLOW_ALL,

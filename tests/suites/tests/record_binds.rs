@@ -39,10 +39,13 @@ fn regression_a_huge_control_character_error_still_verifies() {
     let long_id = "t".repeat(300_000);
     let mut handlers: BTreeMap<String, HostHandler> = BTreeMap::new();
     let said = message.clone();
-    handlers.insert("refuse".into(), Arc::new(move |_, _| Err(said.clone())));
+    handlers.insert(
+        "refuse".into(),
+        Arc::new(move |_, _| Err(said.clone().into())),
+    );
     handlers.insert(
         long_id.clone(),
-        Arc::new(|_, _| Err("\"\\".repeat(300_000))),
+        Arc::new(|_, _| Err("\"\\".repeat(300_000).into())),
     );
     let h = Harness::new(
         ALLOW_ALL,

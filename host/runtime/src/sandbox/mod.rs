@@ -85,7 +85,7 @@ pub mod limiter;
 
 pub use cancel::CancelToken;
 
-use crate::capability::Grant;
+use crate::capability::{Grant, Limits};
 use aegis_record::ComponentDigest;
 use limiter::{Ceiling, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES};
 use std::collections::HashMap;
@@ -182,6 +182,25 @@ impl Exceeded {
             Exceeded::WallTime => "wall_time",
             Exceeded::Output => "output",
         }
+    }
+}
+
+/// The ceilings' word on a finished run, the one rule for both tool models (the
+/// sandbox here, host handlers in [`crate::handler`]): `produced` bytes over the
+/// grant's `max_output_bytes` (output, or the tool's own error message) is
+/// [`Exceeded::Output`]; otherwise the first ceiling that tripped while it ran, even
+/// if the tool handled the failure and went on. `None`: no ceiling stopped it, and
+/// what it produced may be handed back.
+pub(crate) fn ceiling_hit(
+    limits: &Limits,
+    produced: usize,
+    tripped: Option<Exceeded>,
+) -> Option<Exceeded> {
+    let over = u64::try_from(produced).map_or(true, |n| n > limits.max_output_bytes);
+    if over {
+        Some(Exceeded::Output)
+    } else {
+        tripped
     }
 }
 
@@ -666,10 +685,9 @@ impl Sandbox {
         let memory_hit = state.memory.hit();
         // A ceiling that tripped is reported even when the call then ran on and was
         // stopped (or handled the failure and exited): it tripped first.
-        let (ending, output) = if returned > cap {
-            (Ending::Exceeded(Exceeded::Output), None)
-        } else if memory_hit {
-            (Ending::Exceeded(Exceeded::Memory), None)
+        let tripped = memory_hit.then_some(Exceeded::Memory);
+        let (ending, output) = if let Some(kind) = ceiling_hit(&limits, returned, tripped) {
+            (Ending::Exceeded(kind), None)
         } else {
             match result {
                 Ok(Said::Output(bytes)) => (Ending::Success, Some(bytes)),
