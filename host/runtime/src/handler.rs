@@ -11,9 +11,10 @@
 //! - **Checked before the effect.** A path is placed under a granted root before
 //!   anything is opened; a URL's host, port and method are matched against the grant's
 //!   rules before any DNS lookup or connection.
-//! - **Paths resolve inside their root, by cap-std.** Each granted root is opened once,
-//!   in [`HostContext::new`] (the only ambient authority in this module). Every later
-//!   open is relative to that directory handle, so `..`, absolute symlinks and
+//! - **Paths resolve inside their root, by cap-std.** Each granted root is the
+//!   directory the capability station opened when the tool was registered
+//!   ([`crate::capability::HeldRoot`]); this module uses no ambient authority over the
+//!   file system. Every open is relative to that directory handle, so `..`, absolute symlinks and
 //!   symlinks that lead out are refused by cap-std's resolution (`openat2` with
 //!   `RESOLVE_BENEATH` where the kernel has it), not by string checks.
 //! - **Reads only under `fs_read` roots; writes only under `fs_write` roots, and only
@@ -54,7 +55,7 @@
 //! - [`MAX_LOG_BYTES`] and [`MAX_LOG_LINES`] of logs per context; more are dropped
 //!   and counted.
 
-use crate::capability::{Grant, Limits, NetRule};
+use crate::capability::{Grant, HeldRoot, Limits, NetRule};
 use crate::sandbox::Exceeded;
 use cap_std::fs::{Dir, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -336,7 +337,14 @@ fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
 #[derive(Debug)]
 struct Root {
     path: PathBuf,
-    dir: Dir,
+    /// The directory the capability station opened at registration, shared.
+    held: Arc<HeldRoot>,
+}
+
+impl Root {
+    fn dir(&self) -> &Dir {
+        self.held.dir()
+    }
 }
 
 /// The checked door to effects for one call of a host handler.
@@ -356,24 +364,14 @@ pub struct HostContext {
     tripped: Mutex<Option<Exceeded>>,
 }
 
-fn open_roots(axis: Axis, roots: &[PathBuf]) -> Result<Vec<Root>, HandlerError> {
+fn open_roots(roots: &[Arc<HeldRoot>]) -> Vec<Root> {
+    // The grant's roots were opened once, at registration; a call never resolves a
+    // root's path again, so a root swapped for a symlink since is not followed.
     roots
         .iter()
-        .map(|path| {
-            // The grant's roots are canonical; this is the module's one use of
-            // ambient authority.
-            let dir =
-                Dir::open_ambient_dir(path, cap_std::ambient_authority()).map_err(|source| {
-                    HandlerError::Io {
-                        axis,
-                        target: format!("root {}", path.display()),
-                        source,
-                    }
-                })?;
-            Ok(Root {
-                path: path.clone(),
-                dir,
-            })
+        .map(|held| Root {
+            path: held.path().to_owned(),
+            held: held.clone(),
         })
         .collect()
 }
@@ -722,16 +720,19 @@ fn net_io(ctx: &HostContext, host: &str, source: io::Error) -> HandlerError {
 }
 
 impl HostContext {
-    /// Builds the context for one call from `grant` alone, opening each granted root
-    /// once. The wall-clock budget starts now.
+    /// Builds the context for one call from `grant` alone, over the root directories
+    /// the grant holds open (none is opened, or looked up by path, here). The
+    /// wall-clock budget starts now.
     ///
     /// # Errors
-    /// [`HandlerError::Io`] when a root of the grant cannot be opened.
+    /// None at present: the roots were opened at registration, and a removed one was
+    /// refused when the grant was minted. The `Result` stays for contexts that will
+    /// acquire something per call.
     pub fn new(grant: &Grant) -> Result<HostContext, HandlerError> {
         let limits = grant.limits();
         Ok(HostContext {
-            read: open_roots(Axis::FsRead, grant.fs_read())?,
-            write: open_roots(Axis::FsWrite, grant.fs_write())?,
+            read: open_roots(grant.read_roots()),
+            write: open_roots(grant.write_roots()),
             net: grant.net().to_vec(),
             limits,
             deadline: Instant::now().checked_add(Duration::from_millis(limits.max_wall_ms)),
@@ -777,7 +778,7 @@ impl HostContext {
             rel
         };
         let file = root
-            .dir
+            .dir()
             .open(rel)
             .map_err(|e| fs_error(axis, path, root, e))?;
         regular(axis, path, file)
@@ -794,7 +795,7 @@ impl HostContext {
         let axis = Axis::FsWrite;
         let (root, rel) = place(axis, &self.write, path)?;
         let file = root
-            .dir
+            .dir()
             .open_with(rel, OpenOptions::new().append(true).create(true))
             .map_err(|e| fs_error(axis, path, root, e))?;
         regular(axis, path, file)
