@@ -57,7 +57,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(set.hash(), again.hash(), "same text, different hashes");
             assert_eq!(set, again, "same text, different sets");
 
-            let own = set.rules.first().map(|r| {
+            let own = set.rules().first().map(|r| {
                 (
                     r.tool.clone().unwrap_or_default(),
                     r.capability.clone().unwrap_or_default(),

@@ -4,7 +4,7 @@
 //! # Guarantees
 //! - **Default-deny.** Only a registered manifest mints a [`Grant`]; an unregistered
 //!   tool, a capability the manifest does not declare, or a root that no longer
-//!   resolves is refused before any effect.
+//!   was removed since registration is refused before any effect.
 //! - **A grant is proof.** [`Grant`] has no public constructor: only
 //!   [`ToolRegistry::resolve`] mints one, and [`Grant::narrow`] can only shrink it.
 //! - **Least authority.** A call that names a capability gets only that axis of the
@@ -20,8 +20,19 @@
 //!   one of them (see `pipeline`).
 //! - **Limits only narrow.** Policy limits are applied as a minimum on every axis; a
 //!   narrowed grant never exceeds its parent (property-tested).
-//! - **Roots are canonical.** Registration resolves every root once (symlinks, `..`),
-//!   so the sandbox is configured from real paths.
+//! - **Roots are held by handle.** Registration resolves every root once (symlinks,
+//!   `..`), opens it, and keeps the open directory ([`HeldRoot`]) with its device and
+//!   inode. Every grant hands over that same directory: the sandbox preopens it through
+//!   the held descriptor and a host handler resolves paths beneath it, so no call
+//!   resolves a root's path again. Replacing a root's path with a symlink or another
+//!   directory between calls changes nothing a later call sees.
+//! - **A removed root is refused.** Minting checks each root of the grant on its handle
+//!   (`fstat`, no path lookup): a directory with no links left (removed since
+//!   registration) is refused as [`CapabilityDenied::RootGone`], naming the root, before
+//!   any effect.
+//! - **Per-manifest work is done once.** Registration precomputes, for each way a call
+//!   can name a capability, what the grant hands over, the axes it carries and its
+//!   record form; minting a grant copies these and numbers it.
 //! - **A component is named by its bytes.** Registration reads a wasm tool's component
 //!   once and keeps its SHA-256; every grant for the tool carries it into the record
 //!   (`component_digest`), and the sandbox refuses to run a file whose bytes no longer
@@ -30,13 +41,21 @@
 //! # Non-guarantees
 //! - A manifest states authority; it does not enforce it. The sandbox (or, for host
 //!   tools, the checks in the handler context) does.
+//! - A root renamed or moved since registration (rather than removed) is still the
+//!   directory the grant hands over, wherever it now lives; the record names the path
+//!   it had at registration. Only removal is detected (its link count drops to zero).
+//! - A root removed after the grant was minted and before the tool touches it is not
+//!   refused: the call gets the removed, empty directory, where the kernel refuses to
+//!   create anything.
 
 use aegis_record::ComponentDigest;
 use aegis_record::json::MAX_SAFE_INTEGER;
+use cap_std::fs::Dir;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// An axis of a grant: what a call may be handed. Policy rules keyed on a capability
 /// apply to every call whose grant carries that axis, whatever the call named.
@@ -195,6 +214,15 @@ pub enum RegistrationError {
         /// The root as given.
         root: PathBuf,
     },
+    /// A root was replaced while it was being registered: the directory opened is not
+    /// the one its canonical path names.
+    #[error("tool {tool:?}: root {root} changed while it was being registered")]
+    RootChanged {
+        /// The tool.
+        tool: String,
+        /// The root as given.
+        root: PathBuf,
+    },
     /// A wasm tool whose component file is missing, or is not a file.
     #[error("tool {tool:?}: component {component} is not a readable file")]
     Component {
@@ -255,8 +283,9 @@ pub enum CapabilityDenied {
         /// The axis.
         capability: Capability,
     },
-    /// A root of the manifest no longer resolves.
-    #[error("tool {tool:?}: root {root} no longer resolves")]
+    /// A root of the grant was removed since registration (its held directory has no
+    /// links left), or its handle can no longer be examined.
+    #[error("tool {tool:?}: root {root} was removed since registration")]
     RootGone {
         /// The tool.
         tool: String,
@@ -277,19 +306,211 @@ impl CapabilityDenied {
     }
 }
 
+/// A granted root, opened once when the tool was registered.
+///
+/// Every grant that carries the root shares this one open directory, so every call
+/// reaches the same directory (same device and inode) whatever has happened to its path
+/// since. Two tools naming the same directory share one [`HeldRoot`].
+#[derive(Debug)]
+pub struct HeldRoot {
+    /// As the first manifest to name it spelled it.
+    given: PathBuf,
+    /// Canonical at registration.
+    path: PathBuf,
+    dir: Dir,
+    dev: u64,
+    ino: u64,
+}
+
+impl PartialEq for HeldRoot {
+    fn eq(&self, other: &HeldRoot) -> bool {
+        (self.dev, self.ino, &self.path) == (other.dev, other.ino, &other.path)
+    }
+}
+
+impl Eq for HeldRoot {}
+
+impl HeldRoot {
+    /// Opens `root` (following symlinks, as resolving its canonical path does) and
+    /// checks that the directory opened is the one the canonical path names, so that a
+    /// swap during registration is refused rather than held.
+    fn open(tool: &str, root: &Path) -> Result<HeldRoot, RegistrationError> {
+        let io = |source| RegistrationError::Root {
+            tool: tool.to_owned(),
+            root: root.to_owned(),
+            source,
+        };
+        let canonical = std::fs::canonicalize(root).map_err(io)?;
+        // Registration is where the host's ambient authority over the file system is
+        // turned into handles; calls only ever use the handles.
+        let dir = Dir::open_ambient_dir(&canonical, cap_std::ambient_authority()).map_err(|e| {
+            if e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) {
+                RegistrationError::NotADirectory {
+                    tool: tool.to_owned(),
+                    root: root.to_owned(),
+                }
+            } else {
+                io(e)
+            }
+        })?;
+        let held = rustix::fs::fstat(&dir).map_err(|e| io(e.into()))?;
+        let named = rustix::fs::stat(&canonical).map_err(|e| io(e.into()))?;
+        if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino) {
+            return Err(RegistrationError::RootChanged {
+                tool: tool.to_owned(),
+                root: root.to_owned(),
+            });
+        }
+        Ok(HeldRoot {
+            given: root.to_owned(),
+            path: canonical,
+            dir,
+            dev: held.st_dev,
+            ino: held.st_ino,
+        })
+    }
+
+    /// The canonical path the root had at registration (the name the sandbox gives the
+    /// guest, and the record's).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The root as the manifest that first named it spelled it.
+    pub fn given(&self) -> &Path {
+        &self.given
+    }
+
+    /// The open directory: resolve paths beneath the root through it.
+    pub fn dir(&self) -> &Dir {
+        &self.dir
+    }
+
+    /// The directory's device and inode, taken at registration.
+    pub fn identity(&self) -> (u64, u64) {
+        (self.dev, self.ino)
+    }
+
+    /// Whether the held directory is still in the file system, by `fstat` on the
+    /// handle (no path is looked up): a directory removed since registration has no
+    /// links left.
+    ///
+    /// # Errors
+    /// The directory was removed, or `fstat` failed.
+    pub fn check(&self) -> std::io::Result<()> {
+        let st = rustix::fs::fstat(&self.dir)?;
+        if st.st_nlink == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "removed since registration",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A path that names the held directory itself, not whatever the root's path names
+    /// now: `/proc/self/fd/<n>` of the held descriptor, for an API that only takes a
+    /// path (wasmtime-wasi's preopens). Opening it reaches this directory as long as
+    /// `self` is alive; a caller should still compare what it opened with
+    /// [`HeldRoot::identity`], since the path is only as good as the `/proc` mounted.
+    #[cfg(target_os = "linux")]
+    pub fn fd_path(&self) -> PathBuf {
+        use std::os::fd::{AsFd, AsRawFd};
+        PathBuf::from(format!("/proc/self/fd/{}", self.dir.as_fd().as_raw_fd()))
+    }
+}
+
+/// What a grant hands over for one way of naming a capability, computed once per
+/// manifest at registration.
+#[derive(Debug, PartialEq, Eq)]
+struct Scope {
+    tool_id: String,
+    fs_read: Vec<Arc<HeldRoot>>,
+    fs_write: Vec<Arc<HeldRoot>>,
+    fs_read_paths: Vec<PathBuf>,
+    fs_write_paths: Vec<PathBuf>,
+    net: Vec<NetRule>,
+    axes: Vec<Capability>,
+    /// Every distinct root, each checked once when a grant is minted.
+    distinct: Vec<Arc<HeldRoot>>,
+    /// The grant's only root, when read and write roots name exactly one directory.
+    single_root: Option<Arc<HeldRoot>>,
+    /// The manifest's ceilings, before the policy narrows them.
+    limits: Limits,
+    /// The record form, less the grant id and the (narrowed) ceilings.
+    record: aegis_record::CapabilityGrant,
+}
+
+impl Scope {
+    fn new(
+        tool_id: &str,
+        fs_read: Vec<Arc<HeldRoot>>,
+        fs_write: Vec<Arc<HeldRoot>>,
+        net: Vec<NetRule>,
+        limits: Limits,
+        component_digest: Option<ComponentDigest>,
+    ) -> Scope {
+        let paths = |r: &[Arc<HeldRoot>]| r.iter().map(|h| h.path.clone()).collect::<Vec<_>>();
+        let (fs_read_paths, fs_write_paths) = (paths(&fs_read), paths(&fs_write));
+        let axes = carried(&fs_read_paths, &fs_write_paths, &net);
+        let mut distinct: Vec<Arc<HeldRoot>> = Vec::new();
+        for h in fs_read.iter().chain(&fs_write) {
+            if !distinct.iter().any(|d| Arc::ptr_eq(d, h)) {
+                distinct.push(h.clone());
+            }
+        }
+        let single_root = match distinct.as_slice() {
+            [only] => Some(only.clone()),
+            _ => None,
+        };
+        let shown = |p: &[PathBuf]| p.iter().map(|p| p.display().to_string()).collect();
+        let record = aegis_record::CapabilityGrant {
+            grant_id: String::new(),
+            tool_id: tool_id.to_owned(),
+            fs: (!fs_read_paths.is_empty() || !fs_write_paths.is_empty()).then(|| {
+                aegis_record::FsScope {
+                    read_paths: shown(&fs_read_paths),
+                    write_paths: shown(&fs_write_paths),
+                }
+            }),
+            net: (!net.is_empty()).then(|| aegis_record::NetScope {
+                http: net
+                    .iter()
+                    .map(|r| aegis_record::HttpRule {
+                        host: r.host.clone(),
+                        ports: r.ports.clone(),
+                        methods: r.methods.clone(),
+                    })
+                    .collect(),
+            }),
+            max_memory_bytes: Default::default(),
+            max_wall_ms: Default::default(),
+            max_output_bytes: Default::default(),
+            component_digest,
+        };
+        Scope {
+            tool_id: tool_id.to_owned(),
+            fs_read,
+            fs_write,
+            fs_read_paths,
+            fs_write_paths,
+            net,
+            axes,
+            distinct,
+            single_root,
+            limits,
+            record,
+        }
+    }
+}
+
 /// Authority minted for one call. Only [`ToolRegistry::resolve`] makes one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
     grant_id: String,
-    tool_id: String,
-    fs_read: Vec<PathBuf>,
-    fs_write: Vec<PathBuf>,
-    net: Vec<NetRule>,
+    /// What it hands over, shared with every grant for the same tool and capability.
+    scope: Arc<Scope>,
     limits: Limits,
-    /// The grant's only root, as the manifest gave it and canonical, if it has one root.
-    single_root: Option<(PathBuf, PathBuf)>,
-    /// SHA-256 of the component registered for a wasm tool; `None` for host tools.
-    component_digest: Option<ComponentDigest>,
 }
 
 impl Grant {
@@ -299,19 +520,27 @@ impl Grant {
     }
     /// The tool it was minted for.
     pub fn tool_id(&self) -> &str {
-        &self.tool_id
+        &self.scope.tool_id
     }
-    /// Canonical roots readable.
+    /// Canonical roots readable (as they were at registration).
     pub fn fs_read(&self) -> &[PathBuf] {
-        &self.fs_read
+        &self.scope.fs_read_paths
     }
-    /// Canonical roots writable.
+    /// Canonical roots writable (as they were at registration).
     pub fn fs_write(&self) -> &[PathBuf] {
-        &self.fs_write
+        &self.scope.fs_write_paths
+    }
+    /// The readable roots' held directories, in [`Grant::fs_read`] order.
+    pub fn read_roots(&self) -> &[Arc<HeldRoot>] {
+        &self.scope.fs_read
+    }
+    /// The writable roots' held directories, in [`Grant::fs_write`] order.
+    pub fn write_roots(&self) -> &[Arc<HeldRoot>] {
+        &self.scope.fs_write
     }
     /// Reachable destinations.
     pub fn net(&self) -> &[NetRule] {
-        &self.net
+        &self.scope.net
     }
     /// Ceilings.
     pub fn limits(&self) -> Limits {
@@ -319,25 +548,26 @@ impl Grant {
     }
     /// SHA-256 of the component the tool was registered with; `None` for host tools.
     pub fn component_digest(&self) -> Option<ComponentDigest> {
-        self.component_digest
+        self.scope.record.component_digest
     }
 
     /// The axes this grant carries, in [`Capability::ALL`] order.
     pub fn axes(&self) -> Vec<Capability> {
-        carried(&self.fs_read, &self.fs_write, &self.net)
+        self.scope.axes.clone()
     }
 
     /// The grant's only filesystem root as `(as the manifest gave it, canonical)`, when
     /// its read and write roots together name exactly one directory.
     pub fn single_root(&self) -> Option<(&Path, &Path)> {
-        self.single_root
+        self.scope
+            .single_root
             .as_ref()
-            .map(|(raw, canonical)| (raw.as_path(), canonical.as_path()))
+            .map(|h| (h.given.as_path(), h.path.as_path()))
     }
 
     /// The grant's only network destination, when it has one rule with one port.
     pub fn single_destination(&self) -> Option<(&str, u16)> {
-        match self.net.as_slice() {
+        match self.scope.net.as_slice() {
             [rule] if rule.ports.len() == 1 => Some((&rule.host, rule.ports[0])),
             _ => None,
         }
@@ -352,35 +582,17 @@ impl Grant {
         }
     }
 
-    /// The grant as the record states it.
+    /// The grant as the record states it (its form is built once per manifest; this
+    /// copies it and adds the id and the ceilings).
     pub fn to_record(&self) -> aegis_record::CapabilityGrant {
         let safe =
             |n: u64| aegis_record::json::SafeInt::new(n.min(MAX_SAFE_INTEGER)).unwrap_or_default();
-        let paths = |p: &[PathBuf]| p.iter().map(|p| p.display().to_string()).collect();
         aegis_record::CapabilityGrant {
             grant_id: self.grant_id.clone(),
-            tool_id: self.tool_id.clone(),
-            fs: (!self.fs_read.is_empty() || !self.fs_write.is_empty()).then(|| {
-                aegis_record::FsScope {
-                    read_paths: paths(&self.fs_read),
-                    write_paths: paths(&self.fs_write),
-                }
-            }),
-            net: (!self.net.is_empty()).then(|| aegis_record::NetScope {
-                http: self
-                    .net
-                    .iter()
-                    .map(|r| aegis_record::HttpRule {
-                        host: r.host.clone(),
-                        ports: r.ports.clone(),
-                        methods: r.methods.clone(),
-                    })
-                    .collect(),
-            }),
             max_memory_bytes: safe(self.limits.max_memory_bytes),
             max_wall_ms: safe(self.limits.max_wall_ms),
             max_output_bytes: safe(self.limits.max_output_bytes),
-            component_digest: self.component_digest,
+            ..self.scope.record.clone()
         }
     }
 }
@@ -398,38 +610,33 @@ fn carried(fs_read: &[PathBuf], fs_write: &[PathBuf], net: &[NetRule]) -> Vec<Ca
         .collect()
 }
 
-/// What a grant for one call hands over, before it is minted.
-struct Scope<'m> {
-    manifest: &'m ToolManifest,
-    fs_read: Vec<PathBuf>,
-    fs_write: Vec<PathBuf>,
-    net: Vec<NetRule>,
+/// A registered tool: its manifest and, for each way a call can name a capability
+/// (none, `fs.read`, `fs.write`, `net.http`), what a grant hands over.
+#[derive(Debug)]
+struct Registered {
+    manifest: ToolManifest,
+    /// Indexed by [`scope_index`].
+    scopes: [Arc<Scope>; 4],
+}
+
+/// Which of a tool's precomputed scopes a call naming `named` gets.
+fn scope_index(named: Option<Capability>) -> usize {
+    match named {
+        None => 0,
+        Some(Capability::FsRead) => 1,
+        Some(Capability::FsWrite) => 2,
+        Some(Capability::NetHttp) => 3,
+    }
 }
 
 /// Registered tools. Built once; read by every call.
 #[derive(Debug, Default)]
 pub struct ToolRegistry {
-    tools: BTreeMap<String, ToolManifest>,
-    /// Each canonical root's spelling in the manifest, for the record's decision axes.
-    given: BTreeMap<PathBuf, PathBuf>,
-    /// Each wasm tool's component digest, taken once at registration.
-    components: BTreeMap<String, ComponentDigest>,
+    tools: BTreeMap<String, Registered>,
+    /// Every root opened so far, by canonical path: a directory two manifests name is
+    /// held once, under the first spelling.
+    held: BTreeMap<PathBuf, Arc<HeldRoot>>,
     minted: std::sync::atomic::AtomicU64,
-}
-
-fn canonical_root(tool: &str, root: &Path) -> Result<PathBuf, RegistrationError> {
-    let canonical = std::fs::canonicalize(root).map_err(|source| RegistrationError::Root {
-        tool: tool.to_owned(),
-        root: root.to_owned(),
-        source,
-    })?;
-    if !canonical.is_dir() {
-        return Err(RegistrationError::NotADirectory {
-            tool: tool.to_owned(),
-            root: root.to_owned(),
-        });
-    }
-    Ok(canonical)
 }
 
 impl ToolRegistry {
@@ -438,7 +645,8 @@ impl ToolRegistry {
         ToolRegistry::default()
     }
 
-    /// Checks and stores a manifest, canonicalizing its roots once.
+    /// Checks and stores a manifest, opening each of its roots once (see [`HeldRoot`])
+    /// and precomputing what its grants hand over.
     ///
     /// # Errors
     /// See [`RegistrationError`].
@@ -485,48 +693,82 @@ impl ToolRegistry {
                 what: "a net rule with an empty host",
             });
         }
-        let mut given = Vec::new();
-        for roots in [&mut m.fs_read, &mut m.fs_write] {
-            for root in roots.iter_mut() {
-                let canonical = canonical_root(&tool, root)?;
-                given.push((canonical.clone(), std::mem::replace(root, canonical)));
+        // Open every root before keeping any, so a refused manifest leaves no trace.
+        let mut opened: Vec<HeldRoot> = Vec::new();
+        for root in m.fs_read.iter().chain(&m.fs_write) {
+            opened.push(HeldRoot::open(&tool, root)?);
+        }
+        let mut held = |h: HeldRoot| -> Arc<HeldRoot> {
+            match self.held.get(&h.path) {
+                // The same directory under the same canonical path: keep the first
+                // handle (and spelling). A different directory now at that path (the
+                // first was replaced since) gets its own handle.
+                Some(existing) if existing.identity() == h.identity() => existing.clone(),
+                _ => {
+                    let h = Arc::new(h);
+                    self.held.entry(h.path.clone()).or_insert_with(|| h.clone());
+                    h
+                }
             }
-        }
-        // The first spelling of a root wins; a later manifest naming it again keeps it.
-        for (canonical, raw) in given {
-            self.given.entry(canonical).or_insert(raw);
-        }
+        };
+        let read_n = m.fs_read.len();
+        let mut roots: Vec<Arc<HeldRoot>> = opened.into_iter().map(&mut held).collect();
+        let write_roots = roots.split_off(read_n);
+        let read_roots = roots;
+        // The manifest keeps the canonical paths, as before.
+        m.fs_read = read_roots.iter().map(|h| h.path.clone()).collect();
+        m.fs_write = write_roots.iter().map(|h| h.path.clone()).collect();
         for rule in &mut m.net {
             rule.methods
                 .iter_mut()
                 .for_each(|x| x.make_ascii_uppercase());
             rule.host.make_ascii_lowercase();
         }
-        if let Some(d) = digest {
-            self.components.insert(tool.clone(), d);
-        }
-        self.tools.insert(tool, m);
+        let scope = |r: &[Arc<HeldRoot>], w: &[Arc<HeldRoot>], n: &[NetRule]| {
+            Arc::new(Scope::new(
+                &tool,
+                r.to_vec(),
+                w.to_vec(),
+                n.to_vec(),
+                m.limits,
+                digest,
+            ))
+        };
+        // fs.read also covers the write roots' contents, read-only.
+        let readable: Vec<Arc<HeldRoot>> = read_roots.iter().chain(&write_roots).cloned().collect();
+        let scopes = [
+            scope(&read_roots, &write_roots, &m.net),
+            scope(&readable, &[], &[]),
+            scope(&[], &write_roots, &[]),
+            scope(&[], &[], &m.net),
+        ];
+        self.tools.insert(
+            tool,
+            Registered {
+                manifest: m,
+                scopes,
+            },
+        );
         Ok(())
     }
 
     /// The manifest for `tool`, if registered.
     pub fn manifest(&self, tool: &str) -> Option<&ToolManifest> {
-        self.tools.get(tool)
+        self.tools.get(tool).map(|r| &r.manifest)
     }
 
     /// What a grant for `tool` would hand over when the call names `capability`: the
     /// one computation behind both [`ToolRegistry::axes`] and [`ToolRegistry::resolve`].
-    fn scope(&self, tool: &str, capability: Option<&str>) -> Result<Scope<'_>, CapabilityDenied> {
-        let m = self
+    fn scope(&self, tool: &str, capability: Option<&str>) -> Result<&Arc<Scope>, CapabilityDenied> {
+        let r = self
             .tools
             .get(tool)
             .ok_or_else(|| CapabilityDenied::Unregistered(tool.to_owned()))?;
+        let all = &r.scopes[0];
         let named = match capability {
             None => None,
             Some(c) => match c.parse::<Capability>() {
-                Ok(named) if carried(&m.fs_read, &m.fs_write, &m.net).contains(&named) => {
-                    Some(named)
-                }
+                Ok(named) if all.axes.contains(&named) => Some(named),
                 // Unknown names and axes the manifest does not declare alike.
                 _ => {
                     return Err(CapabilityDenied::Undeclared {
@@ -536,23 +778,7 @@ impl ToolRegistry {
                 }
             },
         };
-        let (fs_read, fs_write, net) = match named {
-            None => (m.fs_read.clone(), m.fs_write.clone(), m.net.clone()),
-            // fs.read also covers the write roots' contents, read-only.
-            Some(Capability::FsRead) => {
-                let mut r = m.fs_read.clone();
-                r.extend(m.fs_write.iter().cloned());
-                (r, Vec::new(), Vec::new())
-            }
-            Some(Capability::FsWrite) => (Vec::new(), m.fs_write.clone(), Vec::new()),
-            Some(Capability::NetHttp) => (Vec::new(), Vec::new(), m.net.clone()),
-        };
-        Ok(Scope {
-            manifest: m,
-            fs_read,
-            fs_write,
-            net,
-        })
+        Ok(&r.scopes[scope_index(named)])
     }
 
     /// The axes a grant for this call would carry, in [`Capability::ALL`] order, without
@@ -567,14 +793,15 @@ impl ToolRegistry {
         tool: &str,
         capability: Option<&str>,
     ) -> Result<Vec<Capability>, CapabilityDenied> {
-        self.scope(tool, capability)
-            .map(|s| carried(&s.fs_read, &s.fs_write, &s.net))
+        self.scope(tool, capability).map(|s| s.axes.clone())
     }
 
     /// Mints a grant for one call, default-deny, narrowed by the policy's limits.
     ///
     /// `capability` is the axis the call names (`fs.read`, `fs.write`, `net.http`,
-    /// exactly), or `None` for everything the manifest declares.
+    /// exactly), or `None` for everything the manifest declares. Each root the grant
+    /// carries is checked on its held handle ([`HeldRoot::check`]); its path is not
+    /// looked up.
     ///
     /// # Errors
     /// See [`CapabilityDenied`]; nothing is minted.
@@ -584,45 +811,23 @@ impl ToolRegistry {
         capability: Option<&str>,
         policy_limits: &NarrowingLimits,
     ) -> Result<Grant, CapabilityDenied> {
-        let Scope {
-            manifest: m,
-            fs_read,
-            fs_write,
-            net,
-        } = self.scope(tool, capability)?;
-        for root in fs_read.iter().chain(&fs_write) {
-            if !root.is_dir() {
+        let scope = self.scope(tool, capability)?;
+        for root in &scope.distinct {
+            if root.check().is_err() {
                 return Err(CapabilityDenied::RootGone {
                     tool: tool.to_owned(),
-                    root: root.clone(),
+                    root: root.path.clone(),
                 });
             }
         }
-        let mut roots: Vec<&PathBuf> = fs_read.iter().chain(&fs_write).collect();
-        roots.sort();
-        roots.dedup();
-        let single_root = match roots.as_slice() {
-            [only] => Some((
-                self.given
-                    .get(*only)
-                    .cloned()
-                    .unwrap_or_else(|| (*only).clone()),
-                (*only).clone(),
-            )),
-            _ => None,
-        };
+        let limits = scope.limits.narrowed(policy_limits);
         let n = self
             .minted
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Grant {
             grant_id: format!("grant-{tool}-{n}"),
-            tool_id: tool.to_owned(),
-            fs_read,
-            fs_write,
-            net,
-            limits: m.limits.narrowed(policy_limits),
-            single_root,
-            component_digest: self.components.get(tool).copied(),
+            scope: scope.clone(),
+            limits,
         })
     }
 }

@@ -28,7 +28,9 @@
 //! # Non-guarantees
 //! - Roles are self-asserted: nothing here authenticates a role. Rules keyed on role
 //!   sort cooperating callers; they do not confine a hostile one.
-//! - Selecting the rule for a call scans every rule: evaluation is linear in the set.
+//! - Selecting the rule for a call looks at the rules naming that tool and the rules
+//!   naming no tool (an index built once at load): evaluation is linear in those, so a
+//!   set with many tool-less rules still costs what scanning them costs.
 
 use aegis_record::PolicySetHash;
 use aegis_record::json::{Object, Value, quote};
@@ -135,10 +137,79 @@ impl Rule {
 pub struct PolicySet {
     /// What happens when no rule matches.
     pub default: Action,
-    /// The rules, in file order.
-    pub rules: Vec<Rule>,
+    /// The rules, in file order. Private so the index built from them cannot go stale.
+    rules: Vec<Rule>,
+    /// Which rules can match each tool, built once at load.
+    index: RuleIndex,
     hash: PolicySetHash,
     warnings: Vec<PolicyWarning>,
+}
+
+/// The rules that can match a call, by the tool it names: each tool named by some rule
+/// maps to that tool's rules with the rules that name no tool merged in, in file order;
+/// any other tool gets the rules that name no tool. Built once when the set is parsed,
+/// so selecting looks only at rules that could match instead of scanning the whole set
+/// (a 20-rule set with two rules for the tool asked about looks at the tool-less rules
+/// and those two).
+///
+/// Every candidate is still checked by [`Rule::matches`] and the selection among them
+/// is the linear scan's (same comparison, same file order), so the index decides
+/// nothing itself: it only skips rules whose tool axis cannot match.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct RuleIndex {
+    /// Positions in `rules`, ascending, for each tool a rule names.
+    by_tool: HashMap<String, Box<[u32]>>,
+    /// Positions of the rules that name no tool, ascending.
+    any_tool: Box<[u32]>,
+}
+
+impl RuleIndex {
+    fn build(rules: &[Rule]) -> RuleIndex {
+        // MAX_RULES (2^18) keeps every position within u32.
+        let pos = |i: usize| u32::try_from(i).expect("MAX_RULES fits in u32");
+        let any_tool: Vec<u32> = (0..rules.len())
+            .filter(|&i| rules[i].tool.is_none())
+            .map(pos)
+            .collect();
+        let mut by_tool: HashMap<String, Vec<u32>> = HashMap::new();
+        for (i, rule) in rules.iter().enumerate() {
+            if let Some(tool) = &rule.tool {
+                by_tool.entry(tool.clone()).or_default().push(pos(i));
+            }
+        }
+        let by_tool = by_tool
+            .into_iter()
+            .map(|(tool, own)| {
+                // Two ascending lists merged stay ascending: file order is kept.
+                let mut merged = Vec::with_capacity(own.len() + any_tool.len());
+                let (mut a, mut b) = (own.iter().peekable(), any_tool.iter().peekable());
+                loop {
+                    let next = match (a.peek(), b.peek()) {
+                        (Some(&&x), Some(&&y)) if x < y => a.next(),
+                        (Some(_), Some(_)) => b.next(),
+                        (Some(_), None) => a.next(),
+                        (None, Some(_)) => b.next(),
+                        (None, None) => break,
+                    };
+                    merged.extend(next.copied());
+                }
+                (tool, merged.into_boxed_slice())
+            })
+            .collect();
+        RuleIndex {
+            by_tool,
+            any_tool: any_tool.into_boxed_slice(),
+        }
+    }
+
+    /// Positions of the rules that can match a call of `tool`, in file order.
+    fn candidates(&self, tool: &str) -> &[u32] {
+        // A rule naming a tool never matches a call that names none (`Rule::matches`).
+        if tool.is_empty() {
+            return &self.any_tool;
+        }
+        self.by_tool.get(tool).unwrap_or(&self.any_tool)
+    }
 }
 
 /// Something a valid policy says that may not do what its author expects; loading goes
@@ -360,9 +431,11 @@ impl PolicySet {
         }
         let hash = PolicySetHash::of_canonical_set(&projection(default, &rules).to_canonical());
         let warnings = rules.iter().filter_map(|r| role_warning(file, r)).collect();
+        let index = RuleIndex::build(&rules);
         Ok(PolicySet {
             default,
             rules,
+            index,
             hash,
             warnings,
         })
@@ -378,28 +451,54 @@ impl PolicySet {
         self.hash
     }
 
-    /// The rule that decides a call, or `None` for the set's default.
-    pub fn select(&self, tool: &str, capability: &str, role: &str) -> Option<&Rule> {
-        let mut best: Option<&Rule> = None;
-        for rule in self
-            .rules
-            .iter()
-            .filter(|r| r.matches(tool, capability, role))
-        {
-            let better = match best {
-                None => true,
-                Some(b) => {
-                    let deny = |r: &Rule| r.action == Action::Deny;
-                    (deny(rule), rule.specificity(), rule.priority)
-                        > (deny(b), b.specificity(), b.priority)
-                }
-            };
-            if better {
-                best = Some(rule);
-            }
-        }
-        best
+    /// The rules, in file order.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
     }
+
+    /// The rule that decides a call, or `None` for the set's default.
+    ///
+    /// Looks only at the rules the tool index gives for `tool` (see `RuleIndex`); the
+    /// answer is the one [`PolicySet::select_linear`] gives by scanning every rule.
+    pub fn select(&self, tool: &str, capability: &str, role: &str) -> Option<&Rule> {
+        let candidates = self
+            .index
+            .candidates(tool)
+            .iter()
+            .map(|&i| &self.rules[i as usize]);
+        best_of(candidates, tool, capability, role)
+    }
+
+    /// [`PolicySet::select`] by scanning every rule in file order, without the index:
+    /// the definition the index is tested against.
+    pub fn select_linear(&self, tool: &str, capability: &str, role: &str) -> Option<&Rule> {
+        best_of(self.rules.iter(), tool, capability, role)
+    }
+}
+
+/// Among `rules` (in file order), the one that decides the call: any matching deny
+/// wins, then the most specific, then the highest priority, then the earliest.
+fn best_of<'r>(
+    rules: impl Iterator<Item = &'r Rule>,
+    tool: &str,
+    capability: &str,
+    role: &str,
+) -> Option<&'r Rule> {
+    let mut best: Option<&Rule> = None;
+    for rule in rules.filter(|r| r.matches(tool, capability, role)) {
+        let better = match best {
+            None => true,
+            Some(b) => {
+                let deny = |r: &Rule| r.action == Action::Deny;
+                (deny(rule), rule.specificity(), rule.priority)
+                    > (deny(b), b.specificity(), b.priority)
+            }
+        };
+        if better {
+            best = Some(rule);
+        }
+    }
+    best
 }
 
 /// The line a YAML loader error points at.

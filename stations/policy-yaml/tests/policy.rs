@@ -269,7 +269,7 @@ fn many_rules(n: usize) -> String {
 fn a_large_policy_loads_and_a_late_duplicate_names_the_first() {
     let text = many_rules(20_000);
     let set = PolicySet::parse(&text, "big.yaml").unwrap();
-    assert_eq!(set.rules.len(), 20_000);
+    assert_eq!(set.rules().len(), 20_000);
     let engine = PolicyEngine::new(set);
     assert_eq!(
         engine.decide("t19999", "fs.read", "").verdict,

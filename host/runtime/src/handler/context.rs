@@ -2,18 +2,25 @@
 //! checked effect.
 
 use super::{Axis, ErrorClass, HandlerError, Logs};
-use crate::capability::{Grant, Limits, NetRule};
+use crate::capability::{Grant, HeldRoot, Limits, NetRule};
 use crate::sandbox::Exceeded;
 use cap_std::fs::Dir;
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// A granted root and the handle every path under it is resolved through.
 #[derive(Debug)]
 pub(super) struct Root {
     pub(super) path: PathBuf,
-    pub(super) dir: Dir,
+    /// The directory the capability station opened at registration, shared.
+    held: Arc<HeldRoot>,
+}
+
+impl Root {
+    pub(super) fn dir(&self) -> &Dir {
+        self.held.dir()
+    }
 }
 
 /// The checked door to effects for one call of a host handler.
@@ -58,39 +65,32 @@ pub(super) struct Stops {
     tripped: Option<Exceeded>,
 }
 
-fn open_roots(axis: Axis, roots: &[PathBuf]) -> Result<Vec<Root>, HandlerError> {
+fn open_roots(roots: &[Arc<HeldRoot>]) -> Vec<Root> {
+    // The grant's roots were opened once, at registration; a call never resolves a
+    // root's path again, so a root swapped for a symlink since is not followed.
     roots
         .iter()
-        .map(|path| {
-            // The grant's roots are canonical; this is the module's one use of
-            // ambient authority.
-            let dir =
-                Dir::open_ambient_dir(path, cap_std::ambient_authority()).map_err(|source| {
-                    HandlerError::Io {
-                        axis,
-                        target: format!("root {}", path.display()),
-                        source,
-                    }
-                })?;
-            Ok(Root {
-                path: path.clone(),
-                dir,
-            })
+        .map(|held| Root {
+            path: held.path().to_owned(),
+            held: held.clone(),
         })
         .collect()
 }
 
 impl HostContext {
-    /// Builds the context for one call from `grant` alone, opening each granted root
-    /// once. The wall-clock budget starts now.
+    /// Builds the context for one call from `grant` alone, over the root directories
+    /// the grant holds open (none is opened, or looked up by path, here). The
+    /// wall-clock budget starts now.
     ///
     /// # Errors
-    /// [`HandlerError::Io`] when a root of the grant cannot be opened.
+    /// None at present: the roots were opened at registration, and a removed one was
+    /// refused when the grant was minted. The `Result` stays for contexts that will
+    /// acquire something per call.
     pub fn new(grant: &Grant) -> Result<HostContext, HandlerError> {
         let limits = grant.limits();
         Ok(HostContext {
-            read: open_roots(Axis::FsRead, grant.fs_read())?,
-            write: open_roots(Axis::FsWrite, grant.fs_write())?,
+            read: open_roots(grant.read_roots()),
+            write: open_roots(grant.write_roots()),
             net: grant.net().to_vec(),
             limits,
             deadline: Instant::now().checked_add(Duration::from_millis(limits.max_wall_ms)),

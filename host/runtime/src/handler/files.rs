@@ -31,7 +31,7 @@ impl HostContext {
             rel
         };
         let file = root
-            .dir
+            .dir()
             .open(rel)
             .map_err(|e| fs_error(axis, path, root, e))?;
         regular(axis, path, file)
@@ -52,7 +52,7 @@ impl HostContext {
         let axis = Axis::FsWrite;
         let (root, rel) = place(axis, &self.write, path)?;
         let file = root
-            .dir
+            .dir()
             .open_with(rel, OpenOptions::new().append(true).create(true))
             .map_err(|e| fs_error(axis, path, root, e))?;
         regular(axis, path, file)

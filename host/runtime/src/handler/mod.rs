@@ -11,9 +11,10 @@
 //! - **Checked before the effect.** A path is placed under a granted root before
 //!   anything is opened; a URL's host, port and method are matched against the grant's
 //!   rules before any DNS lookup or connection.
-//! - **Paths resolve inside their root, by cap-std.** Each granted root is opened once,
-//!   in [`HostContext::new`] (the only ambient authority in this module). Every later
-//!   open is relative to that directory handle, so `..`, absolute symlinks and
+//! - **Paths resolve inside their root, by cap-std.** Each granted root is the
+//!   directory the capability station opened when the tool was registered
+//!   ([`crate::capability::HeldRoot`]); this module uses no ambient authority over the
+//!   file system. Every open is relative to that directory handle, so `..`, absolute symlinks and
 //!   symlinks that lead out are refused by cap-std's resolution (`openat2` with
 //!   `RESOLVE_BENEATH` where the kernel has it), not by string checks.
 //! - **Reads only under `fs_read` roots; writes only under `fs_write` roots, and only

@@ -11,7 +11,10 @@
 //!
 //! # Guarantees
 //! - The guest sees only the grant's roots, as preopens under their canonical paths:
-//!   read roots read-only, write roots read-write. No environment, no arguments beyond
+//!   read roots read-only, write roots read-write. Each preopen is the directory the
+//!   capability station opened when the tool was registered (reached through its held
+//!   descriptor, and checked to be that device and inode before the call starts), never
+//!   a fresh resolution of the root's path. No environment, no arguments beyond
 //!   those given, no sockets (a fresh WASI context has networking off). Both shapes
 //!   get the same context.
 //! - Memory: a limiter ([`limiter`]) holds the *total* of all linear memories and
@@ -618,16 +621,11 @@ impl Sandbox {
                 .stdout(stdout.clone());
         }
         for (roots, perms) in [
-            (grant.fs_read(), FsPerms::ReadOnly),
-            (grant.fs_write(), FsPerms::ReadWrite),
+            (grant.read_roots(), FsPerms::ReadOnly),
+            (grant.write_roots(), FsPerms::ReadWrite),
         ] {
             for root in roots {
-                let guest = root.to_string_lossy();
-                wasi.preopened_dir(root, guest.as_ref(), perms)
-                    .map_err(|e| SandboxError::Preopen {
-                        path: root.clone(),
-                        message: e.to_string(),
-                    })?;
+                preopen_held(&mut wasi, root, perms)?;
             }
         }
         let memory = Ceiling::new(usize::try_from(limits.max_memory_bytes).unwrap_or(usize::MAX));
@@ -799,4 +797,46 @@ enum Said {
     Nothing,
     /// Stopped from outside the guest: its deadline, or its cancel token.
     Stopped(Ending),
+}
+
+/// Preopens the directory `root` holds, under its canonical path as the guest's name.
+///
+/// wasmtime-wasi 48 takes preopens by path only (`WasiCtxBuilder::preopened_dir`), so
+/// the path given is `/proc/self/fd/<n>` of the held descriptor, which names that open
+/// directory and nothing else. What that path names is then compared with the device and
+/// inode recorded at registration; a mismatch (a `/proc` that is not procfs) refuses the
+/// call before any guest code runs.
+fn preopen_held(
+    wasi: &mut wasmtime_wasi::WasiCtxBuilder,
+    root: &crate::capability::HeldRoot,
+    perms: FsPerms,
+) -> Result<(), SandboxError> {
+    let refused = |message: String| SandboxError::Preopen {
+        path: root.path().to_owned(),
+        message,
+    };
+    #[cfg(target_os = "linux")]
+    {
+        let by_fd = root.fd_path();
+        let guest = root.path().to_string_lossy();
+        wasi.preopened_dir(&by_fd, guest.as_ref(), perms)
+            .map_err(|e| refused(e.to_string()))?;
+        let opened = rustix::fs::stat(&by_fd).map_err(|e| refused(e.to_string()))?;
+        if (opened.st_dev, opened.st_ino) != root.identity() {
+            return Err(refused(format!(
+                "{} does not name the directory held since registration",
+                by_fd.display()
+            )));
+        }
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (wasi, perms);
+        Err(refused(
+            "preopening a held root needs /proc/self/fd (Linux); this platform has no way \
+             to hand wasmtime-wasi an open directory"
+                .to_owned(),
+        ))
+    }
 }

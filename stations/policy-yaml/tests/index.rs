@@ -1,0 +1,104 @@
+//! The tool index changes what `select` looks at, never what it answers.
+
+use aegis_policy_yaml::PolicySet;
+use proptest::prelude::*;
+
+const TOOLS: [&str; 4] = ["", "a", "b", "c"];
+const CAPABILITIES: [&str; 3] = ["", "fs.read", "net.http"];
+const ROLES: [&str; 3] = ["", "ops", "dev"];
+const ACTIONS: [&str; 4] = ["allow", "deny", "rate_limit", "pending_approval"];
+
+/// One rule's YAML: each axis is absent, `"*"` or a value (never empty: the parser
+/// refuses an empty axis).
+fn rule_yaml(i: usize, action: usize, axes: [usize; 3], priority: i64) -> String {
+    let mut r = format!("  - id: r{i}\n    action: {}\n", ACTIONS[action]);
+    let values: [&[&str]; 3] = [&TOOLS, &CAPABILITIES, &ROLES];
+    for ((key, pick), values) in ["tool", "capability", "role"].iter().zip(axes).zip(values) {
+        match pick {
+            0 => {}
+            1 => r += &format!("    {key}: \"*\"\n"),
+            n => {
+                r += &format!(
+                    "    {key}: {:?}\n",
+                    values[1 + (n - 2) % (values.len() - 1)]
+                )
+            }
+        }
+    }
+    if action == 2 {
+        r += "    rate: { max: 5, per_seconds: 60 }\n";
+    }
+    r + &format!("    priority: {priority}\n")
+}
+
+fn set_of(rules: &[(usize, [usize; 3], i64)]) -> PolicySet {
+    let mut y = String::from("version: 1\ndefault: deny\n");
+    y += if rules.is_empty() {
+        "rules: []\n"
+    } else {
+        "rules:\n"
+    };
+    for (i, (action, axes, priority)) in rules.iter().enumerate() {
+        y += &rule_yaml(i, *action, *axes, *priority);
+    }
+    PolicySet::parse(&y, "prop.yaml").unwrap()
+}
+
+proptest! {
+    /// For any set of up to 24 rules over a small alphabet (so that rules collide on
+    /// every axis, priorities tie and wildcards mix with named tools), and every call
+    /// over that alphabet and a tool no rule names, the indexed `select` picks the same
+    /// rule as the scan of every rule in file order.
+    #[test]
+    fn the_index_selects_what_the_linear_scan_selects(
+        rules in prop::collection::vec((0..4usize, [0..5usize, 0..5usize, 0..5usize], -1..2i64), 0..24)
+    ) {
+        let set = set_of(&rules);
+        for tool in TOOLS.iter().chain(&["unnamed"]) {
+            for capability in CAPABILITIES {
+                for role in ROLES {
+                    let indexed = set.select(tool, capability, role).map(|r| &r.id);
+                    let linear = set.select_linear(tool, capability, role).map(|r| &r.id);
+                    prop_assert_eq!(indexed, linear, "tool {:?} capability {:?} role {:?}", tool, capability, role);
+                }
+            }
+        }
+    }
+}
+
+/// A table of the cases an index could get wrong: a tool-less rule after a tool's own
+/// rule, the earliest of equals, a deny among wildcards, a call naming no tool.
+#[test]
+fn the_index_keeps_file_order_and_deny_wins() {
+    let set = PolicySet::parse(
+        "version: 1\ndefault: allow\nrules:\n\
+         - { id: any-1, action: allow, capability: fs.read }\n\
+         - { id: a-1, action: allow, tool: a }\n\
+         - { id: any-2, action: allow, role: ops }\n\
+         - { id: a-2, action: allow, tool: a, priority: 0 }\n\
+         - { id: any-deny, action: deny, role: bad }\n",
+        "table.yaml",
+    )
+    .unwrap();
+    for (tool, capability, role, want) in [
+        // Equally specific, equal priority: the earliest, a tool-less one.
+        ("a", "fs.read", "", Some("any-1")),
+        ("a", "", "", Some("a-1")),
+        ("a", "", "ops", Some("a-1")),
+        ("b", "", "ops", Some("any-2")),
+        // A deny without a tool still reaches a tool that has rules of its own.
+        ("a", "", "bad", Some("any-deny")),
+        ("", "", "bad", Some("any-deny")),
+        // A call naming no tool is matched by tool-less rules only.
+        ("", "fs.read", "", Some("any-1")),
+        ("", "", "", None),
+        ("zzz", "", "", None),
+    ] {
+        let got = set.select(tool, capability, role).map(|r| r.id.as_str());
+        assert_eq!(got, want, "{tool:?} {capability:?} {role:?}");
+        let linear = set
+            .select_linear(tool, capability, role)
+            .map(|r| r.id.as_str());
+        assert_eq!(got, linear, "{tool:?} {capability:?} {role:?}");
+    }
+}
