@@ -20,9 +20,9 @@ use aegis_test_support as support;
 use aegis_policy_yaml::{PolicyEngine, PolicySet};
 use aegis_record::key::SigningKey;
 use aegis_runtime::capability::{DEFAULT_LIMITS, ToolKind, ToolManifest, ToolRegistry};
-use aegis_runtime::pipeline::{CallClass, CallRequest, Pipeline, Setup};
+use aegis_runtime::pipeline::{CallClass, CallRequest};
 use aegis_runtime::sandbox::Sandbox;
-use aegis_runtime::{Plugin, PluginSpec, Profile, ProfileSource, Registry};
+use aegis_runtime::{Host, Plugin, PluginSpec, Profile, Registry};
 use aegis_station_api::abi_stable::std_types::RStr;
 use aegis_station_api::{Policy as _, PolicyRequest};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_main};
@@ -94,53 +94,36 @@ fn policy_yaml(c: &mut Criterion) {
     g.finish();
 }
 
-/// A pipeline on the default profile's memory sink, or on a file sink at `record`.
-fn pipeline(dir: &Path, yaml: &str, record: Option<&Path>, sandbox: Arc<Sandbox>) -> Pipeline {
+/// A host on the default profile's memory sink, or on a file sink at `record`, with
+/// `yaml` as its policy: assembled as `aegis run --policy --audit` assembles one.
+fn pipeline(dir: &Path, yaml: &str, record: Option<&Path>, sandbox: Arc<Sandbox>) -> Host {
     let policy = write_policy(dir, yaml);
-    let audit = match record {
-        Some(r) => format!(
-            "plugin = \"builtin:file-sink\"\nconfig = {{ {} }}",
-            config_for(r)
-        ),
-        None => "plugin = \"builtin:memory-sink\"".to_owned(),
-    };
-    let text = format!(
-        "name = \"bench\"\ndescription = \"bench\"\n[policy]\nplugin = \"builtin:policy-yaml\"\nconfig = {{ {} }}\n[capability]\n[sandbox]\n[audit]\n{audit}\n",
-        config_for(&policy)
-    );
-    let profile = Profile::parse(&text, "bench.toml", ProfileSource::Embedded).unwrap();
+    let mut builder = Host::builder(Profile::embedded("default").unwrap())
+        .policy_file("the bench", &policy)
+        .signing_key(SigningKey::generate().unwrap())
+        .sandbox(sandbox);
+    if let Some(r) = record {
+        builder = builder.audit_file("the bench", r);
+    }
     let notes = dir.join("notes");
     std::fs::create_dir_all(&notes).unwrap();
-    let mut tools = ToolRegistry::new();
     for (id, guest_name, read) in [
         ("echo", "echo", vec![]),
         ("reverse", "world-reverse", vec![]),
         ("read-notes", "read-file", vec![notes.clone()]),
     ] {
-        tools
-            .register(ToolManifest {
-                id: id.into(),
-                kind: ToolKind::Wasm {
-                    component: guest(guest_name),
-                },
-                fs_read: read,
-                fs_write: vec![],
-                net: vec![],
-                limits: DEFAULT_LIMITS,
-            })
-            .unwrap();
+        builder = builder.tool(ToolManifest {
+            id: id.into(),
+            kind: ToolKind::Wasm {
+                component: guest(guest_name),
+            },
+            fs_read: read,
+            fs_write: vec![],
+            net: vec![],
+            limits: DEFAULT_LIMITS,
+        });
     }
-    Pipeline::open(
-        &profile,
-        &Registry::new(),
-        Setup {
-            key: Some(SigningKey::generate().unwrap()),
-            tools,
-            handlers: Default::default(),
-            sandbox,
-        },
-    )
-    .unwrap()
+    builder.open().unwrap()
 }
 
 fn stations_1_2(c: &mut Criterion) {

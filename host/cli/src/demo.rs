@@ -18,12 +18,10 @@ use crate::style::Painter;
 use aegis_record::PublicKey;
 use aegis_record::key::SigningKey;
 use aegis_record::verify::{Options, Report, Verdict, verify};
-use aegis_runtime::capability::{DEFAULT_LIMITS, Limits, ToolKind, ToolManifest, ToolRegistry};
-use aegis_runtime::pipeline::{CallClass, CallRecord, CallRequest, Pipeline, Setup};
-use aegis_runtime::sandbox::Sandbox;
-use aegis_runtime::{PluginChoice, PluginSpec, Profile, ProfileSource, Registry};
+use aegis_runtime::capability::{DEFAULT_LIMITS, Limits, ToolKind, ToolManifest};
+use aegis_runtime::pipeline::{CallClass, CallRecord, CallRequest};
+use aegis_runtime::{Host, Profile};
 use std::path::Path;
-use std::sync::Arc;
 
 /// The golden session from `spec/vectors/golden/`, signed by the public vector key.
 const GOLDEN: &[u8] = include_bytes!("../../../spec/vectors/golden/golden.aarl");
@@ -232,9 +230,8 @@ fn walk() -> Result<bool, Box<dyn std::error::Error>> {
             .is_some_and(|o| String::from_utf8_lossy(o).contains("kingdom"));
         let ok = r.class() == s.expected && !leaked && !planted(&notes);
         as_expected &= ok;
-        let verdict = crate::run::describe(&r);
-        let verdict = verdict.split(" [").next().unwrap_or(&verdict);
-        let verdict = &aegis_record::text::escape(verdict);
+        let verdict = crate::run::verdict(&r);
+        let verdict = &aegis_record::text::escape(&verdict);
         let painted = match r.class() {
             CallClass::Success => p.good(verdict),
             _ => p.bad(verdict),
@@ -248,7 +245,10 @@ fn walk() -> Result<bool, Box<dyn std::error::Error>> {
             say!("  {}", p.bad("^ not what the walk expected: this is a bug"));
         }
     }
-    let file = pipeline.into_audit().close_and_export()?;
+    let file = pipeline
+        .into_audit()
+        .map_err(|_| "a demo call is still open")?
+        .close_and_export()?;
     say!(
         "  {} lines, {} bytes: an open line (with provenance), an intent and an outcome per call, a close line",
         file.iter().filter(|&&b| b == b'\n').count(),
@@ -335,17 +335,8 @@ fn demo_pipeline(
     out: &Path,
     policy: &Path,
     key: SigningKey,
-) -> Result<Pipeline, Box<dyn std::error::Error>> {
-    let (_, text) = aegis_runtime::profile::EMBEDDED
-        .iter()
-        .find(|(name, _)| *name == "default")
-        .expect("the default profile is embedded");
-    let mut profile = Profile::parse(text, "embedded:default", ProfileSource::Embedded)?;
-    profile.policy = PluginChoice::from_flag(
-        "the demo's policy",
-        PluginSpec::parse("builtin:policy-yaml"),
-        crate::run::path_config(policy),
-    );
+) -> Result<Host, Box<dyn std::error::Error>> {
+    let profile = Profile::embedded("default")?;
     let tight = Limits {
         max_memory_bytes: 32 << 20,
         max_wall_ms: 250,
@@ -361,33 +352,24 @@ fn demo_pipeline(
         net: Vec::new(),
         limits,
     };
-    let mut registry = ToolRegistry::new();
-    for m in [
-        tool("read-notes", "read-file", &[notes], &[], DEFAULT_LIMITS),
-        tool(
-            "write-notes",
-            "write-file",
-            &[notes],
-            &[out],
-            DEFAULT_LIMITS,
-        ),
-        tool("make-link", "symlink-out", &[], &[out], DEFAULT_LIMITS),
-        tool("connect", "net", &[], &[], DEFAULT_LIMITS),
-        tool("shell", "read-file", &[], &[], DEFAULT_LIMITS),
-        tool("memory-bomb", "memory-bomb", &[], &[], tight),
-        tool("spin", "spin", &[], &[], tight),
-        tool("flood", "flood", &[], &[], tight),
-    ] {
-        registry.register(m)?;
-    }
-    Ok(Pipeline::open(
-        &profile,
-        &Registry::new(),
-        Setup {
-            key: Some(key),
-            tools: registry,
-            handlers: Default::default(),
-            sandbox: Arc::new(Sandbox::new()?),
-        },
-    )?)
+    Ok(Host::builder(profile)
+        .policy_file("the demo's policy", policy)
+        .signing_key(key)
+        .tools([
+            tool("read-notes", "read-file", &[notes], &[], DEFAULT_LIMITS),
+            tool(
+                "write-notes",
+                "write-file",
+                &[notes],
+                &[out],
+                DEFAULT_LIMITS,
+            ),
+            tool("make-link", "symlink-out", &[], &[out], DEFAULT_LIMITS),
+            tool("connect", "net", &[], &[], DEFAULT_LIMITS),
+            tool("shell", "read-file", &[], &[], DEFAULT_LIMITS),
+            tool("memory-bomb", "memory-bomb", &[], &[], tight),
+            tool("spin", "spin", &[], &[], tight),
+            tool("flood", "flood", &[], &[], tight),
+        ])
+        .open()?)
 }

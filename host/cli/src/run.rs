@@ -5,13 +5,12 @@
 
 use aegis_record::key::SigningKey;
 use aegis_record::{CapabilityOutcome, ExecutionOutcome, PolicyOutcome};
+use aegis_runtime::Host;
 use aegis_runtime::capability::{DEFAULT_LIMITS, Limits, ToolKind, ToolManifest, ToolRegistry};
-use aegis_runtime::pipeline::{CallClass, CallRecord, CallRequest, Pipeline, Setup};
-use aegis_runtime::sandbox::{Options, Sandbox};
-use aegis_runtime::{PluginChoice, PluginSpec, Registry};
+use aegis_runtime::pipeline::{CallClass, CallRecord, CallRequest};
+use aegis_runtime::sandbox::Options;
 use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use crate::exit;
 
@@ -63,13 +62,6 @@ pub struct RunArgs {
     /// Arguments for a command component, after `--`.
     #[arg(last = true, value_name = "ARGS")]
     args: Vec<String>,
-}
-
-/// A `key = "value"` TOML table line, quoted by the toml crate.
-pub fn path_config(path: &std::path::Path) -> String {
-    let mut table = toml::Table::new();
-    table.insert("path".into(), path.display().to_string().into());
-    table.to_string()
 }
 
 /// Where compiled components are cached between runs, if the environment names a home.
@@ -125,53 +117,32 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
         crate::error(e);
         return exit::UNREADABLE;
     }
-    let mut profile = match crate::use_profile(profile_name) {
+    let profile = match crate::use_profile(profile_name) {
         Ok(p) => p,
         Err(code) => return code,
     };
+    let mut builder = Host::builder(profile).tool_registry(tools);
     if let Some(policy) = &a.policy {
-        profile.policy = PluginChoice::from_flag(
-            "--policy",
-            PluginSpec::parse("builtin:policy-yaml"),
-            path_config(policy),
-        );
+        builder = builder.policy_file("--policy", policy);
     }
     if let Some(audit) = &a.audit {
-        profile.audit = PluginChoice::from_flag(
-            "--audit",
-            PluginSpec::parse("builtin:file-sink"),
-            path_config(audit),
-        );
+        builder = builder.audit_file("--audit", audit);
     }
-    let key = match &a.signing_key {
-        Some(path) => match SigningKey::load(path) {
-            Ok(k) => Some(k),
+    if let Some(path) = &a.signing_key {
+        match SigningKey::load(path) {
+            Ok(k) => builder = builder.signing_key(k),
             Err(e) => {
                 crate::error(format_args!("--signing-key: {e}"));
                 return exit::REFUSED;
             }
-        },
-        None => None,
-    };
+        }
+    }
     // One call per process: reserving an instance pool (about 3-4 ms) would cost more
     // than it saves (benches/results/sandbox.md).
-    let options = Options {
+    let builder = builder.sandbox_options(Options {
         cache_dir: cache_dir(),
         concurrent_calls: None,
-    };
-    let sandbox = match Sandbox::with_options(&options) {
-        Ok(s) => Arc::new(s),
-        Err(e) => {
-            crate::error(e);
-            return exit::REFUSED;
-        }
-    };
-    let setup = Setup {
-        key,
-        tools,
-        handlers: Default::default(),
-        sandbox,
-    };
+    });
     // From here on a signal stops the tool and lets the record end whole.
     let interrupts = match crate::interrupt::Interrupts::install() {
         Ok(i) => i,
@@ -180,8 +151,8 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
             return exit::REFUSED;
         }
     };
-    let pipeline = match Pipeline::open(&profile, &Registry::new(), setup) {
-        Ok(p) => p,
+    let host = match builder.open() {
+        Ok(h) => h,
         Err(e) => {
             crate::error(e);
             return exit::REFUSED;
@@ -195,10 +166,13 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
         cancel: Some(interrupts.token()),
         ..CallRequest::new(&a.id, &input)
     };
-    let result = pipeline.call(&request);
-    let notice = pipeline.notice().to_string();
-    // Close the session so the record ends anchored.
-    let closed = pipeline.into_audit().session.close();
+    let result = host.call(&request);
+    let notice = host.notice().to_string();
+    // Close the session so the record ends anchored. No call is open: `call` finished it.
+    let closed = match host.into_audit() {
+        Ok(audit) => audit.session.close().map_err(|e| e.to_string()),
+        Err(_) => Err("a call is still open".to_owned()),
+    };
     let record = match result {
         Ok(r) => r,
         Err(e) => {
@@ -266,13 +240,24 @@ pub fn code(class: CallClass) -> u8 {
 /// One line: what each station decided, and the call's place on the record.
 pub fn describe(record: &CallRecord) -> String {
     let o = &record.outcome;
+    format!(
+        "{} [{} · outcome seq {}]",
+        verdict(record),
+        o.call_id,
+        record.seq
+    )
+}
+
+/// What each station decided, in words: [`describe`] without the call's place.
+pub fn verdict(record: &CallRecord) -> String {
+    let o = &record.outcome;
     let rule = o
         .decision_axes
         .matched_rule
         .as_deref()
         .map(|r| format!(" (rule {r})"))
         .unwrap_or_default();
-    let what = match (&o.policy, &o.capability, &o.execution) {
+    match (&o.policy, &o.capability, &o.execution) {
         (PolicyOutcome::Denied { reason }, _, _) => format!("refused by policy{rule}: {reason}"),
         (PolicyOutcome::RateLimited { reason }, _, _) => format!("rate limited{rule}: {reason}"),
         (PolicyOutcome::PendingApproval { approval_id }, _, _) => {
@@ -291,6 +276,5 @@ pub fn describe(record: &CallRecord) -> String {
             format!("stopped by the {kind} ceiling; no output returned")
         }
         (_, _, ExecutionOutcome::HostDenied { reason }) => format!("not run: {reason}"),
-    };
-    format!("{what} [{} · outcome seq {}]", o.call_id, record.seq)
+    }
 }

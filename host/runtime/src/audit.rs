@@ -9,7 +9,8 @@
 //! - A new session chains to the stored tail through `prev_session_tail`.
 //! - The open line records provenance: the aegis version, the profile's name and
 //!   SHA-256, every plugin's name, version, kinds and library SHA-256 (or `builtin`),
-//!   and the sink's declared retention.
+//!   and the sink's declared retention; and, when the operator replaced a station the
+//!   profile names, what replaced it (`overrides`, see [`crate::host`]).
 //! - The sink only stores bytes; numbering, linking and signing happen in
 //!   `aegis_record::Session`.
 //!
@@ -186,6 +187,17 @@ impl OpenedAudit {
 
 /// The provenance object for the open line.
 pub fn provenance(profile: &Profile, plugins: &[(&str, &Plugin)], retention: Retention) -> Object {
+    provenance_with(profile, plugins, retention, Vec::new())
+}
+
+/// The provenance object, with the operator's overrides of the profile (see
+/// [`crate::host`]); the `overrides` member is left out when there are none.
+fn provenance_with(
+    profile: &Profile,
+    plugins: &[(&str, &Plugin)],
+    retention: Retention,
+    overrides: Vec<Object>,
+) -> Object {
     let mut p = Object::new();
     p.insert("aegis_version", env!("CARGO_PKG_VERSION"));
     let mut prof = Object::new();
@@ -209,6 +221,12 @@ pub fn provenance(profile: &Profile, plugins: &[(&str, &Plugin)], retention: Ret
             "volatile"
         },
     );
+    if !overrides.is_empty() {
+        p.insert(
+            "overrides",
+            Value::Array(overrides.into_iter().map(Value::Object).collect()),
+        );
+    }
     p
 }
 
@@ -225,6 +243,22 @@ pub fn open_audit(
     key: Option<SigningKey>,
     profile: &Profile,
     plugins: &[(&str, &Plugin)],
+) -> Result<OpenedAudit, RetentionError> {
+    open_audit_with(sink, sink_plugin, key, profile, plugins, Vec::new())
+}
+
+/// [`open_audit`], recording the operator's `overrides` of the profile in the
+/// provenance (each an object saying what replaced what; see [`crate::host`]).
+///
+/// # Errors
+/// See [`RetentionError`].
+pub fn open_audit_with(
+    sink: AuditSinkBox,
+    sink_plugin: &Plugin,
+    key: Option<SigningKey>,
+    profile: &Profile,
+    plugins: &[(&str, &Plugin)],
+    overrides: Vec<Object>,
 ) -> Result<OpenedAudit, RetentionError> {
     let name = sink_plugin.metadata().name.clone();
     let retention = sink.retention();
@@ -295,7 +329,10 @@ pub fn open_audit(
         }
     };
     let mut extensions = Object::new();
-    extensions.insert("provenance", provenance(profile, plugins, retention));
+    extensions.insert(
+        "provenance",
+        provenance_with(profile, plugins, retention, overrides),
+    );
     let sink = Arc::new(SinkAdapter(sink));
     let session =
         Session::open(sink.clone(), key, prev_session_tail, extensions).map_err(|source| {

@@ -10,6 +10,8 @@
 pub mod audit;
 pub mod capability;
 pub mod handler;
+pub mod host;
+pub mod outcome;
 pub mod pipeline;
 pub mod plugin;
 pub mod profile;
@@ -17,7 +19,12 @@ pub mod registry;
 pub mod sandbox;
 
 pub use audit::{AuditNotice, OpenedAudit, RetentionError, export, open_audit};
-pub use pipeline::{Call, CallClass, CallRecord, CallRequest, Pipeline, PipelineError, Setup};
+pub use host::{Host, HostBuilder};
+pub use outcome::{Ending, Exceeded};
+pub use pipeline::{
+    Call, CallClass, CallRecord, CallRequest, Executed, OpenError, OwnedCall, Pipeline,
+    PipelineError, Setup,
+};
 pub use plugin::{CheckedLibrary, LoadError, Metadata, Origin, Plugin};
 pub use profile::{PluginChoice, Profile, ProfileError, ProfileSource};
 pub use registry::{PluginSpec, Registry, ResolveError};

@@ -52,12 +52,15 @@
 //!   but what the tool did is not undone; the session is poisoned and `aegis verify`
 //!   reports the call in flight.
 
-use crate::audit::{AuditNotice, OpenedAudit, RetentionError, open_audit};
-use crate::capability::{CapabilityDenied, Grant, NarrowingLimits, ToolKind, ToolRegistry};
+use crate::audit::{AuditNotice, OpenedAudit, RetentionError};
+use crate::capability::{
+    CapabilityDenied, Grant, NarrowingLimits, RegistrationError, ToolKind, ToolRegistry,
+};
 use crate::handler::{self, Axis, HostHandler};
+use crate::outcome::Ending;
 use crate::profile::{Profile, ProfileError};
 use crate::registry::Registry;
-use crate::sandbox::{CancelToken, Ending, Sandbox};
+use crate::sandbox::{CancelToken, Sandbox, SandboxError};
 use aegis_record::json::SafeInt;
 use aegis_record::key::SigningKey;
 use aegis_record::{
@@ -227,6 +230,12 @@ pub enum OpenError {
     /// The audit sink was refused by the retention rule.
     #[error(transparent)]
     Retention(#[from] RetentionError),
+    /// A tool's manifest was refused at registration.
+    #[error(transparent)]
+    Tool(RegistrationError),
+    /// The sandbox could not be built.
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
 }
 
 /// What the host brings to a pipeline besides the profile's plugins.
@@ -267,6 +276,9 @@ impl std::fmt::Debug for Pipeline {
 impl Pipeline {
     /// Assembles the profile's policy and audit stations with the host's tools and
     /// sandbox, and opens the audit session (its open line records the provenance).
+    /// The same assembly as [`crate::Host::builder`] with no overrides; a caller with
+    /// overrides, or one that begins calls on one thread and ends them on another,
+    /// uses that.
     ///
     /// # Errors
     /// See [`OpenError`]; nothing is recorded unless the session opened.
@@ -275,28 +287,15 @@ impl Pipeline {
         registry: &Registry,
         setup: Setup,
     ) -> Result<Pipeline, OpenError> {
-        let policy_plugin = profile.resolve(registry, "policy", &profile.policy)?;
-        let policy = policy_plugin
-            .policy_evaluator(&profile.policy.config)
-            .map_err(|e| profile.plugin_error("policy", &profile.policy, e.to_string()))?;
-        let sink_plugin = profile.resolve(registry, "audit", &profile.audit)?;
-        let sink = sink_plugin
-            .audit_sink(&profile.audit.config)
-            .map_err(|e| profile.plugin_error("audit", &profile.audit, e.to_string()))?;
-        let audit = open_audit(
-            sink,
-            &sink_plugin,
-            setup.key,
+        crate::host::assemble(
             profile,
-            &[("policy", &policy_plugin), ("audit", &sink_plugin)],
-        )?;
-        Ok(Pipeline::from_parts(
-            policy,
-            audit,
+            registry,
+            crate::host::Overrides::default(),
+            setup.key,
             setup.tools,
             setup.handlers,
             setup.sandbox,
-        ))
+        )
     }
 
     /// Assembles a pipeline from stations already built.
@@ -345,13 +344,21 @@ impl Pipeline {
         let Some(grant) = call.authorize() else {
             return call.finish(Executed::NotRun);
         };
-        let executed = match catch_unwind(AssertUnwindSafe(|| self.execute(request, &grant))) {
+        let executed = self.run_tool(request, &grant);
+        call.finish(executed)
+    }
+
+    /// Runs the granted tool for `request` (stage 3 alone: nothing is recorded), with a
+    /// panic in the sandbox or a handler caught and reported as
+    /// [`Executed::Failed`]. For a caller that drives a guard itself: hand the result
+    /// to [`Call::finish`] or [`OwnedCall::finish`].
+    pub fn run_tool(&self, request: &CallRequest<'_>, grant: &Grant) -> Executed {
+        match catch_unwind(AssertUnwindSafe(|| self.execute(request, grant))) {
             Ok(executed) => executed,
             Err(panic) => Executed::Failed {
                 message: format!("host panic: {}", panic_message(panic.as_ref())),
             },
-        };
-        call.finish(executed)
+        }
     }
 
     /// Opens a call: writes its intent line and returns the guard that owes its outcome.
@@ -359,21 +366,43 @@ impl Pipeline {
     /// # Errors
     /// [`PipelineError::Intent`]: nothing ran and no outcome is owed.
     pub fn begin<'p>(&'p self, request: &CallRequest<'_>) -> Result<Call<'p>, PipelineError> {
+        Ok(Call {
+            pipeline: self,
+            open: Some(self.open_call(request)?),
+        })
+    }
+
+    /// Opens a call whose guard owns a share of the pipeline: it can be moved to
+    /// another thread, kept in a map by request id and finished there. The same
+    /// promise as [`Pipeline::begin`]: exactly one outcome, written by
+    /// [`OwnedCall::finish`] or, failing that, by its `Drop`.
+    ///
+    /// # Errors
+    /// [`PipelineError::Intent`]: nothing ran and no outcome is owed.
+    pub fn begin_owned(
+        self: &Arc<Pipeline>,
+        request: &CallRequest<'_>,
+    ) -> Result<OwnedCall, PipelineError> {
+        Ok(OwnedCall {
+            open: Some(self.open_call(request)?),
+            pipeline: Arc::clone(self),
+        })
+    }
+
+    fn open_call(&self, request: &CallRequest<'_>) -> Result<Open, PipelineError> {
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
-        let call_id = format!("call-{}-{n}", self.call_prefix);
-        let request_digest = request.request_digest();
-        let policy_set_hash = self.policy_set_hash();
+        let stated = Stated::of(format!("call-{}-{n}", self.call_prefix), request, self);
         self.audit
             .session
             .append_unsigned(&IntentLine {
-                call_id: call_id.clone(),
-                tool_id: request.tool_id.to_owned(),
-                request_digest,
+                call_id: stated.call_id.clone(),
+                tool_id: stated.tool_id.clone(),
+                request_digest: stated.request_digest,
             })
             .map_err(PipelineError::Intent)?;
-        Ok(Call {
-            pipeline: self,
-            outcome: Some(draft(call_id, request, request_digest, policy_set_hash)),
+        Ok(Open {
+            stated,
+            decided: Decisions::default(),
         })
     }
 
@@ -382,51 +411,38 @@ impl Pipeline {
     /// call id) and the grant, if one was minted. For benches, and for re-evaluating a
     /// recorded call.
     pub fn decide(&self, request: &CallRequest<'_>) -> (OutcomeLine, Option<Grant>) {
-        let mut o = draft(
-            String::from("call-undecided"),
-            request,
-            request.request_digest(),
-            self.policy_set_hash(),
-        );
-        let grant = self.stations_1_2(&mut o);
-        (o, grant)
+        let stated = Stated::of(String::from("call-undecided"), request, self);
+        let (decided, grant) = self.stations_1_2(&stated);
+        let ended = decided.not_run();
+        (outcome_line(stated, decided, ended), grant)
     }
 
-    /// Stations 1 and 2 over a draft outcome: the request's tool and axes are read
-    /// from it, and each station's decision is written into it.
+    /// Stations 1 and 2 over the call as stated: each station's decision is collected,
+    /// and the grant returned when both allowed.
     ///
     /// The policy is asked about every axis the grant would carry
     /// ([`ToolRegistry::axes`]), not only the one the call names: see [`ask_policy`].
-    fn stations_1_2(&self, o: &mut OutcomeLine) -> Option<Grant> {
-        let named = o.decision_axes.capability.clone();
-        let planned = self.tools.axes(&o.tool_id, named.as_deref());
+    fn stations_1_2(&self, call: &Stated) -> (Decisions, Option<Grant>) {
+        let mut d = Decisions::default();
+        let named = call.capability.as_deref();
+        let planned = self.tools.axes(&call.tool_id, named);
         let axes: Vec<&str> = match &planned {
             Ok(axes) if !axes.is_empty() => axes.iter().map(|c| c.as_str()).collect(),
             Ok(_) => vec![""],
             // No grant will be minted; the policy still answers first, about what the
             // call named, so its refusal takes precedence on the record.
-            Err(_) => vec![named.as_deref().unwrap_or("")],
+            Err(_) => vec![named.unwrap_or("")],
         };
-        let refused_before_capability = |o: &mut OutcomeLine, policy: PolicyOutcome, why: &str| {
-            o.policy = policy;
-            o.capability = CapabilityOutcome::Denied {
-                reason: POLICY_BLOCKED.to_owned(),
-                denied_capability: None,
-            };
-            o.execution = ExecutionOutcome::HostDenied {
-                reason: why.to_owned(),
-            };
-        };
-        let answer = match ask_policy(&self.policy, o, &axes) {
+        let answer = match ask_policy(&self.policy, call, &axes) {
             Ok(answer) => answer,
             Err(why) => {
                 let reason = format!("the policy station failed, so the call is refused: {why}");
-                refused_before_capability(o, PolicyOutcome::Denied { reason }, NOT_EXECUTED);
-                return None;
+                d.refuse_before_capability(PolicyOutcome::Denied { reason }, NOT_EXECUTED);
+                return (d, None);
             }
         };
         let decision = answer.decision;
-        o.decision_axes.matched_rule = decision.matched_rule.clone().into_option().map(Into::into);
+        d.matched_rule = decision.matched_rule.clone().into_option().map(Into::into);
         // A refusal names the grant axis it was about; a name the caller made up is
         // already on the record as decision_axes.capability and is not repeated.
         let reason = match (&planned, answer.axis) {
@@ -434,80 +450,74 @@ impl Pipeline {
             _ => decision.reason.to_string(),
         };
         match decision.verdict {
-            Verdict::ALLOW => o.policy = PolicyOutcome::Allowed,
+            Verdict::ALLOW => d.policy = Some(PolicyOutcome::Allowed),
             Verdict::DENY => {
-                refused_before_capability(o, PolicyOutcome::Denied { reason }, NOT_EXECUTED);
-                return None;
+                d.refuse_before_capability(PolicyOutcome::Denied { reason }, NOT_EXECUTED);
+                return (d, None);
             }
             Verdict::RATE_LIMIT => {
-                refused_before_capability(o, PolicyOutcome::RateLimited { reason }, NOT_EXECUTED);
-                return None;
+                d.refuse_before_capability(PolicyOutcome::RateLimited { reason }, NOT_EXECUTED);
+                return (d, None);
             }
             Verdict::PENDING_APPROVAL => {
                 let Some(approval_id) = decision.approval_id.clone().into_option() else {
                     let reason = "pending_approval without an approval id".to_owned();
-                    refused_before_capability(o, PolicyOutcome::Denied { reason }, NOT_EXECUTED);
-                    return None;
+                    d.refuse_before_capability(PolicyOutcome::Denied { reason }, NOT_EXECUTED);
+                    return (d, None);
                 };
                 let approval_id = approval_id.into();
-                refused_before_capability(
-                    o,
-                    PolicyOutcome::PendingApproval { approval_id },
-                    PARKED,
-                );
-                return None;
+                d.refuse_before_capability(PolicyOutcome::PendingApproval { approval_id }, PARKED);
+                return (d, None);
             }
             Verdict(other) => {
                 let reason =
                     format!("the policy station answered verdict {other}, unknown to this host");
-                refused_before_capability(o, PolicyOutcome::Denied { reason }, NOT_EXECUTED);
-                return None;
+                d.refuse_before_capability(PolicyOutcome::Denied { reason }, NOT_EXECUTED);
+                return (d, None);
             }
         }
         let resolved = planned.and_then(|asked| {
             let grant = self
                 .tools
-                .resolve(&o.tool_id, named.as_deref(), &answer.narrowing)?;
+                .resolve(&call.tool_id, named, &answer.narrowing)?;
             // Fail closed should the grant ever carry an axis the policy was not asked
             // about: the two come from one computation over an immutable registry.
             match grant.axes().into_iter().find(|c| !asked.contains(c)) {
                 None => Ok(grant),
                 Some(unasked) => Err(CapabilityDenied::Unasked {
-                    tool: o.tool_id.clone(),
+                    tool: call.tool_id.clone(),
                     capability: unasked,
                 }),
             }
         });
         match resolved {
             Ok(grant) => {
-                o.capability = CapabilityOutcome::Granted {
+                d.capability = Some(CapabilityOutcome::Granted {
                     grant: grant.to_record(),
-                };
-                o.grant_id = Some(grant.id().to_owned());
+                });
+                d.grant_id = Some(grant.id().to_owned());
                 if let Some((raw, canonical)) = grant.single_root() {
-                    o.decision_axes.fs = Some(FsAxis {
+                    d.fs = Some(FsAxis {
                         path_raw: raw.display().to_string(),
                         path_canonical: canonical.display().to_string(),
                     });
                 }
                 if let Some((host, port)) = grant.single_destination() {
-                    o.decision_axes.net = Some(NetAxis {
+                    d.net = Some(NetAxis {
                         host: host.to_owned(),
                         port,
                     });
                 }
                 // From here an abandonment is of a call that was allowed and granted.
-                Some(grant)
+                (d, Some(grant))
             }
             Err(denied) => {
-                o.capability = CapabilityOutcome::Denied {
+                d.capability = Some(CapabilityOutcome::Denied {
                     reason: denied.to_string(),
                     denied_capability: Some(denied.axis().to_owned()),
-                };
-                o.execution = ExecutionOutcome::HostDenied {
-                    reason: NOT_EXECUTED.to_owned(),
-                };
-                None
+                });
+                d.refused = Some(NOT_EXECUTED);
+                (d, None)
             }
         }
     }
@@ -562,7 +572,8 @@ impl Pipeline {
     }
 }
 
-/// What the execution step produced.
+/// What the execution step produced: what a caller driving a guard itself hands to
+/// [`Call::finish`] or [`OwnedCall::finish`].
 #[derive(Debug)]
 pub enum Executed {
     /// Nothing ran: a station refused.
@@ -596,6 +607,19 @@ pub enum Executed {
         /// Time the handler ran.
         wall_ms: u64,
     },
+    /// The tool ran in a server this host relays to (an MCP server), not in its
+    /// sandbox. The record leaves `peak_memory_bytes` out: the host did not measure it.
+    Relayed {
+        /// How it ended, as the relay read it.
+        ending: Ending,
+        /// The response bytes as they will be handed back. They are handed back (and
+        /// digested) only when `ending` is [`Ending::Success`] or [`Ending::ToolError`]
+        /// (the server answered, with an error result); on any other ending they are
+        /// withheld.
+        response: Option<Vec<u8>>,
+        /// Time from handing the call over to its answer.
+        wall_ms: u64,
+    },
     /// A handler failed or the host panicked while running the tool.
     Failed {
         /// What happened.
@@ -603,55 +627,142 @@ pub enum Executed {
     },
 }
 
-/// An open call: its intent is on the record and it owes exactly one outcome.
-///
-/// Finish it with [`Call::finish`]; dropping it unfinished records the abandonment.
-pub struct Call<'p> {
-    pipeline: &'p Pipeline,
-    /// The outcome as decided so far; `None` once written.
-    outcome: Option<OutcomeLine>,
-}
-
-impl std::fmt::Debug for Call<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Call")
-            .field("outcome", &self.outcome)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A call's outcome before any station has decided: every station says it was not
-/// reached and the execution says abandoned, so a guard that writes it early claims
-/// nothing that did not happen.
-fn draft(
+/// The call as its caller stated it, owned by the call: what the stations are asked
+/// about and what the outcome names it by. Fixed once the intent is written.
+#[derive(Clone, Debug)]
+struct Stated {
     call_id: String,
-    request: &CallRequest<'_>,
+    tool_id: String,
     request_digest: RequestDigest,
+    /// Read when the call opened, just before the policy is asked.
     policy_set_hash: PolicySetHash,
-) -> OutcomeLine {
-    OutcomeLine {
-        call_id,
-        tool_id: request.tool_id.to_owned(),
-        request_digest,
-        policy_set_hash,
-        policy: PolicyOutcome::Denied {
-            reason: NOT_REACHED.to_owned(),
-        },
-        capability: CapabilityOutcome::Denied {
-            reason: NOT_REACHED.to_owned(),
-            denied_capability: None,
-        },
-        execution: ExecutionOutcome::HostDenied {
-            reason: ABANDONED.to_owned(),
-        },
-        grant_id: None,
-        response_digest: None,
-        wall_ms: None,
-        peak_memory_bytes: None,
-        decision_axes: DecisionAxes {
+    capability: Option<String>,
+    role: Option<String>,
+    session: Option<String>,
+}
+
+impl Stated {
+    fn of(call_id: String, request: &CallRequest<'_>, pipeline: &Pipeline) -> Stated {
+        Stated {
+            call_id,
+            tool_id: request.tool_id.to_owned(),
+            request_digest: request.request_digest(),
+            policy_set_hash: pipeline.policy_set_hash(),
             capability: request.capability.map(str::to_owned),
             role: request.role.map(str::to_owned),
             session: request.session.map(str::to_owned),
+        }
+    }
+}
+
+/// What stations 1 and 2 decided, collected as they answer. A station that has not
+/// answered is `None`, and is recorded as not reached, so an outcome written early
+/// claims nothing that did not happen.
+#[derive(Clone, Debug, Default)]
+struct Decisions {
+    policy: Option<PolicyOutcome>,
+    matched_rule: Option<String>,
+    capability: Option<CapabilityOutcome>,
+    grant_id: Option<String>,
+    fs: Option<FsAxis>,
+    net: Option<NetAxis>,
+    /// Why nothing runs, once a station refused (`not executed`, `parked for approval`).
+    refused: Option<&'static str>,
+}
+
+impl Decisions {
+    fn refuse_before_capability(&mut self, policy: PolicyOutcome, why: &'static str) {
+        self.policy = Some(policy);
+        self.capability = Some(CapabilityOutcome::Denied {
+            reason: POLICY_BLOCKED.to_owned(),
+            denied_capability: None,
+        });
+        self.refused = Some(why);
+    }
+
+    /// The ending of a call that ran nothing: the refusal, or (no station refused)
+    /// an abandonment.
+    fn not_run(&self) -> Ended {
+        Ended::host_denied(self.refused.unwrap_or(ABANDONED).to_owned())
+    }
+}
+
+/// What the execution step leaves on the outcome line.
+struct Ended {
+    execution: ExecutionOutcome,
+    response_digest: Option<ResponseDigest>,
+    wall_ms: Option<u64>,
+    peak_memory_bytes: Option<u64>,
+}
+
+impl Ended {
+    fn host_denied(reason: String) -> Ended {
+        Ended::unmeasured(ExecutionOutcome::HostDenied { reason })
+    }
+
+    fn unmeasured(execution: ExecutionOutcome) -> Ended {
+        Ended {
+            execution,
+            response_digest: None,
+            wall_ms: None,
+            peak_memory_bytes: None,
+        }
+    }
+}
+
+/// The record's execution object for an ending other than success.
+fn execution_of(ending: Ending) -> ExecutionOutcome {
+    match ending {
+        Ending::Success => ExecutionOutcome::Success,
+        Ending::Exit(code) => ExecutionOutcome::Trap {
+            message: format!("the tool exited with status {code}"),
+        },
+        Ending::Trap(message) => ExecutionOutcome::Trap { message },
+        Ending::ToolError(message) => ExecutionOutcome::Trap {
+            message: format!("the tool returned an error: {message}"),
+        },
+        // The tool was stopped mid-run, like a trap; not `host_denied`, which says the
+        // tool never ran.
+        Ending::Cancelled(why) => ExecutionOutcome::Trap {
+            message: format!("cancelled: {why}"),
+        },
+        Ending::ServerDied(why) => ExecutionOutcome::Trap {
+            message: format!("the server died: {why}"),
+        },
+        Ending::Exceeded(kind) => ExecutionOutcome::ResourceExceeded {
+            kind: kind.kind().to_owned(),
+        },
+    }
+}
+
+/// The outcome line, built once from the call as stated, what the stations decided
+/// and how it ended.
+fn outcome_line(stated: Stated, d: Decisions, ended: Ended) -> OutcomeLine {
+    let not_reached = || NOT_REACHED.to_owned();
+    OutcomeLine {
+        call_id: stated.call_id,
+        tool_id: stated.tool_id,
+        request_digest: stated.request_digest,
+        policy_set_hash: stated.policy_set_hash,
+        policy: d.policy.unwrap_or_else(|| PolicyOutcome::Denied {
+            reason: not_reached(),
+        }),
+        capability: d.capability.unwrap_or_else(|| CapabilityOutcome::Denied {
+            reason: not_reached(),
+            denied_capability: None,
+        }),
+        execution: ended.execution,
+        grant_id: d.grant_id,
+        response_digest: ended.response_digest,
+        wall_ms: ended.wall_ms.map(safe),
+        peak_memory_bytes: ended.peak_memory_bytes.map(safe),
+        decision_axes: DecisionAxes {
+            capability: stated.capability,
+            role: stated.role,
+            session: stated.session,
+            matched_rule: d.matched_rule,
+            fs: d.fs,
+            net: d.net,
             ..DecisionAxes::default()
         },
     }
@@ -661,92 +772,79 @@ fn safe(n: u64) -> SafeInt {
     SafeInt::new(n.min(aegis_record::json::MAX_SAFE_INTEGER)).unwrap_or_default()
 }
 
-impl Call<'_> {
-    /// The call's id (as on its intent and outcome lines).
-    pub fn call_id(&self) -> &str {
-        self.outcome.as_ref().map_or("", |o| o.call_id.as_str())
+/// A call between its intent and its outcome: what both guards hold.
+#[derive(Debug)]
+struct Open {
+    stated: Stated,
+    decided: Decisions,
+}
+
+impl Open {
+    fn authorize(&mut self, pipeline: &Pipeline) -> Option<Grant> {
+        let (decided, grant) = pipeline.stations_1_2(&self.stated);
+        self.decided = decided;
+        grant
     }
 
-    fn draft(&mut self) -> &mut OutcomeLine {
-        self.outcome
-            .as_mut()
-            .expect("a call's outcome is only taken when it is written")
-    }
-
-    /// Asks the policy station, then the capability station. Returns the grant, or
-    /// `None` when a station refused (the refusal is now what the outcome says).
-    pub fn authorize(&mut self) -> Option<Grant> {
-        let pipeline = self.pipeline;
-        pipeline.stations_1_2(self.draft())
-    }
-
-    /// Records how the call ended and, only once that is durable, hands back its output.
-    ///
-    /// # Errors
-    /// [`PipelineError::Outcome`]: the output is withheld.
-    pub fn finish(mut self, executed: Executed) -> Result<CallRecord, PipelineError> {
+    fn finish(self, pipeline: &Pipeline, executed: Executed) -> Result<CallRecord, PipelineError> {
         let mut output = None;
-        let mut diagnostics = Vec::new();
-        {
-            let o = self.draft();
-            match executed {
-                Executed::NotRun => {}
-                Executed::NotStarted { reason } => {
-                    o.execution = ExecutionOutcome::HostDenied { reason };
+        let mut stderr = Vec::new();
+        let ended = match executed {
+            Executed::NotRun => self.decided.not_run(),
+            Executed::NotStarted { reason } => Ended::host_denied(reason),
+            Executed::Failed { message } => Ended::unmeasured(ExecutionOutcome::Trap { message }),
+            // A handler's context refused an effect: the tool started, so its time is
+            // recorded; it used no linear memory.
+            Executed::Refused {
+                reason, wall_ms, ..
+            } => Ended {
+                response_digest: None,
+                execution: ExecutionOutcome::HostDenied { reason },
+                wall_ms: Some(wall_ms),
+                peak_memory_bytes: Some(0),
+            },
+            Executed::Ran {
+                ending,
+                output: produced,
+                wall_ms,
+                peak_memory_bytes,
+                stderr: said,
+            } => {
+                stderr = said;
+                // The sandbox hands output back on success only.
+                if ending == Ending::Success {
+                    output = Some(produced.unwrap_or_default());
                 }
-                Executed::Failed { message } => {
-                    o.execution = ExecutionOutcome::Trap { message };
-                }
-                Executed::Refused {
-                    reason, wall_ms, ..
-                } => {
-                    o.wall_ms = Some(safe(wall_ms));
-                    o.peak_memory_bytes = Some(safe(0));
-                    o.execution = ExecutionOutcome::HostDenied { reason };
-                }
-                Executed::Ran {
-                    ending,
-                    output: produced,
-                    wall_ms,
-                    peak_memory_bytes,
-                    stderr,
-                } => {
-                    diagnostics = stderr;
-                    o.wall_ms = Some(safe(wall_ms));
-                    o.peak_memory_bytes = Some(safe(peak_memory_bytes));
-                    o.execution = match ending {
-                        Ending::Success => {
-                            let bytes = produced.unwrap_or_default();
-                            o.response_digest = Some(ResponseDigest::of_response(&bytes));
-                            output = Some(bytes);
-                            ExecutionOutcome::Success
-                        }
-                        Ending::Exit(code) => ExecutionOutcome::Trap {
-                            message: format!("the tool exited with status {code}"),
-                        },
-                        Ending::Trap(message) => ExecutionOutcome::Trap { message },
-                        Ending::ToolError(message) => ExecutionOutcome::Trap {
-                            message: format!("the tool returned an error: {message}"),
-                        },
-                        // The guest was stopped mid-run, like a trap; not `host_denied`,
-                        // which says the tool never ran.
-                        Ending::Cancelled(why) => ExecutionOutcome::Trap {
-                            message: format!("cancelled: {why}"),
-                        },
-                        Ending::Exceeded(kind) => ExecutionOutcome::ResourceExceeded {
-                            kind: kind.kind().to_owned(),
-                        },
-                    };
+                Ended {
+                    response_digest: output.as_deref().map(ResponseDigest::of_response),
+                    execution: execution_of(ending),
+                    wall_ms: Some(wall_ms),
+                    peak_memory_bytes: Some(peak_memory_bytes),
                 }
             }
-        }
-        let outcome = self.outcome.take().expect("finish runs once");
-        match self.pipeline.audit.session.append(&outcome) {
+            Executed::Relayed {
+                ending,
+                response,
+                wall_ms,
+            } => {
+                if matches!(ending, Ending::Success | Ending::ToolError(_)) {
+                    output = Some(response.unwrap_or_default());
+                }
+                Ended {
+                    response_digest: output.as_deref().map(ResponseDigest::of_response),
+                    execution: execution_of(ending),
+                    wall_ms: Some(wall_ms),
+                    peak_memory_bytes: None,
+                }
+            }
+        };
+        let outcome = outcome_line(self.stated, self.decided, ended);
+        match pipeline.audit.session.append(&outcome) {
             Ok(appended) => Ok(CallRecord {
                 outcome,
                 seq: appended.seq,
                 output,
-                stderr: diagnostics,
+                stderr,
             }),
             Err(source) => Err(PipelineError::Outcome {
                 call_id: outcome.call_id,
@@ -754,15 +852,11 @@ impl Call<'_> {
             }),
         }
     }
-}
 
-impl Drop for Call<'_> {
-    fn drop(&mut self) {
-        let Some(mut outcome) = self.outcome.take() else {
-            return;
-        };
-        outcome.response_digest = None;
-        outcome.execution = if std::thread::panicking() {
+    /// The drop guard's outcome: what had been decided, and an execution that says
+    /// the call was abandoned (or, while unwinding, that the host panicked).
+    fn abandon(self, pipeline: &Pipeline) {
+        let execution = if std::thread::panicking() {
             ExecutionOutcome::Trap {
                 message: HOST_PANIC.to_owned(),
             }
@@ -771,9 +865,116 @@ impl Drop for Call<'_> {
                 reason: ABANDONED.to_owned(),
             }
         };
+        let outcome = outcome_line(self.stated, self.decided, Ended::unmeasured(execution));
         // Nothing to report to: a failure here has already poisoned the session, and
         // the missing outcome leaves the call in flight for `aegis verify` to flag.
-        let _ = self.pipeline.audit.session.append(&outcome);
+        let _ = pipeline.audit.session.append(&outcome);
+    }
+}
+
+/// An open call: its intent is on the record and it owes exactly one outcome.
+///
+/// Finish it with [`Call::finish`]; dropping it unfinished records the abandonment.
+/// It borrows its pipeline; [`OwnedCall`] is the same guard owning a share of it.
+pub struct Call<'p> {
+    pipeline: &'p Pipeline,
+    /// `None` once its outcome is written.
+    open: Option<Open>,
+}
+
+impl std::fmt::Debug for Call<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Call")
+            .field("open", &self.open)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Call<'_> {
+    /// The call's id (as on its intent and outcome lines).
+    pub fn call_id(&self) -> &str {
+        self.open.as_ref().map_or("", |o| o.stated.call_id.as_str())
+    }
+
+    /// Asks the policy station, then the capability station. Returns the grant, or
+    /// `None` when a station refused (the refusal is now what the outcome will say).
+    pub fn authorize(&mut self) -> Option<Grant> {
+        let pipeline = self.pipeline;
+        self.open.as_mut()?.authorize(pipeline)
+    }
+
+    /// Records how the call ended and, only once that is durable, hands back its output.
+    ///
+    /// # Errors
+    /// [`PipelineError::Outcome`]: the output is withheld.
+    pub fn finish(mut self, executed: Executed) -> Result<CallRecord, PipelineError> {
+        let open = self.open.take().expect("a call is finished once, by value");
+        open.finish(self.pipeline, executed)
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        if let Some(open) = self.open.take() {
+            open.abandon(self.pipeline);
+        }
+    }
+}
+
+/// An open call that owns a share of its pipeline: `Send` and `'static`, so it can be
+/// moved to another thread, kept in a map keyed by request id, and finished there.
+///
+/// The promise is [`Call`]'s: [`OwnedCall::finish`] writes the outcome; dropped
+/// unfinished, on whatever thread, it writes one saying the call was abandoned (a
+/// host panic when that thread is unwinding), with what the stations had decided by
+/// then. The pipeline (and its audit session) lives at least as long as the guard.
+pub struct OwnedCall {
+    pipeline: Arc<Pipeline>,
+    /// `None` once its outcome is written.
+    open: Option<Open>,
+}
+
+impl std::fmt::Debug for OwnedCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedCall")
+            .field("open", &self.open)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OwnedCall {
+    /// The call's id (as on its intent and outcome lines).
+    pub fn call_id(&self) -> &str {
+        self.open.as_ref().map_or("", |o| o.stated.call_id.as_str())
+    }
+
+    /// The pipeline the call belongs to (to run its tool: [`Pipeline::run_tool`]).
+    pub fn pipeline(&self) -> &Arc<Pipeline> {
+        &self.pipeline
+    }
+
+    /// Asks the policy station, then the capability station. Returns the grant, or
+    /// `None` when a station refused (the refusal is now what the outcome will say).
+    pub fn authorize(&mut self) -> Option<Grant> {
+        let open = self.open.as_mut()?;
+        open.authorize(&self.pipeline)
+    }
+
+    /// Records how the call ended and, only once that is durable, hands back its output.
+    ///
+    /// # Errors
+    /// [`PipelineError::Outcome`]: the output is withheld.
+    pub fn finish(mut self, executed: Executed) -> Result<CallRecord, PipelineError> {
+        let open = self.open.take().expect("a call is finished once, by value");
+        open.finish(&self.pipeline, executed)
+    }
+}
+
+impl Drop for OwnedCall {
+    fn drop(&mut self) {
+        if let Some(open) = self.open.take() {
+            open.abandon(&self.pipeline);
+        }
     }
 }
 
@@ -787,7 +988,7 @@ struct PolicyAnswer<'a> {
     narrowing: NarrowingLimits,
 }
 
-/// Asks `policy` about each of `axes` (in order) for the call `o` states, as one call
+/// Asks `policy` about each of `axes` (in order) for the call as stated, as one call
 /// through [`PolicyEvaluator::evaluate_axes`](aegis_station_api::PolicyEvaluator):
 /// a plugin that has it counts the call once; one built before it is asked per axis
 /// by abi_stable's fallback.
@@ -801,15 +1002,15 @@ struct PolicyAnswer<'a> {
 /// A one-line reason the station failed.
 fn ask_policy<'a>(
     policy: &PolicyEvaluatorBox,
-    o: &OutcomeLine,
+    call: &Stated,
     axes: &[&'a str],
 ) -> Result<PolicyAnswer<'a>, String> {
     let axes_r: Vec<RStr<'_>> = axes.iter().map(|a| RStr::from(*a)).collect();
     let ask = PolicyRequest {
-        tool_id: o.tool_id.as_str().into(),
+        tool_id: call.tool_id.as_str().into(),
         capability: "".into(),
-        role: o.decision_axes.role.as_deref().unwrap_or("").into(),
-        session: o.decision_axes.session.as_deref().unwrap_or("").into(),
+        role: call.role.as_deref().unwrap_or("").into(),
+        session: call.session.as_deref().unwrap_or("").into(),
     };
     let answers = policy
         .evaluate_axes(&ask, RSlice::from(axes_r.as_slice()))

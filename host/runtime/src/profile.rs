@@ -334,6 +334,29 @@ impl Profile {
         })
     }
 
+    /// The profile compiled into the binary as `name`, whatever the search path holds:
+    /// for a caller that must not pick up an operator's file of the same name (the
+    /// demo, the suites).
+    ///
+    /// # Errors
+    /// [`ProfileError::NotFound`] when no embedded profile has that name.
+    pub fn embedded(name: &str) -> Result<Profile, ProfileError> {
+        match EMBEDDED.iter().find(|(n, _)| *n == name) {
+            Some((name, text)) => {
+                Profile::parse(text, &format!("embedded:{name}"), ProfileSource::Embedded)
+            }
+            None => Err(ProfileError::NotFound {
+                name: name.to_owned(),
+                searched: String::new(),
+                embedded: EMBEDDED
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
+        }
+    }
+
     /// Reads and parses the profile file at `path`.
     ///
     /// # Errors

@@ -511,6 +511,27 @@ mod tests {
         );
     }
 
+    /// The sticky rule, from the first failure on. (The failure is injected through the
+    /// sink's own failure path: no regular file can be made to refuse `fsync` here.)
+    #[test]
+    fn a_failed_fsync_stops_every_later_append_and_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = sink(&dir);
+        s.append(b"{\"a\":1}\n").unwrap();
+        s.sync().unwrap();
+        s.append(b"{\"b\":2}\n").unwrap();
+        let _ = s.fail("fsync: EIO (lost writeback)".into());
+        for _ in 0..3 {
+            let e = s.sync().unwrap_err();
+            assert!(e.message.contains("lost writeback"), "{}", e.message);
+            assert!(s.append(b"{\"c\":3}\n").is_err());
+        }
+        drop(s);
+        let stored = std::fs::read(dir.path().join("r.aarl")).unwrap();
+        assert!(stored.starts_with(b"{\"a\":1}\n"), "the synced line stays");
+        assert!(!stored.windows(5).any(|w| w == b"\"c\":3"), "nothing after the failure");
+    }
+
     #[test]
     fn appends_sync_and_reports_the_tail() {
         let dir = tempfile::tempdir().unwrap();

@@ -1,38 +1,34 @@
-//! The harness the suites share: a pipeline assembled from a real profile (YAML policy
-//! file, durable file sink, fresh key), and a check of the record it leaves.
+//! The harness the suites share: a host assembled as an operator would (the embedded
+//! default profile, a YAML policy file and a durable file sink in its place, a fresh
+//! key), and a check of the record it leaves.
 
 use aegis_record::json::{Object, Value};
 use aegis_record::key::SigningKey;
 use aegis_record::verify::{Options, Report, Verdict, verify};
 use aegis_record::{IntentLine, OutcomeLine};
-use aegis_runtime::capability::{DEFAULT_LIMITS, Limits, ToolKind, ToolManifest, ToolRegistry};
+use aegis_runtime::capability::{DEFAULT_LIMITS, Limits, ToolKind, ToolManifest};
 use aegis_runtime::handler::HostHandler;
-use aegis_runtime::pipeline::{CallRecord, CallRequest, Pipeline, Setup};
+use aegis_runtime::pipeline::{CallRecord, CallRequest};
 use aegis_runtime::sandbox::Sandbox;
-use aegis_runtime::{Profile, ProfileSource, Registry};
+use aegis_runtime::{Host, HostBuilder, PluginSpec, Profile};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-/// A profile with `plugin` (given `config`) as its policy station and a durable file
-/// sink writing `dir/record.aarl`, as an operator would write it; and that record's path.
-pub fn suite_profile(dir: &Path, plugin: &str, config: &str) -> (Profile, PathBuf) {
+/// Who the harness's overrides are recorded as having come from.
+pub const SUITE: &str = "the suite harness";
+
+/// A host builder as an operator would set one up: the embedded default profile, the
+/// durable file sink appending to `dir/record.aarl` in place of the profile's sink,
+/// the shared sandbox; and that record's path. The caller chooses the policy and the
+/// key.
+pub fn suite_builder(dir: &Path) -> (HostBuilder, PathBuf) {
     let record = dir.join("record.aarl");
-    let profile_text = format!(
-        "name = \"suite\"\ndescription = \"suite\"\n\
-         [policy]\nplugin = {plugin:?}\nconfig = {{ {config} }}\n\
-         [capability]\n[sandbox]\n\
-         [audit]\nplugin = \"builtin:file-sink\"\nconfig = {{ path = {:?} }}\n",
-        record.display().to_string(),
-    );
-    let profile_path = dir.join("suite.toml");
-    let profile = Profile::parse(
-        &profile_text,
-        &profile_path.display().to_string(),
-        ProfileSource::File(profile_path.clone()),
-    )
-    .expect("profile");
-    (profile, record)
+    let profile = Profile::embedded("default").expect("the default profile is embedded");
+    let builder = Host::builder(profile)
+        .audit_file(SUITE, &record)
+        .sandbox(sandbox());
+    (builder, record)
 }
 
 /// A committed guest component from `tests/fixtures/wasm`.
@@ -101,21 +97,20 @@ pub fn exhaustion_harness() -> Harness {
     )
 }
 
-/// A temp dir holding `policy` as `policy.yaml`, and the YAML station's config for it.
-fn policy_dir(policy: &str) -> (tempfile::TempDir, String) {
+/// A temp dir holding `policy` as `policy.yaml`, and that file's path.
+fn policy_dir(policy: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("policy.yaml");
     std::fs::write(&path, policy).expect("write policy");
-    let config = format!("path = {:?}", path.display().to_string());
-    (dir, config)
+    (dir, path)
 }
 
-/// A pipeline over a real profile, and where its record goes.
+/// A host over a real profile, and where its record goes.
 pub struct Harness {
     /// Holds the policy file, the key and the record.
     pub dir: tempfile::TempDir,
-    /// The assembled stations.
-    pub pipeline: Pipeline,
+    /// The assembled host (it dereferences to its pipeline).
+    pub pipeline: Host,
     /// The key the record must verify under.
     pub key: SigningKey,
     /// The record file.
@@ -129,11 +124,11 @@ impl Harness {
         tools: Vec<ToolManifest>,
         handlers: BTreeMap<String, HostHandler>,
     ) -> Harness {
-        let (dir, config) = policy_dir(policy);
-        Harness::with_policy_plugin(dir, "builtin:policy-yaml", &config, tools, handlers)
+        Harness::with_sandbox_and_handlers(policy, tools, handlers, sandbox())
     }
 
-    /// The same, with any policy plugin (`plugin` as a profile names it) in `dir`.
+    /// The same, with any policy plugin (`plugin` as a profile names it, given
+    /// `config`) in `dir`.
     pub fn with_policy_plugin(
         dir: tempfile::TempDir,
         plugin: &str,
@@ -141,41 +136,42 @@ impl Harness {
         tools: Vec<ToolManifest>,
         handlers: BTreeMap<String, HostHandler>,
     ) -> Harness {
-        Harness::assemble(dir, plugin, config, tools, handlers, sandbox())
+        let (builder, _) = suite_builder(dir.path());
+        let builder = builder.policy_plugin(SUITE, PluginSpec::parse(plugin), config);
+        Harness::assemble(dir, builder, tools, handlers)
     }
 
     /// Like [`Harness::new`], on a sandbox of the caller's.
     pub fn with_sandbox(policy: &str, tools: Vec<ToolManifest>, sandbox: Arc<Sandbox>) -> Harness {
-        let (dir, config) = policy_dir(policy);
-        let plugin = "builtin:policy-yaml";
-        Harness::assemble(dir, plugin, &config, tools, BTreeMap::new(), sandbox)
+        Harness::with_sandbox_and_handlers(policy, tools, BTreeMap::new(), sandbox)
     }
 
-    fn assemble(
-        dir: tempfile::TempDir,
-        plugin: &str,
-        config: &str,
+    fn with_sandbox_and_handlers(
+        policy: &str,
         tools: Vec<ToolManifest>,
         handlers: BTreeMap<String, HostHandler>,
         sandbox: Arc<Sandbox>,
     ) -> Harness {
-        let (profile, record) = suite_profile(dir.path(), plugin, config);
+        let (dir, policy_file) = policy_dir(policy);
+        let (builder, _) = suite_builder(dir.path());
+        let builder = builder.policy_file(SUITE, &policy_file).sandbox(sandbox);
+        Harness::assemble(dir, builder, tools, handlers)
+    }
+
+    fn assemble(
+        dir: tempfile::TempDir,
+        builder: HostBuilder,
+        tools: Vec<ToolManifest>,
+        handlers: BTreeMap<String, HostHandler>,
+    ) -> Harness {
         let key = SigningKey::generate().expect("key");
-        let mut registry = ToolRegistry::new();
-        for t in tools {
-            registry.register(t).expect("register");
-        }
-        let pipeline = Pipeline::open(
-            &profile,
-            &Registry::new(),
-            Setup {
-                key: Some(key.clone()),
-                tools: registry,
-                handlers,
-                sandbox,
-            },
-        )
-        .expect("pipeline");
+        let record = dir.path().join("record.aarl");
+        let pipeline = builder
+            .signing_key(key.clone())
+            .tools(tools)
+            .handlers(handlers)
+            .open()
+            .expect("host");
         Harness {
             dir,
             pipeline,
@@ -206,6 +202,7 @@ impl Harness {
     pub fn finish(self) -> Checked {
         self.pipeline
             .into_audit()
+            .expect("every call begun has finished")
             .session
             .close()
             .expect("close line");

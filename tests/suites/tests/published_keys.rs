@@ -5,27 +5,19 @@
 //! vector seed, a record file that already holds an honest session.
 
 use aegis_record::key::{PUBLISHED_TEST_KEYS, SigningKey};
-use aegis_runtime::Registry;
+use aegis_runtime::Host;
 use aegis_runtime::audit::RetentionError;
-use aegis_runtime::capability::ToolRegistry;
-use aegis_runtime::pipeline::{OpenError, Pipeline, Setup};
-use aegis_suites::{sandbox, suite_profile};
-use std::collections::BTreeMap;
+use aegis_runtime::pipeline::OpenError;
+use aegis_suites::{SUITE, suite_builder};
 
-fn open_with(dir: &std::path::Path, key: Option<SigningKey>) -> Result<Pipeline, OpenError> {
+fn open_with(dir: &std::path::Path, key: Option<SigningKey>) -> Result<Host, OpenError> {
     std::fs::write(dir.join("policy.yaml"), "version: 1\ndefault: allow\n").unwrap();
-    let config = format!("path = {:?}", dir.join("policy.yaml").display().to_string());
-    let (profile, _) = suite_profile(dir, "builtin:policy-yaml", &config);
-    Pipeline::open(
-        &profile,
-        &Registry::new(),
-        Setup {
-            key,
-            tools: ToolRegistry::new(),
-            handlers: BTreeMap::new(),
-            sandbox: sandbox(),
-        },
-    )
+    let (builder, _) = suite_builder(dir);
+    let builder = builder.policy_file(SUITE, &dir.join("policy.yaml"));
+    match key {
+        Some(key) => builder.signing_key(key).open(),
+        None => builder.open(),
+    }
 }
 
 #[test]
@@ -61,7 +53,7 @@ fn a_refused_published_key_leaves_an_existing_record_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("record.aarl");
     let honest = open_with(dir.path(), Some(SigningKey::generate().unwrap())).unwrap();
-    honest.into_audit().session.close().unwrap();
+    honest.into_audit().unwrap().session.close().unwrap();
     let before = std::fs::read(&record).unwrap();
     assert!(!before.is_empty());
     for published in PUBLISHED_TEST_KEYS {

@@ -166,27 +166,7 @@ fn pooling(calls: u32) -> PoolingAllocationConfig {
 /// The most stderr kept for diagnostics (less when the grant's output ceiling is lower).
 const STDERR_CAP: usize = 64 << 10;
 
-/// Which ceiling stopped a call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Exceeded {
-    /// Total linear memory.
-    Memory,
-    /// Wall-clock time.
-    WallTime,
-    /// Output bytes.
-    Output,
-}
-
-impl Exceeded {
-    /// The record's `resource_exceeded.kind`.
-    pub fn kind(self) -> &'static str {
-        match self {
-            Exceeded::Memory => "memory",
-            Exceeded::WallTime => "wall_time",
-            Exceeded::Output => "output",
-        }
-    }
-}
+pub use crate::outcome::{Ending, Exceeded};
 
 /// The ceilings' word on a finished run, the one rule for both tool models (the
 /// sandbox here, host handlers in [`crate::handler`]): `produced` bytes over the
@@ -207,25 +187,6 @@ pub(crate) fn ceiling_hit(
     }
 }
 
-/// How a guest's run ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Ending {
-    /// It finished and exited 0; its output is returned.
-    Success,
-    /// It exited with a non-zero code.
-    Exit(i32),
-    /// It trapped.
-    Trap(String),
-    /// A ceiling stopped it.
-    Exceeded(Exceeded),
-    /// A world component's `run` returned `err(message)`: the tool finished and
-    /// declined. No output is returned; the message is the guest's own words, held
-    /// to the output ceiling.
-    ToolError(String),
-    /// The caller cancelled it through its [`CancelToken`], for this reason. No
-    /// output is returned.
-    Cancelled(String),
-}
 
 /// What a run produced.
 #[derive(Clone, Debug)]

@@ -1,0 +1,370 @@
+//! One way to assemble a host: a [`Profile`] plus the operator's overrides, turned into
+//! a running [`Pipeline`] by [`HostBuilder::open`]. `aegis run`, `aegis demo`, the
+//! suites and the benches all assemble through it, and so will `wrap` and `gateway`.
+//!
+//! # Guarantees
+//! - The profile is never edited: an override (a policy file, a policy plugin, an
+//!   audit file) is a separate choice made next to it, and errors about it name the
+//!   override (`--policy: [policy] …`), not a line of the profile.
+//! - Every override is recorded in the open line's provenance, under `overrides`,
+//!   next to what the profile said: the station, who made it (`by`, e.g. `--policy`),
+//!   the plugin the profile named, the plugin and file that replaced it, and for a
+//!   policy the hash of the set the replacement loaded. So the record says what ran.
+//!   With no override, the open line is exactly what it was before this member existed.
+//! - The defaults are the profile's: no override, the development key (which only a
+//!   volatile sink accepts, see [`crate::audit`]), no tools, no handlers, a sandbox
+//!   with no compilation cache and no instance pool.
+//!
+//! # Non-guarantees
+//! - An override's file is read when the host opens; a later change to it is the
+//!   plugin's business (the YAML evaluator keeps the set it loaded).
+
+use crate::audit::{AuditNotice, OpenedAudit, open_audit_with};
+use crate::capability::{ToolManifest, ToolRegistry};
+use crate::handler::HostHandler;
+use crate::pipeline::{CallRecord, CallRequest, OpenError, OwnedCall, Pipeline, PipelineError};
+use crate::profile::{PluginChoice, Profile};
+use crate::registry::{PluginSpec, Registry};
+use crate::sandbox::{Options, Sandbox};
+use aegis_record::PolicySetHash;
+use aegis_record::json::Object;
+use aegis_record::key::SigningKey;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A running host: the four stations assembled and an audit session open. Cheap to
+/// share: calls begun with [`Host::begin`] hold their own share of it.
+///
+/// It dereferences to its [`Pipeline`], for the borrowed guard ([`Pipeline::begin`])
+/// and [`Pipeline::decide`].
+#[derive(Debug)]
+pub struct Host {
+    pipeline: Arc<Pipeline>,
+}
+
+/// How a host's sandbox is had.
+enum SandboxSource {
+    /// Built at open with these options.
+    Build(Options),
+    /// Shared with other hosts (engines are meant to be shared).
+    Shared(Arc<Sandbox>),
+}
+
+/// An operator's replacement for a profile's station.
+struct Override {
+    station: &'static str,
+    /// Who made it: the flag, or the caller's name for it.
+    by: &'static str,
+    spec: PluginSpec,
+    /// The plugin's config section, as TOML text.
+    config: String,
+    /// The file it names, if it names one (recorded).
+    file: Option<PathBuf>,
+}
+
+impl Override {
+    fn choice(&self) -> PluginChoice {
+        PluginChoice::from_flag(self.by, self.spec.clone(), self.config.clone())
+    }
+
+    fn file(station: &'static str, by: &'static str, plugin: &str, path: &Path) -> Override {
+        Override {
+            station,
+            by,
+            spec: PluginSpec::parse(plugin),
+            config: path_config(path),
+            file: Some(path.to_owned()),
+        }
+    }
+}
+
+/// A `path = "…"` config section, quoted by the toml crate.
+fn path_config(path: &Path) -> String {
+    let mut table = toml::Table::new();
+    table.insert("path".into(), path.display().to_string().into());
+    table.to_string()
+}
+
+/// Builds a [`Host`]. Deny by default: every setter widens nothing the profile and
+/// the manifests do not already grant.
+#[must_use = "a builder does nothing until opened"]
+pub struct HostBuilder {
+    profile: Profile,
+    registry: Registry,
+    policy: Option<Override>,
+    audit: Option<Override>,
+    key: Option<SigningKey>,
+    tools: ToolRegistry,
+    manifests: Vec<ToolManifest>,
+    handlers: BTreeMap<String, HostHandler>,
+    sandbox: SandboxSource,
+}
+
+impl Host {
+    /// A builder over `profile`, with no overrides, the development key, no tools and
+    /// a sandbox built with default options (no cache, no pool).
+    pub fn builder(profile: Profile) -> HostBuilder {
+        HostBuilder {
+            profile,
+            registry: Registry::new(),
+            policy: None,
+            audit: None,
+            key: None,
+            tools: ToolRegistry::new(),
+            manifests: Vec::new(),
+            handlers: BTreeMap::new(),
+            sandbox: SandboxSource::Build(Options::default()),
+        }
+    }
+
+    /// Runs one call through all four stations (see [`Pipeline::call`]).
+    ///
+    /// # Errors
+    /// Only a failure to keep the record: see [`PipelineError`].
+    pub fn call(&self, request: &CallRequest<'_>) -> Result<CallRecord, PipelineError> {
+        self.pipeline.call(request)
+    }
+
+    /// Opens a call whose guard can move between threads (see [`OwnedCall`]).
+    ///
+    /// # Errors
+    /// [`PipelineError::Intent`]: nothing ran and no outcome is owed.
+    pub fn begin(&self, request: &CallRequest<'_>) -> Result<OwnedCall, PipelineError> {
+        self.pipeline.begin_owned(request)
+    }
+
+    /// The assembled pipeline, shared.
+    pub fn pipeline(&self) -> &Arc<Pipeline> {
+        &self.pipeline
+    }
+
+    /// Where the record goes, for the operator.
+    pub fn notice(&self) -> &AuditNotice {
+        self.pipeline.notice()
+    }
+
+    /// Ends the host, handing back its audit session (to close or export it).
+    ///
+    /// # Errors
+    /// The host itself, unchanged, while a call begun with [`Host::begin`] is still
+    /// open: closing the session under it would leave that call without an outcome.
+    pub fn into_audit(self) -> Result<OpenedAudit, Host> {
+        match Arc::try_unwrap(self.pipeline) {
+            Ok(pipeline) => Ok(pipeline.into_audit()),
+            Err(pipeline) => Err(Host { pipeline }),
+        }
+    }
+}
+
+impl std::ops::Deref for Host {
+    type Target = Pipeline;
+
+    fn deref(&self) -> &Pipeline {
+        &self.pipeline
+    }
+}
+
+impl HostBuilder {
+    /// Where plugins named without `builtin:` are looked for. By default
+    /// [`Registry::new`]: the built-ins and the plugin search path.
+    pub fn registry(mut self, registry: Registry) -> HostBuilder {
+        self.registry = registry;
+        self
+    }
+
+    /// Replaces the profile's policy station with the YAML evaluator over `path`
+    /// (`aegis run --policy`). `by` names the override in errors and in the record.
+    pub fn policy_file(mut self, by: &'static str, path: &Path) -> HostBuilder {
+        self.policy = Some(Override::file("policy", by, "builtin:policy-yaml", path));
+        self
+    }
+
+    /// Replaces the profile's policy station with `plugin`, given `config` (its config
+    /// section as TOML text). `by` names the override in errors and in the record.
+    pub fn policy_plugin(
+        mut self,
+        by: &'static str,
+        plugin: PluginSpec,
+        config: impl Into<String>,
+    ) -> HostBuilder {
+        self.policy = Some(Override {
+            station: "policy",
+            by,
+            spec: plugin,
+            config: config.into(),
+            file: None,
+        });
+        self
+    }
+
+    /// Replaces the profile's audit sink with the durable file sink appending to
+    /// `path` (`aegis run --audit`); a durable sink needs [`HostBuilder::signing_key`].
+    pub fn audit_file(mut self, by: &'static str, path: &Path) -> HostBuilder {
+        self.audit = Some(Override::file("audit", by, "builtin:file-sink", path));
+        self
+    }
+
+    /// The operator's signing key. Without one the development key signs, which only a
+    /// volatile sink accepts.
+    pub fn signing_key(mut self, key: SigningKey) -> HostBuilder {
+        self.key = Some(key);
+        self
+    }
+
+    /// Tools already registered (their registration errors already reported).
+    pub fn tool_registry(mut self, tools: ToolRegistry) -> HostBuilder {
+        self.tools = tools;
+        self
+    }
+
+    /// A tool to register when the host opens. None by default: a call of an
+    /// unregistered tool is refused by the capability station.
+    pub fn tool(mut self, manifest: ToolManifest) -> HostBuilder {
+        self.manifests.push(manifest);
+        self
+    }
+
+    /// Tools to register when the host opens.
+    pub fn tools(mut self, manifests: impl IntoIterator<Item = ToolManifest>) -> HostBuilder {
+        self.manifests.extend(manifests);
+        self
+    }
+
+    /// The handler for `host` tool `id`. None by default: a host tool without one is
+    /// not run.
+    pub fn handler(mut self, id: impl Into<String>, handler: HostHandler) -> HostBuilder {
+        self.handlers.insert(id.into(), handler);
+        self
+    }
+
+    /// Handlers for `host` tools, by tool id, added to any already given.
+    pub fn handlers(mut self, handlers: BTreeMap<String, HostHandler>) -> HostBuilder {
+        self.handlers.extend(handlers);
+        self
+    }
+
+    /// Build the sandbox with `options` (compilation cache, instance pool) when the
+    /// host opens. By default [`Options::default`]: neither.
+    pub fn sandbox_options(mut self, options: Options) -> HostBuilder {
+        self.sandbox = SandboxSource::Build(options);
+        self
+    }
+
+    /// Use a sandbox shared with other hosts instead of building one.
+    pub fn sandbox(mut self, sandbox: Arc<Sandbox>) -> HostBuilder {
+        self.sandbox = SandboxSource::Shared(sandbox);
+        self
+    }
+
+    /// Registers the tools, resolves and builds the policy and audit stations (the
+    /// profile's, or the overrides'), builds the sandbox, and opens the audit session,
+    /// whose open line records the provenance.
+    ///
+    /// # Errors
+    /// See [`OpenError`]; nothing is recorded unless the session opened.
+    pub fn open(self) -> Result<Host, OpenError> {
+        let HostBuilder {
+            profile,
+            registry,
+            policy,
+            audit,
+            key,
+            mut tools,
+            manifests,
+            handlers,
+            sandbox,
+        } = self;
+        for m in manifests {
+            tools.register(m).map_err(OpenError::Tool)?;
+        }
+        let sandbox = match sandbox {
+            SandboxSource::Shared(s) => s,
+            SandboxSource::Build(options) => Arc::new(Sandbox::with_options(&options)?),
+        };
+        let overrides = Overrides { policy, audit };
+        let pipeline = assemble(
+            &profile, &registry, overrides, key, tools, handlers, sandbox,
+        )?;
+        Ok(Host {
+            pipeline: Arc::new(pipeline),
+        })
+    }
+}
+
+/// The operator's replacements for the profile's stations.
+#[derive(Default)]
+pub(crate) struct Overrides {
+    policy: Option<Override>,
+    audit: Option<Override>,
+}
+
+/// The one assembly: resolves and builds the policy and audit stations (the
+/// profile's, or the overrides'), and opens the audit session with the provenance.
+pub(crate) fn assemble(
+    profile: &Profile,
+    registry: &Registry,
+    overrides: Overrides,
+    key: Option<SigningKey>,
+    tools: ToolRegistry,
+    handlers: BTreeMap<String, HostHandler>,
+    sandbox: Arc<Sandbox>,
+) -> Result<Pipeline, OpenError> {
+    let Overrides { policy, audit } = overrides;
+    let policy_choice = policy
+        .as_ref()
+        .map_or_else(|| profile.policy.clone(), Override::choice);
+    let audit_choice = audit
+        .as_ref()
+        .map_or_else(|| profile.audit.clone(), Override::choice);
+    let policy_plugin = profile.resolve(registry, "policy", &policy_choice)?;
+    let evaluator = policy_plugin
+        .policy_evaluator(&policy_choice.config)
+        .map_err(|e| profile.plugin_error("policy", &policy_choice, e.to_string()))?;
+    let sink_plugin = profile.resolve(registry, "audit", &audit_choice)?;
+    let sink = sink_plugin
+        .audit_sink(&audit_choice.config)
+        .map_err(|e| profile.plugin_error("audit", &audit_choice, e.to_string()))?;
+    let mut recorded = Vec::new();
+    if let Some(o) = &policy {
+        let mut entry = override_entry(o, &profile.policy, &policy_plugin);
+        // The set the replacement loaded; a station that cannot say is recorded as
+        // such rather than as the hash of nothing.
+        match evaluator.policy_set_hash().into_result() {
+            Ok(bytes) => {
+                entry.insert("policy_set_hash", PolicySetHash::from_bytes(bytes));
+            }
+            Err(e) => {
+                entry.insert("policy_set_hash_error", e.to_string());
+            }
+        }
+        recorded.push(entry);
+    }
+    if let Some(o) = &audit {
+        recorded.push(override_entry(o, &profile.audit, &sink_plugin));
+    }
+    let opened = open_audit_with(
+        sink,
+        &sink_plugin,
+        key,
+        profile,
+        &[("policy", &policy_plugin), ("audit", &sink_plugin)],
+        recorded,
+    )?;
+    Ok(Pipeline::from_parts(
+        evaluator, opened, tools, handlers, sandbox,
+    ))
+}
+
+/// An override's provenance entry: what replaced what the profile said.
+fn override_entry(o: &Override, said: &PluginChoice, by: &crate::plugin::Plugin) -> Object {
+    let mut entry = Object::new();
+    entry.insert("station", o.station);
+    entry.insert("by", o.by);
+    entry.insert("profile_plugin", said.spec.to_string());
+    entry.insert("plugin", by.metadata().name.as_str());
+    if let Some(file) = &o.file {
+        entry.insert("path", file.display().to_string());
+    }
+    entry
+}
