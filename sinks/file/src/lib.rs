@@ -529,7 +529,10 @@ mod tests {
         drop(s);
         let stored = std::fs::read(dir.path().join("r.aarl")).unwrap();
         assert!(stored.starts_with(b"{\"a\":1}\n"), "the synced line stays");
-        assert!(!stored.windows(5).any(|w| w == b"\"c\":3"), "nothing after the failure");
+        assert!(
+            !stored.windows(5).any(|w| w == b"\"c\":3"),
+            "nothing after the failure"
+        );
     }
 
     #[test]

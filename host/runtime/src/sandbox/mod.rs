@@ -187,7 +187,6 @@ pub(crate) fn ceiling_hit(
     }
 }
 
-
 /// What a run produced.
 #[derive(Clone, Debug)]
 pub struct Execution {
