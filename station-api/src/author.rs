@@ -2,7 +2,7 @@
 //!
 //! An author implements [`Policy`], [`Confinement`] or [`Sink`] and names the
 //! constructors in [`plugin_module!`](crate::plugin_module). The macro wraps each value in
-//! [`Guarded`], whose trait-object methods all run through [`guard`](crate::guard), so no
+//! [`Guarded`], whose trait-object methods all run through [`guard`], so no
 //! panic can reach abi_stable's wrappers.
 
 use crate::{

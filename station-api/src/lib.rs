@@ -191,7 +191,7 @@ impl std::error::Error for PluginError {}
 
 /// Runs plugin code, turning a panic into an [`ErrorKind::PANIC`] error.
 ///
-/// Every method of the trait objects built by [`export_plugin!`] goes through this; a
+/// Every method of the trait objects built by [`plugin_module!`] goes through this; a
 /// plugin that builds its own trait objects must do the same.
 pub fn guard<T>(f: impl FnOnce() -> Result<T, PluginError>) -> RResult<T, PluginError> {
     // The result is written into a slot rather than returned through `catch_unwind`:

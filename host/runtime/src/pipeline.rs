@@ -43,8 +43,10 @@
 //!   them, so a rule keyed on a role sorts cooperating callers only.
 //! - A call naming a capability the tool does not declare (or a name that is not one)
 //!   gets no grant, but the policy is still asked first, once, about the name as given.
-//! - The policy set hash is read just before the verdict; a reload landing between the
-//!   two reads is attributed to the newer set.
+//! - The policy set hash is read once, when the call opens, before its intent is
+//!   written; the verdict is asked for after. A reload landing in between is recorded
+//!   against the older set (in force when the intent was written), though the newer
+//!   set answered.
 //! - Model B handlers are checked, not isolated (see [`crate::handler`]): their effects
 //!   through the context are checked, but the pipeline cannot stop host code, so a
 //!   handler's time is measured, not bounded.

@@ -108,7 +108,7 @@ const MAX_CHUNK_LINE: usize = 1024;
 /// ended in the pipeline's terms.
 ///
 /// - Output passes the grant's output ceiling by the sandbox's rule
-///   ([`ceiling_hit`]): over it, or after a ceiling tripped in the context, the call
+///   (`sandbox::ceiling_hit`): over it, or after a ceiling tripped in the context, the call
 ///   is `resource_exceeded` and nothing is handed back.
 /// - A handler that fails after its context stopped an effect is recorded as stopped
 ///   by that effect, whatever it returned: the first refusal is
