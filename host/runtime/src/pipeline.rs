@@ -58,11 +58,9 @@ use crate::capability::{
 };
 use crate::handler::{self, Axis, HostHandler};
 use crate::outcome::Ending;
-use crate::profile::{Profile, ProfileError};
-use crate::registry::Registry;
+use crate::profile::ProfileError;
 use crate::sandbox::{CancelToken, Sandbox, SandboxError};
 use aegis_record::json::SafeInt;
-use aegis_record::key::SigningKey;
 use aegis_record::{
     CapabilityOutcome, DecisionAxes, ExecutionOutcome, FsAxis, IntentLine, NetAxis, OutcomeLine,
     PolicyOutcome, PolicySetHash, RequestDigest, ResponseDigest, WriteError,
@@ -238,18 +236,6 @@ pub enum OpenError {
     Sandbox(#[from] SandboxError),
 }
 
-/// What the host brings to a pipeline besides the profile's plugins.
-pub struct Setup {
-    /// The operator's signing key; `None` is the development key (volatile sinks only).
-    pub key: Option<SigningKey>,
-    /// The registered tools.
-    pub tools: ToolRegistry,
-    /// Handlers for `host` tools, by tool id.
-    pub handlers: BTreeMap<String, HostHandler>,
-    /// The sandbox for `wasm` tools (shareable between pipelines).
-    pub sandbox: Arc<Sandbox>,
-}
-
 /// The four stations, assembled. Share it between threads: every method takes `&self`.
 pub struct Pipeline {
     policy: PolicyEvaluatorBox,
@@ -274,32 +260,9 @@ impl std::fmt::Debug for Pipeline {
 }
 
 impl Pipeline {
-    /// Assembles the profile's policy and audit stations with the host's tools and
-    /// sandbox, and opens the audit session (its open line records the provenance).
-    /// The same assembly as [`crate::Host::builder`] with no overrides; a caller with
-    /// overrides, or one that begins calls on one thread and ends them on another,
-    /// uses that.
-    ///
-    /// # Errors
-    /// See [`OpenError`]; nothing is recorded unless the session opened.
-    pub fn open(
-        profile: &Profile,
-        registry: &Registry,
-        setup: Setup,
-    ) -> Result<Pipeline, OpenError> {
-        crate::host::assemble(
-            profile,
-            registry,
-            crate::host::Overrides::default(),
-            setup.key,
-            setup.tools,
-            setup.handlers,
-            setup.sandbox,
-        )
-    }
-
-    /// Assembles a pipeline from stations already built.
-    pub fn from_parts(
+    /// Assembles a pipeline from stations already built. Only [`crate::host`] calls it,
+    /// after recording the provenance of those stations: the one way in.
+    pub(crate) fn from_parts(
         policy: PolicyEvaluatorBox,
         audit: OpenedAudit,
         tools: ToolRegistry,
