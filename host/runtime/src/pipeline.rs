@@ -992,19 +992,10 @@ fn ask_policy<'a>(
         None if answers.len() == axes.len() && !answers.is_empty() => 0,
         _ => return Err(shape()),
     };
-    let mut narrowing = NarrowingLimits::default();
-    for d in answers.iter() {
-        let l = &d.limits;
-        let min = |a: Option<u64>, b: Option<u64>| match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        narrowing = NarrowingLimits {
-            max_memory_bytes: min(narrowing.max_memory_bytes, l.max_memory_bytes.into_option()),
-            max_wall_ms: min(narrowing.max_wall_ms, l.max_wall_ms.into_option()),
-            max_output_bytes: min(narrowing.max_output_bytes, l.max_output_bytes.into_option()),
-        };
-    }
+    // Every axis's ceilings hold at once.
+    let narrowing = answers
+        .iter()
+        .fold(NarrowingLimits::default(), |n, d| n.meet(d.limits.into()));
     let mut answers = answers;
     Ok(PolicyAnswer {
         decision: answers.swap_remove(decided),
