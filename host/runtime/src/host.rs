@@ -390,8 +390,13 @@ fn assemble(
     sandbox: Arc<Sandbox>,
 ) -> Result<Pipeline, OpenError> {
     let Overrides { policy, audit } = overrides;
-    let (policy_choice, policy_plugin) =
-        station_plugin(profile, registry, "policy", &profile.policy, policy.as_ref())?;
+    let (policy_choice, policy_plugin) = station_plugin(
+        profile,
+        registry,
+        "policy",
+        &profile.policy,
+        policy.as_ref(),
+    )?;
     let evaluator = policy_plugin
         .policy_evaluator(&policy_choice.config)
         .map_err(|e| profile.plugin_error("policy", &policy_choice, e.to_string()))?;

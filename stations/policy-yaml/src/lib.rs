@@ -26,9 +26,7 @@
 pub mod set;
 
 use aegis_station_api::abi_stable::std_types::{ROption, RStr, RString};
-use aegis_station_api::{
-    ErrorKind, PluginError, Policy, PolicyDecision, PolicyRequest, Verdict,
-};
+use aegis_station_api::{ErrorKind, PluginError, Policy, PolicyDecision, PolicyRequest, Verdict};
 use arc_swap::ArcSwap;
 use set::{Action, Rate};
 pub use set::{PolicyError, PolicySet, PolicyWarning, Rule};

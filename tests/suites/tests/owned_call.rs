@@ -286,13 +286,7 @@ fn overrides_are_recorded_next_to_what_the_profile_said() {
     assert_eq!(*member(audit, "by"), Value::from(aegis_suites::SUITE));
     assert_eq!(
         *member(audit, "profile_plugin"),
-        Value::from(
-            Profile::embedded("default")
-                .unwrap()
-                .audit
-                .spec
-                .to_string()
-        ),
+        Value::from(Profile::embedded("default").unwrap().audit.spec.to_string()),
         "the sink the profile named, next to the one that replaced it"
     );
     assert_eq!(*member(audit, "plugin"), Value::from("file-sink"));

@@ -207,5 +207,8 @@ fn a_plugin_in_hand_of_the_wrong_kind_is_refused() {
         panic!("{err}")
     };
     assert_eq!((*flag, *station), (BY, "policy"));
-    assert!(err.to_string().contains("provides sink, not policy"), "{err}");
+    assert!(
+        err.to_string().contains("provides sink, not policy"),
+        "{err}"
+    );
 }
