@@ -265,6 +265,57 @@ pub struct Limits {
     pub max_output_bytes: ROption<u64>,
 }
 
+/// Ceilings a policy asks for, as plain Rust: the one type the host and the policy
+/// stations use for them. [`Limits`] is its form at the plugin boundary (its layout is
+/// part of the ABI and does not change); the two convert both ways without loss.
+/// Not `StableAbi`: it never crosses the boundary itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NarrowingLimits {
+    /// Memory ceiling, if any.
+    pub max_memory_bytes: Option<u64>,
+    /// Wall-clock ceiling, if any.
+    pub max_wall_ms: Option<u64>,
+    /// Output ceiling, if any.
+    pub max_output_bytes: Option<u64>,
+}
+
+impl NarrowingLimits {
+    /// Both sets of ceilings at once: each the smaller of the two, and a ceiling either
+    /// sets is kept. Never wider than either side.
+    #[must_use]
+    pub fn meet(self, other: NarrowingLimits) -> NarrowingLimits {
+        let min = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        NarrowingLimits {
+            max_memory_bytes: min(self.max_memory_bytes, other.max_memory_bytes),
+            max_wall_ms: min(self.max_wall_ms, other.max_wall_ms),
+            max_output_bytes: min(self.max_output_bytes, other.max_output_bytes),
+        }
+    }
+}
+
+impl From<Limits> for NarrowingLimits {
+    fn from(l: Limits) -> NarrowingLimits {
+        NarrowingLimits {
+            max_memory_bytes: l.max_memory_bytes.into_option(),
+            max_wall_ms: l.max_wall_ms.into_option(),
+            max_output_bytes: l.max_output_bytes.into_option(),
+        }
+    }
+}
+
+impl From<NarrowingLimits> for Limits {
+    fn from(l: NarrowingLimits) -> Limits {
+        Limits {
+            max_memory_bytes: l.max_memory_bytes.into(),
+            max_wall_ms: l.max_wall_ms.into(),
+            max_output_bytes: l.max_output_bytes.into(),
+        }
+    }
+}
+
 /// A policy evaluator's answer.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug)]
@@ -453,4 +504,73 @@ pub use author::{Confinement, Guarded, Policy, Sink};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::author::{confinement_box, policy_box, sink_box};
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Limits, NarrowingLimits};
+
+    /// Every combination of unset and a few values, on each of the three ceilings.
+    fn all() -> Vec<NarrowingLimits> {
+        let values = [None, Some(0), Some(7), Some(u64::MAX)];
+        let mut out = Vec::new();
+        for m in values {
+            for w in values {
+                for o in values {
+                    out.push(NarrowingLimits {
+                        max_memory_bytes: m,
+                        max_wall_ms: w,
+                        max_output_bytes: o,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_abi_form_round_trips_field_by_field() {
+        for n in all() {
+            let abi = Limits::from(n);
+            assert_eq!(abi.max_memory_bytes.into_option(), n.max_memory_bytes);
+            assert_eq!(abi.max_wall_ms.into_option(), n.max_wall_ms);
+            assert_eq!(abi.max_output_bytes.into_option(), n.max_output_bytes);
+            assert_eq!(NarrowingLimits::from(abi), n);
+        }
+    }
+
+    #[test]
+    fn meet_is_never_wider_than_either_side_and_keeps_every_ceiling() {
+        let narrower = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (_, None) => true,
+            (None, Some(_)) => false,
+            (Some(a), Some(b)) => a <= b,
+        };
+        for a in all() {
+            for b in all() {
+                let m = a.meet(b);
+                assert_eq!(m, b.meet(a));
+                for side in [a, b] {
+                    assert!(narrower(m.max_memory_bytes, side.max_memory_bytes));
+                    assert!(narrower(m.max_wall_ms, side.max_wall_ms));
+                    assert!(narrower(m.max_output_bytes, side.max_output_bytes));
+                }
+                // Nothing tighter than a side asked for: the value is one of theirs.
+                let theirs = |x: Option<u64>, p: Option<u64>, q: Option<u64>| {
+                    x.is_some() == (p.is_some() || q.is_some()) && (x == p || x == q)
+                };
+                assert!(theirs(
+                    m.max_memory_bytes,
+                    a.max_memory_bytes,
+                    b.max_memory_bytes
+                ));
+                assert!(theirs(m.max_wall_ms, a.max_wall_ms, b.max_wall_ms));
+                assert!(theirs(
+                    m.max_output_bytes,
+                    a.max_output_bytes,
+                    b.max_output_bytes
+                ));
+            }
+        }
+    }
 }

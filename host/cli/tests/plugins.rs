@@ -4,7 +4,7 @@
 use aegis_test_support as support;
 
 use aegis_record::{IntentLine, RequestDigest, SigningKey};
-use aegis_runtime::{Plugin, Profile, open_audit};
+use aegis_runtime::{Host, Profile};
 use std::path::Path;
 use std::process::{Command, Output};
 use support::cdylib;
@@ -133,16 +133,13 @@ fn a_vendor_sqlite_sink_records_exports_and_verifies() {
     let profile = Profile::read(&profile_path).unwrap();
     let key = SigningKey::generate().unwrap();
     for session in 0..2 {
-        let plugin = Plugin::load(&so, None).unwrap();
-        let sink = plugin.audit_sink(&profile.audit.config).unwrap();
-        let opened = open_audit(
-            sink,
-            &plugin,
-            Some(key.clone()),
-            &profile,
-            &[("audit", &plugin)],
-        )
-        .unwrap();
+        // Assembled as `aegis run --profile` assembles it: the profile names the sink.
+        let opened = Host::builder(profile.clone())
+            .signing_key(key.clone())
+            .open()
+            .unwrap()
+            .into_audit()
+            .unwrap();
         assert_eq!(
             opened.notice.to_string(),
             format!("Audit: sqlite:{}", db.display())

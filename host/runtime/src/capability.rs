@@ -125,16 +125,9 @@ pub struct Limits {
     pub max_output_bytes: u64,
 }
 
-/// Ceilings a policy asks for; each only narrows.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NarrowingLimits {
-    /// Memory ceiling, if any.
-    pub max_memory_bytes: Option<u64>,
-    /// Wall-clock ceiling, if any.
-    pub max_wall_ms: Option<u64>,
-    /// Output ceiling, if any.
-    pub max_output_bytes: Option<u64>,
-}
+/// Ceilings a policy asks for; each only narrows. One type for the host and the policy
+/// stations, converting to and from the ABI's [`aegis_station_api::Limits`].
+pub use aegis_station_api::NarrowingLimits;
 
 impl Limits {
     /// The smaller of each ceiling.

@@ -3,9 +3,13 @@
 //! suites and the benches all assemble through it, and so will `wrap` and `gateway`.
 //!
 //! # Guarantees
-//! - The profile is never edited: an override (a policy file, a policy plugin, an
-//!   audit file) is a separate choice made next to it, and errors about it name the
-//!   override (`--policy: [policy] …`), not a line of the profile.
+//! - This is the only way to assemble a [`Pipeline`]: there is no public constructor
+//!   that takes stations already built, so every pipeline's open line says what
+//!   assembled it.
+//! - The profile is never edited: an override (a policy file or plugin, an audit file
+//!   or sink plugin, named or already in hand) is a separate choice made next to it, and
+//!   errors about it name the override (`--policy: [policy] …`), not a line of the
+//!   profile. An override's plugin must provide its station's kind, as a profile's must.
 //! - Every override is recorded in the open line's provenance, under `overrides`,
 //!   next to what the profile said: the station, who made it (`by`, e.g. `--policy`),
 //!   the plugin the profile named, the plugin and file that replaced it, and for a
@@ -23,7 +27,8 @@ use crate::audit::{AuditNotice, OpenedAudit, open_audit_with};
 use crate::capability::{ToolManifest, ToolRegistry};
 use crate::handler::HostHandler;
 use crate::pipeline::{CallRecord, CallRequest, OpenError, OwnedCall, Pipeline, PipelineError};
-use crate::profile::{PluginChoice, Profile};
+use crate::plugin::Plugin;
+use crate::profile::{PluginChoice, Profile, ProfileError};
 use crate::registry::{PluginSpec, Registry};
 use crate::sandbox::{Options, Sandbox};
 use aegis_record::PolicySetHash;
@@ -51,12 +56,33 @@ enum SandboxSource {
     Shared(Arc<Sandbox>),
 }
 
+/// The plugin an override puts in a station's place.
+#[derive(Clone, Debug)]
+pub enum PluginSource {
+    /// Named as a profile names one, and resolved through the builder's [`Registry`].
+    Named(PluginSpec),
+    /// Already loaded (or linked in) by the caller: not looked up anywhere.
+    InHand(Plugin),
+}
+
+impl From<PluginSpec> for PluginSource {
+    fn from(spec: PluginSpec) -> PluginSource {
+        PluginSource::Named(spec)
+    }
+}
+
+impl From<Plugin> for PluginSource {
+    fn from(plugin: Plugin) -> PluginSource {
+        PluginSource::InHand(plugin)
+    }
+}
+
 /// An operator's replacement for a profile's station.
 struct Override {
     station: &'static str,
     /// Who made it: the flag, or the caller's name for it.
     by: &'static str,
-    spec: PluginSpec,
+    plugin: PluginSource,
     /// The plugin's config section, as TOML text.
     config: String,
     /// The file it names, if it names one (recorded).
@@ -64,19 +90,65 @@ struct Override {
 }
 
 impl Override {
-    fn choice(&self) -> PluginChoice {
-        PluginChoice::from_flag(self.by, self.spec.clone(), self.config.clone())
+    fn new(
+        station: &'static str,
+        by: &'static str,
+        plugin: PluginSource,
+        config: String,
+    ) -> Override {
+        Override {
+            station,
+            by,
+            plugin,
+            config,
+            file: None,
+        }
     }
 
     fn file(station: &'static str, by: &'static str, plugin: &str, path: &Path) -> Override {
         Override {
-            station,
-            by,
-            spec: PluginSpec::parse(plugin),
-            config: path_config(path),
             file: Some(path.to_owned()),
+            ..Override::new(
+                station,
+                by,
+                PluginSource::Named(PluginSpec::parse(plugin)),
+                path_config(path),
+            )
         }
     }
+
+    /// The choice as errors about it see it: made by `by`, not by a profile line.
+    fn choice(&self) -> PluginChoice {
+        let spec = match &self.plugin {
+            PluginSource::Named(spec) => spec.clone(),
+            PluginSource::InHand(p) => match p.origin() {
+                crate::plugin::Origin::Library { path, .. } => PluginSpec::Path(path.clone()),
+                crate::plugin::Origin::Builtin => PluginSpec::Builtin(p.metadata().name.clone()),
+            },
+        };
+        PluginChoice::from_flag(self.by, spec, self.config.clone())
+    }
+}
+
+/// The plugin filling `station`, and the choice it was made by: the override's if
+/// there is one, else the profile's. A plugin in hand is held to the same kind check
+/// as one resolved.
+fn station_plugin(
+    profile: &Profile,
+    registry: &Registry,
+    station: &'static str,
+    said: &PluginChoice,
+    replaced: Option<&Override>,
+) -> Result<(PluginChoice, Plugin), ProfileError> {
+    let Some(o) = replaced else {
+        return Ok((said.clone(), profile.resolve(registry, station, said)?));
+    };
+    let choice = o.choice();
+    let plugin = match &o.plugin {
+        PluginSource::Named(_) => profile.resolve(registry, station, &choice)?,
+        PluginSource::InHand(p) => profile.check_kind(station, &choice, p.clone())?,
+    };
+    Ok((choice, plugin))
 }
 
 /// A `path = "…"` config section, quoted by the toml crate.
@@ -180,21 +252,29 @@ impl HostBuilder {
         self
     }
 
-    /// Replaces the profile's policy station with `plugin`, given `config` (its config
-    /// section as TOML text). `by` names the override in errors and in the record.
+    /// Replaces the profile's policy station with `plugin` (named, or a [`Plugin`] in
+    /// hand), given `config` (its config section as TOML text). `by` names the override
+    /// in errors and in the record.
     pub fn policy_plugin(
         mut self,
         by: &'static str,
-        plugin: PluginSpec,
+        plugin: impl Into<PluginSource>,
         config: impl Into<String>,
     ) -> HostBuilder {
-        self.policy = Some(Override {
-            station: "policy",
-            by,
-            spec: plugin,
-            config: config.into(),
-            file: None,
-        });
+        self.policy = Some(Override::new("policy", by, plugin.into(), config.into()));
+        self
+    }
+
+    /// Replaces the profile's audit sink with `plugin` (named, or a [`Plugin`] in hand),
+    /// given `config` (its config section as TOML text). `by` names the override in
+    /// errors and in the record. The retention rule holds as for the profile's sink.
+    pub fn audit_plugin(
+        mut self,
+        by: &'static str,
+        plugin: impl Into<PluginSource>,
+        config: impl Into<String>,
+    ) -> HostBuilder {
+        self.audit = Some(Override::new("audit", by, plugin.into(), config.into()));
         self
     }
 
@@ -293,15 +373,14 @@ impl HostBuilder {
 }
 
 /// The operator's replacements for the profile's stations.
-#[derive(Default)]
-pub(crate) struct Overrides {
+struct Overrides {
     policy: Option<Override>,
     audit: Option<Override>,
 }
 
 /// The one assembly: resolves and builds the policy and audit stations (the
 /// profile's, or the overrides'), and opens the audit session with the provenance.
-pub(crate) fn assemble(
+fn assemble(
     profile: &Profile,
     registry: &Registry,
     overrides: Overrides,
@@ -311,17 +390,18 @@ pub(crate) fn assemble(
     sandbox: Arc<Sandbox>,
 ) -> Result<Pipeline, OpenError> {
     let Overrides { policy, audit } = overrides;
-    let policy_choice = policy
-        .as_ref()
-        .map_or_else(|| profile.policy.clone(), Override::choice);
-    let audit_choice = audit
-        .as_ref()
-        .map_or_else(|| profile.audit.clone(), Override::choice);
-    let policy_plugin = profile.resolve(registry, "policy", &policy_choice)?;
+    let (policy_choice, policy_plugin) = station_plugin(
+        profile,
+        registry,
+        "policy",
+        &profile.policy,
+        policy.as_ref(),
+    )?;
     let evaluator = policy_plugin
         .policy_evaluator(&policy_choice.config)
         .map_err(|e| profile.plugin_error("policy", &policy_choice, e.to_string()))?;
-    let sink_plugin = profile.resolve(registry, "audit", &audit_choice)?;
+    let (audit_choice, sink_plugin) =
+        station_plugin(profile, registry, "audit", &profile.audit, audit.as_ref())?;
     let sink = sink_plugin
         .audit_sink(&audit_choice.config)
         .map_err(|e| profile.plugin_error("audit", &audit_choice, e.to_string()))?;
@@ -357,7 +437,7 @@ pub(crate) fn assemble(
 }
 
 /// An override's provenance entry: what replaced what the profile said.
-fn override_entry(o: &Override, said: &PluginChoice, by: &crate::plugin::Plugin) -> Object {
+fn override_entry(o: &Override, said: &PluginChoice, by: &Plugin) -> Object {
     let mut entry = Object::new();
     entry.insert("station", o.station);
     entry.insert("by", o.by);

@@ -19,11 +19,11 @@ pub mod registry;
 pub mod sandbox;
 
 pub use audit::{AuditNotice, OpenedAudit, RetentionError, export, open_audit};
-pub use host::{Host, HostBuilder};
+pub use host::{Host, HostBuilder, PluginSource};
 pub use outcome::{Ending, Exceeded};
 pub use pipeline::{
     Call, CallClass, CallRecord, CallRequest, Executed, OpenError, OwnedCall, Pipeline,
-    PipelineError, Setup,
+    PipelineError,
 };
 pub use plugin::{CheckedLibrary, LoadError, Metadata, Origin, Plugin};
 pub use profile::{PluginChoice, Profile, ProfileError, ProfileSource};

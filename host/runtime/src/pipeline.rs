@@ -60,11 +60,9 @@ use crate::capability::{
 };
 use crate::handler::{self, Axis, HostHandler};
 use crate::outcome::Ending;
-use crate::profile::{Profile, ProfileError};
-use crate::registry::Registry;
+use crate::profile::ProfileError;
 use crate::sandbox::{CancelToken, Sandbox, SandboxError};
 use aegis_record::json::SafeInt;
-use aegis_record::key::SigningKey;
 use aegis_record::{
     CapabilityOutcome, DecisionAxes, ExecutionOutcome, FsAxis, IntentLine, NetAxis, OutcomeLine,
     PolicyOutcome, PolicySetHash, RequestDigest, ResponseDigest, WriteError,
@@ -240,18 +238,6 @@ pub enum OpenError {
     Sandbox(#[from] SandboxError),
 }
 
-/// What the host brings to a pipeline besides the profile's plugins.
-pub struct Setup {
-    /// The operator's signing key; `None` is the development key (volatile sinks only).
-    pub key: Option<SigningKey>,
-    /// The registered tools.
-    pub tools: ToolRegistry,
-    /// Handlers for `host` tools, by tool id.
-    pub handlers: BTreeMap<String, HostHandler>,
-    /// The sandbox for `wasm` tools (shareable between pipelines).
-    pub sandbox: Arc<Sandbox>,
-}
-
 /// The four stations, assembled. Share it between threads: every method takes `&self`.
 pub struct Pipeline {
     policy: PolicyEvaluatorBox,
@@ -276,32 +262,9 @@ impl std::fmt::Debug for Pipeline {
 }
 
 impl Pipeline {
-    /// Assembles the profile's policy and audit stations with the host's tools and
-    /// sandbox, and opens the audit session (its open line records the provenance).
-    /// The same assembly as [`crate::Host::builder`] with no overrides; a caller with
-    /// overrides, or one that begins calls on one thread and ends them on another,
-    /// uses that.
-    ///
-    /// # Errors
-    /// See [`OpenError`]; nothing is recorded unless the session opened.
-    pub fn open(
-        profile: &Profile,
-        registry: &Registry,
-        setup: Setup,
-    ) -> Result<Pipeline, OpenError> {
-        crate::host::assemble(
-            profile,
-            registry,
-            crate::host::Overrides::default(),
-            setup.key,
-            setup.tools,
-            setup.handlers,
-            setup.sandbox,
-        )
-    }
-
-    /// Assembles a pipeline from stations already built.
-    pub fn from_parts(
+    /// Assembles a pipeline from stations already built. Only [`crate::host`] calls it,
+    /// after recording the provenance of those stations: the one way in.
+    pub(crate) fn from_parts(
         policy: PolicyEvaluatorBox,
         audit: OpenedAudit,
         tools: ToolRegistry,
@@ -1031,19 +994,10 @@ fn ask_policy<'a>(
         None if answers.len() == axes.len() && !answers.is_empty() => 0,
         _ => return Err(shape()),
     };
-    let mut narrowing = NarrowingLimits::default();
-    for d in answers.iter() {
-        let l = &d.limits;
-        let min = |a: Option<u64>, b: Option<u64>| match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        narrowing = NarrowingLimits {
-            max_memory_bytes: min(narrowing.max_memory_bytes, l.max_memory_bytes.into_option()),
-            max_wall_ms: min(narrowing.max_wall_ms, l.max_wall_ms.into_option()),
-            max_output_bytes: min(narrowing.max_output_bytes, l.max_output_bytes.into_option()),
-        };
-    }
+    // Every axis's ceilings hold at once.
+    let narrowing = answers
+        .iter()
+        .fold(NarrowingLimits::default(), |n, d| n.meet(d.limits.into()));
     let mut answers = answers;
     Ok(PolicyAnswer {
         decision: answers.swap_remove(decided),

@@ -425,6 +425,32 @@ impl Profile {
         station: &'static str,
         choice: &PluginChoice,
     ) -> Result<Plugin, ProfileError> {
+        // Refused before anything is loaded for it.
+        if station_kind(station).is_none() {
+            return Err(self.plugin_error(
+                station,
+                choice,
+                format!("no plugin fills the {station} station in this host"),
+            ));
+        }
+        let plugin = registry
+            .resolve(&choice.spec, choice.sha256.as_ref())
+            .map_err(|e: ResolveError| self.plugin_error(station, choice, e.to_string()))?;
+        self.check_kind(station, choice, plugin)
+    }
+
+    /// `plugin`, if it provides the kind `station` takes (and the station takes a
+    /// plugin in this host): the check [`Profile::resolve`] makes, for a plugin the
+    /// caller already holds.
+    ///
+    /// # Errors
+    /// As [`Profile::resolve`], placed at `choice`.
+    pub fn check_kind(
+        &self,
+        station: &'static str,
+        choice: &PluginChoice,
+        plugin: Plugin,
+    ) -> Result<Plugin, ProfileError> {
         let Some((kind, kind_name)) = station_kind(station) else {
             return Err(self.plugin_error(
                 station,
@@ -432,9 +458,6 @@ impl Profile {
                 format!("no plugin fills the {station} station in this host"),
             ));
         };
-        let plugin = registry
-            .resolve(&choice.spec, choice.sha256.as_ref())
-            .map_err(|e: ResolveError| self.plugin_error(station, choice, e.to_string()))?;
         let m = plugin.metadata();
         if !m.kinds.contains(kind) {
             let provides = m.kind_names();

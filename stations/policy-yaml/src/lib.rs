@@ -26,9 +26,7 @@
 pub mod set;
 
 use aegis_station_api::abi_stable::std_types::{ROption, RStr, RString};
-use aegis_station_api::{
-    ErrorKind, Limits, PluginError, Policy, PolicyDecision, PolicyRequest, Verdict,
-};
+use aegis_station_api::{ErrorKind, PluginError, Policy, PolicyDecision, PolicyRequest, Verdict};
 use arc_swap::ArcSwap;
 use set::{Action, Rate};
 pub use set::{PolicyError, PolicySet, PolicyWarning, Rule};
@@ -250,16 +248,11 @@ fn decision(
     reason: String,
     approval: Option<String>,
 ) -> PolicyDecision {
-    let limits = rule.map(|r| r.limits).unwrap_or_default();
     PolicyDecision {
         verdict,
         matched_rule: rule.map(|r| RString::from(r.id.as_str())).into(),
         reason: RString::from(reason),
-        limits: Limits {
-            max_memory_bytes: limits.max_memory_bytes.into(),
-            max_wall_ms: limits.max_wall_ms.into(),
-            max_output_bytes: limits.max_output_bytes.into(),
-        },
+        limits: rule.map(|r| r.limits).unwrap_or_default().into(),
         approval_id: approval
             .map(RString::from)
             .map_or(ROption::RNone, ROption::RSome),

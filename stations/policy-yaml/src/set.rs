@@ -34,6 +34,7 @@
 
 use aegis_record::PolicySetHash;
 use aegis_record::json::{Object, Value, quote};
+use aegis_station_api::NarrowingLimits;
 use marked_yaml::LoadError;
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, Node};
 use std::collections::HashMap;
@@ -78,17 +79,6 @@ pub struct Rate {
     pub per_seconds: u64,
 }
 
-/// Ceilings a rule places on a call; each only narrows a grant.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RuleLimits {
-    /// Memory ceiling.
-    pub max_memory_bytes: Option<u64>,
-    /// Wall-clock ceiling.
-    pub max_wall_ms: Option<u64>,
-    /// Output ceiling.
-    pub max_output_bytes: Option<u64>,
-}
-
 /// One rule. An axis of `None` matches anything; a named axis matches only a request
 /// that names the same value (a rule on `role` never matches a call that claims none).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,8 +99,8 @@ pub struct Rule {
     pub reason: Option<String>,
     /// With `rate_limit` only.
     pub rate: Option<Rate>,
-    /// Ceilings.
-    pub limits: RuleLimits,
+    /// Ceilings; each only narrows a grant.
+    pub limits: NarrowingLimits,
     /// The line the rule starts on, for messages.
     pub line: usize,
 }
@@ -654,7 +644,7 @@ fn parse_rule(ctx: &Ctx<'_>, node: &Node) -> Result<Rule, PolicyError> {
         }
     };
     let limits = match map.get_node("limits") {
-        None => RuleLimits::default(),
+        None => NarrowingLimits::default(),
         Some(n) => {
             let l = n
                 .as_mapping()
@@ -670,7 +660,7 @@ fn parse_rule(ctx: &Ctx<'_>, node: &Node) -> Result<Rule, PolicyError> {
                     .map(|v| positive(ctx, v, &format!("limits.{k}")))
                     .transpose()
             };
-            RuleLimits {
+            NarrowingLimits {
                 max_memory_bytes: get("max_memory_bytes")?,
                 max_wall_ms: get("max_wall_ms")?,
                 max_output_bytes: get("max_output_bytes")?,

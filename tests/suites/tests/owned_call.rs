@@ -283,6 +283,12 @@ fn overrides_are_recorded_next_to_what_the_profile_said() {
         "the set the override loaded is the one the call was decided under"
     );
     let audit = entry("audit");
+    assert_eq!(*member(audit, "by"), Value::from(aegis_suites::SUITE));
+    assert_eq!(
+        *member(audit, "profile_plugin"),
+        Value::from(Profile::embedded("default").unwrap().audit.spec.to_string()),
+        "the sink the profile named, next to the one that replaced it"
+    );
     assert_eq!(*member(audit, "plugin"), Value::from("file-sink"));
     assert_eq!(
         *member(audit, "path"),

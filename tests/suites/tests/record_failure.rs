@@ -1,14 +1,15 @@
 //! When the record cannot be kept, the pipeline says so and keeps its promises: a call
 //! whose intent cannot be written does not run, and a call whose outcome cannot be
 //! written returns no output. The sink here is a real plugin through the station
-//! boundary that stores lines until a budget runs out, as a full disk would.
+//! boundary that stores lines until a budget runs out, as a full disk would, put in
+//! the profile's place through the host builder like any operator's sink.
 
-use aegis_runtime::capability::{DEFAULT_LIMITS, ToolKind, ToolManifest, ToolRegistry};
+use aegis_record::json::{Object, Value};
+use aegis_runtime::capability::{DEFAULT_LIMITS, ToolKind, ToolManifest};
 use aegis_runtime::handler::HostHandler;
-use aegis_runtime::pipeline::{CallRequest, Pipeline, PipelineError};
-use aegis_runtime::{Plugin, Profile, open_audit};
+use aegis_runtime::pipeline::{CallRequest, PipelineError};
+use aegis_runtime::{Host, OpenError, Plugin, PluginSpec, Profile, ProfileError};
 use aegis_station_api::{ErrorKind, PluginError, Retention, Sink, Tail, TailKind};
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -75,23 +76,19 @@ impl Sink for FullDisk {
     }
 }
 
-/// A pipeline whose sink holds `budget` lines, with one host tool that counts its runs.
-fn pipeline(budget: usize, runs: Arc<AtomicUsize>) -> Pipeline {
-    let plugin = Plugin::builtin(full_disk());
-    let sink = plugin.audit_sink(&format!("budget = {budget}")).unwrap();
-    let profile = Profile::find("default").unwrap();
-    let audit = open_audit(sink, &plugin, None, &profile, &[]).unwrap();
-    let policy = aegis_runtime::Registry::new()
-        .resolve(
-            &aegis_runtime::PluginSpec::parse("builtin:policy-static"),
-            None,
-        )
-        .unwrap()
-        .policy_evaluator("verdict = \"allow\"")
-        .unwrap();
-    let mut tools = ToolRegistry::new();
-    tools
-        .register(ToolManifest {
+const BY: &str = "the record-failure suite";
+
+/// A host on the default profile whose sink, in place of the profile's, is a full-disk
+/// plugin holding `budget` lines; with one host tool that counts its runs.
+fn pipeline(budget: usize, runs: Arc<AtomicUsize>) -> Host {
+    let handler: HostHandler = Arc::new(move |_, _| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok(b"the output".to_vec())
+    });
+    Host::builder(Profile::embedded("default").unwrap())
+        .audit_plugin(BY, Plugin::builtin(full_disk()), budget_config(budget))
+        .sandbox(aegis_suites::sandbox())
+        .tool(ToolManifest {
             id: "count".into(),
             kind: ToolKind::Host,
             fs_read: vec![],
@@ -99,16 +96,13 @@ fn pipeline(budget: usize, runs: Arc<AtomicUsize>) -> Pipeline {
             net: vec![],
             limits: DEFAULT_LIMITS,
         })
-        .unwrap();
-    let mut handlers: BTreeMap<String, HostHandler> = BTreeMap::new();
-    handlers.insert(
-        "count".into(),
-        Arc::new(move |_, _| {
-            runs.fetch_add(1, Ordering::SeqCst);
-            Ok(b"the output".to_vec())
-        }),
-    );
-    Pipeline::from_parts(policy, audit, tools, handlers, aegis_suites::sandbox())
+        .handler("count", handler)
+        .open()
+        .unwrap()
+}
+
+fn budget_config(budget: usize) -> String {
+    format!("budget = {budget}")
 }
 
 #[test]
@@ -137,5 +131,84 @@ fn a_call_whose_outcome_cannot_be_written_returns_no_output() {
         runs.load(Ordering::SeqCst),
         1,
         "the tool ran; its output did not leave"
+    );
+}
+
+/// A sink plugin in hand and a named policy plugin, both put in the profile's place:
+/// the open line records each next to what the profile named, and the plugins list
+/// says what ran.
+#[test]
+fn a_sink_in_hand_and_a_policy_plugin_are_recorded_next_to_what_the_profile_said() {
+    let profile = Profile::embedded("default").unwrap();
+    let host = Host::builder(profile.clone())
+        .audit_plugin(BY, Plugin::builtin(full_disk()), budget_config(10))
+        .policy_plugin(
+            BY,
+            PluginSpec::parse("builtin:policy-static"),
+            "verdict = \"deny\"",
+        )
+        .sandbox(aegis_suites::sandbox())
+        .open()
+        .unwrap();
+    let bytes = host.into_audit().unwrap().close_and_export().unwrap();
+    let first = bytes.split(|&b| b == b'\n').next().unwrap();
+    let Ok(Value::Object(open)) = aegis_record::json::parse(first) else {
+        panic!("the open line is an object")
+    };
+    let Some(Value::Object(provenance)) = open.get("provenance") else {
+        panic!("provenance is an object")
+    };
+    let Some(Value::Array(overrides)) = provenance.get("overrides") else {
+        panic!("overrides is an array")
+    };
+    let entry = |station: &str| -> &Object {
+        overrides
+            .iter()
+            .find_map(|v| match v {
+                Value::Object(o) if o.get("station") == Some(&Value::from(station)) => Some(o),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no override of {station}"))
+    };
+    for (station, said, plugin) in [
+        ("audit", &profile.audit, "full-disk"),
+        ("policy", &profile.policy, "policy-static"),
+    ] {
+        let o = entry(station);
+        assert_eq!(o.get("by"), Some(&Value::from(BY)), "{station}");
+        assert_eq!(
+            o.get("profile_plugin"),
+            Some(&Value::from(said.spec.to_string())),
+            "{station}"
+        );
+        assert_eq!(o.get("plugin"), Some(&Value::from(plugin)), "{station}");
+    }
+    assert_eq!(overrides.len(), 2);
+    // The plugins list names what filled the sink station: the plugin in hand.
+    let Some(Value::Array(plugins)) = provenance.get("plugins") else {
+        panic!("plugins is an array")
+    };
+    assert!(plugins.iter().any(|p| matches!(p, Value::Object(o)
+        if o.get("station") == Some(&Value::from("audit"))
+            && o.get("name") == Some(&Value::from("full-disk")))));
+}
+
+/// A plugin in hand is held to its station's kind, as a profile's is: a sink offered
+/// as the policy station is refused before anything is recorded, and the error names
+/// the override, not a profile line.
+#[test]
+fn a_plugin_in_hand_of_the_wrong_kind_is_refused() {
+    let err = Host::builder(Profile::embedded("default").unwrap())
+        .policy_plugin(BY, Plugin::builtin(full_disk()), budget_config(10))
+        .sandbox(aegis_suites::sandbox())
+        .open()
+        .unwrap_err();
+    let OpenError::Profile(ProfileError::Flag { flag, station, .. }) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!((*flag, *station), (BY, "policy"));
+    assert!(
+        err.to_string().contains("provides sink, not policy"),
+        "{err}"
     );
 }
