@@ -31,8 +31,9 @@
 //!   registration) is refused as [`CapabilityDenied::RootGone`], naming the root, before
 //!   any effect.
 //! - **Per-manifest work is done once.** Registration precomputes, for each way a call
-//!   can name a capability, what the grant hands over, the axes it carries and its
-//!   record form; minting a grant copies these and numbers it.
+//!   can name a capability, what the grant hands over, the axes it carries, its record
+//!   form (with the decision axes of its single root or destination) and its id's
+//!   prefix; minting a grant shares these, checks the roots and numbers it.
 //! - **A component is named by its bytes.** Registration reads a wasm tool's component
 //!   once and keeps its SHA-256; every grant for the tool carries it into the record
 //!   (`component_digest`), and the sandbox refuses to run a file whose bytes no longer
@@ -74,7 +75,7 @@ impl Capability {
     pub const ALL: [Capability; 3] = [Capability::FsRead, Capability::FsWrite, Capability::NetHttp];
 
     /// The name rules and the record use.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Capability::FsRead => "fs.read",
             Capability::FsWrite => "fs.write",
@@ -439,6 +440,12 @@ struct Scope {
     limits: Limits,
     /// The record form, less the grant id and the (narrowed) ceilings.
     record: aegis_record::CapabilityGrant,
+    /// `single_root` as the record's decision axes state it.
+    fs_axis: Option<aegis_record::FsAxis>,
+    /// The single destination as the record's decision axes state it.
+    net_axis: Option<aegis_record::NetAxis>,
+    /// `grant-<tool>-`: a grant id is this and the grant's number.
+    id_prefix: String,
 }
 
 impl Scope {
@@ -461,6 +468,17 @@ impl Scope {
         }
         let single_root = match distinct.as_slice() {
             [only] => Some(only.clone()),
+            _ => None,
+        };
+        let fs_axis = single_root.as_ref().map(|h| aegis_record::FsAxis {
+            path_raw: h.given.display().to_string(),
+            path_canonical: h.path.display().to_string(),
+        });
+        let net_axis = match net.as_slice() {
+            [rule] if rule.ports.len() == 1 => Some(aegis_record::NetAxis {
+                host: rule.host.clone(),
+                port: rule.ports[0],
+            }),
             _ => None,
         };
         let shown = |p: &[PathBuf]| p.iter().map(|p| p.display().to_string()).collect();
@@ -500,6 +518,9 @@ impl Scope {
             single_root,
             limits,
             record,
+            fs_axis,
+            net_axis,
+            id_prefix: format!("grant-{tool_id}-"),
         }
     }
 }
@@ -552,8 +573,8 @@ impl Grant {
     }
 
     /// The axes this grant carries, in [`Capability::ALL`] order.
-    pub fn axes(&self) -> Vec<Capability> {
-        self.scope.axes.clone()
+    pub fn axes(&self) -> &[Capability] {
+        &self.scope.axes
     }
 
     /// The grant's only filesystem root as `(as the manifest gave it, canonical)`, when
@@ -567,10 +588,22 @@ impl Grant {
 
     /// The grant's only network destination, when it has one rule with one port.
     pub fn single_destination(&self) -> Option<(&str, u16)> {
-        match self.scope.net.as_slice() {
-            [rule] if rule.ports.len() == 1 => Some((&rule.host, rule.ports[0])),
-            _ => None,
-        }
+        self.scope
+            .net_axis
+            .as_ref()
+            .map(|n| (n.host.as_str(), n.port))
+    }
+
+    /// [`Grant::single_root`] as the record's decision axes state it (built once per
+    /// manifest).
+    pub fn fs_axis(&self) -> Option<&aegis_record::FsAxis> {
+        self.scope.fs_axis.as_ref()
+    }
+
+    /// [`Grant::single_destination`] as the record's decision axes state it (built once
+    /// per manifest).
+    pub fn net_axis(&self) -> Option<&aegis_record::NetAxis> {
+        self.scope.net_axis.as_ref()
     }
 
     /// The same grant with smaller ceilings: never larger on any axis.
@@ -595,6 +628,21 @@ impl Grant {
             ..self.scope.record.clone()
         }
     }
+}
+
+/// `n` in decimal, written at the end of `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written.
+    std::str::from_utf8(&buf[at..]).unwrap_or_default()
 }
 
 /// The axes a grant of these roots and destinations carries, in [`Capability::ALL`]
@@ -792,8 +840,8 @@ impl ToolRegistry {
         &self,
         tool: &str,
         capability: Option<&str>,
-    ) -> Result<Vec<Capability>, CapabilityDenied> {
-        self.scope(tool, capability).map(|s| s.axes.clone())
+    ) -> Result<&[Capability], CapabilityDenied> {
+        self.scope(tool, capability).map(|s| s.axes.as_slice())
     }
 
     /// Mints a grant for one call, default-deny, narrowed by the policy's limits.
@@ -824,8 +872,11 @@ impl ToolRegistry {
         let n = self
             .minted
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut grant_id = String::with_capacity(scope.id_prefix.len() + 20);
+        grant_id.push_str(&scope.id_prefix);
+        grant_id.push_str(decimal(n, &mut [0; 20]));
         Ok(Grant {
-            grant_id: format!("grant-{tool}-{n}"),
+            grant_id,
             scope: scope.clone(),
             limits,
         })
