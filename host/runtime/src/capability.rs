@@ -882,3 +882,14 @@ impl ToolRegistry {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Grant ids number grants as `format!` would.
+    #[test]
+    fn decimal_writes_what_format_writes() {
+        for n in [0, 7, 10, 99, 1_000_000, u64::MAX] {
+            assert_eq!(super::decimal(n, &mut [0; 20]), n.to_string());
+        }
+    }
+}

@@ -1089,3 +1089,28 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic without a message".to_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every subset of the axes, in order, is asked about by exactly its names.
+    #[test]
+    fn axis_names_are_the_axes_names() {
+        for mask in 0..8u8 {
+            let axes: Vec<Capability> = Capability::ALL
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .map(|(_, c)| c)
+                .collect();
+            let names: Vec<&str> = axis_names(&axes).iter().map(RStr::as_str).collect();
+            let want: Vec<&str> = if axes.is_empty() {
+                vec![""]
+            } else {
+                axes.iter().map(|c| c.as_str()).collect()
+            };
+            assert_eq!(names, want, "{axes:?}");
+        }
+    }
+}

@@ -126,11 +126,19 @@ impl Rule {
     }
 
     fn matches(&self, tool: &str, capability: &str, role: &str) -> bool {
-        let axis = |rule: &Option<String>, asked: &str| match rule {
-            None => true,
-            Some(want) => !asked.is_empty() && want == asked,
-        };
-        axis(&self.tool, tool) && axis(&self.capability, capability) && axis(&self.role, role)
+        axis_matches(&self.tool, tool) && self.matches_beyond_tool(capability, role)
+    }
+
+    /// [`Rule::matches`] for a rule whose tool axis is already known to match.
+    fn matches_beyond_tool(&self, capability: &str, role: &str) -> bool {
+        axis_matches(&self.capability, capability) && axis_matches(&self.role, role)
+    }
+}
+
+fn axis_matches(rule: &Option<String>, asked: &str) -> bool {
+    match rule {
+        None => true,
+        Some(want) => !asked.is_empty() && want == asked,
     }
 }
 
@@ -154,8 +162,9 @@ pub struct PolicySet {
 /// it that matches is the one the linear scan would select, and selecting stops there.
 /// Built once when the set is parsed.
 ///
-/// Every candidate is still checked by [`Rule::matches`], so the index decides nothing
-/// itself: it only skips rules whose tool axis cannot match and orders the rest.
+/// Every candidate is still checked on its other axes (the lookup has matched its tool),
+/// so the index decides nothing itself: it only skips rules whose tool axis cannot match
+/// and orders the rest.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct RuleIndex {
     /// Positions in `rules`, in precedence order, for each tool a rule names.
@@ -216,7 +225,8 @@ impl RuleIndex {
         }
     }
 
-    /// Positions of the rules that can match a call of `tool`, in precedence order.
+    /// Positions of the rules that can match a call of `tool`, in precedence order: each
+    /// names `tool` or no tool.
     fn candidates(&self, tool: &str) -> &[u32] {
         // A rule naming a tool never matches a call that names none (`Rule::matches`).
         if tool.is_empty() {
@@ -520,7 +530,8 @@ impl PolicySet {
             .candidates(tool)
             .iter()
             .map(|&i| &self.rules[i as usize])
-            .find(|r| r.matches(tool, capability, role))
+            // Every candidate names `tool` or no tool (`RuleIndex::candidates`).
+            .find(|r| r.matches_beyond_tool(capability, role))
     }
 
     /// [`PolicySet::select`] by scanning every rule in file order, without the index:
