@@ -176,7 +176,11 @@ struct RuleIndex {
 /// A rule's place in the order [`best_of`] picks by: larger wins; among equals, the
 /// earlier position (compared separately) wins.
 fn precedence(rule: &Rule) -> (bool, usize, i64) {
-    (rule.action == Action::Deny, rule.specificity(), rule.priority)
+    (
+        rule.action == Action::Deny,
+        rule.specificity(),
+        rule.priority,
+    )
 }
 
 impl RuleIndex {
@@ -553,9 +557,7 @@ fn best_of<'r>(
     for rule in rules.filter(|r| r.matches(tool, capability, role)) {
         let better = match best {
             None => true,
-            Some(b) => {
-                precedence(rule) > precedence(b)
-            }
+            Some(b) => precedence(rule) > precedence(b),
         };
         if better {
             best = Some(rule);
