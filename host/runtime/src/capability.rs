@@ -3,8 +3,7 @@
 //!
 //! # Guarantees
 //! - **Default-deny.** Only a registered manifest mints a [`Grant`]; an unregistered
-//!   tool, a capability the manifest does not declare, or a root that no longer
-//!   was removed since registration is refused before any effect.
+//!   tool or a capability the manifest does not declare is refused before any effect.
 //! - **A grant is proof.** [`Grant`] has no public constructor: only
 //!   [`ToolRegistry::resolve`] mints one, and [`Grant::narrow`] can only shrink it.
 //! - **Least authority.** A call that names a capability gets only that axis of the
@@ -26,10 +25,12 @@
 //!   the held descriptor and a host handler resolves paths beneath it, so no call
 //!   resolves a root's path again. Replacing a root's path with a symlink or another
 //!   directory between calls changes nothing a later call sees.
-//! - **A removed root is refused.** Minting checks each root of the grant on its handle
-//!   (`fstat`, no path lookup): a directory with no links left (removed since
-//!   registration) is refused as [`CapabilityDenied::RootGone`], naming the root, before
-//!   any effect.
+//! - **A removed root is refused.** [`Grant::check_roots`] checks each root of the
+//!   grant on its handle (`fstat`, no path lookup): a directory with no links left
+//!   (removed since registration) is refused as [`RootGone`], naming the root. The
+//!   pipeline calls it when execution starts, just before the tool is handed its roots,
+//!   so the check sits next to the use rather than in minting (stations 1–2 make no
+//!   system call).
 //! - **Per-manifest work is done once.** Registration precomputes, for each way a call
 //!   can name a capability, what the grant hands over, the axes it carries, its record
 //!   form (with the decision axes of its single root or destination) and its id's
@@ -284,15 +285,17 @@ pub enum CapabilityDenied {
         /// The axis.
         capability: Capability,
     },
-    /// A root of the grant was removed since registration (its held directory has no
-    /// links left), or its handle can no longer be examined.
-    #[error("tool {tool:?}: root {root} was removed since registration")]
-    RootGone {
-        /// The tool.
-        tool: String,
-        /// The root.
-        root: PathBuf,
-    },
+}
+
+/// A root of a grant was removed since registration (its held directory has no links
+/// left), or its handle can no longer be examined.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("tool {tool:?}: root {root} was removed since registration")]
+pub struct RootGone {
+    /// The tool.
+    pub tool: String,
+    /// The root.
+    pub root: PathBuf,
 }
 
 impl CapabilityDenied {
@@ -302,7 +305,6 @@ impl CapabilityDenied {
             CapabilityDenied::Unregistered(_) => "tool.registry",
             CapabilityDenied::Undeclared { capability, .. } => capability,
             CapabilityDenied::Unasked { capability, .. } => capability.as_str(),
-            CapabilityDenied::RootGone { .. } => "fs",
         }
     }
 }
@@ -432,7 +434,7 @@ struct Scope {
     fs_write_paths: Vec<PathBuf>,
     net: Vec<NetRule>,
     axes: Vec<Capability>,
-    /// Every distinct root, each checked once when a grant is minted.
+    /// Every distinct root, each checked once when a call starts ([`Grant::check_roots`]).
     distinct: Vec<Arc<HeldRoot>>,
     /// The grant's only root, when read and write roots name exactly one directory.
     single_root: Option<Arc<HeldRoot>>,
@@ -535,6 +537,23 @@ pub struct Grant {
 }
 
 impl Grant {
+    /// Checks each distinct root of the grant on its held handle ([`HeldRoot::check`],
+    /// one `fstat` each, no path lookup).
+    ///
+    /// # Errors
+    /// [`RootGone`] naming the first root removed since registration.
+    pub fn check_roots(&self) -> Result<(), RootGone> {
+        for root in &self.scope.distinct {
+            if root.check().is_err() {
+                return Err(RootGone {
+                    tool: self.tool_id().to_owned(),
+                    root: root.path.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Names the grant in the record.
     pub fn id(&self) -> &str {
         &self.grant_id
@@ -847,9 +866,9 @@ impl ToolRegistry {
     /// Mints a grant for one call, default-deny, narrowed by the policy's limits.
     ///
     /// `capability` is the axis the call names (`fs.read`, `fs.write`, `net.http`,
-    /// exactly), or `None` for everything the manifest declares. Each root the grant
-    /// carries is checked on its held handle ([`HeldRoot::check`]); its path is not
-    /// looked up.
+    /// exactly), or `None` for everything the manifest declares. No system call: the
+    /// roots were resolved and opened at registration, and whether they still exist is
+    /// checked when the call starts ([`Grant::check_roots`]).
     ///
     /// # Errors
     /// See [`CapabilityDenied`]; nothing is minted.
@@ -860,14 +879,6 @@ impl ToolRegistry {
         policy_limits: &NarrowingLimits,
     ) -> Result<Grant, CapabilityDenied> {
         let scope = self.scope(tool, capability)?;
-        for root in &scope.distinct {
-            if root.check().is_err() {
-                return Err(CapabilityDenied::RootGone {
-                    tool: tool.to_owned(),
-                    root: root.path.clone(),
-                });
-            }
-        }
         let limits = scope.limits.narrowed(policy_limits);
         let n = self
             .minted

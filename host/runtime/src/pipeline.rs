@@ -539,6 +539,13 @@ impl Pipeline {
                 reason: "the tool's manifest is gone".into(),
             };
         };
+        // Next to the use: a root removed since registration is refused before the tool
+        // is handed anything.
+        if let Err(gone) = grant.check_roots() {
+            return Executed::NotStarted {
+                reason: gone.to_string(),
+            };
+        }
         match &manifest.kind {
             ToolKind::Wasm { component } => {
                 let run = match request.cancel {
