@@ -3,8 +3,7 @@
 //!
 //! # Guarantees
 //! - **Default-deny.** Only a registered manifest mints a [`Grant`]; an unregistered
-//!   tool, a capability the manifest does not declare, or a root that no longer
-//!   was removed since registration is refused before any effect.
+//!   tool or a capability the manifest does not declare is refused before any effect.
 //! - **A grant is proof.** [`Grant`] has no public constructor: only
 //!   [`ToolRegistry::resolve`] mints one, and [`Grant::narrow`] can only shrink it.
 //! - **Least authority.** A call that names a capability gets only that axis of the
@@ -26,13 +25,16 @@
 //!   the held descriptor and a host handler resolves paths beneath it, so no call
 //!   resolves a root's path again. Replacing a root's path with a symlink or another
 //!   directory between calls changes nothing a later call sees.
-//! - **A removed root is refused.** Minting checks each root of the grant on its handle
-//!   (`fstat`, no path lookup): a directory with no links left (removed since
-//!   registration) is refused as [`CapabilityDenied::RootGone`], naming the root, before
-//!   any effect.
+//! - **A removed root is refused.** [`Grant::check_roots`] checks each root of the
+//!   grant on its handle (`fstat`, no path lookup): a directory with no links left
+//!   (removed since registration) is refused as [`RootGone`], naming the root. The
+//!   pipeline calls it when execution starts, just before the tool is handed its roots,
+//!   so the check sits next to the use rather than in minting (stations 1–2 make no
+//!   system call).
 //! - **Per-manifest work is done once.** Registration precomputes, for each way a call
-//!   can name a capability, what the grant hands over, the axes it carries and its
-//!   record form; minting a grant copies these and numbers it.
+//!   can name a capability, what the grant hands over, the axes it carries, its record
+//!   form (with the decision axes of its single root or destination) and its id's
+//!   prefix; minting a grant shares these, checks the roots and numbers it.
 //! - **A component is named by its bytes.** Registration reads a wasm tool's component
 //!   once and keeps its SHA-256; every grant for the tool carries it into the record
 //!   (`component_digest`), and the sandbox refuses to run a file whose bytes no longer
@@ -74,7 +76,7 @@ impl Capability {
     pub const ALL: [Capability; 3] = [Capability::FsRead, Capability::FsWrite, Capability::NetHttp];
 
     /// The name rules and the record use.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Capability::FsRead => "fs.read",
             Capability::FsWrite => "fs.write",
@@ -276,15 +278,17 @@ pub enum CapabilityDenied {
         /// The axis.
         capability: Capability,
     },
-    /// A root of the grant was removed since registration (its held directory has no
-    /// links left), or its handle can no longer be examined.
-    #[error("tool {tool:?}: root {root} was removed since registration")]
-    RootGone {
-        /// The tool.
-        tool: String,
-        /// The root.
-        root: PathBuf,
-    },
+}
+
+/// A root of a grant was removed since registration (its held directory has no links
+/// left), or its handle can no longer be examined.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("tool {tool:?}: root {root} was removed since registration")]
+pub struct RootGone {
+    /// The tool.
+    pub tool: String,
+    /// The root.
+    pub root: PathBuf,
 }
 
 impl CapabilityDenied {
@@ -294,7 +298,6 @@ impl CapabilityDenied {
             CapabilityDenied::Unregistered(_) => "tool.registry",
             CapabilityDenied::Undeclared { capability, .. } => capability,
             CapabilityDenied::Unasked { capability, .. } => capability.as_str(),
-            CapabilityDenied::RootGone { .. } => "fs",
         }
     }
 }
@@ -424,7 +427,7 @@ struct Scope {
     fs_write_paths: Vec<PathBuf>,
     net: Vec<NetRule>,
     axes: Vec<Capability>,
-    /// Every distinct root, each checked once when a grant is minted.
+    /// Every distinct root, each checked once when a call starts ([`Grant::check_roots`]).
     distinct: Vec<Arc<HeldRoot>>,
     /// The grant's only root, when read and write roots name exactly one directory.
     single_root: Option<Arc<HeldRoot>>,
@@ -432,6 +435,12 @@ struct Scope {
     limits: Limits,
     /// The record form, less the grant id and the (narrowed) ceilings.
     record: aegis_record::CapabilityGrant,
+    /// `single_root` as the record's decision axes state it.
+    fs_axis: Option<aegis_record::FsAxis>,
+    /// The single destination as the record's decision axes state it.
+    net_axis: Option<aegis_record::NetAxis>,
+    /// `grant-<tool>-`: a grant id is this and the grant's number.
+    id_prefix: String,
 }
 
 impl Scope {
@@ -454,6 +463,17 @@ impl Scope {
         }
         let single_root = match distinct.as_slice() {
             [only] => Some(only.clone()),
+            _ => None,
+        };
+        let fs_axis = single_root.as_ref().map(|h| aegis_record::FsAxis {
+            path_raw: h.given.display().to_string(),
+            path_canonical: h.path.display().to_string(),
+        });
+        let net_axis = match net.as_slice() {
+            [rule] if rule.ports.len() == 1 => Some(aegis_record::NetAxis {
+                host: rule.host.clone(),
+                port: rule.ports[0],
+            }),
             _ => None,
         };
         let shown = |p: &[PathBuf]| p.iter().map(|p| p.display().to_string()).collect();
@@ -493,6 +513,9 @@ impl Scope {
             single_root,
             limits,
             record,
+            fs_axis,
+            net_axis,
+            id_prefix: format!("grant-{tool_id}-"),
         }
     }
 }
@@ -507,6 +530,23 @@ pub struct Grant {
 }
 
 impl Grant {
+    /// Checks each distinct root of the grant on its held handle ([`HeldRoot::check`],
+    /// one `fstat` each, no path lookup).
+    ///
+    /// # Errors
+    /// [`RootGone`] naming the first root removed since registration.
+    pub fn check_roots(&self) -> Result<(), RootGone> {
+        for root in &self.scope.distinct {
+            if root.check().is_err() {
+                return Err(RootGone {
+                    tool: self.tool_id().to_owned(),
+                    root: root.path.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Names the grant in the record.
     pub fn id(&self) -> &str {
         &self.grant_id
@@ -545,8 +585,8 @@ impl Grant {
     }
 
     /// The axes this grant carries, in [`Capability::ALL`] order.
-    pub fn axes(&self) -> Vec<Capability> {
-        self.scope.axes.clone()
+    pub fn axes(&self) -> &[Capability] {
+        &self.scope.axes
     }
 
     /// The grant's only filesystem root as `(as the manifest gave it, canonical)`, when
@@ -560,10 +600,22 @@ impl Grant {
 
     /// The grant's only network destination, when it has one rule with one port.
     pub fn single_destination(&self) -> Option<(&str, u16)> {
-        match self.scope.net.as_slice() {
-            [rule] if rule.ports.len() == 1 => Some((&rule.host, rule.ports[0])),
-            _ => None,
-        }
+        self.scope
+            .net_axis
+            .as_ref()
+            .map(|n| (n.host.as_str(), n.port))
+    }
+
+    /// [`Grant::single_root`] as the record's decision axes state it (built once per
+    /// manifest).
+    pub fn fs_axis(&self) -> Option<&aegis_record::FsAxis> {
+        self.scope.fs_axis.as_ref()
+    }
+
+    /// [`Grant::single_destination`] as the record's decision axes state it (built once
+    /// per manifest).
+    pub fn net_axis(&self) -> Option<&aegis_record::NetAxis> {
+        self.scope.net_axis.as_ref()
     }
 
     /// The same grant with smaller ceilings: never larger on any axis.
@@ -588,6 +640,21 @@ impl Grant {
             ..self.scope.record.clone()
         }
     }
+}
+
+/// `n` in decimal, written at the end of `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written.
+    std::str::from_utf8(&buf[at..]).unwrap_or_default()
 }
 
 /// The axes a grant of these roots and destinations carries, in [`Capability::ALL`]
@@ -785,16 +852,16 @@ impl ToolRegistry {
         &self,
         tool: &str,
         capability: Option<&str>,
-    ) -> Result<Vec<Capability>, CapabilityDenied> {
-        self.scope(tool, capability).map(|s| s.axes.clone())
+    ) -> Result<&[Capability], CapabilityDenied> {
+        self.scope(tool, capability).map(|s| s.axes.as_slice())
     }
 
     /// Mints a grant for one call, default-deny, narrowed by the policy's limits.
     ///
     /// `capability` is the axis the call names (`fs.read`, `fs.write`, `net.http`,
-    /// exactly), or `None` for everything the manifest declares. Each root the grant
-    /// carries is checked on its held handle ([`HeldRoot::check`]); its path is not
-    /// looked up.
+    /// exactly), or `None` for everything the manifest declares. No system call: the
+    /// roots were resolved and opened at registration, and whether they still exist is
+    /// checked when the call starts ([`Grant::check_roots`]).
     ///
     /// # Errors
     /// See [`CapabilityDenied`]; nothing is minted.
@@ -805,22 +872,28 @@ impl ToolRegistry {
         policy_limits: &NarrowingLimits,
     ) -> Result<Grant, CapabilityDenied> {
         let scope = self.scope(tool, capability)?;
-        for root in &scope.distinct {
-            if root.check().is_err() {
-                return Err(CapabilityDenied::RootGone {
-                    tool: tool.to_owned(),
-                    root: root.path.clone(),
-                });
-            }
-        }
         let limits = scope.limits.narrowed(policy_limits);
         let n = self
             .minted
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut grant_id = String::with_capacity(scope.id_prefix.len() + 20);
+        grant_id.push_str(&scope.id_prefix);
+        grant_id.push_str(decimal(n, &mut [0; 20]));
         Ok(Grant {
-            grant_id: format!("grant-{tool}-{n}"),
+            grant_id,
             scope: scope.clone(),
             limits,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Grant ids number grants as `format!` would.
+    #[test]
+    fn decimal_writes_what_format_writes() {
+        for n in [0, 7, 10, 99, 1_000_000, u64::MAX] {
+            assert_eq!(super::decimal(n, &mut [0; 20]), n.to_string());
+        }
     }
 }

@@ -56,7 +56,7 @@
 
 use crate::audit::{AuditNotice, OpenedAudit, RetentionError};
 use crate::capability::{
-    CapabilityDenied, Grant, NarrowingLimits, RegistrationError, ToolKind, ToolRegistry,
+    Capability, CapabilityDenied, Grant, NarrowingLimits, RegistrationError, ToolKind, ToolRegistry,
 };
 use crate::handler::{self, Axis, HostHandler};
 use crate::outcome::Ending;
@@ -67,7 +67,7 @@ use aegis_record::{
     CapabilityOutcome, DecisionAxes, ExecutionOutcome, FsAxis, IntentLine, NetAxis, OutcomeLine,
     PolicyOutcome, PolicySetHash, RequestDigest, ResponseDigest, WriteError,
 };
-use aegis_station_api::abi_stable::std_types::{RSlice, RStr};
+use aegis_station_api::abi_stable::std_types::{RSlice, RStr, RString};
 use aegis_station_api::{PolicyDecision, PolicyEvaluatorBox, PolicyRequest, Verdict};
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -391,14 +391,17 @@ impl Pipeline {
         let mut d = Decisions::default();
         let named = call.capability.as_deref();
         let planned = self.tools.axes(&call.tool_id, named);
-        let axes: Vec<&str> = match &planned {
-            Ok(axes) if !axes.is_empty() => axes.iter().map(|c| c.as_str()).collect(),
-            Ok(_) => vec![""],
+        let as_named: [RStr<'_>; 1];
+        let axes: &[RStr<'_>] = match planned {
+            Ok(axes) => axis_names(axes),
             // No grant will be minted; the policy still answers first, about what the
             // call named, so its refusal takes precedence on the record.
-            Err(_) => vec![named.unwrap_or("")],
+            Err(_) => {
+                as_named = [RStr::from(named.unwrap_or(""))];
+                &as_named
+            }
         };
-        let answer = match ask_policy(&self.policy, call, &axes) {
+        let answer = match ask_policy(&self.policy, call, axes) {
             Ok(answer) => answer,
             Err(why) => {
                 let reason = format!("the policy station failed, so the call is refused: {why}");
@@ -406,31 +409,40 @@ impl Pipeline {
                 return (d, None);
             }
         };
-        let decision = answer.decision;
-        d.matched_rule = decision.matched_rule.clone().into_option().map(Into::into);
+        let PolicyDecision {
+            verdict,
+            matched_rule,
+            reason,
+            approval_id,
+            ..
+        } = answer.decision;
+        d.matched_rule = matched_rule.into_option().map(RString::into_string);
         // A refusal names the grant axis it was about; a name the caller made up is
-        // already on the record as decision_axes.capability and is not repeated.
-        let reason = match (&planned, answer.axis) {
-            (Ok(_), axis) if !axis.is_empty() => format!("{axis}: {}", decision.reason),
-            _ => decision.reason.to_string(),
+        // already on the record as decision_axes.capability and is not repeated. An
+        // allow records no reason, so none is built for it.
+        let refusal = || match (&planned, answer.axis) {
+            (Ok(_), axis) if !axis.is_empty() => format!("{axis}: {reason}"),
+            _ => reason.to_string(),
         };
-        match decision.verdict {
+        match verdict {
             Verdict::ALLOW => d.policy = Some(PolicyOutcome::Allowed),
             Verdict::DENY => {
+                let reason = refusal();
                 d.refuse_before_capability(PolicyOutcome::Denied { reason }, NOT_EXECUTED);
                 return (d, None);
             }
             Verdict::RATE_LIMIT => {
+                let reason = refusal();
                 d.refuse_before_capability(PolicyOutcome::RateLimited { reason }, NOT_EXECUTED);
                 return (d, None);
             }
             Verdict::PENDING_APPROVAL => {
-                let Some(approval_id) = decision.approval_id.clone().into_option() else {
+                let Some(approval_id) = approval_id.into_option() else {
                     let reason = "pending_approval without an approval id".to_owned();
                     d.refuse_before_capability(PolicyOutcome::Denied { reason }, NOT_EXECUTED);
                     return (d, None);
                 };
-                let approval_id = approval_id.into();
+                let approval_id = approval_id.into_string();
                 d.refuse_before_capability(PolicyOutcome::PendingApproval { approval_id }, PARKED);
                 return (d, None);
             }
@@ -447,9 +459,9 @@ impl Pipeline {
                 .resolve(&call.tool_id, named, &answer.narrowing)?;
             // Fail closed should the grant ever carry an axis the policy was not asked
             // about: the two come from one computation over an immutable registry.
-            match grant.axes().into_iter().find(|c| !asked.contains(c)) {
+            match grant.axes().iter().find(|c| !asked.contains(c)) {
                 None => Ok(grant),
-                Some(unasked) => Err(CapabilityDenied::Unasked {
+                Some(&unasked) => Err(CapabilityDenied::Unasked {
                     tool: call.tool_id.clone(),
                     capability: unasked,
                 }),
@@ -461,18 +473,8 @@ impl Pipeline {
                     grant: grant.to_record(),
                 });
                 d.grant_id = Some(grant.id().to_owned());
-                if let Some((raw, canonical)) = grant.single_root() {
-                    d.fs = Some(FsAxis {
-                        path_raw: raw.display().to_string(),
-                        path_canonical: canonical.display().to_string(),
-                    });
-                }
-                if let Some((host, port)) = grant.single_destination() {
-                    d.net = Some(NetAxis {
-                        host: host.to_owned(),
-                        port,
-                    });
-                }
+                d.fs = grant.fs_axis().cloned();
+                d.net = grant.net_axis().cloned();
                 // From here an abandonment is of a call that was allowed and granted.
                 (d, Some(grant))
             }
@@ -502,6 +504,13 @@ impl Pipeline {
                 reason: "the tool's manifest is gone".into(),
             };
         };
+        // Next to the use: a root removed since registration is refused before the tool
+        // is handed anything.
+        if let Err(gone) = grant.check_roots() {
+            return Executed::NotStarted {
+                reason: gone.to_string(),
+            };
+        }
         match &manifest.kind {
             ToolKind::Wasm { component } => {
                 let run = match request.cancel {
@@ -968,9 +977,8 @@ struct PolicyAnswer<'a> {
 fn ask_policy<'a>(
     policy: &PolicyEvaluatorBox,
     call: &Stated,
-    axes: &[&'a str],
+    axes: &[RStr<'a>],
 ) -> Result<PolicyAnswer<'a>, String> {
-    let axes_r: Vec<RStr<'_>> = axes.iter().map(|a| RStr::from(*a)).collect();
     let ask = PolicyRequest {
         tool_id: call.tool_id.as_str().into(),
         capability: "".into(),
@@ -978,7 +986,7 @@ fn ask_policy<'a>(
         session: call.session.as_deref().unwrap_or("").into(),
     };
     let answers = policy
-        .evaluate_axes(&ask, RSlice::from(axes_r.as_slice()))
+        .evaluate_axes(&ask, RSlice::from(axes))
         .into_result()
         .map_err(|e| e.to_string())?;
     let shape = || {
@@ -1001,9 +1009,40 @@ fn ask_policy<'a>(
     let mut answers = answers;
     Ok(PolicyAnswer {
         decision: answers.swap_remove(decided),
-        axis: axes[decided],
+        axis: axes[decided].as_str(),
         narrowing,
     })
+}
+
+/// The names the policy is asked about for a grant carrying `axes` (a subset of
+/// [`Capability::ALL`], in that order): one empty name when it carries none. Static, so
+/// no call builds them.
+fn axis_names(axes: &[Capability]) -> &'static [RStr<'static>] {
+    const fn n(c: Capability) -> RStr<'static> {
+        RStr::from_str(c.as_str())
+    }
+    use Capability::{FsRead as R, FsWrite as W, NetHttp as N};
+    const NONE: &[RStr<'static>] = &[RStr::from_str("")];
+    const R_: &[RStr<'static>] = &[n(R)];
+    const W_: &[RStr<'static>] = &[n(W)];
+    const N_: &[RStr<'static>] = &[n(N)];
+    const RW: &[RStr<'static>] = &[n(R), n(W)];
+    const RN: &[RStr<'static>] = &[n(R), n(N)];
+    const WN: &[RStr<'static>] = &[n(W), n(N)];
+    const RWN: &[RStr<'static>] = &[n(R), n(W), n(N)];
+    match axes {
+        [] => NONE,
+        [R] => R_,
+        [W] => W_,
+        [N] => N_,
+        [R, W] => RW,
+        [R, N] => RN,
+        [W, N] => WN,
+        [R, W, N] => RWN,
+        // Not in `Capability::ALL` order: never built by the registry. Asking about
+        // every axis keeps a mismatch failing closed (`CapabilityDenied::Unasked`).
+        _ => RWN,
+    }
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
@@ -1012,4 +1051,29 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| (*s).to_owned())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every subset of the axes, in order, is asked about by exactly its names.
+    #[test]
+    fn axis_names_are_the_axes_names() {
+        for mask in 0..8u8 {
+            let axes: Vec<Capability> = Capability::ALL
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .map(|(_, c)| c)
+                .collect();
+            let names: Vec<&str> = axis_names(&axes).iter().map(RStr::as_str).collect();
+            let want: Vec<&str> = if axes.is_empty() {
+                vec![""]
+            } else {
+                axes.iter().map(|c| c.as_str()).collect()
+            };
+            assert_eq!(names, want, "{axes:?}");
+        }
+    }
 }

@@ -83,13 +83,17 @@ fn default_deny_and_registration_checks() {
     assert_eq!(e.axis(), "fs.write");
     assert!(reg.resolve("notes", Some("exec"), &none).is_err());
 
-    // A root deleted after registration is refused before any effect.
+    // A root deleted after registration: minting makes no system call, so the grant
+    // is minted; checking its roots (as execution does first) refuses it, naming it.
+    let held = reg.resolve("notes", Some("fs.read"), &none).unwrap();
+    held.check_roots().unwrap();
     std::fs::remove_file(&link).unwrap();
     std::fs::remove_dir(&data).unwrap();
-    assert!(matches!(
-        reg.resolve("notes", Some("fs.read"), &none),
-        Err(CapabilityDenied::RootGone { .. })
-    ));
+    let grant = reg.resolve("notes", Some("fs.read"), &none).unwrap();
+    let gone = grant.check_roots().unwrap_err();
+    assert_eq!(gone.tool, "notes");
+    assert!(gone.to_string().contains("removed since registration"), "{gone}");
+    assert!(held.check_roots().is_err(), "a grant minted before is refused too");
 }
 
 #[test]

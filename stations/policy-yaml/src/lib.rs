@@ -147,6 +147,17 @@ impl PolicyEngine {
     /// that is not an allow: one decision per axis asked. All axes are decided by the
     /// same set, and a rate_limit rule takes at most one token for the whole call.
     pub fn decide_axes(&self, tool: &str, axes: &[&str], role: &str) -> Vec<PolicyDecision> {
+        self.decide_each(tool, axes.iter().copied(), role)
+    }
+
+    /// [`PolicyEngine::decide_axes`] over the axes as they come (the station's, without
+    /// collecting them first).
+    fn decide_each<'a>(
+        &self,
+        tool: &str,
+        axes: impl ExactSizeIterator<Item = &'a str>,
+        role: &str,
+    ) -> Vec<PolicyDecision> {
         let set = self.set.load();
         let mut counted = Vec::new();
         let mut answers = Vec::with_capacity(axes.len());
@@ -290,7 +301,10 @@ impl Policy for PolicyEngine {
         request: &PolicyRequest<'_>,
         axes: &[RStr<'_>],
     ) -> Result<Vec<PolicyDecision>, PluginError> {
-        let axes: Vec<&str> = axes.iter().map(RStr::as_str).collect();
-        Ok(self.decide_axes(request.tool_id.as_str(), &axes, request.role.as_str()))
+        Ok(self.decide_each(
+            request.tool_id.as_str(),
+            axes.iter().map(RStr::as_str),
+            request.role.as_str(),
+        ))
     }
 }

@@ -29,8 +29,9 @@
 //! - Roles are self-asserted: nothing here authenticates a role. Rules keyed on role
 //!   sort cooperating callers; they do not confine a hostile one.
 //! - Selecting the rule for a call looks at the rules naming that tool and the rules
-//!   naming no tool (an index built once at load): evaluation is linear in those, so a
-//!   set with many tool-less rules still costs what scanning them costs.
+//!   naming no tool (an index built once at load, in precedence order) and stops at the
+//!   first that matches: a call that many tool-less rules fail to match still costs
+//!   what scanning them costs.
 
 use aegis_record::PolicySetHash;
 use aegis_record::json::{Object, Value, quote};
@@ -39,6 +40,7 @@ use marked_yaml::LoadError;
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, Node};
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// The largest policy file read, in bytes (16 MiB).
 pub const MAX_POLICY_BYTES: usize = 16 << 20;
@@ -114,11 +116,19 @@ impl Rule {
     }
 
     fn matches(&self, tool: &str, capability: &str, role: &str) -> bool {
-        let axis = |rule: &Option<String>, asked: &str| match rule {
-            None => true,
-            Some(want) => !asked.is_empty() && want == asked,
-        };
-        axis(&self.tool, tool) && axis(&self.capability, capability) && axis(&self.role, role)
+        axis_matches(&self.tool, tool) && self.matches_beyond_tool(capability, role)
+    }
+
+    /// [`Rule::matches`] for a rule whose tool axis is already known to match.
+    fn matches_beyond_tool(&self, capability: &str, role: &str) -> bool {
+        axis_matches(&self.capability, capability) && axis_matches(&self.role, role)
+    }
+}
+
+fn axis_matches(rule: &Option<String>, asked: &str) -> bool {
+    match rule {
+        None => true,
+        Some(want) => !asked.is_empty() && want == asked,
     }
 }
 
@@ -136,31 +146,47 @@ pub struct PolicySet {
 }
 
 /// The rules that can match a call, by the tool it names: each tool named by some rule
-/// maps to that tool's rules with the rules that name no tool merged in, in file order;
-/// any other tool gets the rules that name no tool. Built once when the set is parsed,
-/// so selecting looks only at rules that could match instead of scanning the whole set
-/// (a 20-rule set with two rules for the tool asked about looks at the tool-less rules
-/// and those two).
+/// maps to that tool's rules with the rules that name no tool merged in; any other tool
+/// gets the rules that name no tool. Each list is in precedence order — deny first, then
+/// the most specific, then the highest priority, then file order — so the first rule in
+/// it that matches is the one the linear scan would select, and selecting stops there.
+/// Built once when the set is parsed.
 ///
-/// Every candidate is still checked by [`Rule::matches`] and the selection among them
-/// is the linear scan's (same comparison, same file order), so the index decides
-/// nothing itself: it only skips rules whose tool axis cannot match.
+/// Every candidate is still checked on its other axes (the lookup has matched its tool),
+/// so the index decides nothing itself: it only skips rules whose tool axis cannot match
+/// and orders the rest.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct RuleIndex {
-    /// Positions in `rules`, ascending, for each tool a rule names.
-    by_tool: HashMap<String, Box<[u32]>>,
-    /// Positions of the rules that name no tool, ascending.
+    /// Positions in `rules`, in precedence order, for each tool a rule names.
+    by_tool: HashMap<String, Box<[u32]>, BuildHasherDefault<ToolHasher>>,
+    /// Positions of the rules that name no tool, in precedence order.
     any_tool: Box<[u32]>,
+}
+
+/// A rule's place in the order [`best_of`] picks by: larger wins; among equals, the
+/// earlier position (compared separately) wins.
+fn precedence(rule: &Rule) -> (bool, usize, i64) {
+    (
+        rule.action == Action::Deny,
+        rule.specificity(),
+        rule.priority,
+    )
 }
 
 impl RuleIndex {
     fn build(rules: &[Rule]) -> RuleIndex {
         // MAX_RULES (2^18) keeps every position within u32.
         let pos = |i: usize| u32::try_from(i).expect("MAX_RULES fits in u32");
-        let any_tool: Vec<u32> = (0..rules.len())
+        // Descending precedence, then ascending position: a total order on positions.
+        let before = |a: u32, b: u32| {
+            let (ra, rb) = (&rules[a as usize], &rules[b as usize]);
+            precedence(rb).cmp(&precedence(ra)).then(a.cmp(&b))
+        };
+        let mut any_tool: Vec<u32> = (0..rules.len())
             .filter(|&i| rules[i].tool.is_none())
             .map(pos)
             .collect();
+        any_tool.sort_by(|&a, &b| before(a, b));
         let mut by_tool: HashMap<String, Vec<u32>> = HashMap::new();
         for (i, rule) in rules.iter().enumerate() {
             if let Some(tool) = &rule.tool {
@@ -169,13 +195,14 @@ impl RuleIndex {
         }
         let by_tool = by_tool
             .into_iter()
-            .map(|(tool, own)| {
-                // Two ascending lists merged stay ascending: file order is kept.
+            .map(|(tool, mut own)| {
+                own.sort_by(|&a, &b| before(a, b));
+                // Two lists in the same total order merged stay in it.
                 let mut merged = Vec::with_capacity(own.len() + any_tool.len());
                 let (mut a, mut b) = (own.iter().peekable(), any_tool.iter().peekable());
                 loop {
                     let next = match (a.peek(), b.peek()) {
-                        (Some(&&x), Some(&&y)) if x < y => a.next(),
+                        (Some(&&x), Some(&&y)) if before(x, y).is_lt() => a.next(),
                         (Some(_), Some(_)) => b.next(),
                         (Some(_), None) => a.next(),
                         (None, Some(_)) => b.next(),
@@ -192,13 +219,54 @@ impl RuleIndex {
         }
     }
 
-    /// Positions of the rules that can match a call of `tool`, in file order.
+    /// Positions of the rules that can match a call of `tool`, in precedence order: each
+    /// names `tool` or no tool.
     fn candidates(&self, tool: &str) -> &[u32] {
         // A rule naming a tool never matches a call that names none (`Rule::matches`).
         if tool.is_empty() {
             return &self.any_tool;
         }
         self.by_tool.get(tool).unwrap_or(&self.any_tool)
+    }
+}
+
+/// A word-at-a-time multiplicative hash for the tool index (the scheme of rustc's
+/// `FxHasher`), cheaper per call than SipHash. Flooding resistance is not needed here:
+/// the keys are the tool ids the operator's policy names, fixed at load; a caller only
+/// looks them up.
+#[derive(Clone, Copy, Debug, Default)]
+struct ToolHasher(u64);
+
+impl ToolHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0xf135_7aea_2e62_a9c5);
+    }
+}
+
+impl Hasher for ToolHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(w);
+            self.add(u64::from_le_bytes(b));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            // The length keeps "ab" and "ab\0" apart.
+            self.add(u64::from_le_bytes(b) ^ ((rest.len() as u64) << 59));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn finish(&self) -> u64 {
+        // The multiply leaves the low bits weakest; the table picks buckets by them.
+        self.0.rotate_left(26)
     }
 }
 
@@ -448,15 +516,16 @@ impl PolicySet {
 
     /// The rule that decides a call, or `None` for the set's default.
     ///
-    /// Looks only at the rules the tool index gives for `tool` (see `RuleIndex`); the
-    /// answer is the one [`PolicySet::select_linear`] gives by scanning every rule.
+    /// Looks only at the rules the tool index gives for `tool`, in precedence order, and
+    /// stops at the first that matches (see `RuleIndex`); the answer is the one
+    /// [`PolicySet::select_linear`] gives by scanning every rule.
     pub fn select(&self, tool: &str, capability: &str, role: &str) -> Option<&Rule> {
-        let candidates = self
-            .index
+        self.index
             .candidates(tool)
             .iter()
-            .map(|&i| &self.rules[i as usize]);
-        best_of(candidates, tool, capability, role)
+            .map(|&i| &self.rules[i as usize])
+            // Every candidate names `tool` or no tool (`RuleIndex::candidates`).
+            .find(|r| r.matches_beyond_tool(capability, role))
     }
 
     /// [`PolicySet::select`] by scanning every rule in file order, without the index:
@@ -478,11 +547,7 @@ fn best_of<'r>(
     for rule in rules.filter(|r| r.matches(tool, capability, role)) {
         let better = match best {
             None => true,
-            Some(b) => {
-                let deny = |r: &Rule| r.action == Action::Deny;
-                (deny(rule), rule.specificity(), rule.priority)
-                    > (deny(b), b.specificity(), b.priority)
-            }
+            Some(b) => precedence(rule) > precedence(b),
         };
         if better {
             best = Some(rule);

@@ -16,7 +16,7 @@
 //! call): the symlink variants returned `secret` and the rename variant `impostor`, in
 //! both the sandbox and the handler context.
 
-use aegis_record::CapabilityOutcome;
+use aegis_record::ExecutionOutcome;
 use aegis_runtime::capability::{DEFAULT_LIMITS, ToolKind, ToolManifest};
 use aegis_runtime::handler::HostHandler;
 use aegis_runtime::pipeline::{CallClass, CallRecord};
@@ -168,22 +168,17 @@ fn run(swap: Swap, reader: Reader) {
         assert_eq!(after.class(), CallClass::Success, "{swap:?} {reader:?}");
         assert_eq!(after.output.as_deref(), Some(&b"original"[..]));
     } else {
-        // The original directory is gone: refused by the capability station, naming
-        // the root, before anything ran.
+        // The original directory is gone: refused when execution starts, naming the
+        // root, before the tool was handed anything.
         assert_eq!(
             after.class(),
-            CallClass::CapabilityDenied,
+            CallClass::HostDenied,
             "{swap:?} {reader:?}: {:?}",
             after.outcome
         );
-        let CapabilityOutcome::Denied {
-            reason,
-            denied_capability,
-        } = &after.outcome.capability
-        else {
+        let ExecutionOutcome::HostDenied { reason } = &after.outcome.execution else {
             unreachable!()
         };
-        assert_eq!(denied_capability.as_deref(), Some("fs"));
         assert!(
             reason.contains(&s.root.display().to_string()) && reason.contains("removed"),
             "{reason}"
