@@ -158,7 +158,10 @@ mod tests {
             reader.next_frame().unwrap(),
             Some(Frame::TooLong { seen: 1 << 26 })
         );
-        assert_eq!(reader.next_frame().unwrap(), Some(Frame::Line(b"\n".to_vec())));
+        assert_eq!(
+            reader.next_frame().unwrap(),
+            Some(Frame::Line(b"\n".to_vec()))
+        );
     }
 
     proptest! {

@@ -265,7 +265,10 @@ impl<'a> Parser<'a> {
                 }
                 Some(b'\\') => {
                     self.pos += 1;
-                    let escape = *self.src.get(self.pos).ok_or_else(|| self.err("bad escape"))?;
+                    let escape = *self
+                        .src
+                        .get(self.pos)
+                        .ok_or_else(|| self.err("bad escape"))?;
                     self.pos += 1;
                     match escape {
                         b'"' => text.push('"'),
@@ -515,7 +518,9 @@ mod tests {
     #[test]
     fn keys_sort_by_utf16_and_strings_escape_minimally() {
         assert_eq!(
-            canonical("{\"\u{e000}\":1, \"\u{1f600}\":2, \"b\":[true,null], \"a\":\"\\u000f\\/\u{7f}\"}"),
+            canonical(
+                "{\"\u{e000}\":1, \"\u{1f600}\":2, \"b\":[true,null], \"a\":\"\\u000f\\/\u{7f}\"}"
+            ),
             "{\"a\":\"\\u000f/\u{7f}\",\"b\":[true,null],\"\u{1f600}\":2,\"\u{e000}\":1}"
         );
     }
@@ -529,9 +534,16 @@ mod tests {
             r#"{"x":[{"k":1,"\u212a":2}]}"#,
             r#"{"\ud800":1}"#,
         ] {
-            assert!(parse(text.as_bytes()).unwrap().has_colliding_keys(), "{text}");
+            assert!(
+                parse(text.as_bytes()).unwrap().has_colliding_keys(),
+                "{text}"
+            );
         }
-        assert!(!parse(br#"{"a":{"a":1},"b":[{"a":2}]}"#).unwrap().has_colliding_keys());
+        assert!(
+            !parse(br#"{"a":{"a":1},"b":[{"a":2}]}"#)
+                .unwrap()
+                .has_colliding_keys()
+        );
     }
 
     #[test]
@@ -553,12 +565,34 @@ mod tests {
     #[test]
     fn strict_grammar_with_python_tokens() {
         for bad in [
-            "", "{", "[1,]", "{\"a\":1,}", "01", "1.", ".5", "+1", "1e", "\"a\nb\"", "'a'",
-            "{\"a\" 1}", "[1] x", "\u{feff}{}", "tru", "\"\\x\"", "\"\\u12\"",
+            "",
+            "{",
+            "[1,]",
+            "{\"a\":1,}",
+            "01",
+            "1.",
+            ".5",
+            "+1",
+            "1e",
+            "\"a\nb\"",
+            "'a'",
+            "{\"a\" 1}",
+            "[1] x",
+            "\u{feff}{}",
+            "tru",
+            "\"\\x\"",
+            "\"\\u12\"",
         ] {
             assert!(parse(bad.as_bytes()).is_err(), "{bad:?}");
         }
-        for good in [" {} \r\n", "NaN", "-Infinity", "[Infinity]", "\"\\ud800x\"", "-0.5e+3"] {
+        for good in [
+            " {} \r\n",
+            "NaN",
+            "-Infinity",
+            "[Infinity]",
+            "\"\\ud800x\"",
+            "-0.5e+3",
+        ] {
             assert!(parse(good.as_bytes()).is_ok(), "{good:?}");
         }
         assert_eq!(parse(b"\xff").unwrap_err(), ParseError::NotUtf8);

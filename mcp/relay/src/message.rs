@@ -325,8 +325,14 @@ mod tests {
         assert!(matches!(classify(b"hello\n"), Message::NotJson));
         assert!(matches!(classify(b"[]"), Message::Invalid(_)));
         assert!(matches!(classify(b"42"), Message::Invalid(_)));
-        assert!(matches!(classify(br#"{"id":null,"method":"x"}"#), Message::Invalid(_)));
-        assert!(matches!(classify(br#"{"id":1,"result":1,"error":{}}"#), Message::Invalid(_)));
+        assert!(matches!(
+            classify(br#"{"id":null,"method":"x"}"#),
+            Message::Invalid(_)
+        ));
+        assert!(matches!(
+            classify(br#"{"id":1,"result":1,"error":{}}"#),
+            Message::Invalid(_)
+        ));
         assert!(matches!(
             classify(br#"{"method":"notifications/initialized"}"#),
             Message::Notification(_)
@@ -339,8 +345,7 @@ mod tests {
             panic!()
         };
         assert!(r.is_error && !r.tool_error());
-        let Message::Batch(items) = classify(br#"[{"id":1,"method":"a"},{"method":"b"},3]"#)
-        else {
+        let Message::Batch(items) = classify(br#"[{"id":1,"method":"a"},{"method":"b"},3]"#) else {
             panic!()
         };
         assert!(matches!(
@@ -361,7 +366,10 @@ mod tests {
             r#"{"id":1,"id":2,"method":"ping"}"#,
             r#"{"id":1,"method":"tools/call","params":{},"paramſ":{}}"#,
         ] {
-            assert!(matches!(classify(text.as_bytes()), Message::Invalid(_)), "{text}");
+            assert!(
+                matches!(classify(text.as_bytes()), Message::Invalid(_)),
+                "{text}"
+            );
         }
     }
 

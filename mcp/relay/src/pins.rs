@@ -119,7 +119,11 @@ impl fmt::Display for Change {
             Change::Added(name) => write!(f, "tool {name:?} was added after the tools were pinned"),
             Change::Removed(name) => write!(f, "tool {name:?} was removed since it was pinned"),
             Change::Changed { name, fields } => {
-                write!(f, "tool {name:?} changed since it was pinned: {}", fields.join(", "))
+                write!(
+                    f,
+                    "tool {name:?} changed since it was pinned: {}",
+                    fields.join(", ")
+                )
             }
             Change::Duplicate(name) => write!(f, "tool {name:?} is listed more than once"),
         }
@@ -182,11 +186,7 @@ impl PinSet {
             page.push(pin_tool(tool).ok_or(ListingError::BadTool { index })?);
         }
         for (name, pin) in page {
-            if self.tools.contains_key(&name) {
-                self.duplicates.insert(name);
-            } else {
-                self.tools.insert(name, pin);
-            }
+            self.insert(name, pin);
         }
         Ok(!matches!(object.lookup("nextCursor"), Lookup::Absent))
     }
@@ -215,10 +215,18 @@ impl PinSet {
     pub(crate) fn absorb(&mut self, page: PinSet) {
         self.duplicates.extend(page.duplicates);
         for (name, pin) in page.tools {
-            if self.tools.contains_key(&name) {
-                self.duplicates.insert(name);
-            } else {
-                self.tools.insert(name, pin);
+            self.insert(name, pin);
+        }
+    }
+
+    /// Adds one tool; a name already present keeps its first pin and becomes a duplicate.
+    fn insert(&mut self, name: String, pin: ToolPin) {
+        match self.tools.entry(name) {
+            std::collections::btree_map::Entry::Occupied(entry) => {
+                self.duplicates.insert(entry.key().clone());
+            }
+            std::collections::btree_map::Entry::Vacant(entry) => {
+                entry.insert(pin);
             }
         }
     }
@@ -346,7 +354,7 @@ impl PinSet {
         let mut out = String::from(PINS_HEADER);
         out.push('\n');
         for (name, pin) in &self.tools {
-            out.push_str("{");
+            out.push('{');
             if self.duplicates.contains(name) {
                 out.push_str("\"duplicate\":true,");
             }
@@ -379,7 +387,13 @@ impl PinSet {
         let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
         match lines.next() {
             Some((_, PINS_HEADER)) => {}
-            _ => return Err(fail(1, "line", &format!("expected the header {PINS_HEADER}"))),
+            _ => {
+                return Err(fail(
+                    1,
+                    "line",
+                    &format!("expected the header {PINS_HEADER}"),
+                ));
+            }
         }
         let mut set = PinSet::new();
         for (n, line) in lines {
@@ -393,7 +407,11 @@ impl PinSet {
             };
             for (key, _) in &object.members {
                 if !["name", "sha256", "fields", "duplicate"].contains(&key.text.as_str()) {
-                    return Err(fail(n, &key.text.escape_debug().to_string(), "unknown member"));
+                    return Err(fail(
+                        n,
+                        &key.text.escape_debug().to_string(),
+                        "unknown member",
+                    ));
                 }
             }
             let string = |field: &str| match object.lookup(field) {
@@ -493,7 +511,9 @@ mod tests {
     #[test]
     fn spelling_does_not_change_a_digest() {
         let a = set(&[&format!(r#"{{"tools":[{READ}]}}"#)]);
-        let b = set(&[r#"{ "tools" : [ { "inputSchema" : { "properties" : { "path" : { "type" : "string" } }, "type" : "object" }, "description" : "Reads a \u0066ile", "name":"read", "icons": [] } ] }"#]);
+        let b = set(&[
+            r#"{ "tools" : [ { "inputSchema" : { "properties" : { "path" : { "type" : "string" } }, "type" : "object" }, "description" : "Reads a \u0066ile", "name":"read", "icons": [] } ] }"#,
+        ]);
         assert_eq!(diff(&a, &b), vec![]);
         assert_eq!(a.get("read"), b.get("read"));
         let c = set(&[r#"{"tools":[{"name":"n","inputSchema":{"maximum":1.0}}]}"#]);
@@ -535,8 +555,14 @@ mod tests {
         for (page, error) in [
             ("x", ListingError::NotJson),
             ("{}", ListingError::NoToolsArray),
-            (r#"{"tools":[{"name":"a"},{"title":"b"}]}"#, ListingError::BadTool { index: 1 }),
-            (r#"{"tools":[{"name":"a","description":"x","description":"y"}]}"#, ListingError::DuplicateKeys),
+            (
+                r#"{"tools":[{"name":"a"},{"title":"b"}]}"#,
+                ListingError::BadTool { index: 1 },
+            ),
+            (
+                r#"{"tools":[{"name":"a","description":"x","description":"y"}]}"#,
+                ListingError::DuplicateKeys,
+            ),
         ] {
             assert_eq!(s.add_page(page.as_bytes()), Err(error), "{page}");
         }
@@ -546,7 +572,9 @@ mod tests {
 
     #[test]
     fn pins_file_round_trips_and_errors_name_line_and_field() {
-        let pinned = set(&[&format!(r#"{{"tools":[{READ},{{"name":"a\nb"}},{{"name":"a\nb"}}]}}"#)]);
+        let pinned = set(&[&format!(
+            r#"{{"tools":[{READ},{{"name":"a\nb"}},{{"name":"a\nb"}}]}}"#
+        )]);
         let text = pinned.to_pins_file();
         let path = Path::new("pins.jsonl");
         assert_eq!(PinSet::from_pins_file(&text, path).unwrap(), pinned);
@@ -564,9 +592,14 @@ mod tests {
         let bad = text.replacen("\"sha256\":\"", "\"sha256\":\"X", 1);
         let error = PinSet::from_pins_file(&bad, path).unwrap_err().to_string();
         assert!(error.starts_with("pins.jsonl:2: sha256: "), "{error}");
-        let error = PinSet::from_pins_file("{}\n", path).unwrap_err().to_string();
+        let error = PinSet::from_pins_file("{}\n", path)
+            .unwrap_err()
+            .to_string();
         assert!(error.starts_with("pins.jsonl:1: line: "), "{error}");
-        let bad = format!("{PINS_HEADER}\n{{\"name\":\"x\",\"sha256\":\"{}\",\"fields\":{{\"icons\":\"\"}}}}\n", "0".repeat(64));
+        let bad = format!(
+            "{PINS_HEADER}\n{{\"name\":\"x\",\"sha256\":\"{}\",\"fields\":{{\"icons\":\"\"}}}}\n",
+            "0".repeat(64)
+        );
         let error = PinSet::from_pins_file(&bad, path).unwrap_err().to_string();
         assert_eq!(error, "pins.jsonl:2: fields.icons: not a pinned field");
         assert!(!error.contains('\n'));

@@ -43,7 +43,6 @@ use crate::json::{self, Node};
 use crate::message::{IdKey, Message, Notification, Request, RequestId, Response, classify};
 use crate::pins::{Change, PinSet, diff};
 
-
 /// JSON-RPC "Invalid Request".
 const INVALID_REQUEST: i64 = -32600;
 /// Implementation-defined (−32000…−32019): the relay did not forward the request.
@@ -82,7 +81,8 @@ pub trait Gate {
 /// A `tools/call` to decide.
 #[derive(Clone, Copy, Debug)]
 pub struct ToolCall<'a> {
-    /// The exact bytes of the message (for a batch element, the element's bytes).
+    /// The exact bytes of the message, from its `{` to its `}` (without the line's
+    /// surrounding whitespace and `\n`; for a batch element, the element's bytes).
     pub frame: &'a [u8],
     /// The JSON-RPC id's exact text.
     pub id: &'a str,
@@ -188,7 +188,7 @@ pub struct RelayConfig {
     /// default: a server whose parser accepts what ours does not would run a call the
     /// relay never saw.
     pub forward_unparsed_client_lines: bool,
-    /// The most requests (of any method) that may wait for the server at once.
+    /// The most requests (of any method) that may wait at once, in each direction.
     pub max_pending: usize,
 }
 
@@ -238,13 +238,17 @@ impl PinState {
             return Err(format!("tool {name:?} was never listed by the server"));
         }
         let problem = if let Some(reason) = &self.unreadable {
-            Some(format!("the server's tool list could not be read: {reason}"))
+            Some(format!(
+                "the server's tool list could not be read: {reason}"
+            ))
         } else if let Some(change) = self.changes.get(name) {
             Some(change.to_string())
         } else if known.is_duplicate(name) {
             Some(Change::Duplicate(name.to_owned()).to_string())
         } else if self.stale {
-            Some("the server announced that its tools changed and they were not listed again".into())
+            Some(
+                "the server announced that its tools changed and they were not listed again".into(),
+            )
         } else {
             None
         };
@@ -264,7 +268,9 @@ impl PinState {
         let more = match page.add_result(result) {
             Ok(more) => more,
             Err(e) => {
-                logs.push(format!("tools/list: {e}; calls are refused until a readable listing"));
+                logs.push(format!(
+                    "tools/list: {e}; calls are refused until a readable listing"
+                ));
                 self.unreadable = Some(e.to_string());
                 return;
             }
@@ -289,7 +295,10 @@ impl PinState {
         self.stale = false;
         match &self.pinned {
             None => {
-                logs.push(format!("tools/list: pinned {} tools", listing.tools().count()));
+                logs.push(format!(
+                    "tools/list: pinned {} tools",
+                    listing.tools().count()
+                ));
                 self.changes = BTreeMap::new();
                 for name in listing.duplicates() {
                     self.note(Change::Duplicate(name.to_owned()), logs);
@@ -471,15 +480,13 @@ impl<G: Gate> Relay<G> {
                 Plan::Drop
             }
             Message::Request(request) => self.client_request(request, logs),
-            Message::Notification(notification) => {
-                match self.client_notification(&notification) {
-                    Ok(()) => Plan::Forward,
-                    Err(why) => {
-                        logs.push(format!("client: dropped a notification: {why}"));
-                        Plan::Drop
-                    }
+            Message::Notification(notification) => match self.client_notification(&notification) {
+                Ok(()) => Plan::Forward,
+                Err(why) => {
+                    logs.push(format!("client: dropped a notification: {why}"));
+                    Plan::Drop
                 }
-            }
+            },
             Message::Response(response) => {
                 if response.duplicate_keys {
                     logs.push("client: dropped a response with duplicate keys".into());
@@ -568,7 +575,10 @@ impl<G: Gate> Relay<G> {
                 .then(|| "the request has duplicate keys".to_owned())
         });
         if let Some(why) = problem {
-            logs.push(format!("client: answered {} with an error: {why}", request.id.raw));
+            logs.push(format!(
+                "client: answered {} with an error: {why}",
+                request.id.raw
+            ));
             let mut reply = error_reply(&request.id.raw, INVALID_REQUEST, &why);
             reply.push(b'\n');
             return Plan::Reply(reply);
@@ -635,7 +645,9 @@ impl<G: Gate> Relay<G> {
                     batch_ids.insert(request.id.key.clone());
                     if request.method == "tools/call" {
                         let decided = match id_problem {
-                            Some(why) => Err(self.refuse_here(&request, Refusal::new("relay", why))),
+                            Some(why) => {
+                                Err(self.refuse_here(&request, Refusal::new("relay", why)))
+                            }
                             None => self.decide_call(&request, true, logs),
                         };
                         match decided {
@@ -664,19 +676,25 @@ impl<G: Gate> Relay<G> {
                     Element::Cancel(n.cancelled_request(), n.cancel_reason().map(str::to_owned))
                 }
                 Message::Notification(_) => Element::Notify,
-                Message::Response(r) if !r.duplicate_keys && self.server_requests.contains(&r.id.key) => {
+                Message::Response(r)
+                    if !r.duplicate_keys && self.server_requests.contains(&r.id.key) =>
+                {
                     Element::Answer(r.id.key)
                 }
-                Message::Response(r) => {
-                    Element::Unusable(format!("a response to {} that cannot be delivered", r.id.raw))
-                }
+                Message::Response(r) => Element::Unusable(format!(
+                    "a response to {} that cannot be delivered",
+                    r.id.raw
+                )),
                 Message::Invalid(why) => Element::Unusable(why),
                 Message::NotJson | Message::Batch(_) => Element::Unusable("a nested batch".into()),
             };
             elements.push(element);
         }
         let whole = elements.iter().all(|e| {
-            !matches!(e, Element::Refused(..) | Element::Failed(..) | Element::Unusable(_))
+            !matches!(
+                e,
+                Element::Refused(..) | Element::Failed(..) | Element::Unusable(_)
+            )
         });
         if whole {
             let mut cancels = Vec::new();
@@ -692,8 +710,13 @@ impl<G: Gate> Relay<G> {
                         );
                     }
                     Element::Plain(id, kind) => {
-                        self.client_requests
-                            .insert(id.key, Outstanding { raw_id: id.raw, kind });
+                        self.client_requests.insert(
+                            id.key,
+                            Outstanding {
+                                raw_id: id.raw,
+                                kind,
+                            },
+                        );
                     }
                     Element::Answer(key) => {
                         self.server_requests.remove(&key);
@@ -718,7 +741,9 @@ impl<G: Gate> Relay<G> {
                 }
                 Element::Refused(id, refusal) => answers.push(refusal_reply(&id.raw, &refusal)),
                 Element::Plain(id, _) => answers.push(error_reply(&id.raw, NOT_FORWARDED, not_run)),
-                Element::Failed(id, why) => answers.push(error_reply(&id.raw, INVALID_REQUEST, &why)),
+                Element::Failed(id, why) => {
+                    answers.push(error_reply(&id.raw, INVALID_REQUEST, &why))
+                }
                 Element::Unusable(why) => logs.push(format!("client batch: {why}")),
                 Element::Cancel(..) | Element::Notify | Element::Answer(_) => {}
             }
@@ -736,7 +761,12 @@ impl<G: Gate> Relay<G> {
         Plan::Reply(reply)
     }
 
-    fn server_message(&mut self, frame: &[u8], message: Message<'_>, logs: &mut Vec<String>) -> Plan {
+    fn server_message(
+        &mut self,
+        frame: &[u8],
+        message: Message<'_>,
+        logs: &mut Vec<String>,
+    ) -> Plan {
         match message {
             Message::NotJson | Message::Invalid(_) => {
                 logs.push("server: relayed a line that is not a JSON-RPC message".into());
@@ -764,9 +794,19 @@ impl<G: Gate> Relay<G> {
         match message {
             Message::Response(response) => self.server_response(frame, &response, logs),
             Message::Request(request) => {
-                if !self.server_requests.insert(request.id.key) {
-                    logs.push(format!("server: request id {} reused while pending", request.id.raw));
+                if self.server_requests.contains(&request.id.key) {
+                    logs.push(format!(
+                        "server: request id {} reused while pending",
+                        request.id.raw
+                    ));
+                } else if self.server_requests.len() >= self.config.max_pending {
+                    logs.push(format!(
+                        "server: dropped request {}: {} server requests already wait for the client",
+                        request.id.raw, self.config.max_pending
+                    ));
+                    return false;
                 }
+                self.server_requests.insert(request.id.key);
                 true
             }
             Message::Notification(notification) => {
@@ -788,7 +828,12 @@ impl<G: Gate> Relay<G> {
         }
     }
 
-    fn server_response(&mut self, frame: &[u8], response: &Response<'_>, logs: &mut Vec<String>) -> bool {
+    fn server_response(
+        &mut self,
+        frame: &[u8],
+        response: &Response<'_>,
+        logs: &mut Vec<String>,
+    ) -> bool {
         let Some(outstanding) = self.client_requests.remove(&response.id.key) else {
             logs.push(format!(
                 "server: dropped a response to {}, which no request is waiting for",
@@ -863,7 +908,8 @@ fn refusal_reply(raw_id: &str, refusal: &Refusal) -> Vec<u8> {
         "Aegis refused this tool call at the {} station: {} (call id: {call_id})",
         refusal.station, refusal.reason
     );
-    let mut out = format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"result":{{"content":[{{"type":"text","text":"#);
+    let mut out =
+        format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"result":{{"content":[{{"type":"text","text":"#);
     json::write_string(&text, &mut out);
     out.push_str(r#"}],"isError":true,"_meta":{"#);
     json::write_string(REFUSAL_META_KEY, &mut out);

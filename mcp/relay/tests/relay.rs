@@ -93,7 +93,9 @@ fn to_client(actions: &[Action]) -> Vec<String> {
 }
 
 fn call(id: &str, name: &str) -> String {
-    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{{"p":1}}}}}}"#)
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{{"p":1}}}}}}"#
+    )
 }
 
 const LIST: &str = r#"{"jsonrpc":"2.0","id":"l1","method":"tools/list"}"#;
@@ -103,7 +105,10 @@ const TOOLS: &str = r#"{"jsonrpc":"2.0","id":"l1","result":{"tools":[{"name":"re
 fn listed(gate: CountingGate, config: RelayConfig) -> Relay<CountingGate> {
     let mut relay = Relay::new(gate, config);
     assert_eq!(to_server(&relay.from_client(line(LIST))).len(), 1);
-    assert_eq!(to_client(&relay.from_server(line(TOOLS))), vec![format!("{TOOLS}\n")]);
+    assert_eq!(
+        to_client(&relay.from_server(line(TOOLS))),
+        vec![format!("{TOOLS}\n")]
+    );
     relay
 }
 
@@ -114,7 +119,10 @@ fn an_allowed_call_is_forwarded_byte_exact_and_ends_once() {
     let actions = relay.from_client(Frame::Line(frame.clone().into_bytes()));
     assert_eq!(actions, vec![Action::ToServer(frame.into_bytes())]);
     let response = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}"#;
-    assert_eq!(to_client(&relay.from_server(line(response))), vec![format!("{response}\n")]);
+    assert_eq!(
+        to_client(&relay.from_server(line(response))),
+        vec![format!("{response}\n")]
+    );
     // A second response to the same id is not pending any more.
     assert!(to_client(&relay.from_server(line(response))).is_empty());
     let log = relay.gate().log.borrow();
@@ -152,9 +160,18 @@ fn relay_refusals_are_recorded_and_name_the_id_exactly() {
             r#"{"jsonrpc":"2.0","id":"\u0061","method":"tools/call","params":{"name":"read","arguments":{"a":1,"a":2}}}"#,
             "duplicate keys",
         ),
-        (r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":7}}"#, "not a string"),
-        (r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"read","Name":"rm"}}"#, "duplicate keys"),
-        (r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"write"}}"#, "never listed"),
+        (
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":7}}"#,
+            "not a string",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"read","Name":"rm"}}"#,
+            "duplicate keys",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"write"}}"#,
+            "never listed",
+        ),
     ];
     for (frame, why) in cases {
         let actions = relay.from_client(line(frame));
@@ -163,7 +180,11 @@ fn relay_refusals_are_recorded_and_name_the_id_exactly() {
         assert!(reply.contains(why), "{reply}");
         assert!(reply.contains("(call id: r-audit)"), "{reply}");
     }
-    assert!(to_client(&relay.from_client(line(cases[0].0))).concat().contains(r#""id":"\u0061""#));
+    assert!(
+        to_client(&relay.from_client(line(cases[0].0)))
+            .concat()
+            .contains(r#""id":"\u0061""#)
+    );
     let log = relay.gate().log.borrow();
     assert_eq!(log.opened, 0);
     assert_eq!(log.relay_refused.len(), 5);
@@ -173,19 +194,39 @@ fn relay_refusals_are_recorded_and_name_the_id_exactly() {
 #[test]
 fn an_id_reused_while_pending_is_refused() {
     let mut relay = listed(CountingGate::default(), RelayConfig::default());
-    assert_eq!(to_server(&relay.from_client(line(&call("5", "read")))).len(), 1);
+    assert_eq!(
+        to_server(&relay.from_client(line(&call("5", "read")))).len(),
+        1
+    );
     let again = relay.from_client(line(&call("5", "read")));
     assert!(to_server(&again).is_empty());
-    assert!(to_client(&again).concat().contains("request id 5 is already pending"));
+    assert!(
+        to_client(&again)
+            .concat()
+            .contains("request id 5 is already pending")
+    );
     // Any method: a ping with a pending id would take the call's response.
     let ping = relay.from_client(line(r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#));
     assert!(to_server(&ping).is_empty());
-    assert!(to_client(&ping).concat().contains(r#""error":{"code":-32600"#));
+    assert!(
+        to_client(&ping)
+            .concat()
+            .contains(r#""error":{"code":-32600"#)
+    );
     // Distinct spellings are distinct ids.
-    assert_eq!(to_server(&relay.from_client(line(&call("5.0", "read")))).len(), 1);
-    assert_eq!(to_server(&relay.from_client(line(&call("\"5\"", "read")))).len(), 1);
+    assert_eq!(
+        to_server(&relay.from_client(line(&call("5.0", "read")))).len(),
+        1
+    );
+    assert_eq!(
+        to_server(&relay.from_client(line(&call("\"5\"", "read")))).len(),
+        1
+    );
     relay.from_server(line(r#"{"jsonrpc":"2.0","id":5,"result":{}}"#));
-    assert_eq!(to_server(&relay.from_client(line(&call("5", "read")))).len(), 1);
+    assert_eq!(
+        to_server(&relay.from_client(line(&call("5", "read")))).len(),
+        1
+    );
     drop(relay);
 }
 
@@ -205,8 +246,13 @@ fn cancellation_ends_the_call_and_a_late_response_is_dropped() {
     relay.from_client(line(&call("\"c\"", "read")));
     let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"c","reason":"user"}}"#;
     assert_eq!(to_server(&relay.from_client(line(cancel))).len(), 1);
-    assert!(to_client(&relay.from_server(line(r#"{"jsonrpc":"2.0","id":"c","result":{}}"#))).is_empty());
-    assert_eq!(relay.gate().log.borrow().ended[&1], r#"cancelled Some("user")"#);
+    assert!(
+        to_client(&relay.from_server(line(r#"{"jsonrpc":"2.0","id":"c","result":{}}"#))).is_empty()
+    );
+    assert_eq!(
+        relay.gate().log.borrow().ended[&1],
+        r#"cancelled Some("user")"#
+    );
 }
 
 #[test]
@@ -215,15 +261,24 @@ fn server_requests_and_their_answers_pass_through() {
     let sampling = r#"{"jsonrpc":"2.0","id":0,"method":"sampling/createMessage","params":{}}"#;
     assert_eq!(to_client(&relay.from_server(line(sampling))).len(), 1);
     let answer = r#"{"jsonrpc":"2.0","id":0,"result":{"role":"assistant"}}"#;
-    assert_eq!(to_server(&relay.from_client(line(answer))), vec![format!("{answer}\n")]);
+    assert_eq!(
+        to_server(&relay.from_client(line(answer))),
+        vec![format!("{answer}\n")]
+    );
     assert!(to_server(&relay.from_client(line(answer))).is_empty());
     // Unknown methods and notifications, both ways, untouched.
     for frame in [
         r#"{"jsonrpc":"2.0","id":"d","method":"server/discover"}"#,
         r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1}}"#,
     ] {
-        assert_eq!(to_server(&relay.from_client(line(frame))), vec![format!("{frame}\n")]);
-        assert_eq!(to_client(&relay.from_server(line(frame))), vec![format!("{frame}\n")]);
+        assert_eq!(
+            to_server(&relay.from_client(line(frame))),
+            vec![format!("{frame}\n")]
+        );
+        assert_eq!(
+            to_client(&relay.from_server(line(frame))),
+            vec![format!("{frame}\n")]
+        );
     }
 }
 
@@ -260,10 +315,15 @@ fn a_rug_pull_is_refused_until_the_operator_accepts_it() {
             ..RelayConfig::default()
         };
         let mut relay = listed(CountingGate::default(), config);
-        relay.from_server(line(r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#));
+        relay.from_server(line(
+            r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#,
+        ));
         // Changed but not yet listed again.
         let stale = relay.from_client(line(&call("1", "rm")));
-        assert_eq!(to_server(&stale).len(), usize::from(mode == PinMode::RecordOnly));
+        assert_eq!(
+            to_server(&stale).len(),
+            usize::from(mode == PinMode::RecordOnly)
+        );
         relay.from_client(line(r#"{"jsonrpc":"2.0","id":"l2","method":"tools/list"}"#));
         let logs = relay.from_server(line(changed));
         assert!(logs.iter().any(|a| matches!(a, Action::Log(l) if l.contains("\"read\" changed since it was pinned: description"))));
@@ -274,7 +334,9 @@ fn a_rug_pull_is_refused_until_the_operator_accepts_it() {
         match mode {
             PinMode::Enforce => {
                 assert!(to_server(&read).is_empty());
-                assert!(to_client(&read).concat().contains("pins station: tool \\\"read\\\" changed since it was pinned: description"));
+                assert!(to_client(&read).concat().contains(
+                    "pins station: tool \\\"read\\\" changed since it was pinned: description"
+                ));
                 assert!(to_server(&new).is_empty());
                 assert!(to_client(&new).concat().contains("was added"));
             }
@@ -292,14 +354,24 @@ fn a_rug_pull_is_refused_until_the_operator_accepts_it() {
 fn listings_span_pages_and_a_name_twice_is_a_change() {
     let mut relay = Relay::new(CountingGate::default(), RelayConfig::default());
     relay.from_client(line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#));
-    relay.from_server(line(r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a"}],"nextCursor":"p2"}}"#));
+    relay.from_server(line(
+        r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a"}],"nextCursor":"p2"}}"#,
+    ));
     // Mid-listing, a tool already seen may be called; one not yet seen may not.
-    assert_eq!(to_server(&relay.from_client(line(&call("10", "a")))).len(), 1);
+    assert_eq!(
+        to_server(&relay.from_client(line(&call("10", "a")))).len(),
+        1
+    );
     assert!(to_server(&relay.from_client(line(&call("11", "b")))).is_empty());
-    relay.from_client(line(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"cursor":"p2"}}"#));
+    relay.from_client(line(
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"cursor":"p2"}}"#,
+    ));
     relay.from_server(line(r#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"b"},{"name":"a","description":"shadow"}]}}"#));
     assert!(relay.pins().is_some());
-    assert_eq!(to_server(&relay.from_client(line(&call("12", "b")))).len(), 1);
+    assert_eq!(
+        to_server(&relay.from_client(line(&call("12", "b")))).len(),
+        1
+    );
     let a = relay.from_client(line(&call("13", "a")));
     assert!(to_server(&a).is_empty());
     assert!(to_client(&a).concat().contains("listed more than once"));
@@ -314,7 +386,10 @@ fn pins_from_a_file_judge_the_first_listing() {
     let mut relay = Relay::with_pins(CountingGate::default(), RelayConfig::default(), pins);
     relay.from_client(line(LIST));
     relay.from_server(line(&TOOLS.replace("Removes", "Removes, and also")));
-    assert_eq!(to_server(&relay.from_client(line(&call("1", "read")))).len(), 1);
+    assert_eq!(
+        to_server(&relay.from_client(line(&call("1", "read")))).len(),
+        1
+    );
     assert!(to_server(&relay.from_client(line(&call("2", "rm")))).is_empty());
 }
 
@@ -348,7 +423,10 @@ fn a_batch_with_a_refused_call_is_refused_whole() {
     let reply = to_client(&actions);
     assert_eq!(reply.len(), 1);
     let reply = &reply[0];
-    assert!(reply.starts_with(r#"[{"jsonrpc":"2.0","id":1,"error":{"code":-32001"#), "{reply}");
+    assert!(
+        reply.starts_with(r#"[{"jsonrpc":"2.0","id":1,"error":{"code":-32001"#),
+        "{reply}"
+    );
     assert!(reply.contains(r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32001"#));
     assert!(reply.contains(r#"{"jsonrpc":"2.0","id":3,"result":{"content""#));
     assert!(reply.ends_with("]\n"));
@@ -407,13 +485,23 @@ fn the_pending_table_is_bounded() {
     relay.from_client(line(&call("2", "read")));
     let third = relay.from_client(line(&call("3", "read")));
     assert!(to_server(&third).is_empty());
-    assert!(to_client(&third).concat().contains("2 requests are already pending"));
+    assert!(
+        to_client(&third)
+            .concat()
+            .contains("2 requests are already pending")
+    );
 }
 
 /// Messages a client or server might send, built from a small vocabulary so that ids,
 /// names and listings collide often.
 fn message() -> impl Strategy<Value = (bool, String)> {
-    let id = prop_oneof![Just("1"), Just("2"), Just("\"1\""), Just("1.0"), Just("\"l\"")];
+    let id = prop_oneof![
+        Just("1"),
+        Just("2"),
+        Just("\"1\""),
+        Just("1.0"),
+        Just("\"l\"")
+    ];
     let name = prop_oneof![Just("read"), Just("rm"), Just("other")];
     prop_oneof![
         (id.clone(), name.clone()).prop_map(|(i, n)| (true, call(i, n))),
