@@ -34,6 +34,10 @@
 //!   enforce mode it refuses calls until the client has listed them again.
 //! - A task-augmented `tools/call` (MCP 2025-11-25) finishes when the server answers with
 //!   the task handle; the work the task does afterwards is not followed.
+//! - [`CallEnd::Cancelled`] means the client cancelled; the server may have run the call
+//!   anyway (MCP lets it ignore a cancellation), and its late answer is dropped.
+//! - A server message whose `id`, `result` or `error` is ambiguous cannot be matched: it is
+//!   relayed, and the call it may answer stays pending until the server exits.
 //! - A response id the server re-spells (`1` echoed as `1.0`) does not match and is dropped.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -475,6 +475,22 @@ fn pending_calls_end_when_the_server_exits_or_the_relay_stops() {
 }
 
 #[test]
+fn frames_only_lenient_parsers_read_are_still_decided() {
+    // Python's json reads NaN and JavaScript reads lone surrogates: such a call must go
+    // through the gate, not be waved through (or dropped) as "not JSON".
+    let gate = CountingGate {
+        deny: vec!["rm"],
+        ..Default::default()
+    };
+    let mut relay = listed(gate, RelayConfig::default());
+    let nan = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"rm","arguments":{"x":NaN,"s":"\ud800"}}}"#;
+    let actions = relay.from_client(line(nan));
+    assert!(to_server(&actions).is_empty());
+    assert!(to_client(&actions).concat().contains("policy station"));
+    assert_eq!(relay.gate().log.borrow().gate_refused, 1);
+}
+
+#[test]
 fn the_pending_table_is_bounded() {
     let config = RelayConfig {
         max_pending: 2,
