@@ -15,6 +15,9 @@
 //!   `ſ` (U+017F) read as `s`. That is wider than equality on purpose: Go's
 //!   `encoding/json` matches struct fields that way, so `"Name"` or `"nameſ"`-style keys
 //!   can override `"name"` in a Go server.
+//! - A `__proto__` key counts as a collision too: JavaScript code that copies a parsed
+//!   object member by member turns it into the copy's prototype, and a field the relay did
+//!   not see (`arguments`) can then be read through it.
 //!
 //! # Limits
 //! - Nesting deeper than [`MAX_DEPTH`] is refused, so hostile frames cannot exhaust the
@@ -364,7 +367,7 @@ impl<'a> Parser<'a> {
             let folded = fold(&key.text);
             // A replaced surrogate makes two distinct keys look equal; count it as a
             // collision too, since we cannot tell what the peer reads.
-            if !folded_keys.insert(folded) || !key.exact {
+            if !folded_keys.insert(folded) || !key.exact || key.text == "__proto__" {
                 colliding_keys = true;
             }
             members.push((key, node));
@@ -537,6 +540,7 @@ mod tests {
             r#"{"params":1,"paramſ":2}"#,
             r#"{"x":[{"k":1,"\u212a":2}]}"#,
             r#"{"\ud800":1}"#,
+            r#"{"name":"a","__proto__":{"arguments":{}}}"#,
         ] {
             assert!(
                 parse(text.as_bytes()).unwrap().has_colliding_keys(),
