@@ -83,7 +83,13 @@ impl<'a> Object<'a> {
         let mut found = None;
         let mut count = 0;
         for (name, node) in &self.members {
-            if fold(&name.text) == folded {
+            // ASCII keys (nearly all of them) compare without building a folded copy.
+            let collides = if name.text.is_ascii() && key.is_ascii() {
+                name.text.eq_ignore_ascii_case(key)
+            } else {
+                fold(&name.text) == folded
+            };
+            if collides {
                 count += 1;
                 if name.text == key && name.exact {
                     found = Some(node);
