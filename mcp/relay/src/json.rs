@@ -560,6 +560,28 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Lookup's ASCII shortcut and the parser's folded set agree with `fold`: two keys
+        /// collide exactly when they fold equal, and then neither can be looked up.
+        #[test]
+        fn collisions_agree_with_folding(
+            a in "[aAsSkK\u{17f}\u{212a}\u{e9}\u{c9}]{0,3}",
+            b in "[aAsSkK\u{17f}\u{212a}\u{e9}\u{c9}]{0,3}",
+        ) {
+            let mut text = String::from("{");
+            write_string(&a, &mut text);
+            text.push_str(":1,");
+            write_string(&b, &mut text);
+            text.push_str(":2}");
+            let node = parse(text.as_bytes()).unwrap();
+            let same = fold(&a) == fold(&b);
+            proptest::prop_assert_eq!(node.has_colliding_keys(), same);
+            let Value::Object(object) = &node.value else { unreachable!() };
+            proptest::prop_assert_eq!(matches!(object.lookup(&a), Lookup::Ambiguous), same);
+            proptest::prop_assert_eq!(matches!(object.lookup(&b), Lookup::One(_)), !same);
+        }
+    }
+
     #[test]
     fn lookup_refuses_to_choose() {
         let node = parse(br#"{"name":"a","Name":"b","id":1}"#).unwrap();
