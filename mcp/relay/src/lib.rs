@@ -1,0 +1,29 @@
+//! The relay core behind `aegis wrap`: pure logic, no processes, no runtime.
+//!
+//! `aegis wrap` sits between an MCP client and an MCP stdio server and relays
+//! newline-delimited JSON-RPC both ways. This crate holds everything about that relay that
+//! can be decided without I/O:
+//!
+//! - [`frame`] cuts a byte stream into lines, bounded in memory;
+//! - [`message`] classifies one line as a JSON-RPC request, notification, response or
+//!   batch, with duplicate-key detection and ids kept as their exact JSON text;
+//! - [`pins`] digests tool definitions over a canonical form and compares listings;
+//! - [`relay`] is the state machine that decides what each frame becomes, and calls a
+//!   [`relay::Gate`] (implemented by the CLI over the Aegis runtime) for every `tools/call`.
+//!
+//! # Guarantees
+//! - Forwarded bytes are the bytes received, never re-serialized.
+//! - A `tools/call` is forwarded only after [`relay::Gate::open`] allowed it, and every
+//!   allowed call is finished exactly once ([`relay::Gate::finish`] takes it by value and
+//!   the relay finishes whatever is still pending when it shuts down or is dropped).
+//!
+//! # Non-guarantees
+//! - The relay cannot see what the server does with a call; it sees the bytes going in and
+//!   coming back. Wrapping a server is weaker than running a tool in the sandbox.
+#![forbid(unsafe_code)]
+
+pub mod frame;
+mod json;
+pub mod message;
+pub mod pins;
+pub mod relay;

@@ -1,0 +1,410 @@
+//! Classifying one frame as a JSON-RPC message.
+//!
+//! # Guarantees
+//! - A request id is kept as its exact JSON text ([`RequestId::raw`]), so a reply built by
+//!   the relay echoes it byte for byte. Ids are matched by [`IdKey`]: a string by its
+//!   decoded text (`"\u0041"` matches `"A"`, as a server that re-serializes would echo
+//!   it), a number by its source text (`1` and `1.0` are different ids, and neither
+//!   matches `"1"`).
+//! - A member the classification depends on (`id`, `method`, `params`, `result`,
+//!   `error`) that appears twice, or next to a key colliding with it (see the `json`
+//!   module: `"Method"`, `"paramſ"`), makes the message [`Message::Invalid`]: the relay
+//!   never picks one reading of a frame a server may read differently.
+//! - [`Message::duplicate_keys`] reports colliding keys anywhere else in the frame.
+//!
+//! # Non-guarantees
+//! - No check of `"jsonrpc": "2.0"`: a lenient server would act on a message without it,
+//!   so the relay classifies it the same way.
+
+use crate::json::{self, Lookup, Node, Object, Value};
+
+/// How a request id is compared: strings by decoded text, numbers by source text.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum IdKey {
+    /// A string id, decoded.
+    String(String),
+    /// A number id, as written.
+    Number(String),
+}
+
+/// A JSON-RPC request id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestId {
+    /// The id's exact JSON text in the frame (with quotes for a string).
+    pub raw: String,
+    /// What responses are matched on.
+    pub key: IdKey,
+}
+
+/// One classified frame.
+#[derive(Debug)]
+pub enum Message<'a> {
+    /// A request: it has a `method` and an `id`.
+    Request(Request<'a>),
+    /// A notification: a `method` and no `id`.
+    Notification(Notification<'a>),
+    /// A response: an `id` and a `result` or an `error`.
+    Response(Response<'a>),
+    /// A JSON array (JSON-RPC batches exist only in MCP 2025-03-26); each element
+    /// classified alone.
+    Batch(Vec<Message<'a>>),
+    /// Not JSON at all (or not UTF-8).
+    NotJson,
+    /// JSON, but not a JSON-RPC message the relay can read unambiguously.
+    Invalid(String),
+}
+
+/// A request.
+#[derive(Debug)]
+pub struct Request<'a> {
+    /// Its id.
+    pub id: RequestId,
+    /// Its method (decoded).
+    pub method: String,
+    pub(crate) params: Option<Node<'a>>,
+    /// True when keys collide anywhere in the message.
+    pub duplicate_keys: bool,
+    /// The message's exact bytes (for a batch element, the element's).
+    pub raw: &'a [u8],
+}
+
+/// A notification.
+#[derive(Debug)]
+pub struct Notification<'a> {
+    /// Its method (decoded).
+    pub method: String,
+    pub(crate) params: Option<Node<'a>>,
+    /// True when keys collide anywhere in the message.
+    pub duplicate_keys: bool,
+}
+
+/// A response.
+#[derive(Debug)]
+pub struct Response<'a> {
+    /// The id it answers.
+    pub id: RequestId,
+    /// True for a JSON-RPC `error`, false for a `result`.
+    pub is_error: bool,
+    pub(crate) body: Node<'a>,
+    /// True when keys collide anywhere in the message.
+    pub duplicate_keys: bool,
+}
+
+/// Why a `tools/call` does not name one tool.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NameProblem {
+    /// `params` or `params.name` is missing.
+    #[error("params.name is missing")]
+    Missing,
+    /// `params.name` is not a string.
+    #[error("params.name is not a string")]
+    NotString,
+    /// `params` is not an object, or `name` appears twice or beside a colliding key.
+    #[error("params.name is ambiguous")]
+    Ambiguous,
+    /// `params.name` holds an escaped lone surrogate, which peers decode differently.
+    #[error("params.name holds a lone surrogate escape")]
+    LoneSurrogate,
+}
+
+/// Classifies one frame (a trailing `\n` is JSON whitespace and may stay).
+pub fn classify(frame: &[u8]) -> Message<'_> {
+    match json::parse(frame) {
+        Err(_) => Message::NotJson,
+        Ok(node) => match node.value {
+            Value::Array(items) if items.is_empty() => Message::Invalid("empty batch".into()),
+            Value::Array(items) => Message::Batch(items.into_iter().map(classify_node).collect()),
+            _ => classify_node(node),
+        },
+    }
+}
+
+fn one<'n, 'a>(object: &'n Object<'a>, key: &str) -> Result<Option<&'n Node<'a>>, String> {
+    match object.lookup(key) {
+        Lookup::Absent => Ok(None),
+        Lookup::One(node) => Ok(Some(node)),
+        Lookup::Ambiguous => Err(format!("member {key:?} is ambiguous")),
+    }
+}
+
+fn classify_node(node: Node<'_>) -> Message<'_> {
+    match read_node(node) {
+        Ok(message) => message,
+        Err(reason) => Message::Invalid(reason),
+    }
+}
+
+fn read_node(node: Node<'_>) -> Result<Message<'_>, String> {
+    let duplicate_keys = node.has_colliding_keys();
+    let raw = node.raw;
+    let Value::Object(object) = node.value else {
+        return Err("not an object".into());
+    };
+    let id = one(&object, "id")?.map(request_id).transpose()?;
+    let method = match one(&object, "method")? {
+        None => None,
+        Some(Node {
+            value: Value::String(s),
+            ..
+        }) => Some(s.text.clone()),
+        Some(_) => return Err("method is not a string".into()),
+    };
+    let params = one(&object, "params")?.cloned();
+    let result = one(&object, "result")?.cloned();
+    let error = one(&object, "error")?.cloned();
+    Ok(match (method, id) {
+        (Some(method), Some(id)) => Message::Request(Request {
+            id,
+            method,
+            params,
+            duplicate_keys,
+            raw,
+        }),
+        (Some(method), None) => Message::Notification(Notification {
+            method,
+            params,
+            duplicate_keys,
+        }),
+        (None, Some(id)) => match (result, error) {
+            (Some(body), None) => Message::Response(Response {
+                id,
+                is_error: false,
+                body,
+                duplicate_keys,
+            }),
+            (None, Some(body)) => Message::Response(Response {
+                id,
+                is_error: true,
+                body,
+                duplicate_keys,
+            }),
+            _ => return Err("a response needs exactly one of result and error".into()),
+        },
+        (None, None) => return Err("neither method nor id".into()),
+    })
+}
+
+fn request_id(node: &Node<'_>) -> Result<RequestId, String> {
+    let key = match &node.value {
+        Value::String(s) if s.exact => IdKey::String(s.text.clone()),
+        Value::Number(text) => IdKey::Number((*text).to_owned()),
+        _ => return Err("id is not a string or a number".into()),
+    };
+    Ok(RequestId {
+        raw: node.raw_text().to_owned(),
+        key,
+    })
+}
+
+fn params_object<'n, 'a>(params: Option<&'n Node<'a>>) -> Option<&'n Object<'a>> {
+    match params {
+        Some(Node {
+            value: Value::Object(object),
+            ..
+        }) => Some(object),
+        _ => None,
+    }
+}
+
+impl Request<'_> {
+    /// For a `tools/call`: the tool's name, which must be one exact string.
+    pub fn tool_name(&self) -> Result<&str, NameProblem> {
+        let object = match &self.params {
+            None => return Err(NameProblem::Missing),
+            Some(node) => params_object(Some(node)).ok_or(NameProblem::Ambiguous)?,
+        };
+        match object.lookup("name") {
+            Lookup::Absent => Err(NameProblem::Missing),
+            Lookup::Ambiguous => Err(NameProblem::Ambiguous),
+            Lookup::One(Node {
+                value: Value::String(s),
+                ..
+            }) if !s.exact => Err(NameProblem::LoneSurrogate),
+            Lookup::One(Node {
+                value: Value::String(s),
+                ..
+            }) => Ok(&s.text),
+            Lookup::One(_) => Err(NameProblem::NotString),
+        }
+    }
+
+    /// For a `tools/call`: the exact text of `params.arguments`, if present and unambiguous.
+    pub fn arguments(&self) -> Option<&str> {
+        match params_object(self.params.as_ref())?.lookup("arguments") {
+            Lookup::One(node) => Some(node.raw_text()),
+            _ => None,
+        }
+    }
+
+    /// For a `tools/list`: whether `params.cursor` is present (a later page).
+    pub fn has_cursor(&self) -> bool {
+        params_object(self.params.as_ref())
+            .is_some_and(|object| !matches!(object.lookup("cursor"), Lookup::Absent))
+    }
+}
+
+impl Notification<'_> {
+    /// For `notifications/cancelled`: the id of the request it cancels.
+    pub fn cancelled_request(&self) -> Option<IdKey> {
+        match params_object(self.params.as_ref())?.lookup("requestId") {
+            Lookup::One(node) => request_id(node).ok().map(|id| id.key),
+            _ => None,
+        }
+    }
+
+    /// For `notifications/cancelled`: the reason given, if it is a string.
+    pub fn cancel_reason(&self) -> Option<&str> {
+        match params_object(self.params.as_ref())?.lookup("reason") {
+            Lookup::One(Node {
+                value: Value::String(s),
+                ..
+            }) => Some(&s.text),
+            _ => None,
+        }
+    }
+}
+
+impl<'a> Response<'a> {
+    /// True when the response is a `result` whose `isError` is `true` (a tool-reported error).
+    pub fn tool_error(&self) -> bool {
+        !self.is_error
+            && matches!(
+                params_object(Some(&self.body)).map(|o| o.lookup("isError")),
+                Some(Lookup::One(Node {
+                    value: Value::Bool(true),
+                    ..
+                }))
+            )
+    }
+
+    pub(crate) fn result(&self) -> Option<&Node<'a>> {
+        (!self.is_error).then_some(&self.body)
+    }
+}
+
+impl Message<'_> {
+    /// True when keys collide anywhere in the message (for a batch: in any element).
+    pub fn duplicate_keys(&self) -> bool {
+        match self {
+            Message::Request(r) => r.duplicate_keys,
+            Message::Notification(n) => n.duplicate_keys,
+            Message::Response(r) => r.duplicate_keys,
+            Message::Batch(items) => items.iter().any(Message::duplicate_keys),
+            Message::NotJson | Message::Invalid(_) => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(text: &str) -> Request<'_> {
+        match classify(text.as_bytes()) {
+            Message::Request(r) => r,
+            other => panic!("not a request: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ids_keep_their_text_and_compare_by_kind() {
+        let a = request(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+        let b = request(r#"{"jsonrpc":"2.0","id":1.0,"method":"ping"}"#);
+        let c = request(r#"{"jsonrpc":"2.0","id":"1","method":"ping"}"#);
+        let d = request(r#"{"jsonrpc":"2.0","id":"\u0031","method":"ping"}"#);
+        assert_eq!((a.id.raw.as_str(), b.id.raw.as_str()), ("1", "1.0"));
+        assert_ne!(a.id.key, b.id.key);
+        assert_ne!(a.id.key, c.id.key);
+        assert_eq!(c.id.key, d.id.key);
+        assert_eq!(d.id.raw, r#""\u0031""#);
+    }
+
+    #[test]
+    fn shapes() {
+        assert!(matches!(classify(b"hello\n"), Message::NotJson));
+        assert!(matches!(classify(b"[]"), Message::Invalid(_)));
+        assert!(matches!(classify(b"42"), Message::Invalid(_)));
+        assert!(matches!(
+            classify(br#"{"id":null,"method":"x"}"#),
+            Message::Invalid(_)
+        ));
+        assert!(matches!(
+            classify(br#"{"id":1,"result":1,"error":{}}"#),
+            Message::Invalid(_)
+        ));
+        assert!(matches!(
+            classify(br#"{"method":"notifications/initialized"}"#),
+            Message::Notification(_)
+        ));
+        let Message::Response(r) = classify(br#"{"id":"a","result":{"isError":true}}"#) else {
+            panic!()
+        };
+        assert!(r.tool_error() && !r.is_error);
+        let Message::Response(r) = classify(br#"{"id":"a","error":{"code":1}}"#) else {
+            panic!()
+        };
+        assert!(r.is_error && !r.tool_error());
+        let Message::Batch(items) = classify(br#"[{"id":1,"method":"a"},{"method":"b"},3]"#) else {
+            panic!()
+        };
+        assert!(matches!(
+            items.as_slice(),
+            [
+                Message::Request(_),
+                Message::Notification(_),
+                Message::Invalid(_)
+            ]
+        ));
+    }
+
+    #[test]
+    fn ambiguous_top_level_members_are_invalid() {
+        for text in [
+            r#"{"id":1,"method":"ping","method":"tools/call"}"#,
+            r#"{"id":1,"Method":"tools/call"}"#,
+            r#"{"id":1,"id":2,"method":"ping"}"#,
+            r#"{"id":1,"method":"tools/call","params":{},"paramſ":{}}"#,
+        ] {
+            assert!(
+                matches!(classify(text.as_bytes()), Message::Invalid(_)),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn tool_names_must_be_one_exact_string() {
+        let call = |params: &str| {
+            format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{params}}}"#)
+        };
+        let ok = call(r#"{"name":"read_file","arguments":{"path":"/x"}}"#);
+        let r = request(&ok);
+        assert_eq!(r.tool_name(), Ok("read_file"));
+        assert_eq!(r.arguments(), Some(r#"{"path":"/x"}"#));
+        assert!(!r.duplicate_keys);
+        for (params, problem) in [
+            ("{}", NameProblem::Missing),
+            (r#"{"name":5}"#, NameProblem::NotString),
+            (r#"{"name":"a","name":"b"}"#, NameProblem::Ambiguous),
+            (r#"{"name":"a","NAME":"b"}"#, NameProblem::Ambiguous),
+            (r#"["a"]"#, NameProblem::Ambiguous),
+            (r#"{"name":"\ud800"}"#, NameProblem::LoneSurrogate),
+        ] {
+            assert_eq!(request(&call(params)).tool_name(), Err(problem), "{params}");
+        }
+        let deep = call(r#"{"name":"a","arguments":{"x":{"y":1,"y":2}}}"#);
+        assert!(request(&deep).duplicate_keys);
+    }
+
+    #[test]
+    fn cancellation_names_the_request() {
+        let Message::Notification(n) = classify(
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"r1","reason":"user"}}"#,
+        ) else {
+            panic!()
+        };
+        assert_eq!(n.cancelled_request(), Some(IdKey::String("r1".into())));
+        assert_eq!(n.cancel_reason(), Some("user"));
+    }
+}
