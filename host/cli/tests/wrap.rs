@@ -205,7 +205,10 @@ impl Wrap {
     fn await_server(&self, needle: &str) {
         let started = Instant::now();
         while !self.server_saw().contains(needle) {
-            assert!(started.elapsed() < PATIENCE, "the server never saw {needle}");
+            assert!(
+                started.elapsed() < PATIENCE,
+                "the server never saw {needle}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -246,7 +249,11 @@ impl Wrap {
         };
         let (intents, outcomes) = (of_type("intent"), of_type("outcome"));
         assert_eq!(intents.len(), self.calls_sent, "one intent per tools/call");
-        assert_eq!(outcomes.len(), self.calls_sent, "one outcome per tools/call");
+        assert_eq!(
+            outcomes.len(),
+            self.calls_sent,
+            "one outcome per tools/call"
+        );
         for intent in &intents {
             let id = field(intent, "call_id");
             assert_eq!(
@@ -367,7 +374,8 @@ fn a_call_the_policy_denies_never_reaches_the_server() {
     let saw = w.server_saw();
     assert!(!saw.contains("get-env") || !saw.contains("\"id\":3"));
     assert!(
-        saw.lines().all(|l| !(l.contains("tools/call") && l.contains("get-env"))),
+        saw.lines()
+            .all(|l| !(l.contains("tools/call") && l.contains("get-env"))),
         "{saw}"
     );
 
@@ -437,8 +445,7 @@ fn a_server_exiting_mid_call_passes_its_status_on() {
     assert_eq!(w.wait().code(), Some(3));
     let outcomes = w.record();
     assert!(
-        at(outcome_of(&outcomes, "echo")[0], &["execution", "message"])
-            .contains("the server died")
+        at(outcome_of(&outcomes, "echo")[0], &["execution", "message"]).contains("the server died")
     );
 }
 

@@ -92,8 +92,14 @@ fn default_deny_and_registration_checks() {
     let grant = reg.resolve("notes", Some("fs.read"), &none).unwrap();
     let gone = grant.check_roots().unwrap_err();
     assert_eq!(gone.tool, "notes");
-    assert!(gone.to_string().contains("removed since registration"), "{gone}");
-    assert!(held.check_roots().is_err(), "a grant minted before is refused too");
+    assert!(
+        gone.to_string().contains("removed since registration"),
+        "{gone}"
+    );
+    assert!(
+        held.check_roots().is_err(),
+        "a grant minted before is refused too"
+    );
 }
 
 #[test]

@@ -538,6 +538,12 @@ fn a_relayed_tool_is_never_run_by_the_host() {
             reason: aegis_runtime::pipeline::RELAYED_NOT_HERE.into()
         }
     );
-    assert!(r.outcome.grant_id.as_deref().unwrap().starts_with("relayed-remote-"));
+    assert!(
+        r.outcome
+            .grant_id
+            .as_deref()
+            .unwrap()
+            .starts_with("relayed-remote-")
+    );
     h.finish();
 }
