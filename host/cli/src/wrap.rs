@@ -227,9 +227,17 @@ fn ending_of(end: CallEnd<'_>) -> (Ending, Option<Vec<u8>>) {
 }
 
 /// What the relay and both readers share.
+///
+/// Lock order: `relay`, then `client_out` or `server_stdin`. A reader takes the writer
+/// lock its actions need while it still holds the relay, so frames leave in the order
+/// the relay decided them, then lets the relay go before writing: a server blocked
+/// writing its stdout must still be read while the client's reader blocks writing the
+/// server's stdin.
 struct Shared {
     /// `None` once the session is ending: frames read after that are dropped.
     relay: Mutex<Option<Relay<HostGate>>>,
+    /// Held while writing to the client (our stdout).
+    client_out: Mutex<()>,
     /// `None` once closed (client EOF, or the server is gone).
     server_stdin: Mutex<Option<ChildStdin>>,
 }
@@ -239,23 +247,33 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+type ServerStdin<'a> = MutexGuard<'a, Option<ChildStdin>>;
+
 impl Shared {
-    /// Carries out the relay's actions in order.
+    /// Carries out the relay's actions in order, holding the writer locks throughout.
     fn act(&self, actions: Vec<Action>) {
+        let _client = lock(&self.client_out);
+        self.write(actions, Some(lock(&self.server_stdin)));
+    }
+
+    /// Writes the actions; `server` must be held when any goes to the server.
+    fn write(&self, actions: Vec<Action>, mut server: Option<ServerStdin<'_>>) {
         for action in actions {
             match action {
                 Action::ToClient(bytes) => {
                     let _ = crate::print(&bytes);
                 }
                 Action::ToServer(bytes) => {
-                    let mut stdin = lock(&self.server_stdin);
+                    let Some(stdin) = server.as_mut() else {
+                        continue;
+                    };
                     if let Some(pipe) = stdin.as_mut()
                         && let Err(e) = pipe.write_all(&bytes).and_then(|()| pipe.flush())
                     {
                         crate::say(format_args!(
                             "aegis: the server's stdin could not be written ({e}); closing it"
                         ));
-                        *stdin = None;
+                        **stdin = None;
                     }
                 }
                 Action::Log(line) => crate::say(format_args!("aegis: {}", escape(&line))),
@@ -266,13 +284,17 @@ impl Shared {
     /// Hands one frame to the relay, from the client or the server.
     fn relay(&self, frame: Frame, from_client: bool) {
         let mut relay = lock(&self.relay);
-        let Some(relay) = relay.as_mut() else { return };
+        let Some(r) = relay.as_mut() else { return };
         let actions = if from_client {
-            relay.from_client(frame)
+            r.from_client(frame)
         } else {
-            relay.from_server(frame)
+            r.from_server(frame)
         };
-        self.act(actions);
+        let needs = |f: fn(&Action) -> bool| actions.iter().any(f);
+        let _client = needs(|a| matches!(a, Action::ToClient(_))).then(|| lock(&self.client_out));
+        let server = needs(|a| matches!(a, Action::ToServer(_))).then(|| lock(&self.server_stdin));
+        drop(relay);
+        self.write(actions, server);
     }
 }
 
@@ -399,6 +421,7 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
     };
     let shared = Arc::new(Shared {
         relay: Mutex::new(Some(relay)),
+        client_out: Mutex::new(()),
         server_stdin: Mutex::new(child.stdin.take()),
     });
     let server_out = child.stdout.take().expect("stdout was piped");

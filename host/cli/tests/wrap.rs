@@ -498,3 +498,38 @@ fn pins_written_by_one_session_refuse_a_changed_tool_in_the_next() {
     assert_eq!(second.close().code(), Some(0));
     second.record();
 }
+
+/// Large calls and large answers at once: the client's reader must not hold the relay
+/// while it blocks writing to a server that is itself blocked writing its answers.
+#[test]
+fn large_frames_both_ways_do_not_deadlock() {
+    let mut w = Wrap::start(&[], &[]);
+    w.initialize();
+    let calls = 12u64;
+    let big = "x".repeat(200 * 1024);
+    let mut stdin = w.stdin.take().unwrap();
+    w.calls_sent += calls as usize;
+    let writer = std::thread::spawn(move || {
+        for id in 0..calls {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{big}"}}}}}}"#,
+                100 + id
+            );
+            stdin.write_all(line.as_bytes()).unwrap();
+            stdin.write_all(b"\n").unwrap();
+        }
+        stdin
+    });
+    for _ in 0..calls {
+        let line = w.recv();
+        assert!(line.len() > 200 * 1024, "{}", text(&line[..200]));
+    }
+    w.stdin = Some(writer.join().unwrap());
+    assert_eq!(w.close().code(), Some(0));
+    let outcomes = w.record();
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| at(o, &["execution", "status"]) == "success")
+    );
+}
