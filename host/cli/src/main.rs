@@ -120,7 +120,7 @@ enum Command {
     /// error result naming the station and the call id, and never reaches the server.
     /// When the client closes stdin, the server's stdin is closed; it gets SIGTERM after
     /// --grace-ms, and SIGKILL after another. SIGINT, SIGTERM and SIGHUP are forwarded
-    /// to the server.
+    /// to the server, and SIGKILL follows if it still runs --grace-ms later.
     ///
     /// Exit codes: the server's exit status, or 128+N when signal N ended it (e.g. 137
     /// after SIGKILL); otherwise 1 usage error, 2 the server could not be started or

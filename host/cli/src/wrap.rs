@@ -489,16 +489,19 @@ fn close(host: Host) -> Result<(), String> {
 }
 
 /// Waits for the server to exit, forwarding signals and stopping it after the client
-/// has gone: stdin closed, then SIGTERM after `grace`, then SIGKILL after another.
+/// has gone: stdin closed, then SIGTERM after `grace`, then SIGKILL after another. A
+/// signal forwarded to a server that outlives it by `grace` is followed by SIGKILL too,
+/// so a supervisor's SIGTERM to wrap ends both.
 fn watch(
     child: &mut Child,
     events: &Receiver<Event>,
     grace: Duration,
 ) -> Option<std::process::ExitStatus> {
     use rustix::process::{Pid, Signal, kill_process};
+    use std::sync::mpsc::RecvTimeoutError;
     let pid = Pid::from_child(child);
-    // When the next step of the stop sequence is due, and what it sends.
-    let mut next: Option<(Instant, Signal)> = None;
+    // The next step of the stop sequence: when it is due, what it sends, and why.
+    let mut next: Option<(Instant, Signal, &str)> = None;
     loop {
         match child.try_wait() {
             Ok(Some(status)) => return Some(status),
@@ -508,39 +511,43 @@ fn watch(
                 return None;
             }
         }
-        if let Some((at, signal)) = next
+        if let Some((at, signal, after)) = next
             && Instant::now() >= at
         {
+            let name = if signal == Signal::TERM {
+                "SIGTERM"
+            } else {
+                "SIGKILL"
+            };
             crate::say(format_args!(
-                "aegis: the server is still running {} ms after {}; sending SIG{}",
-                grace.as_millis(),
-                if signal == Signal::TERM {
-                    "the client left"
-                } else {
-                    "SIGTERM"
-                },
-                if signal == Signal::TERM {
-                    "TERM"
-                } else {
-                    "KILL"
-                }
+                "aegis: the server still runs {} ms after {after}; sending {name}",
+                grace.as_millis()
             ));
             let _ = kill_process(pid, signal);
-            next = (signal == Signal::TERM).then(|| (Instant::now() + grace, Signal::KILL));
+            next =
+                (signal == Signal::TERM).then(|| (Instant::now() + grace, Signal::KILL, "SIGTERM"));
         }
         match events.recv_timeout(Duration::from_millis(20)) {
             Ok(Event::ClientClosed) => {
                 if next.is_none() {
-                    next = Some((Instant::now() + grace, Signal::TERM));
+                    next = Some((
+                        Instant::now() + grace,
+                        Signal::TERM,
+                        "the client closed its stdin",
+                    ));
                 }
             }
             Ok(Event::Signal(n)) => {
                 if let Some(signal) = Signal::from_named_raw(n) {
                     let _ = kill_process(pid, signal);
                 }
+                if next.is_none_or(|(_, s, _)| s == Signal::TERM) {
+                    next = Some((Instant::now() + grace, Signal::KILL, "a forwarded signal"));
+                }
             }
             // The server closed its stdout; it is likely exiting. Keep polling.
-            Ok(Event::ServerClosed) | Err(_) => {}
+            Ok(Event::ServerClosed) | Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
 }

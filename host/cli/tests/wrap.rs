@@ -533,3 +533,23 @@ fn large_frames_both_ways_do_not_deadlock() {
             .all(|o| at(o, &["execution", "status"]) == "success")
     );
 }
+
+/// A server that ignores the SIGTERM forwarded to it is killed after the grace, and the
+/// client that left mid-call still finds its call recorded.
+#[test]
+fn a_server_ignoring_sigterm_is_killed_after_the_grace() {
+    let mut w = Wrap::start(&["--grace-ms", "200"], &["--ignore-term"]);
+    w.initialize();
+    w.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hang"}}}"#);
+    w.await_server("hang");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&w.child),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    assert_eq!(w.wait().code(), Some(128 + 9), "{}", w.stderr());
+    let outcomes = w.record();
+    assert!(
+        at(outcome_of(&outcomes, "echo")[0], &["execution", "message"]).contains("the server died")
+    );
+}
