@@ -20,9 +20,10 @@ use aegis_mcp::pins::PinSet;
 use aegis_mcp::relay::{
     Action, CallEnd, Gate, PinMode, Refusal, RefusedCall, Relay, RelayConfig, ToolCall,
 };
+use aegis_record::json::MAX_SAFE_INTEGER;
 use aegis_record::key::SigningKey;
 use aegis_record::text::escape;
-use aegis_runtime::capability::{DEFAULT_LIMITS, ToolRegistry};
+use aegis_runtime::capability::{Limits, ToolRegistry};
 use aegis_runtime::pipeline::{CallClass, CallRequest};
 use aegis_runtime::{Ending, Executed, Host, OwnedCall, Pipeline};
 use std::io::{BufReader, Write as _};
@@ -348,8 +349,18 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
+    if a.max_frame == 0 {
+        crate::error("--max-frame must be at least 1");
+        return exit::TAMPERED_OR_USAGE;
+    }
     let mut tools = ToolRegistry::new();
-    tools.relay_unregistered(DEFAULT_LIMITS);
+    // wrap enforces no ceiling on the server, so the grant claims none: the largest the
+    // record can carry.
+    tools.relay_unregistered(Limits {
+        max_memory_bytes: MAX_SAFE_INTEGER,
+        max_wall_ms: MAX_SAFE_INTEGER,
+        max_output_bytes: MAX_SAFE_INTEGER,
+    });
     let mut builder = Host::builder(profile).tool_registry(tools);
     if let Some(policy) = &a.policy {
         builder = builder.policy_file("--policy", policy);

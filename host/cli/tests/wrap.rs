@@ -46,6 +46,8 @@ struct Wrap {
     received: Vec<u8>,
     /// How many tools/call messages the client sent.
     calls_sent: usize,
+    /// Every byte the client sent, in order.
+    sent: Vec<u8>,
 }
 
 impl Wrap {
@@ -106,6 +108,7 @@ impl Wrap {
             lines,
             received: Vec::new(),
             calls_sent: 0,
+            sent: Vec::new(),
         }
     }
 
@@ -117,6 +120,8 @@ impl Wrap {
         if line.contains("\"tools/call\"") {
             self.calls_sent += 1;
         }
+        self.sent.extend_from_slice(line.as_bytes());
+        self.sent.push(b'\n');
         let stdin = self.stdin.as_mut().unwrap();
         stdin.write_all(line.as_bytes()).unwrap();
         stdin.write_all(b"\n").unwrap();
@@ -333,6 +338,8 @@ fn unrefused_traffic_reaches_the_client_byte_for_byte() {
     let server_wrote = std::fs::read(w.path("server-out.log")).unwrap();
     assert_eq!(text(&w.received), text(&server_wrote));
     assert_eq!(w.received, server_wrote);
+    // And the other way: the server read exactly what the client wrote.
+    assert_eq!(w.server_saw(), text(&w.sent));
 
     let outcomes = w.record();
     let echo = outcome_of(&outcomes, "echo");
@@ -340,6 +347,19 @@ fn unrefused_traffic_reaches_the_client_byte_for_byte() {
     assert_eq!(at(echo[0], &["execution", "status"]), "success");
     assert!(field(echo[0], "grant_id").starts_with("relayed-echo-"));
     assert!(!field(echo[0], "response_digest").is_empty());
+    // The relayed grant hands nothing over and claims no ceiling it cannot enforce.
+    let grant = echo[0]
+        .get("capability")
+        .and_then(Value::as_object)
+        .and_then(|c| c.get("grant"))
+        .and_then(Value::as_object)
+        .unwrap();
+    assert!(grant.get("fs").is_none() && grant.get("net").is_none());
+    assert!(grant.get("component_digest").is_none());
+    assert_eq!(
+        grant.get("max_wall_ms").and_then(Value::as_int),
+        Some((1 << 53) - 1)
+    );
     assert_eq!(at(echo[1], &["execution", "status"]), "trap");
     assert!(at(echo[1], &["execution", "message"]).contains("isError"));
     assert!(
@@ -552,4 +572,17 @@ fn a_server_ignoring_sigterm_is_killed_after_the_grace() {
     assert!(
         at(outcome_of(&outcomes, "echo")[0], &["execution", "message"]).contains("the server died")
     );
+}
+
+#[test]
+fn a_server_that_cannot_start_is_an_error_and_the_session_still_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = aegis()
+        .args(["wrap", "--", "/nonexistent/mcp-server"])
+        .stdin(Stdio::null())
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("/nonexistent/mcp-server"));
 }
