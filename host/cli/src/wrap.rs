@@ -36,6 +36,14 @@ use std::time::{Duration, Instant};
 
 use crate::exit;
 
+/// A relayed grant's ceilings: wrap enforces none on the server, so the grant claims
+/// none (the largest the record can carry).
+const UNBOUNDED: Limits = Limits {
+    max_memory_bytes: MAX_SAFE_INTEGER,
+    max_wall_ms: MAX_SAFE_INTEGER,
+    max_output_bytes: MAX_SAFE_INTEGER,
+};
+
 /// `aegis wrap`'s arguments.
 #[derive(clap::Args)]
 pub struct WrapArgs {
@@ -120,10 +128,25 @@ impl Gate for HostGate {
                 });
             }
         };
-        if owned.authorize().is_some() {
-            return Ok(Pending {
-                call: owned,
-                started: Instant::now(),
+        if let Some(grant) = owned.authorize() {
+            if grant.limits() == UNBOUNDED {
+                return Ok(Pending {
+                    call: owned,
+                    started: Instant::now(),
+                });
+            }
+            // Fail closed: a ceiling the policy set would be recorded but not enforced.
+            let reason = "the policy sets ceilings (limits) on this tool, and aegis wrap cannot hold a relayed server to them";
+            let call_id = owned.call_id().to_owned();
+            if let Err(e) = owned.finish(Executed::NotStarted {
+                reason: reason.into(),
+            }) {
+                self.failed(&e);
+            }
+            return Err(Refusal {
+                station: "host".into(),
+                reason: reason.into(),
+                call_id: Some(call_id),
             });
         }
         let call_id = owned.call_id().to_owned();
@@ -354,13 +377,7 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
         return exit::TAMPERED_OR_USAGE;
     }
     let mut tools = ToolRegistry::new();
-    // wrap enforces no ceiling on the server, so the grant claims none: the largest the
-    // record can carry.
-    tools.relay_unregistered(Limits {
-        max_memory_bytes: MAX_SAFE_INTEGER,
-        max_wall_ms: MAX_SAFE_INTEGER,
-        max_output_bytes: MAX_SAFE_INTEGER,
-    });
+    tools.relay_unregistered(UNBOUNDED);
     let mut builder = Host::builder(profile).tool_registry(tools);
     if let Some(policy) = &a.policy {
         builder = builder.policy_file("--policy", policy);

@@ -26,7 +26,7 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// Allows everything but `get-env`.
+/// Allows everything but `get-env`; `limited` gets a ceiling wrap cannot enforce.
 const POLICY: &str = "version: 1
 default: allow
 rules:
@@ -34,6 +34,10 @@ rules:
     action: deny
     tool: get-env
     reason: environment variables stay private
+  - id: limited
+    action: allow
+    tool: limited
+    limits: { max_wall_ms: 1000 }
 ";
 
 /// A running `aegis wrap` over the echo server, with its files.
@@ -585,4 +589,21 @@ fn a_server_that_cannot_start_is_an_error_and_the_session_still_closes() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("/nonexistent/mcp-server"));
+}
+
+/// A ceiling the policy sets cannot be enforced on a relayed server, so the call is
+/// refused rather than recorded under it.
+#[test]
+fn a_policy_ceiling_on_a_relayed_tool_refuses_the_call() {
+    let mut w = Wrap::start(&[], &["--tool", "limited"]);
+    w.initialize();
+    let refused = w.call(3, "limited", "{}");
+    assert!(is_error(&refused));
+    assert!(text(&w.received).contains("host station"));
+    assert_eq!(w.close().code(), Some(0));
+    assert!(!w.server_saw().contains("tools/call"));
+    let outcomes = w.record();
+    let limited = outcome_of(&outcomes, "limited");
+    assert_eq!(at(limited[0], &["execution", "status"]), "host_denied");
+    assert!(at(limited[0], &["execution", "reason"]).contains("limits"));
 }
