@@ -607,3 +607,38 @@ fn a_policy_ceiling_on_a_relayed_tool_refuses_the_call() {
     assert_eq!(at(limited[0], &["execution", "status"]), "host_denied");
     assert!(at(limited[0], &["execution", "reason"]).contains("limits"));
 }
+
+#[test]
+fn a_call_the_client_cancels_is_recorded_as_cancelled() {
+    let mut w = Wrap::start(&["--grace-ms", "200"], &[]);
+    w.initialize();
+    w.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hang"}}}"#);
+    w.await_server("hang");
+    w.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3,"reason":"took too long"}}"#);
+    // The relay ends the call on the cancellation itself (the server is asleep).
+    let started = Instant::now();
+    while !text(&std::fs::read(w.path("record.jsonl")).unwrap()).contains("took too long") {
+        assert!(
+            started.elapsed() < PATIENCE,
+            "no outcome for the cancelled call"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(w.close().code(), Some(128 + 15));
+    let outcomes = w.record();
+    assert_eq!(
+        at(outcome_of(&outcomes, "echo")[0], &["execution", "message"]),
+        "cancelled: the client cancelled: took too long"
+    );
+}
+
+#[test]
+fn in_record_only_mode_a_changed_tool_still_runs() {
+    let mut w = Wrap::start(&["--pins-record-only"], &["--rug-pull"]);
+    w.initialize();
+    w.request(3, "tools/list", "{}");
+    assert!(!is_error(&w.call(4, "echo", r#"{"text":"anyway"}"#)));
+    assert_eq!(w.close().code(), Some(0));
+    assert!(w.stderr().contains("calling anyway"));
+    w.record();
+}
