@@ -26,6 +26,15 @@ impl Interrupts {
     /// # Errors
     /// The handlers could not be installed.
     pub fn install() -> std::io::Result<Interrupts> {
+        Interrupts::install_with(|_| {})
+    }
+
+    /// [`Interrupts::install`], also handing each signal caught to `also` (after the
+    /// token is cancelled): `aegis wrap` forwards them to its server.
+    ///
+    /// # Errors
+    /// The handlers could not be installed.
+    pub fn install_with(also: impl Fn(i32) + Send + 'static) -> std::io::Result<Interrupts> {
         let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])?;
         let handle = signals.handle();
         let token = CancelToken::new();
@@ -37,6 +46,7 @@ impl Interrupts {
                 for signal in signals.forever() {
                     let _ = seen.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
                     cancel.cancel(name(signal));
+                    also(signal);
                 }
             })?;
         Ok(Interrupts {

@@ -13,6 +13,7 @@ mod interrupt;
 mod plugins;
 mod run;
 mod style;
+mod wrap;
 
 /// Exit codes shared by the subcommands. `verify`'s are API: CI gates script them.
 mod exit {
@@ -40,7 +41,8 @@ mod exit {
     pub const RESOURCE_EXCEEDED: u8 = 15;
     /// run: the host could not start the tool.
     pub const HOST_DENIED: u8 = 16;
-    /// run: the record could not be written; any output was withheld.
+    /// run: the record could not be written; any output was withheld. wrap: an intent,
+    /// outcome or the close line could not be written.
     pub const RECORD_FAILED: u8 = 17;
 }
 
@@ -110,6 +112,22 @@ enum Command {
     /// host could not start it, 17 the record could not be written (output withheld),
     /// 129/130/143 stopped by SIGHUP/SIGINT/SIGTERM (its outcome is recorded first).
     Run(Box<run::RunArgs>),
+    /// Relay an MCP stdio server, sending every tools/call through the profile's
+    /// policy, capability and audit stations before the server sees it.
+    ///
+    /// Starts CMD with piped stdin and stdout (stderr inherited) and relays lines
+    /// between it and this process's stdin/stdout. A refused call is answered with an
+    /// error result naming the station and the call id, and never reaches the server.
+    /// When the client closes stdin, the server's stdin is closed; it gets SIGTERM after
+    /// --grace-ms, and SIGKILL after another. SIGINT, SIGTERM and SIGHUP are forwarded
+    /// to the server, and SIGKILL follows if it still runs --grace-ms later.
+    ///
+    /// Exit codes: the server's exit status, or 128+N when signal N ended it (e.g. 137
+    /// after SIGKILL); otherwise 1 usage error, 2 the server could not be started or
+    /// the pins file read, 4 the profile, a plugin, the key or the sink was refused,
+    /// 17 an intent, outcome or the close line could not be written. A server exiting
+    /// with one of these codes itself is indistinguishable from them.
+    Wrap(Box<wrap::WrapArgs>),
     /// A guided walk: write a signed session, verify it, then tamper with it.
     Demo,
     /// List plugins: built-in, and loadable libraries found on the plugin path.
@@ -188,6 +206,7 @@ fn main() -> ExitCode {
         } => verify(keys, trust_store, json, &path),
         Command::Keygen { out, force } => keygen(&out, force),
         Command::Run(args) => run::run(&cli.profile, &args),
+        Command::Wrap(args) => wrap::wrap(&cli.profile, &args),
         Command::Demo => {
             // The walk runs on the embedded default profile whatever --profile says.
             say(format_args!(

@@ -154,6 +154,11 @@ pub enum ToolKind {
     },
     /// A host handler (Model B): checked, not isolated.
     Host,
+    /// A tool of a server this host only relays to (an MCP server behind `aegis
+    /// wrap`). The host never runs it: its grant carries no roots or destinations (the
+    /// server's own authority is not the host's to grant) and its id starts
+    /// `relayed-`, so the record does not read as a sandboxed run.
+    Relayed,
 }
 
 /// One allowed network destination.
@@ -439,8 +444,11 @@ struct Scope {
     fs_axis: Option<aegis_record::FsAxis>,
     /// The single destination as the record's decision axes state it.
     net_axis: Option<aegis_record::NetAxis>,
-    /// `grant-<tool>-`: a grant id is this and the grant's number.
+    /// `grant-<tool>-` (`relayed-<tool>-` for a relayed tool): a grant id is this and
+    /// the grant's number.
     id_prefix: String,
+    /// The tool runs in a server the host relays to, never here.
+    relayed: bool,
 }
 
 impl Scope {
@@ -516,6 +524,16 @@ impl Scope {
             fs_axis,
             net_axis,
             id_prefix: format!("grant-{tool_id}-"),
+            relayed: false,
+        }
+    }
+
+    /// A relayed tool's scope: nothing handed over, ids marked `relayed-`.
+    fn relayed(tool_id: &str, limits: Limits) -> Scope {
+        Scope {
+            id_prefix: format!("relayed-{tool_id}-"),
+            relayed: true,
+            ..Scope::new(tool_id, Vec::new(), Vec::new(), Vec::new(), limits, None)
         }
     }
 }
@@ -582,6 +600,12 @@ impl Grant {
     /// SHA-256 of the component the tool was registered with; `None` for host tools.
     pub fn component_digest(&self) -> Option<ComponentDigest> {
         self.scope.record.component_digest
+    }
+
+    /// True for a tool the host only relays to ([`ToolKind::Relayed`]): the grant hands
+    /// nothing over and the host must not run the tool itself.
+    pub fn is_relayed(&self) -> bool {
+        self.scope.relayed
     }
 
     /// The axes this grant carries, in [`Capability::ALL`] order.
@@ -697,6 +721,9 @@ pub struct ToolRegistry {
     /// held once, under the first spelling.
     held: BTreeMap<PathBuf, Arc<HeldRoot>>,
     minted: std::sync::atomic::AtomicU64,
+    /// Set by [`ToolRegistry::relay_unregistered`]: the ceilings of the relayed grant
+    /// an unregistered tool gets.
+    relay_unregistered: Option<Limits>,
 }
 
 impl ToolRegistry {
@@ -720,6 +747,14 @@ impl ToolRegistry {
         }
         if self.tools.contains_key(&tool) {
             return Err(RegistrationError::DuplicateId(tool));
+        }
+        if m.kind == ToolKind::Relayed
+            && (!m.fs_read.is_empty() || !m.fs_write.is_empty() || !m.net.is_empty())
+        {
+            return Err(RegistrationError::Invalid {
+                tool,
+                what: "a relayed tool with roots or destinations (the host cannot confine its server)",
+            });
         }
         let mut digest = None;
         if let ToolKind::Wasm { component } = &m.kind {
@@ -784,7 +819,11 @@ impl ToolRegistry {
                 .for_each(|x| x.make_ascii_uppercase());
             rule.host.make_ascii_lowercase();
         }
+        let relayed = m.kind == ToolKind::Relayed;
         let scope = |r: &[Arc<HeldRoot>], w: &[Arc<HeldRoot>], n: &[NetRule]| {
+            if relayed {
+                return Arc::new(Scope::relayed(&tool, m.limits));
+            }
             Arc::new(Scope::new(
                 &tool,
                 r.to_vec(),
@@ -812,6 +851,15 @@ impl ToolRegistry {
         Ok(())
     }
 
+    /// From now on a tool that is not registered is treated as a [`ToolKind::Relayed`]
+    /// tool with these ceilings: its grant carries no roots or destinations. For `aegis
+    /// wrap`, whose server lists its tools only after the host opened; the relay refuses
+    /// a tool the server never listed before the pipeline is asked, and the policy
+    /// still decides every call by tool id. A registered tool keeps its manifest.
+    pub fn relay_unregistered(&mut self, limits: Limits) {
+        self.relay_unregistered = Some(limits);
+    }
+
     /// The manifest for `tool`, if registered.
     pub fn manifest(&self, tool: &str) -> Option<&ToolManifest> {
         self.tools.get(tool).map(|r| &r.manifest)
@@ -819,11 +867,24 @@ impl ToolRegistry {
 
     /// What a grant for `tool` would hand over when the call names `capability`: the
     /// one computation behind both [`ToolRegistry::axes`] and [`ToolRegistry::resolve`].
-    fn scope(&self, tool: &str, capability: Option<&str>) -> Result<&Arc<Scope>, CapabilityDenied> {
-        let r = self
-            .tools
-            .get(tool)
-            .ok_or_else(|| CapabilityDenied::Unregistered(tool.to_owned()))?;
+    fn scope(
+        &self,
+        tool: &str,
+        capability: Option<&str>,
+    ) -> Result<std::borrow::Cow<'_, Arc<Scope>>, CapabilityDenied> {
+        let Some(r) = self.tools.get(tool) else {
+            return match (self.relay_unregistered, capability) {
+                (Some(limits), None) => Ok(std::borrow::Cow::Owned(Arc::new(Scope::relayed(
+                    tool, limits,
+                )))),
+                // A relayed grant carries no axis, so none can be named.
+                (Some(_), Some(c)) => Err(CapabilityDenied::Undeclared {
+                    tool: tool.to_owned(),
+                    capability: c.to_owned(),
+                }),
+                (None, _) => Err(CapabilityDenied::Unregistered(tool.to_owned())),
+            };
+        };
         let all = &r.scopes[0];
         let named = match capability {
             None => None,
@@ -838,7 +899,7 @@ impl ToolRegistry {
                 }
             },
         };
-        Ok(&r.scopes[scope_index(named)])
+        Ok(std::borrow::Cow::Borrowed(&r.scopes[scope_index(named)]))
     }
 
     /// The axes a grant for this call would carry, in [`Capability::ALL`] order, without
@@ -853,7 +914,11 @@ impl ToolRegistry {
         tool: &str,
         capability: Option<&str>,
     ) -> Result<&[Capability], CapabilityDenied> {
-        self.scope(tool, capability).map(|s| s.axes.as_slice())
+        match self.scope(tool, capability)? {
+            std::borrow::Cow::Borrowed(s) => Ok(s.axes.as_slice()),
+            // Only a relayed scope is built per call, and it carries no axis.
+            std::borrow::Cow::Owned(_) => Ok(&[]),
+        }
     }
 
     /// Mints a grant for one call, default-deny, narrowed by the policy's limits.
@@ -871,7 +936,7 @@ impl ToolRegistry {
         capability: Option<&str>,
         policy_limits: &NarrowingLimits,
     ) -> Result<Grant, CapabilityDenied> {
-        let scope = self.scope(tool, capability)?;
+        let scope = self.scope(tool, capability)?.into_owned();
         let limits = scope.limits.narrowed(policy_limits);
         let n = self
             .minted
@@ -881,7 +946,7 @@ impl ToolRegistry {
         grant_id.push_str(decimal(n, &mut [0; 20]));
         Ok(Grant {
             grant_id,
-            scope: scope.clone(),
+            scope,
             limits,
         })
     }

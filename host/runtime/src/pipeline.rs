@@ -84,6 +84,9 @@ pub const NOT_EXECUTED: &str = "not executed";
 pub const PARKED: &str = "parked for approval";
 /// The execution reason written by the drop guard.
 pub const ABANDONED: &str = "call abandoned before completion";
+/// Why the host will not run a relayed tool itself (its caller relays the call).
+pub const RELAYED_NOT_HERE: &str =
+    "a relayed tool runs in the server it came from; this host does not run it";
 /// The trap message written by the drop guard while unwinding.
 pub const HOST_PANIC: &str = "host panic during tool call";
 
@@ -499,6 +502,12 @@ impl Pipeline {
     }
 
     fn execute(&self, request: &CallRequest<'_>, grant: &Grant) -> Executed {
+        // Never into the sandbox or a handler: the tool lives in the relayed server.
+        if grant.is_relayed() {
+            return Executed::NotStarted {
+                reason: RELAYED_NOT_HERE.into(),
+            };
+        }
         let Some(manifest) = self.tools.manifest(grant.tool_id()) else {
             return Executed::NotStarted {
                 reason: "the tool's manifest is gone".into(),
@@ -542,6 +551,9 @@ impl Pipeline {
             ToolKind::Host => {
                 handler::execute(self.handlers.get(grant.tool_id()), grant, request.input)
             }
+            ToolKind::Relayed => Executed::NotStarted {
+                reason: RELAYED_NOT_HERE.into(),
+            },
         }
     }
 }

@@ -249,3 +249,51 @@ fn a_wasm_grant_names_the_component_registered() {
     let host = reg.resolve("host", None, &none).unwrap();
     assert_eq!(host.to_record().component_digest, None);
 }
+
+/// A relayed tool's grant hands nothing over and says it is relayed; only a registry
+/// told to relay unregistered tools grants them, and never an axis.
+#[test]
+fn relayed_tools_get_a_grant_with_nothing_in_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let none = NarrowingLimits::default();
+    let mut reg = ToolRegistry::new();
+    // A relayed tool cannot be given roots: the host cannot confine its server.
+    assert!(matches!(
+        reg.register(ToolManifest {
+            kind: ToolKind::Relayed,
+            ..manifest("rooted", &[dir.path()], &[])
+        }),
+        Err(RegistrationError::Invalid { .. })
+    ));
+    assert_eq!(
+        reg.resolve("listed", None, &none).unwrap_err(),
+        CapabilityDenied::Unregistered("listed".into())
+    );
+    reg.relay_unregistered(DEFAULT_LIMITS);
+    let grant = reg.resolve("listed", None, &none).unwrap();
+    assert!(grant.is_relayed());
+    assert!(grant.id().starts_with("relayed-listed-"));
+    assert!(grant.axes().is_empty() && grant.fs_read().is_empty() && grant.net().is_empty());
+    assert_eq!(grant.component_digest(), None);
+    let record = grant.to_record();
+    assert!(record.fs.is_none() && record.net.is_none());
+    assert!(reg.axes("listed", None).unwrap().is_empty());
+    assert!(matches!(
+        reg.resolve("listed", Some("fs.read"), &none),
+        Err(CapabilityDenied::Undeclared { .. })
+    ));
+    // A registered tool keeps its manifest.
+    reg.register(manifest("notes", &[dir.path()], &[])).unwrap();
+    let notes = reg.resolve("notes", None, &none).unwrap();
+    assert!(!notes.is_relayed());
+    assert!(notes.id().starts_with("grant-notes-"));
+    // A registered relayed tool: the same empty grant.
+    reg.register(ToolManifest {
+        kind: ToolKind::Relayed,
+        net: Vec::new(),
+        ..manifest("relayed", &[], &[])
+    })
+    .unwrap();
+    let relayed = reg.resolve("relayed", None, &none).unwrap();
+    assert!(relayed.is_relayed() && relayed.axes().is_empty());
+}

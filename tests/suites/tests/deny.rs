@@ -521,3 +521,33 @@ fn the_record_names_a_single_root_as_given_and_as_resolved() {
         "two roots: none is picked"
     );
 }
+
+/// A relayed tool (an MCP server's, behind `aegis wrap`) is granted but never run by
+/// the host: `Host::call` gives it neither the sandbox nor a handler, even one named
+/// like it.
+#[test]
+fn a_relayed_tool_is_never_run_by_the_host() {
+    let mut handlers: BTreeMap<String, HostHandler> = BTreeMap::new();
+    handlers.insert("remote".into(), Arc::new(|_, _| panic!("must not run")));
+    let relayed = ToolManifest {
+        kind: ToolKind::Relayed,
+        ..host_tool("remote")
+    };
+    let h = Harness::new(ALLOW_ALL, vec![relayed], handlers);
+    let r = h.call("remote", b"x");
+    assert_eq!(r.class(), CallClass::HostDenied);
+    assert_eq!(
+        r.outcome.execution,
+        ExecutionOutcome::HostDenied {
+            reason: aegis_runtime::pipeline::RELAYED_NOT_HERE.into()
+        }
+    );
+    assert!(
+        r.outcome
+            .grant_id
+            .as_deref()
+            .unwrap()
+            .starts_with("relayed-remote-")
+    );
+    h.finish();
+}

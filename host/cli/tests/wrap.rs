@@ -1,0 +1,644 @@
+//! `aegis wrap` end to end: the built binary relays a real MCP stdio server (a Python
+//! standard-library script, tests/fixtures/mcp/echo_server.py), driven by this test as
+//! the client writing JSON-RPC lines.
+//!
+//! Each test checks the record too: it verifies, and every `tools/call` the client sent
+//! has exactly one intent and one outcome.
+
+use aegis_record::json::{Object, Value, parse};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn aegis() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_aegis"))
+}
+
+fn server_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/mcp/echo_server.py")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Allows everything but `get-env`; `limited` gets a ceiling wrap cannot enforce.
+const POLICY: &str = "version: 1
+default: allow
+rules:
+  - id: no-env
+    action: deny
+    tool: get-env
+    reason: environment variables stay private
+  - id: limited
+    action: allow
+    tool: limited
+    limits: { max_wall_ms: 1000 }
+";
+
+/// A running `aegis wrap` over the echo server, with its files.
+struct Wrap {
+    dir: tempfile::TempDir,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<Vec<u8>>,
+    /// Every byte the client received, in order.
+    received: Vec<u8>,
+    /// How many tools/call messages the client sent.
+    calls_sent: usize,
+    /// Every byte the client sent, in order.
+    sent: Vec<u8>,
+}
+
+impl Wrap {
+    fn start(wrap_flags: &[&str], server_flags: &[&str]) -> Wrap {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("k");
+        let out = aegis()
+            .args(["keygen", "--out"])
+            .arg(&key)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        std::fs::write(dir.path().join("policy.yaml"), POLICY).unwrap();
+        let mut child = aegis()
+            .arg("wrap")
+            .arg("--policy")
+            .arg(dir.path().join("policy.yaml"))
+            .arg("--audit")
+            .arg(dir.path().join("record.jsonl"))
+            .arg("--signing-key")
+            .arg(&key)
+            .args(wrap_flags)
+            .arg("--")
+            .arg("python3")
+            .arg(server_script())
+            .arg("--log")
+            .arg(dir.path().join("server-in.log"))
+            .arg("--out-log")
+            .arg(dir.path().join("server-out.log"))
+            .arg("--pid-file")
+            .arg(dir.path().join("server.pid"))
+            .args(server_flags)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            loop {
+                let mut line = Vec::new();
+                match stdout.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        if tx.send(line).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        Wrap {
+            dir,
+            child,
+            stdin,
+            lines,
+            received: Vec::new(),
+            calls_sent: 0,
+            sent: Vec::new(),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn send(&mut self, line: &str) {
+        if line.contains("\"tools/call\"") {
+            self.calls_sent += 1;
+        }
+        self.sent.extend_from_slice(line.as_bytes());
+        self.sent.push(b'\n');
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next line the client receives.
+    fn recv(&mut self) -> Vec<u8> {
+        let line = self
+            .lines
+            .recv_timeout(PATIENCE)
+            .expect("no answer from aegis wrap");
+        self.received.extend_from_slice(&line);
+        line
+    }
+
+    /// Sends a request and returns its answer, parsed.
+    fn request(&mut self, id: u64, method: &str, params: &str) -> Object {
+        self.send(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#
+        ));
+        let line = self.recv();
+        let answer = object(&line);
+        assert_eq!(
+            answer.get("id").and_then(Value::as_int),
+            Some(id),
+            "{}",
+            text(&line)
+        );
+        answer
+    }
+
+    fn initialize(&mut self) {
+        self.request(
+            1,
+            "initialize",
+            r#"{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}"#,
+        );
+        self.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        self.request(2, "tools/list", "{}");
+    }
+
+    fn call(&mut self, id: u64, tool: &str, arguments: &str) -> Object {
+        self.request(
+            id,
+            "tools/call",
+            &format!(r#"{{"name":"{tool}","arguments":{arguments}}}"#),
+        )
+    }
+
+    /// Closes the client's side and waits for `aegis wrap` to exit.
+    fn close(&mut self) -> ExitStatus {
+        self.stdin = None;
+        self.wait()
+    }
+
+    fn wait(&mut self) -> ExitStatus {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // Whatever was still on its way to the client.
+                while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
+                    self.received.extend_from_slice(&line);
+                }
+                return status;
+            }
+            assert!(started.elapsed() < PATIENCE, "aegis wrap did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stderr(&mut self) -> String {
+        let mut s = String::new();
+        use std::io::Read as _;
+        if let Some(mut e) = self.child.stderr.take() {
+            e.read_to_string(&mut s).unwrap();
+        }
+        s
+    }
+
+    fn server_saw(&self) -> String {
+        text(&std::fs::read(self.path("server-in.log")).unwrap_or_default())
+    }
+
+    /// Waits until the server has logged a line containing `needle`.
+    fn await_server(&self, needle: &str) {
+        let started = Instant::now();
+        while !self.server_saw().contains(needle) {
+            assert!(
+                started.elapsed() < PATIENCE,
+                "the server never saw {needle}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn server_pid(&self) -> i32 {
+        std::fs::read_to_string(self.path("server.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// Verifies the record and checks that every call sent has one intent and one
+    /// outcome; returns the outcome lines.
+    fn record(&self) -> Vec<Object> {
+        let record = self.path("record.jsonl");
+        let out = aegis().arg("verify").arg(&record).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert!(text(&out.stdout).starts_with("Verified"));
+        let lines: Vec<Object> = std::fs::read(&record)
+            .unwrap()
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(object)
+            .collect();
+        let of_type = |t: &str| -> Vec<Object> {
+            lines
+                .iter()
+                .filter(|l| field(l, "line_type") == t)
+                .cloned()
+                .collect()
+        };
+        let (intents, outcomes) = (of_type("intent"), of_type("outcome"));
+        assert_eq!(intents.len(), self.calls_sent, "one intent per tools/call");
+        assert_eq!(
+            outcomes.len(),
+            self.calls_sent,
+            "one outcome per tools/call"
+        );
+        for intent in &intents {
+            let id = field(intent, "call_id");
+            assert_eq!(
+                outcomes
+                    .iter()
+                    .filter(|o| field(o, "call_id") == id)
+                    .count(),
+                1,
+                "call {id} has one outcome"
+            );
+        }
+        assert_eq!(of_type("close").len(), 1, "the session was closed");
+        outcomes
+    }
+}
+
+impl Drop for Wrap {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn object(line: &[u8]) -> Object {
+    match parse(line) {
+        Ok(Value::Object(o)) => o,
+        other => panic!("not an object: {other:?}: {}", text(line)),
+    }
+}
+
+fn field(o: &Object, key: &str) -> String {
+    o.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `o[a][b]…` as a string, or "".
+fn at(o: &Object, path: &[&str]) -> String {
+    let (last, inner) = path.split_last().unwrap();
+    let mut cur = o;
+    for key in inner {
+        match cur.get(key).and_then(Value::as_object) {
+            Some(next) => cur = next,
+            None => return String::new(),
+        }
+    }
+    field(cur, last)
+}
+
+fn is_error(answer: &Object) -> bool {
+    answer
+        .get("result")
+        .and_then(Value::as_object)
+        .and_then(|r| r.get("isError"))
+        == Some(&Value::Bool(true))
+}
+
+fn outcome_of<'a>(outcomes: &'a [Object], tool: &str) -> Vec<&'a Object> {
+    outcomes
+        .iter()
+        .filter(|o| field(o, "tool_id") == tool)
+        .collect()
+}
+
+#[test]
+fn unrefused_traffic_reaches_the_client_byte_for_byte() {
+    let mut w = Wrap::start(&[], &[]);
+    w.initialize();
+    let ok = w.call(3, "echo", r#"{"text":"hi \u00e9 ü"}"#);
+    assert!(!is_error(&ok));
+    let failed = w.call(4, "echo", r#"{"text":"fail"}"#);
+    assert!(is_error(&failed), "the tool's own error result is relayed");
+    w.request(5, "ping", "{}");
+    let status = w.close();
+    assert_eq!(status.code(), Some(0), "{}", w.stderr());
+    let server_wrote = std::fs::read(w.path("server-out.log")).unwrap();
+    assert_eq!(text(&w.received), text(&server_wrote));
+    assert_eq!(w.received, server_wrote);
+    // And the other way: the server read exactly what the client wrote.
+    assert_eq!(w.server_saw(), text(&w.sent));
+
+    let outcomes = w.record();
+    let echo = outcome_of(&outcomes, "echo");
+    assert_eq!(echo.len(), 2);
+    assert_eq!(at(echo[0], &["execution", "status"]), "success");
+    assert!(field(echo[0], "grant_id").starts_with("relayed-echo-"));
+    assert!(!field(echo[0], "response_digest").is_empty());
+    // The relayed grant hands nothing over and claims no ceiling it cannot enforce.
+    let grant = echo[0]
+        .get("capability")
+        .and_then(Value::as_object)
+        .and_then(|c| c.get("grant"))
+        .and_then(Value::as_object)
+        .unwrap();
+    assert!(grant.get("fs").is_none() && grant.get("net").is_none());
+    assert!(grant.get("component_digest").is_none());
+    assert_eq!(
+        grant.get("max_wall_ms").and_then(Value::as_int),
+        Some((1 << 53) - 1)
+    );
+    assert_eq!(at(echo[1], &["execution", "status"]), "trap");
+    assert!(at(echo[1], &["execution", "message"]).contains("isError"));
+    assert!(
+        !field(echo[1], "response_digest").is_empty(),
+        "an error result was handed back, so it is digested"
+    );
+}
+
+#[test]
+fn a_call_the_policy_denies_never_reaches_the_server() {
+    let mut w = Wrap::start(&[], &[]);
+    w.initialize();
+    let denied = w.call(3, "get-env", r#"{"name":"HOME"}"#);
+    assert!(is_error(&denied));
+    let meta = denied
+        .get("result")
+        .and_then(Value::as_object)
+        .and_then(|r| r.get("_meta"))
+        .and_then(Value::as_object)
+        .and_then(|m| m.get("dev.aegis/refusal"))
+        .and_then(Value::as_object)
+        .cloned()
+        .expect("refusal facts under _meta");
+    assert_eq!(field(&meta, "station"), "policy");
+    let call_id = field(&meta, "call_id");
+    assert!(call_id.starts_with("call-"));
+    let shown = text(&w.received);
+    assert!(shown.contains("policy station") && shown.contains(&call_id));
+    // A call the policy allows still goes through after the refusal.
+    assert!(!is_error(&w.call(4, "echo", r#"{"text":"after"}"#)));
+    assert_eq!(w.close().code(), Some(0));
+    let saw = w.server_saw();
+    assert!(!saw.contains("get-env") || !saw.contains("\"id\":3"));
+    assert!(
+        saw.lines()
+            .all(|l| !(l.contains("tools/call") && l.contains("get-env"))),
+        "{saw}"
+    );
+
+    let outcomes = w.record();
+    let env = outcome_of(&outcomes, "get-env");
+    assert_eq!(env.len(), 1);
+    assert_eq!(field(env[0], "call_id"), call_id);
+    assert_eq!(at(env[0], &["policy", "status"]), "denied");
+    assert!(at(env[0], &["policy", "reason"]).contains("environment variables stay private"));
+    assert!(env[0].get("grant_id").is_none());
+}
+
+#[test]
+fn a_changed_tool_description_refuses_the_next_call() {
+    let mut w = Wrap::start(&[], &["--rug-pull"]);
+    w.initialize();
+    assert!(!is_error(&w.call(3, "echo", r#"{"text":"before"}"#)));
+    w.request(4, "tools/list", "{}");
+    let refused = w.call(5, "echo", r#"{"text":"after"}"#);
+    assert!(is_error(&refused));
+    assert!(text(&w.received).contains("pins station"));
+    assert_eq!(w.close().code(), Some(0));
+    assert!(
+        !w.server_saw().contains("after"),
+        "the refused call was not forwarded"
+    );
+
+    let outcomes = w.record();
+    let echo = outcome_of(&outcomes, "echo");
+    assert_eq!(echo.len(), 2);
+    assert_eq!(at(echo[0], &["execution", "status"]), "success");
+    assert_eq!(at(echo[1], &["execution", "status"]), "host_denied");
+    assert!(at(echo[1], &["execution", "reason"]).contains("pins"));
+}
+
+#[test]
+fn a_server_killed_mid_call_ends_the_call_and_the_session() {
+    let mut w = Wrap::start(&[], &[]);
+    w.initialize();
+    w.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hang"}}}"#);
+    w.await_server("hang");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(w.server_pid()).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    // (The record's JSON reader takes no negative numbers, so this is read as text.)
+    let answer = text(&w.recv());
+    assert!(
+        answer.contains(r#""id":3,"error":{"code":-32002"#),
+        "the pending call is answered: {answer}"
+    );
+    let status = w.wait();
+    assert_eq!(status.code(), Some(128 + 9), "{}", w.stderr());
+
+    let outcomes = w.record();
+    let echo = outcome_of(&outcomes, "echo");
+    assert_eq!(echo.len(), 1);
+    assert!(at(echo[0], &["execution", "message"]).contains("the server died"));
+}
+
+#[test]
+fn a_server_exiting_mid_call_passes_its_status_on() {
+    let mut w = Wrap::start(&[], &[]);
+    w.initialize();
+    w.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"die"}}}"#);
+    assert_eq!(w.wait().code(), Some(3));
+    let outcomes = w.record();
+    assert!(
+        at(outcome_of(&outcomes, "echo")[0], &["execution", "message"]).contains("the server died")
+    );
+}
+
+#[test]
+fn a_client_leaving_mid_call_stops_the_server_and_records_the_call() {
+    let mut w = Wrap::start(&["--grace-ms", "300"], &[]);
+    w.initialize();
+    w.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hang"}}}"#);
+    w.await_server("hang");
+    let started = Instant::now();
+    // The server is busy and never reads its EOF: SIGTERM after the grace ends it.
+    let status = w.close();
+    assert_eq!(status.code(), Some(128 + 15), "{}", w.stderr());
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let outcomes = w.record();
+    assert_eq!(
+        at(outcome_of(&outcomes, "echo")[0], &["execution", "status"]),
+        "trap"
+    );
+}
+
+#[test]
+fn a_signal_to_wrap_is_forwarded_to_the_server() {
+    let mut w = Wrap::start(&[], &[]);
+    w.initialize();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&w.child),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    assert_eq!(w.wait().code(), Some(128 + 15), "{}", w.stderr());
+    w.record();
+}
+
+#[test]
+fn pins_written_by_one_session_refuse_a_changed_tool_in_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let pins = dir.path().join("pins.jsonl");
+    let pins_flag = pins.to_str().unwrap();
+    let mut first = Wrap::start(&["--write-pins", pins_flag], &[]);
+    first.initialize();
+    assert_eq!(first.close().code(), Some(0));
+    assert!(std::fs::read_to_string(&pins).unwrap().contains("\"echo\""));
+    // The next server lists echo changed from its first listing on.
+    let mut second = Wrap::start(&["--pins", pins_flag], &["--rug-pull"]);
+    second.initialize();
+    assert!(!is_error(&second.call(3, "echo", r#"{"text":"same"}"#)));
+    second.request(4, "tools/list", "{}");
+    assert!(is_error(&second.call(5, "echo", r#"{"text":"changed"}"#)));
+    assert_eq!(second.close().code(), Some(0));
+    second.record();
+}
+
+/// Large calls and large answers at once: the client's reader must not hold the relay
+/// while it blocks writing to a server that is itself blocked writing its answers.
+#[test]
+fn large_frames_both_ways_do_not_deadlock() {
+    let mut w = Wrap::start(&[], &[]);
+    w.initialize();
+    let calls = 12u64;
+    let big = "x".repeat(200 * 1024);
+    let mut stdin = w.stdin.take().unwrap();
+    w.calls_sent += calls as usize;
+    let writer = std::thread::spawn(move || {
+        for id in 0..calls {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{big}"}}}}}}"#,
+                100 + id
+            );
+            stdin.write_all(line.as_bytes()).unwrap();
+            stdin.write_all(b"\n").unwrap();
+        }
+        stdin
+    });
+    for _ in 0..calls {
+        let line = w.recv();
+        assert!(line.len() > 200 * 1024, "{}", text(&line[..200]));
+    }
+    w.stdin = Some(writer.join().unwrap());
+    assert_eq!(w.close().code(), Some(0));
+    let outcomes = w.record();
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| at(o, &["execution", "status"]) == "success")
+    );
+}
+
+/// A server that ignores the SIGTERM forwarded to it is killed after the grace, and the
+/// client that left mid-call still finds its call recorded.
+#[test]
+fn a_server_ignoring_sigterm_is_killed_after_the_grace() {
+    let mut w = Wrap::start(&["--grace-ms", "200"], &["--ignore-term"]);
+    w.initialize();
+    w.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hang"}}}"#);
+    w.await_server("hang");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&w.child),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    assert_eq!(w.wait().code(), Some(128 + 9), "{}", w.stderr());
+    let outcomes = w.record();
+    assert!(
+        at(outcome_of(&outcomes, "echo")[0], &["execution", "message"]).contains("the server died")
+    );
+}
+
+#[test]
+fn a_server_that_cannot_start_is_an_error_and_the_session_still_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = aegis()
+        .args(["wrap", "--", "/nonexistent/mcp-server"])
+        .stdin(Stdio::null())
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("/nonexistent/mcp-server"));
+}
+
+/// A ceiling the policy sets cannot be enforced on a relayed server, so the call is
+/// refused rather than recorded under it.
+#[test]
+fn a_policy_ceiling_on_a_relayed_tool_refuses_the_call() {
+    let mut w = Wrap::start(&[], &["--tool", "limited"]);
+    w.initialize();
+    let refused = w.call(3, "limited", "{}");
+    assert!(is_error(&refused));
+    assert!(text(&w.received).contains("host station"));
+    assert_eq!(w.close().code(), Some(0));
+    assert!(!w.server_saw().contains("tools/call"));
+    let outcomes = w.record();
+    let limited = outcome_of(&outcomes, "limited");
+    assert_eq!(at(limited[0], &["execution", "status"]), "host_denied");
+    assert!(at(limited[0], &["execution", "reason"]).contains("limits"));
+}
+
+#[test]
+fn a_call_the_client_cancels_is_recorded_as_cancelled() {
+    let mut w = Wrap::start(&["--grace-ms", "200"], &[]);
+    w.initialize();
+    w.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hang"}}}"#);
+    w.await_server("hang");
+    w.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3,"reason":"took too long"}}"#);
+    // The relay ends the call on the cancellation itself (the server is asleep).
+    let started = Instant::now();
+    while !text(&std::fs::read(w.path("record.jsonl")).unwrap()).contains("took too long") {
+        assert!(
+            started.elapsed() < PATIENCE,
+            "no outcome for the cancelled call"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(w.close().code(), Some(128 + 15));
+    let outcomes = w.record();
+    assert_eq!(
+        at(outcome_of(&outcomes, "echo")[0], &["execution", "message"]),
+        "cancelled: the client cancelled: took too long"
+    );
+}
+
+#[test]
+fn in_record_only_mode_a_changed_tool_still_runs() {
+    let mut w = Wrap::start(&["--pins-record-only"], &["--rug-pull"]);
+    w.initialize();
+    w.request(3, "tools/list", "{}");
+    assert!(!is_error(&w.call(4, "echo", r#"{"text":"anyway"}"#)));
+    assert_eq!(w.close().code(), Some(0));
+    assert!(w.stderr().contains("calling anyway"));
+    w.record();
+}
