@@ -1,0 +1,415 @@
+//! `aegis wrap` between real peers: the official MCP Python SDK (`mcp==2.3.0`) as the
+//! client and the reference servers `@modelcontextprotocol/server-everything` and
+//! `server-filesystem` (both `2026.8.31`) from npm.
+//!
+//! The peers are installed once per machine by tests/mcp-peers/install.sh into
+//! `<target dir>/mcp-peers`; a failed install fails every test here, naming the peer.
+//! Each session runs tests/mcp-peers/client.py, whose server command is
+//! `aegis wrap ... -- tee.py -- node SERVER`: tee.py taps both sides of the relay, so
+//! the test compares the bytes the server wrote with the bytes the client received.
+
+use aegis_record::json::{Object, Value, parse};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const PATIENCE: Duration = Duration::from_secs(90);
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn peers_dir() -> &'static Path {
+    static PEERS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let peers = PEERS.get_or_init(|| {
+        // The binary sits in <target>/debug; the peers go beside the build outputs.
+        let target = Path::new(env!("CARGO_BIN_EXE_aegis"))
+            .parent()
+            .and_then(Path::parent)
+            .expect("the target dir")
+            .to_path_buf();
+        let prefix = target.join("mcp-peers");
+        let out = Command::new("bash")
+            .arg(repo().join("tests/mcp-peers/install.sh"))
+            .arg(&prefix)
+            .output()
+            .map_err(|e| format!("cannot run tests/mcp-peers/install.sh: {e}"))?;
+        if out.status.success() {
+            Ok(prefix)
+        } else {
+            Err(format!(
+                "installing the MCP peers (mcp==2.3.0 from PyPI, \
+                 @modelcontextprotocol/server-everything and server-filesystem @2026.8.31 \
+                 from npm) failed: {}",
+                text(&out.stderr)
+            ))
+        }
+    });
+    match peers {
+        Ok(p) => p,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn server_js(package: &str) -> PathBuf {
+    peers_dir().join(format!(
+        "npm/node_modules/@modelcontextprotocol/{package}/dist/index.js"
+    ))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn object(line: &[u8]) -> Object {
+    match parse(line) {
+        Ok(Value::Object(o)) => o,
+        other => panic!("not an object: {other:?}: {}", text(line)),
+    }
+}
+
+fn field(o: &Object, key: &str) -> String {
+    o.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `o[a][b]…` as a string, or "".
+fn at(o: &Object, path: &[&str]) -> String {
+    let (last, inner) = path.split_last().unwrap();
+    let mut cur = o;
+    for key in inner {
+        match cur.get(key).and_then(Value::as_object) {
+            Some(next) => cur = next,
+            None => return String::new(),
+        }
+    }
+    field(cur, last)
+}
+
+/// Whether to put `aegis wrap` between the client and the server.
+enum Via<'a> {
+    Bare,
+    Wrap { policy: &'a str },
+}
+
+/// One finished client session and its files.
+struct Session {
+    dir: tempfile::TempDir,
+    /// client.py's report.
+    got: Object,
+}
+
+impl Session {
+    /// Runs client.py in `mode` with `plan` against `server` (node + args), with
+    /// `env` handed to the server.
+    fn run(mode: &str, via: Via, plan: &str, env: &[&str], server: &[&Path]) -> Session {
+        let dir = tempfile::tempdir().unwrap();
+        let peers = peers_dir();
+        let tee = repo().join("tests/mcp-peers/tee.py");
+        let mut cmd = Command::new("python3");
+        cmd.env("PYTHONPATH", peers.join("py"))
+            .arg(repo().join("tests/mcp-peers/client.py"))
+            .arg(mode)
+            .arg(dir.path().join("got.json"))
+            .arg(plan)
+            .args(env)
+            .arg("--");
+        if let Via::Wrap { policy } = via {
+            let key = dir.path().join("k");
+            let out = Command::new(env!("CARGO_BIN_EXE_aegis"))
+                .args(["keygen", "--out"])
+                .arg(&key)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            std::fs::write(dir.path().join("policy.yaml"), policy).unwrap();
+            cmd.arg("python3")
+                .arg(&tee)
+                .arg(dir.path().join("client"))
+                .arg("--")
+                .arg(env!("CARGO_BIN_EXE_aegis"))
+                .arg("wrap")
+                .arg("--policy")
+                .arg(dir.path().join("policy.yaml"))
+                .arg("--audit")
+                .arg(dir.path().join("record.jsonl"))
+                .arg("--signing-key")
+                .arg(&key)
+                .arg("--");
+        }
+        cmd.arg("python3")
+            .arg(&tee)
+            .arg(dir.path().join("server"))
+            .arg("--")
+            .arg("node")
+            .args(server);
+        let stderr = dir.path().join("stderr");
+        cmd.stderr(std::fs::File::create(&stderr).unwrap());
+        let mut child = cmd.spawn().unwrap();
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > PATIENCE {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "the client session did not finish: {}",
+                    text(&std::fs::read(&stderr).unwrap_or_default())
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(
+            status.success(),
+            "client.py failed: {}",
+            text(&std::fs::read(&stderr).unwrap_or_default())
+        );
+        let got = object(&std::fs::read(dir.path().join("got.json")).unwrap());
+        Session { dir, got }
+    }
+
+    fn file(&self, name: &str) -> Vec<u8> {
+        std::fs::read(self.dir.path().join(name)).unwrap_or_default()
+    }
+
+    fn tools(&self) -> Vec<String> {
+        match self.got.get("tools") {
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+            other => panic!("no tools: {other:?}"),
+        }
+    }
+
+    fn calls(&self) -> Vec<Object> {
+        match self.got.get("calls") {
+            Some(Value::Array(a)) => a.iter().filter_map(Value::as_object).cloned().collect(),
+            other => panic!("no calls: {other:?}"),
+        }
+    }
+
+    /// Verifies the record and checks that every tools/call the client sent has one
+    /// intent and one outcome; returns the outcomes.
+    fn record(&self) -> Vec<Object> {
+        let record = self.dir.path().join("record.jsonl");
+        let out = Command::new(env!("CARGO_BIN_EXE_aegis"))
+            .arg("verify")
+            .arg(&record)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        assert!(text(&out.stdout).starts_with("Verified"));
+        let sent = text(&self.file("client.in"))
+            .lines()
+            .filter(|l| l.contains(r#""method":"tools/call""#))
+            .count();
+        assert!(sent > 0);
+        let lines: Vec<Object> = std::fs::read(&record)
+            .unwrap()
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(object)
+            .collect();
+        let of_type = |t: &str| -> Vec<Object> {
+            lines
+                .iter()
+                .filter(|l| field(l, "line_type") == t)
+                .cloned()
+                .collect()
+        };
+        let (intents, outcomes) = (of_type("intent"), of_type("outcome"));
+        assert_eq!(intents.len(), sent, "one intent per tools/call");
+        assert_eq!(outcomes.len(), sent, "one outcome per tools/call");
+        for intent in &intents {
+            let id = field(intent, "call_id");
+            let matching = outcomes
+                .iter()
+                .filter(|o| field(o, "call_id") == id)
+                .count();
+            assert_eq!(matching, 1, "call {id} has one outcome");
+        }
+        assert_eq!(of_type("close").len(), 1, "the session was closed");
+        outcomes
+    }
+}
+
+fn is_error(call: &Object) -> bool {
+    call.get("isError") == Some(&Value::Bool(true))
+}
+
+/// The refusal facts aegis put under the result's `_meta`.
+fn refusal(call: &Object) -> Object {
+    let result = object(field(call, "result").as_bytes());
+    result
+        .get("_meta")
+        .and_then(Value::as_object)
+        .and_then(|m| m.get("dev.aegis/refusal"))
+        .and_then(Value::as_object)
+        .cloned()
+        .expect("refusal facts under _meta")
+}
+
+const MODES: [&str; 2] = ["legacy", "auto"];
+
+const NO_ENV: &str = "version: 1
+default: allow
+rules:
+  - id: no-env
+    action: deny
+    tool: get-env
+    reason: environment variables stay private
+";
+
+const SECRET: &str = "AEGIS_PEER_SECRET=wrap-peers-3f9c1e";
+
+#[test]
+fn everything_server_echo_runs_and_a_denied_get_env_never_does() {
+    let server = server_js("server-everything");
+    for mode in MODES {
+        let s = Session::run(
+            mode,
+            Via::Wrap { policy: NO_ENV },
+            r#"[{"tool":"echo","arguments":{"message":"hi é"}},{"tool":"get-env"}]"#,
+            &[SECRET],
+            &[&server, Path::new("stdio")],
+        );
+        let tools = s.tools();
+        assert!(tools.contains(&"echo".to_owned()) && tools.contains(&"get-env".to_owned()));
+        let calls = s.calls();
+        assert!(!is_error(&calls[0]), "{mode}: {calls:?}");
+        assert_eq!(field(&calls[0], "text"), "Echo: hi é");
+        let denied = &calls[1];
+        assert!(is_error(denied), "{mode}");
+        let facts = refusal(denied);
+        assert_eq!(field(&facts, "station"), "policy");
+        let call_id = field(&facts, "call_id");
+        assert!(call_id.starts_with("call-"));
+        let shown = field(denied, "text");
+        assert!(shown.contains("policy") && shown.contains(&call_id), "{shown}");
+        // The server had the secret and never ran get-env, so the client never saw it.
+        let secret = SECRET.split_once('=').unwrap().1;
+        assert!(!text(&s.file("got.json")).contains(secret));
+        assert!(!text(&s.file("client.out")).contains(secret));
+        assert!(
+            !text(&s.file("server.in")).contains("get-env\""),
+            "{mode}: the denied call reached the server"
+        );
+        // Every frame but the refusal is the server's own, byte for byte.
+        let client_out = text(&s.file("client.out"));
+        let relayed: Vec<&str> = client_out
+            .split_inclusive('\n')
+            .filter(|l| !l.contains(&call_id))
+            .collect();
+        assert_eq!(relayed.concat(), text(&s.file("server.out")), "{mode}");
+        assert_eq!(s.file("client.in").len(), s.file("server.in").len() + {
+            // The refused request is the only frame not forwarded.
+            text(&s.file("client.in"))
+                .split_inclusive('\n')
+                .filter(|l| l.contains("get-env"))
+                .map(str::len)
+                .sum::<usize>()
+        });
+
+        let outcomes = s.record();
+        let env: Vec<&Object> = outcomes
+            .iter()
+            .filter(|o| field(o, "tool_id") == "get-env")
+            .collect();
+        assert_eq!(env.len(), 1);
+        assert_eq!(field(env[0], "call_id"), call_id);
+        assert_eq!(at(env[0], &["policy", "status"]), "denied");
+        let echo: Vec<&Object> = outcomes
+            .iter()
+            .filter(|o| field(o, "tool_id") == "echo")
+            .collect();
+        assert_eq!(at(echo[0], &["execution", "status"]), "success");
+    }
+}
+
+/// The same session bare and through wrap: the client gets the same bytes, and
+/// through wrap every byte it gets is one the server wrote.
+#[test]
+fn the_sdk_client_sees_the_same_bytes_with_and_without_wrap() {
+    let server = server_js("server-everything");
+    let plan = r#"[{"tool":"echo","arguments":{"message":"same ü"}},{"tool":"get-sum","arguments":{"a":2,"b":3}},{"tool":"get-structured-content","arguments":{"location":"New York"}}]"#;
+    for mode in MODES {
+        let bare = Session::run(mode, Via::Bare, plan, &[], &[&server, Path::new("stdio")]);
+        let wrapped = Session::run(
+            mode,
+            Via::Wrap { policy: NO_ENV },
+            plan,
+            &[],
+            &[&server, Path::new("stdio")],
+        );
+        assert_eq!(
+            text(&wrapped.file("client.out")),
+            text(&wrapped.file("server.out")),
+            "{mode}"
+        );
+        assert_eq!(wrapped.file("client.in"), wrapped.file("server.in"), "{mode}");
+        // Bare, the server's bytes are what the client got.
+        assert_eq!(
+            text(&bare.file("server.out")),
+            text(&wrapped.file("client.out")),
+            "{mode}"
+        );
+        assert_eq!(bare.file("server.in"), wrapped.file("server.in"), "{mode}");
+        assert_eq!(bare.calls(), wrapped.calls());
+        assert!(wrapped.calls().iter().all(|c| !is_error(c)));
+        wrapped.record();
+    }
+}
+
+#[test]
+fn filesystem_server_reads_are_relayed_and_a_denied_write_creates_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    std::fs::write(root_path.join("notes.txt"), "peer notes\n").unwrap();
+    let policy = "version: 1
+default: allow
+rules:
+  - id: read-only
+    action: deny
+    tool: write_file
+    reason: the workspace is read-only
+";
+    let dir = root_path.to_str().unwrap();
+    let plan = format!(
+        r#"[{{"tool":"list_directory","arguments":{{"path":"{dir}"}}}},
+            {{"tool":"read_text_file","arguments":{{"path":"{dir}/notes.txt"}}}},
+            {{"tool":"write_file","arguments":{{"path":"{dir}/new.txt","content":"x"}}}}]"#
+    );
+    let server = server_js("server-filesystem");
+    let s = Session::run(
+        "legacy",
+        Via::Wrap { policy },
+        &plan,
+        &[],
+        &[&server, &root_path],
+    );
+    let calls = s.calls();
+    assert!(!is_error(&calls[0]), "{calls:?}");
+    assert!(field(&calls[0], "text").contains("notes.txt"));
+    assert!(!is_error(&calls[1]));
+    assert!(field(&calls[1], "text").contains("peer notes"));
+    assert!(is_error(&calls[2]));
+    assert_eq!(field(&refusal(&calls[2]), "station"), "policy");
+    assert!(!root_path.join("new.txt").exists(), "the denied write ran");
+    assert!(!text(&s.file("server.in")).contains("write_file\""));
+
+    let outcomes = s.record();
+    let write: Vec<&Object> = outcomes
+        .iter()
+        .filter(|o| field(o, "tool_id") == "write_file")
+        .collect();
+    assert_eq!(write.len(), 1);
+    assert_eq!(at(write[0], &["policy", "status"]), "denied");
+    assert!(at(write[0], &["policy", "reason"]).contains("read-only"));
+}

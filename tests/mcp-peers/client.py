@@ -1,0 +1,54 @@
+"""An MCP client built on the official Python SDK (mcp==2.3.0), for wrap_peers.rs.
+
+Connects over stdio to CMD ARGS with `mcp.Client` (a ClientSession over stdio_client)
+in the given mode, lists the tools, makes the planned calls and writes what it got as
+JSON to OUT: {"protocol", "tools": [names], "calls": [{"isError", "text", "result"}]}.
+Only strings and booleans are written, so the test's small JSON reader takes it.
+
+Usage: client.py MODE OUT PLAN_JSON [NAME=VALUE ...] -- CMD ARGS...
+  MODE: legacy (initialize handshake) or auto (server/discover, falling back)
+  PLAN_JSON: [{"tool": NAME, "arguments": {...}}, ...]
+  NAME=VALUE: environment handed to the server process
+"""
+
+import json
+import sys
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+
+async def run(mode, out, plan, env, command):
+    params = StdioServerParameters(command=command[0], args=command[1:], env=env)
+    got = {"mode": mode, "tools": [], "calls": []}
+    async with Client(params, mode=mode, cache=None) as client:
+        got["protocol"] = str(client.session.protocol_version)
+        listing = await client.list_tools()
+        got["tools"] = [t.name for t in listing.tools]
+        for step in plan:
+            result = await client.call_tool(step["tool"], step.get("arguments", {}))
+            dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+            got["calls"].append(
+                {
+                    "tool": step["tool"],
+                    "isError": bool(result.is_error),
+                    "text": "".join(
+                        c.text for c in result.content if getattr(c, "type", "") == "text"
+                    ),
+                    "result": json.dumps(dumped, sort_keys=True),
+                }
+            )
+    with open(out, "w") as f:
+        json.dump(got, f)
+
+
+def main():
+    args = sys.argv[1:]
+    split = args.index("--")
+    mode, out, plan, *pairs = args[:split]
+    env = dict(p.split("=", 1) for p in pairs)
+    anyio.run(run, mode, out, json.loads(plan), env, args[split + 1 :])
+
+
+if __name__ == "__main__":
+    main()
