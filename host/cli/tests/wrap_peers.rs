@@ -292,7 +292,10 @@ fn everything_server_echo_runs_and_a_denied_get_env_never_does() {
         let call_id = field(&facts, "call_id");
         assert!(call_id.starts_with("call-"));
         let shown = field(denied, "text");
-        assert!(shown.contains("policy") && shown.contains(&call_id), "{shown}");
+        assert!(
+            shown.contains("policy") && shown.contains(&call_id),
+            "{shown}"
+        );
         // The server had the secret and never ran get-env, so the client never saw it.
         let secret = SECRET.split_once('=').unwrap().1;
         assert!(!text(&s.file("got.json")).contains(secret));
@@ -308,14 +311,17 @@ fn everything_server_echo_runs_and_a_denied_get_env_never_does() {
             .filter(|l| !l.contains(&call_id))
             .collect();
         assert_eq!(relayed.concat(), text(&s.file("server.out")), "{mode}");
-        assert_eq!(s.file("client.in").len(), s.file("server.in").len() + {
-            // The refused request is the only frame not forwarded.
-            text(&s.file("client.in"))
-                .split_inclusive('\n')
-                .filter(|l| l.contains("get-env"))
-                .map(str::len)
-                .sum::<usize>()
-        });
+        assert_eq!(
+            s.file("client.in").len(),
+            s.file("server.in").len() + {
+                // The refused request is the only frame not forwarded.
+                text(&s.file("client.in"))
+                    .split_inclusive('\n')
+                    .filter(|l| l.contains("get-env"))
+                    .map(str::len)
+                    .sum::<usize>()
+            }
+        );
 
         let outcomes = s.record();
         let env: Vec<&Object> = outcomes
@@ -331,6 +337,19 @@ fn everything_server_echo_runs_and_a_denied_get_env_never_does() {
             .collect();
         assert_eq!(at(echo[0], &["execution", "status"]), "success");
     }
+    // The control: allowed, get-env does hand the secret over, so its absence above
+    // means the call never ran.
+    let allowed = Session::run(
+        "legacy",
+        Via::Wrap {
+            policy: "version: 1\ndefault: allow\n",
+        },
+        r#"[{"tool":"get-env"}]"#,
+        &[SECRET],
+        &[&server, Path::new("stdio")],
+    );
+    assert!(field(&allowed.calls()[0], "text").contains(SECRET.split_once('=').unwrap().1));
+    allowed.record();
 }
 
 /// The same session bare and through wrap: the client gets the same bytes, and
@@ -353,7 +372,11 @@ fn the_sdk_client_sees_the_same_bytes_with_and_without_wrap() {
             text(&wrapped.file("server.out")),
             "{mode}"
         );
-        assert_eq!(wrapped.file("client.in"), wrapped.file("server.in"), "{mode}");
+        assert_eq!(
+            wrapped.file("client.in"),
+            wrapped.file("server.in"),
+            "{mode}"
+        );
         // Bare, the server's bytes are what the client got.
         assert_eq!(
             text(&bare.file("server.out")),
