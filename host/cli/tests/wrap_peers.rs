@@ -280,6 +280,18 @@ fn everything_server_echo_runs_and_a_denied_get_env_never_does() {
             &[SECRET],
             &[&server, Path::new("stdio")],
         );
+        // The SDK's mode decides its first frame: initialize, or the discover probe.
+        let first = if mode == "legacy" {
+            "initialize"
+        } else {
+            "server/discover"
+        };
+        assert!(
+            text(&s.file("server.in"))
+                .starts_with(&format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{first}""#)),
+            "{mode}: {}",
+            text(&s.file("server.in"))
+        );
         let tools = s.tools();
         assert!(tools.contains(&"echo".to_owned()) && tools.contains(&"get-env".to_owned()));
         let calls = s.calls();
