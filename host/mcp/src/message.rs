@@ -109,7 +109,19 @@ pub enum NameProblem {
 }
 
 /// Classifies one frame (a trailing `\n` is JSON whitespace and may stay).
+///
+/// A carriage return anywhere but just before the final `\n` makes the frame
+/// [`Message::Invalid`]: JSON counts it as whitespace, but readers that split lines at
+/// `\r` (Python's universal newlines, Node's `readline`) would read the pieces as other
+/// messages the relay never decided.
 pub fn classify(frame: &[u8]) -> Message<'_> {
+    let body = frame.strip_suffix(b"\n").unwrap_or(frame);
+    let body = body.strip_suffix(b"\r").unwrap_or(body);
+    if body.contains(&b'\r') {
+        return Message::Invalid(
+            "a carriage return inside the line, where some readers split it".into(),
+        );
+    }
     match json::parse(frame) {
         Err(_) => Message::NotJson,
         Ok(node) => match node.value {
@@ -323,6 +335,14 @@ mod tests {
     #[test]
     fn shapes() {
         assert!(matches!(classify(b"hello\n"), Message::NotJson));
+        // Regression (an outside attack): a call hidden between carriage returns in a
+        // ping's params reached a server that splits lines at `\r`.
+        let smuggled = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{\"x\":\r{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"get-env\"}}\r}}\n";
+        assert!(matches!(classify(smuggled), Message::Invalid(_)));
+        assert!(matches!(
+            classify(b"{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1}\r\n"),
+            Message::Request(_)
+        ));
         assert!(matches!(classify(b"[]"), Message::Invalid(_)));
         assert!(matches!(classify(b"42"), Message::Invalid(_)));
         assert!(matches!(

@@ -149,6 +149,10 @@ pub enum ListingError {
     /// Keys collide somewhere in the result, so a client may read another definition.
     #[error("tools/list result has duplicate keys")]
     DuplicateKeys,
+    /// `nextCursor` is neither absent, null, nor a string, so whether the listing
+    /// goes on depends on the reader.
+    #[error("tools/list result has a nextCursor that is not a string")]
+    BadCursor,
 }
 
 impl PinSet {
@@ -181,6 +185,20 @@ impl PinSet {
         else {
             return Err(ListingError::NoToolsArray);
         };
+        // Only a non-empty string names a next page: clients stop at an absent, null or
+        // empty cursor (the SDKs test it for truth), so reading any of those as "more"
+        // would leave the listing unfinished, and the session never pinned.
+        let more = match object.lookup("nextCursor") {
+            Lookup::Absent => false,
+            Lookup::One(Node {
+                value: Value::Null, ..
+            }) => false,
+            Lookup::One(Node {
+                value: Value::String(cursor),
+                ..
+            }) => !cursor.text.is_empty(),
+            _ => return Err(ListingError::BadCursor),
+        };
         let mut page = Vec::new();
         for (index, tool) in tools.iter().enumerate() {
             page.push(pin_tool(tool).ok_or(ListingError::BadTool { index })?);
@@ -188,7 +206,7 @@ impl PinSet {
         for (name, pin) in page {
             self.insert(name, pin);
         }
-        Ok(!matches!(object.lookup("nextCursor"), Lookup::Absent))
+        Ok(more)
     }
 
     /// The pin of `name`, if listed.
@@ -568,6 +586,14 @@ mod tests {
         }
         assert!(s.is_empty());
         assert_eq!(s.add_page(br#"{"tools":[],"nextCursor":"c"}"#), Ok(true));
+        // Regression (an outside attack): a null or empty cursor ends the listing, as it
+        // does for clients; a cursor of another type cannot be read.
+        assert_eq!(s.add_page(br#"{"tools":[],"nextCursor":null}"#), Ok(false));
+        assert_eq!(s.add_page(br#"{"tools":[],"nextCursor":""}"#), Ok(false));
+        assert_eq!(
+            s.add_page(br#"{"tools":[],"nextCursor":7}"#),
+            Err(ListingError::BadCursor)
+        );
     }
 
     #[test]

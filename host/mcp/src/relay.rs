@@ -772,9 +772,19 @@ impl<G: Gate> Relay<G> {
         logs: &mut Vec<String>,
     ) -> Plan {
         match message {
-            Message::NotJson | Message::Invalid(_) => {
-                logs.push("server: relayed a line that is not a JSON-RPC message".into());
-                Plan::Forward
+            // Not relayed: the stdio transport lets a server write only MCP messages, and
+            // a line the relay cannot read unambiguously (ambiguous members, nesting past
+            // its bound, a bare `\r`) may be read by the client as a listing or an answer
+            // the relay never saw, slipping past the pins or the record.
+            Message::NotJson => {
+                logs.push("server: dropped a line that is not JSON".into());
+                Plan::Drop
+            }
+            Message::Invalid(reason) => {
+                logs.push(format!(
+                    "server: dropped a line the relay cannot read: {reason}"
+                ));
+                Plan::Drop
             }
             Message::Batch(items) => {
                 let mut any = false;

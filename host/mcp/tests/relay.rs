@@ -291,8 +291,14 @@ fn unreadable_client_lines_are_dropped_unless_configured() {
     assert!(to_server(&relay.from_client(idless.clone())).is_empty());
     let too_long = relay.from_client(Frame::TooLong { seen: 1 << 30 });
     assert!(matches!(&too_long[..], [Action::Log(_)]));
-    // The server's non-JSON lines are relayed.
-    assert_eq!(to_client(&relay.from_server(bad.clone())).len(), 1);
+    // The server's unreadable lines are dropped too: the client might read them as a
+    // listing or an answer the relay never saw.
+    assert!(to_client(&relay.from_server(bad.clone())).is_empty());
+    let ambiguous = line(r#"{"jsonrpc":"2.0","id":9,"result":{"tools":[]},"result":{"tools":[]}}"#);
+    assert!(to_client(&relay.from_server(ambiguous)).is_empty());
+    let carriage = Frame::Line(b"{\"jsonrpc\":\"2.0\",\r\"id\":9,\"result\":{}}\n".to_vec());
+    assert!(to_client(&relay.from_server(carriage.clone())).is_empty());
+    assert!(to_server(&relay.from_client(carriage)).is_empty());
 
     let config = RelayConfig {
         forward_unparsed_client_lines: true,
