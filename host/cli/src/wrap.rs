@@ -483,10 +483,10 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
         std::thread::sleep(Duration::from_millis(10));
     }
     let relay = lock(&shared.relay).take();
-    *lock(&shared.server_stdin) = None;
     if let Some(mut relay) = relay {
+        // Every pending call's outcome is written here, before anything is sent.
         let actions = relay.server_exited();
-        shared.act(actions);
+        deliver_at_exit(&shared, actions);
         if let (Some(path), Some(pins)) = (&a.write_pins, relay.pins())
             && let Err(e) = pins.write_pins_file(path)
         {
@@ -506,6 +506,31 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
         return exit::RECORD_FAILED;
     }
     status_code(status)
+}
+
+/// How long the answers owed at exit may take to reach the client.
+const EXIT_DELIVERY: Duration = Duration::from_secs(2);
+
+/// Sends the answers owed at exit, on a thread of their own, waiting at most
+/// [`EXIT_DELIVERY`]: a client that stopped reading its input (a reader of ours may be
+/// blocked writing to it, holding the client's lock) must not keep the session from
+/// its close line. The outcomes are already recorded; only the client's copies are lost.
+fn deliver_at_exit(shared: &Arc<Shared>, actions: Vec<Action>) {
+    let (done_tx, done) = channel();
+    let shared = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name("aegis-wrap-exit".into())
+        .spawn(move || {
+            *lock(&shared.server_stdin) = None;
+            shared.act(actions);
+            let _ = done_tx.send(());
+        });
+    if spawned.is_err() || done.recv_timeout(EXIT_DELIVERY).is_err() {
+        crate::say(
+            "aegis: the client is not reading; the answers owed at exit were not delivered \
+             (their outcomes are recorded)",
+        );
+    }
 }
 
 /// Ends the session with its close line.

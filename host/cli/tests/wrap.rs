@@ -9,6 +9,8 @@ use aegis_record::json::{Object, Value, parse};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
@@ -52,6 +54,8 @@ struct Wrap {
     calls_sent: usize,
     /// Every byte the client sent, in order.
     sent: Vec<u8>,
+    /// Set to stop reading wrap's stdout, as a client that hangs would.
+    stall: Arc<AtomicBool>,
 }
 
 impl Wrap {
@@ -92,8 +96,15 @@ impl Wrap {
         let stdin = child.stdin.take();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let (tx, lines) = channel();
+        let stall = Arc::new(AtomicBool::new(false));
+        let stalled = stall.clone();
         std::thread::spawn(move || {
             loop {
+                if stalled.load(Ordering::SeqCst) {
+                    // Holds the pipe open without reading, until wrap is gone.
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
                 let mut line = Vec::new();
                 match stdout.read_until(b'\n', &mut line) {
                     Ok(0) | Err(_) => break,
@@ -113,6 +124,7 @@ impl Wrap {
             received: Vec::new(),
             calls_sent: 0,
             sent: Vec::new(),
+            stall,
         }
     }
 
@@ -640,5 +652,42 @@ fn in_record_only_mode_a_changed_tool_still_runs() {
     assert!(!is_error(&w.call(4, "echo", r#"{"text":"anyway"}"#)));
     assert_eq!(w.close().code(), Some(0));
     assert!(w.stderr().contains("calling anyway"));
+    w.record();
+}
+
+/// Regression (an outside attack): a client that stops reading its input used to keep
+/// wrap from ever writing its close line, even after SIGTERM, since the answers owed at
+/// exit waited on a writer blocked on the client's full pipe.
+#[test]
+fn a_client_that_stops_reading_does_not_keep_the_session_open() {
+    let mut w = Wrap::start(&["--grace-ms", "300"], &[]);
+    w.initialize();
+    w.stall.store(true, Ordering::SeqCst);
+    // An answer far larger than a pipe holds: wrap blocks writing it to us.
+    let calls = 1u64;
+    let big = "x".repeat(1024 * 1024);
+    let mut stdin = w.stdin.take().unwrap();
+    w.calls_sent += calls as usize;
+    std::thread::spawn(move || {
+        for id in 0..calls {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{big}"}}}}}}"#,
+                100 + id
+            );
+            if stdin.write_all(line.as_bytes()).is_err() || stdin.write_all(b"\n").is_err() {
+                break;
+            }
+        }
+        // Kept open: the client neither reads nor leaves.
+        std::thread::sleep(PATIENCE);
+    });
+    w.await_server("\"id\":100");
+    std::thread::sleep(Duration::from_millis(500));
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&w.child),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    assert_eq!(w.wait().code(), Some(128 + 15), "{}", w.stderr());
     w.record();
 }
