@@ -236,6 +236,36 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
+/// The operator's `--policy`, `--audit` and `--signing-key`, as overrides of the
+/// profile's stations (the host records each next to what the profile said).
+///
+/// # Errors
+/// The exit code, after saying why, when the key cannot be loaded.
+fn with_overrides(
+    builder: aegis_runtime::HostBuilder,
+    policy: Option<&std::path::Path>,
+    audit: Option<&std::path::Path>,
+    signing_key: Option<&std::path::Path>,
+) -> Result<aegis_runtime::HostBuilder, u8> {
+    let mut builder = builder;
+    if let Some(policy) = policy {
+        builder = builder.policy_file("--policy", policy);
+    }
+    if let Some(audit) = audit {
+        builder = builder.audit_file("--audit", audit);
+    }
+    if let Some(path) = signing_key {
+        match aegis_record::key::SigningKey::load(path) {
+            Ok(k) => builder = builder.signing_key(k),
+            Err(e) => {
+                error(format_args!("--signing-key: {e}"));
+                return Err(exit::REFUSED);
+            }
+        }
+    }
+    Ok(builder)
+}
+
 /// Finds the profile a command runs with and says on stderr which one it is and where
 /// it came from, so a profile picked up from an unexpected place is visible.
 ///

@@ -3,7 +3,6 @@
 //! The tool's output goes to stdout, the pipeline's verdict to stderr, and the exit code
 //! names the class of the ending (see [`crate::exit`]).
 
-use aegis_record::key::SigningKey;
 use aegis_record::{CapabilityOutcome, ExecutionOutcome, PolicyOutcome};
 use aegis_runtime::Host;
 use aegis_runtime::capability::{DEFAULT_LIMITS, Limits, ToolKind, ToolManifest, ToolRegistry};
@@ -121,22 +120,15 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let mut builder = Host::builder(profile).tool_registry(tools);
-    if let Some(policy) = &a.policy {
-        builder = builder.policy_file("--policy", policy);
-    }
-    if let Some(audit) = &a.audit {
-        builder = builder.audit_file("--audit", audit);
-    }
-    if let Some(path) = &a.signing_key {
-        match SigningKey::load(path) {
-            Ok(k) => builder = builder.signing_key(k),
-            Err(e) => {
-                crate::error(format_args!("--signing-key: {e}"));
-                return exit::REFUSED;
-            }
-        }
-    }
+    let builder = match crate::with_overrides(
+        Host::builder(profile).tool_registry(tools),
+        a.policy.as_deref(),
+        a.audit.as_deref(),
+        a.signing_key.as_deref(),
+    ) {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
     // One call per process: reserving an instance pool (about 3-4 ms) would cost more
     // than it saves (benches/results/sandbox.md).
     let builder = builder.sandbox_options(Options {

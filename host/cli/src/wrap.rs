@@ -21,7 +21,6 @@ use aegis_mcp::relay::{
     Action, CallEnd, Gate, PinMode, Refusal, RefusedCall, Relay, RelayConfig, ToolCall,
 };
 use aegis_record::json::MAX_SAFE_INTEGER;
-use aegis_record::key::SigningKey;
 use aegis_record::text::escape;
 use aegis_runtime::capability::{Limits, ToolRegistry};
 use aegis_runtime::pipeline::{CallClass, CallRequest};
@@ -378,22 +377,15 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
     }
     let mut tools = ToolRegistry::new();
     tools.relay_unregistered(UNBOUNDED);
-    let mut builder = Host::builder(profile).tool_registry(tools);
-    if let Some(policy) = &a.policy {
-        builder = builder.policy_file("--policy", policy);
-    }
-    if let Some(audit) = &a.audit {
-        builder = builder.audit_file("--audit", audit);
-    }
-    if let Some(path) = &a.signing_key {
-        match SigningKey::load(path) {
-            Ok(k) => builder = builder.signing_key(k),
-            Err(e) => {
-                crate::error(format_args!("--signing-key: {e}"));
-                return exit::REFUSED;
-            }
-        }
-    }
+    let builder = match crate::with_overrides(
+        Host::builder(profile).tool_registry(tools),
+        a.policy.as_deref(),
+        a.audit.as_deref(),
+        a.signing_key.as_deref(),
+    ) {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
     let (events_tx, events) = channel();
     let signal_tx = Mutex::new(events_tx.clone());
     // Caught from before the server starts, so none is lost between spawn and watch.

@@ -491,11 +491,15 @@ fn a_client_leaving_mid_call_stops_the_server_and_records_the_call() {
     w.initialize();
     w.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hang"}}}"#);
     w.await_server("hang");
-    let started = Instant::now();
-    // The server is busy and never reads its EOF: SIGTERM after the grace ends it.
+    // The server is busy and never reads its EOF: SIGTERM after the grace ends it. The
+    // order is shown by what wrap says, not timed (timing belongs in benches).
     let status = w.close();
-    assert_eq!(status.code(), Some(128 + 15), "{}", w.stderr());
-    assert!(started.elapsed() >= Duration::from_millis(300));
+    let said = w.stderr();
+    assert_eq!(status.code(), Some(128 + 15), "{said}");
+    assert!(
+        said.contains("after the client closed its stdin; sending SIGTERM"),
+        "{said}"
+    );
     let outcomes = w.record();
     assert_eq!(
         at(outcome_of(&outcomes, "echo")[0], &["execution", "status"]),
