@@ -299,6 +299,23 @@ fn unreadable_client_lines_are_dropped_unless_configured() {
     let carriage = Frame::Line(b"{\"jsonrpc\":\"2.0\",\r\"id\":9,\"result\":{}}\n".to_vec());
     assert!(to_client(&relay.from_server(carriage.clone())).is_empty());
     assert!(to_server(&relay.from_client(carriage)).is_empty());
+    // Variants: a carriage return first, doubled before the newline, or between the
+    // elements of a batch; and a server answer nested past the reader's bound.
+    for variant in [
+        &b"\r{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"ping\"}\n"[..],
+        b"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"ping\"}\r\r\n",
+        b"[{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"ping\"},\r{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\"}]\n",
+    ] {
+        let frame = Frame::Line(variant.to_vec());
+        assert!(to_server(&relay.from_client(frame.clone())).is_empty());
+        assert!(to_client(&relay.from_server(frame)).is_empty());
+    }
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"result":{}1{}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    assert!(to_client(&relay.from_server(line(&deep))).is_empty());
 
     let config = RelayConfig {
         forward_unparsed_client_lines: true,
