@@ -5,7 +5,10 @@
 //! Each test checks the record too: it verifies, and every `tools/call` the client sent
 //! has exactly one intent and one outcome.
 
-use aegis_record::json::{Object, Value, parse};
+mod common;
+
+use aegis_record::json::{Object, Value};
+use common::{at, field, object, text};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
@@ -22,10 +25,6 @@ fn aegis() -> Command {
 
 fn server_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/mcp/echo_server.py")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// Allows everything but `get-env`; `limited` gets a ceiling wrap cannot enforce.
@@ -296,33 +295,6 @@ impl Drop for Wrap {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn object(line: &[u8]) -> Object {
-    match parse(line) {
-        Ok(Value::Object(o)) => o,
-        other => panic!("not an object: {other:?}: {}", text(line)),
-    }
-}
-
-fn field(o: &Object, key: &str) -> String {
-    o.get(key)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned()
-}
-
-/// `o[a][b]…` as a string, or "".
-fn at(o: &Object, path: &[&str]) -> String {
-    let (last, inner) = path.split_last().unwrap();
-    let mut cur = o;
-    for key in inner {
-        match cur.get(key).and_then(Value::as_object) {
-            Some(next) => cur = next,
-            None => return String::new(),
-        }
-    }
-    field(cur, last)
 }
 
 fn is_error(answer: &Object) -> bool {

@@ -8,7 +8,10 @@
 //! `aegis wrap ... -- tee.py -- node SERVER`: tee.py taps both sides of the relay, so
 //! the test compares the bytes the server wrote with the bytes the client received.
 
-use aegis_record::json::{Object, Value, parse};
+mod common;
+
+use aegis_record::json::{Object, Value};
+use common::{at, field, object, text};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -56,37 +59,6 @@ fn server_js(package: &str) -> PathBuf {
     peers_dir().join(format!(
         "npm/node_modules/@modelcontextprotocol/{package}/dist/index.js"
     ))
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn object(line: &[u8]) -> Object {
-    match parse(line) {
-        Ok(Value::Object(o)) => o,
-        other => panic!("not an object: {other:?}: {}", text(line)),
-    }
-}
-
-fn field(o: &Object, key: &str) -> String {
-    o.get(key)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned()
-}
-
-/// `o[a][b]…` as a string, or "".
-fn at(o: &Object, path: &[&str]) -> String {
-    let (last, inner) = path.split_last().unwrap();
-    let mut cur = o;
-    for key in inner {
-        match cur.get(key).and_then(Value::as_object) {
-            Some(next) => cur = next,
-            None => return String::new(),
-        }
-    }
-    field(cur, last)
 }
 
 /// Whether to put `aegis wrap` between the client and the server.
