@@ -1,4 +1,4 @@
-//! The relay core behind `aegis wrap`: pure logic, no processes, no runtime.
+//! The relay behind `aegis wrap`: a core of pure logic, and the stdio session around it.
 //!
 //! `aegis wrap` sits between an MCP client and an MCP stdio server and relays
 //! newline-delimited JSON-RPC both ways. This crate holds everything about that relay that
@@ -9,7 +9,16 @@
 //!   batch, with duplicate-key detection and ids kept as their exact JSON text;
 //! - [`pins`] digests tool definitions over a canonical form and compares listings;
 //! - [`relay`] is the state machine that decides what each frame becomes, and calls a
-//!   [`relay::Gate`] (implemented by the CLI over the Aegis runtime) for every `tools/call`.
+//!   [`relay::Gate`] for every `tools/call`.
+//!
+//! Around that core, with I/O:
+//!
+//! - [`stdio`] runs a session: it spawns the server, relays between it and the client on
+//!   reader and writer threads with bounded queues, stops the server when the client
+//!   leaves, and ends every pending call;
+//! - `host_gate` (cargo feature `runtime`, on by default) implements the gate over the
+//!   Aegis runtime's pipeline. Without the feature the crate does not depend on the
+//!   runtime.
 //!
 //! # Guarantees
 //! - Forwarded bytes are the bytes received, never re-serialized.
@@ -23,7 +32,11 @@
 #![forbid(unsafe_code)]
 
 pub mod frame;
+#[cfg(feature = "runtime")]
+pub mod host_gate;
 mod json;
 pub mod message;
+mod outbox;
 pub mod pins;
 pub mod relay;
+pub mod stdio;

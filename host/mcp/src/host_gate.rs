@@ -1,0 +1,269 @@
+//! The [`Gate`] over the Aegis runtime: each relayed `tools/call` goes through the
+//! profile's pipeline (policy, capability, a durable intent) before the server sees it,
+//! and its end becomes the call's outcome. Built with the `runtime` feature (default).
+//!
+//! A wrapped server's tools reach the capability station as relayed tools
+//! ([`ToolKind::Relayed`](aegis_runtime::capability::ToolKind)): the registry from
+//! [`tool_registry`] grants any tool the relay lets through (the relay refuses a tool the
+//! server never listed) a grant with no roots or destinations, whose id starts
+//! `relayed-`. The host never runs it; the policy still decides each call by the tool's
+//! listed name.
+//!
+//! # Guarantees
+//! - A call is forwarded only once its intent is durable and the policy and capability
+//!   stations allowed it with no ceilings: a policy that sets limits on a relayed tool is
+//!   refused (fail closed), since nothing here could hold the server to them.
+//! - Every call the relay refused itself is recorded too (an intent, then an outcome
+//!   naming the relay's reason).
+//!
+//! # Non-guarantees
+//! - A record write that fails is said as a [`Notice::Error`] and remembered
+//!   ([`RecordHealth`]); the relay goes on. The caller decides what that means for its
+//!   exit (the CLI exits 17).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use aegis_record::json::MAX_SAFE_INTEGER;
+use aegis_record::{CapabilityOutcome, PolicyOutcome};
+use aegis_runtime::capability::{Limits, ToolRegistry};
+use aegis_runtime::pipeline::{CallClass, CallRecord, CallRequest};
+use aegis_runtime::{Ending, Executed, OwnedCall, Pipeline};
+
+use crate::relay::{CallEnd, Gate, Refusal, RefusedCall, ToolCall};
+use crate::stdio::{Notice, Sink};
+
+/// A relayed grant's ceilings: the relay enforces none on the server, so the grant
+/// claims none (the largest the record can carry).
+pub const UNBOUNDED: Limits = Limits {
+    max_memory_bytes: MAX_SAFE_INTEGER,
+    max_wall_ms: MAX_SAFE_INTEGER,
+    max_output_bytes: MAX_SAFE_INTEGER,
+};
+
+/// A tool registry that grants relayed tools [`UNBOUNDED`], for the host behind a
+/// [`HostGate`].
+pub fn tool_registry() -> ToolRegistry {
+    let mut tools = ToolRegistry::new();
+    tools.relay_unregistered(UNBOUNDED);
+    tools
+}
+
+/// Whether every intent and outcome the gate wrote reached the record. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct RecordHealth(Arc<AtomicBool>);
+
+impl RecordHealth {
+    /// True once an intent or outcome could not be written.
+    pub fn failed(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// The runtime behind the relay's [`Gate`].
+pub struct HostGate {
+    pipeline: Arc<Pipeline>,
+    role: Option<String>,
+    health: RecordHealth,
+    sink: Sink,
+}
+
+/// A forwarded call: its open guard and when it was handed to the server.
+pub struct Pending {
+    call: OwnedCall,
+    started: Instant,
+}
+
+impl HostGate {
+    /// A gate deciding calls on `pipeline`, asserting `role` for every call, and saying
+    /// record failures to `sink`.
+    pub fn new(pipeline: Arc<Pipeline>, role: Option<String>, sink: Sink) -> Self {
+        HostGate {
+            pipeline,
+            role,
+            health: RecordHealth::default(),
+            sink,
+        }
+    }
+
+    /// Whether the record took every line this gate wrote.
+    pub fn health(&self) -> RecordHealth {
+        self.health.clone()
+    }
+
+    fn request<'a>(&'a self, frame: &'a [u8], tool: &'a str) -> CallRequest<'a> {
+        CallRequest {
+            // The digest is over the tools/call message exactly as the client sent it.
+            frame: Some(frame),
+            role: self.role.as_deref(),
+            ..CallRequest::new(tool, b"")
+        }
+    }
+
+    fn failed(&self, what: impl std::fmt::Display) {
+        self.health.0.store(true, Ordering::SeqCst);
+        (self.sink)(Notice::Error(&what.to_string()));
+    }
+}
+
+impl Gate for HostGate {
+    type Pending = Pending;
+
+    fn open(&self, call: &ToolCall<'_>) -> Result<Pending, Refusal> {
+        let request = self.request(call.frame, call.name);
+        let mut owned = match self.pipeline.begin_owned(&request) {
+            Ok(c) => c,
+            Err(e) => {
+                self.failed(&e);
+                return Err(Refusal {
+                    station: "audit".into(),
+                    reason: format!("the call's intent could not be recorded: {e}"),
+                    call_id: None,
+                });
+            }
+        };
+        if let Some(grant) = owned.authorize() {
+            if grant.limits() == UNBOUNDED {
+                return Ok(Pending {
+                    call: owned,
+                    started: Instant::now(),
+                });
+            }
+            // Fail closed: a ceiling the policy set would be recorded but not enforced.
+            let reason = "the policy sets ceilings (limits) on this tool, and aegis wrap cannot hold a relayed server to them";
+            let call_id = owned.call_id().to_owned();
+            if let Err(e) = owned.finish(Executed::NotStarted {
+                reason: reason.into(),
+            }) {
+                self.failed(&e);
+            }
+            return Err(Refusal {
+                station: "host".into(),
+                reason: reason.into(),
+                call_id: Some(call_id),
+            });
+        }
+        let call_id = owned.call_id().to_owned();
+        match owned.finish(Executed::NotRun) {
+            Ok(record) => {
+                let station = match record.class() {
+                    CallClass::CapabilityDenied => "capability",
+                    _ => "policy",
+                };
+                Err(Refusal {
+                    station: station.into(),
+                    reason: refusal_reason(&record),
+                    call_id: Some(call_id),
+                })
+            }
+            Err(e) => {
+                self.failed(&e);
+                Err(Refusal {
+                    station: "audit".into(),
+                    reason: format!("refused, and the refusal could not be recorded: {e}"),
+                    call_id: Some(call_id),
+                })
+            }
+        }
+    }
+
+    fn finish(&self, pending: Pending, end: CallEnd<'_>) {
+        let wall_ms = u64::try_from(pending.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let (ending, response) = ending_of(end);
+        let executed = Executed::Relayed {
+            ending,
+            response,
+            wall_ms,
+        };
+        if let Err(e) = pending.call.finish(executed) {
+            self.failed(&e);
+        }
+    }
+
+    fn refused(&self, call: &RefusedCall<'_>) -> Option<String> {
+        // The relay refused before the stations: an intent, then an outcome whose
+        // stations say "not reached" and whose execution names the relay's reason.
+        let request = self.request(call.frame, call.name.unwrap_or("(unreadable)"));
+        let owned = match self.pipeline.begin_owned(&request) {
+            Ok(c) => c,
+            Err(e) => {
+                self.failed(&e);
+                return None;
+            }
+        };
+        let call_id = owned.call_id().to_owned();
+        let reason = format!(
+            "refused by the relay ({}): {}",
+            call.refusal.station, call.refusal.reason
+        );
+        match owned.finish(Executed::NotStarted { reason }) {
+            Ok(_) => Some(call_id),
+            Err(e) => {
+                self.failed(&e);
+                None
+            }
+        }
+    }
+}
+
+/// Why the stations refused a call, in the words `aegis run` uses for the same verdicts.
+fn refusal_reason(record: &CallRecord) -> String {
+    let o = &record.outcome;
+    let rule = o
+        .decision_axes
+        .matched_rule
+        .as_deref()
+        .map(|r| format!(" (rule {r})"))
+        .unwrap_or_default();
+    match (&o.policy, &o.capability) {
+        (PolicyOutcome::Denied { reason }, _) => format!("refused by policy{rule}: {reason}"),
+        (PolicyOutcome::RateLimited { reason }, _) => format!("rate limited{rule}: {reason}"),
+        (PolicyOutcome::PendingApproval { approval_id }, _) => {
+            format!("parked for approval {approval_id}{rule}; not run")
+        }
+        (_, CapabilityOutcome::Denied { reason, .. }) => {
+            format!("refused by the capability station: {reason}")
+        }
+        // Not reached: a call the stations allowed is not refused here.
+        _ => "refused before it ran".into(),
+    }
+}
+
+/// How a relayed call's end is recorded (spec/SPEC.md, "Relayed calls"): the server's
+/// answer is kept (and digested) when it answered, with a result or a JSON-RPC error.
+fn ending_of(end: CallEnd<'_>) -> (Ending, Option<Vec<u8>>) {
+    match end {
+        CallEnd::Response {
+            frame,
+            tool_error: false,
+        } => (Ending::Success, Some(frame.to_vec())),
+        CallEnd::Response {
+            frame,
+            tool_error: true,
+        } => (
+            Ending::ToolError("the server's result has isError: true".into()),
+            Some(frame.to_vec()),
+        ),
+        CallEnd::Error { frame } => (
+            Ending::ToolError("the server answered with a JSON-RPC error".into()),
+            Some(frame.to_vec()),
+        ),
+        CallEnd::Cancelled { reason } => (
+            Ending::Cancelled(format!(
+                "the client cancelled: {}",
+                reason.unwrap_or("no reason given")
+            )),
+            None,
+        ),
+        CallEnd::ServerExited => (
+            Ending::ServerDied("the server exited before answering".into()),
+            None,
+        ),
+        CallEnd::Shutdown => (Ending::Cancelled("relay shut down".into()), None),
+        CallEnd::NotSent => (
+            Ending::Cancelled("not sent: another call in its batch was refused".into()),
+            None,
+        ),
+    }
+}
