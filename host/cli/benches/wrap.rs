@@ -17,6 +17,11 @@
 //!
 //! Run with `cargo bench -p aegis --bench wrap`; results in `benches/results/wrap.md`.
 //!
+//! After each id the bench also prints, per request, the CPU time (user and system) and
+//! the voluntary context switches (a thread blocking, to be woken later) of wrap's
+//! process and of the server, read from `/proc` before and after the id ran, warm-up
+//! included: where the time goes, not a timing.
+//!
 //! Before any timing, each wrapped session's `tools/call` must come back as the server
 //! wrote it (allowed, not refused); inside the loops every answer is checked for its id
 //! and its ending, and after each session wrap must exit 0 (an intent or outcome it
@@ -114,6 +119,60 @@ fn digits(s: &[u8]) -> &[u8] {
 }
 
 // ---------------------------------------------------------------------------------------
+// Accounting
+
+/// A process's CPU time and voluntary context switches, all threads, from `/proc`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Usage {
+    /// In clock ticks (`USER_HZ`, 100 per second on Linux's stable ABI).
+    user_ticks: u64,
+    sys_ticks: u64,
+    switches: u64,
+}
+
+/// Linux reports CPU times in `USER_HZ` ticks, fixed at 100 for user space.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+impl Usage {
+    /// `None` when `/proc` does not have the process (gone, or not Linux).
+    fn of(pid: u32) -> Option<Usage> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name, which may hold spaces: state is field 3,
+        // utime 14, stime 15.
+        let rest: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let user_ticks = rest.get(11)?.parse().ok()?;
+        let sys_ticks = rest.get(12)?.parse().ok()?;
+        let mut switches = 0;
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+            let status = std::fs::read_to_string(task.ok()?.path().join("status")).ok()?;
+            let count = status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|n| n.trim().parse::<u64>().ok());
+            switches += count.unwrap_or(0);
+        }
+        Some(Usage {
+            user_ticks,
+            sys_ticks,
+            switches,
+        })
+    }
+
+    /// What `self` (later) adds over `before`, per request, as a short text.
+    fn per_request(&self, before: &Usage, requests: u64) -> String {
+        let n = requests.max(1) as f64;
+        let us = |ticks: u64| ticks as f64 / TICKS_PER_SECOND * 1e6 / n;
+        let user = us(self.user_ticks.saturating_sub(before.user_ticks));
+        let sys = us(self.sys_ticks.saturating_sub(before.sys_ticks));
+        let switches = self.switches.saturating_sub(before.switches) as f64 / n;
+        format!(
+            "{:.1} µs CPU (user {user:.1}, sys {sys:.1}), {switches:.2} voluntary switches",
+            user + sys
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // The client
 
 fn aegis() -> Command {
@@ -132,6 +191,8 @@ struct Peer {
     stdout: BufReader<ChildStdout>,
     /// Where wrap's stderr goes (its notice, and any error), for a failure message.
     stderr: Option<PathBuf>,
+    /// The server's pid when it is wrap's child.
+    server: Option<u32>,
     next_id: u64,
     /// `tools/call` requests sent.
     calls: u64,
@@ -173,13 +234,48 @@ impl Peer {
             stdin,
             stdout,
             stderr,
+            server: None,
             next_id: 1,
             calls: 0,
             request: Vec::with_capacity(256),
             answer: Vec::with_capacity(256),
         };
         peer.handshake();
+        if peer.stderr.is_some() {
+            // wrap's only child, started before it answered the handshake.
+            let pid = peer.child.id();
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"));
+            peer.server = children
+                .ok()
+                .and_then(|c| c.split_whitespace().next()?.parse().ok());
+        }
         peer
+    }
+
+    /// The usage of wrap (or the bare server) and of the wrapped server, and the
+    /// requests sent so far.
+    fn usage(&self) -> (Option<Usage>, Option<Usage>, u64) {
+        let server = self.server.and_then(Usage::of);
+        (Usage::of(self.child.id()), server, self.next_id)
+    }
+
+    /// Prints what the process(es) spent per request since `before`.
+    fn report(&self, id: &str, before: (Option<Usage>, Option<Usage>, u64)) {
+        let after = self.usage();
+        let requests = after.2 - before.2;
+        let own = if self.stderr.is_some() {
+            "wrap"
+        } else {
+            "server"
+        };
+        let mut line = format!("{id}: {requests} requests; per request:");
+        if let (Some(b), Some(a)) = (before.0, after.0) {
+            line += &format!(" {own} {}", a.per_request(&b, requests));
+        }
+        if let (Some(b), Some(a)) = (before.1, after.1) {
+            line += &format!("; server {}", a.per_request(&b, requests));
+        }
+        println!("{line}");
     }
 
     fn handshake(&mut self) {
@@ -483,10 +579,14 @@ fn reseal(s: &Split, body: Object, key: &SigningKey) -> Vec<u8> {
 fn unrecorded(c: &mut Criterion, fx: &Fixture) {
     let mut g = c.benchmark_group("unrecorded");
     let mut bare = Peer::bare();
+    let before = bare.usage();
     g.bench_function("bare", |b| b.iter(|| bare.round_trip(false)));
+    bare.report("unrecorded/bare", before);
     bare.close();
     let mut wrapped = fx.volatile("unrecorded-wrapped");
+    let before = wrapped.usage();
     g.bench_function("wrapped", |b| b.iter(|| wrapped.round_trip(false)));
+    wrapped.report("unrecorded/wrapped", before);
     wrapped.close();
     g.finish();
 }
@@ -500,6 +600,7 @@ fn recorded_one(
 ) {
     // Allowed and relayed: the server's own answer comes back, not a refusal.
     peer.round_trip(true);
+    let before = peer.usage();
     g.bench_with_input(BenchmarkId::new(sink, in_flight), &in_flight, |b, &n| {
         if n == 1 {
             b.iter(|| peer.round_trip(true));
@@ -507,6 +608,7 @@ fn recorded_one(
             b.iter_custom(|iters| peer.pipelined(iters));
         }
     });
+    peer.report(&format!("recorded/{sink}/{in_flight}"), before);
 }
 
 fn recorded(c: &mut Criterion, fx: &Fixture) {
