@@ -13,7 +13,11 @@
 //!   call (`aegis_record::seal`: canonical JSON, SHA-256, ed25519 for the outcome).
 //!   `floor/seal_outcome` is the outcome line alone.
 //! - `floor/two_fsyncs`: appending a 1 KiB line and `fdatasync`, twice, on a file in the
-//!   directory the durable record lives in.
+//!   directory the durable record lives in; measured right before the durable calls, and
+//!   again right after them as `floor/two_fsyncs_after`.
+//!
+//! Each floor runs next to the calls it is the floor of: seal floors, volatile calls,
+//! fsync floor, durable calls, fsync floor again.
 //!
 //! Run with `cargo bench -p aegis --bench wrap`; results in `benches/results/wrap.md`.
 //!
@@ -611,30 +615,30 @@ fn recorded_one(
     peer.report(&format!("recorded/{sink}/{in_flight}"), before);
 }
 
-fn recorded(c: &mut Criterion, fx: &Fixture) {
+/// `recorded/<sink>/{1,8}`, each on a session of its own from `open`, whose record (if
+/// durable) is checked once the session has closed.
+fn recorded(c: &mut Criterion, sink: &str, open: impl Fn(&str) -> (Peer, Option<PathBuf>)) {
     let mut g = c.benchmark_group("recorded");
     g.throughput(Throughput::Elements(1));
-    for n in [1, IN_FLIGHT] {
-        let mut peer = fx.volatile(&format!("volatile-{n}"));
-        recorded_one(&mut g, "volatile", n, &mut peer);
-        peer.close();
+    if sink == "durable" {
+        // A durable call waits for two fsyncs (milliseconds): fewer, flat samples.
+        g.sampling_mode(SamplingMode::Flat);
+        g.sample_size(30);
     }
-    // A durable call waits for two fsyncs (milliseconds): fewer, flat samples.
-    g.sampling_mode(SamplingMode::Flat);
-    g.sample_size(30);
     for n in [1, IN_FLIGHT] {
-        let (mut peer, record) = fx.durable(&format!("durable-{n}"));
-        recorded_one(&mut g, "durable", n, &mut peer);
+        let (mut peer, record) = open(&format!("{sink}-{n}"));
+        recorded_one(&mut g, sink, n, &mut peer);
         let calls = peer.calls;
         peer.close();
-        check_record(&record, calls);
+        if let Some(record) = record {
+            check_record(&record, calls);
+        }
     }
     g.finish();
 }
 
-fn floors(c: &mut Criterion, fx: &Fixture) {
+fn seal_floors(c: &mut Criterion, fx: &Fixture) {
     let mut g = c.benchmark_group("floor");
-
     // The two lines wrap wrote for one call, resealed byte for byte.
     let (mut peer, record) = fx.durable("floor");
     peer.round_trip(true);
@@ -672,7 +676,14 @@ fn floors(c: &mut Criterion, fx: &Fixture) {
         );
     });
 
-    // The file sink's durable append: write the line, then fdatasync.
+    g.finish();
+}
+
+/// The file sink's durable append, twice: write the line, then fdatasync. Measured
+/// right before and right after the durable calls (`name`), because an fsync on a
+/// shared disk costs what the other writers on it make it cost at that minute.
+fn fsync_floor(c: &mut Criterion, fx: &Fixture, name: &str) {
+    let mut g = c.benchmark_group("floor");
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -682,7 +693,7 @@ fn floors(c: &mut Criterion, fx: &Fixture) {
     line.push(b'\n');
     g.sampling_mode(SamplingMode::Flat);
     g.sample_size(30);
-    g.bench_function("two_fsyncs", |b| {
+    g.bench_function(name, |b| {
         b.iter(|| {
             for _ in 0..2 {
                 file.write_all(&line).expect("append");
@@ -701,7 +712,14 @@ fn main() {
     let fx = Fixture::new();
     let mut c = Criterion::default().configure_from_args();
     unrecorded(&mut c, &fx);
-    recorded(&mut c, &fx);
-    floors(&mut c, &fx);
+    // Each floor is measured next to the calls it is a floor of.
+    seal_floors(&mut c, &fx);
+    recorded(&mut c, "volatile", |name| (fx.volatile(name), None));
+    fsync_floor(&mut c, &fx, "two_fsyncs");
+    recorded(&mut c, "durable", |name| {
+        let (peer, record) = fx.durable(name);
+        (peer, Some(record))
+    });
+    fsync_floor(&mut c, &fx, "two_fsyncs_after");
     c.final_summary();
 }
