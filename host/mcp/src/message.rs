@@ -174,21 +174,22 @@ pub fn classify(frame: &[u8]) -> Message<'_> {
 /// name one `id` (and no key colliding with it), a string or a number. For a batch, the
 /// ids of its elements that are such objects.
 ///
-/// Used only to answer a request the relay will not let its answer through for; an id
-/// read here never decides what is forwarded.
-pub fn recoverable_ids(frame: &[u8]) -> Vec<RequestId> {
+/// Only ids `wanted` accepts are kept, so a batch of a million ids costs no more than
+/// the ids the caller waits for. Used only to answer a request the relay will not let
+/// its answer through for; an id read here never decides what is forwarded.
+pub fn recoverable_ids(frame: &[u8], mut wanted: impl FnMut(&IdKey) -> bool) -> Vec<RequestId> {
+    let mut keep = |id: Option<RequestId>| id.filter(|id| wanted(&id.key));
     // A frame that is JSON but unusable (a bare `\r`, duplicate members) reads strictly.
     match json::parse(frame) {
         Ok(node) => match node.value() {
             Value::Array(array) => array
                 .items()
-                .filter_map(|item| unambiguous_id(item.object()?))
+                .filter_map(|item| keep(unambiguous_id(item.object()?)))
                 .collect(),
-            Value::Object(object) => unambiguous_id(object).into_iter().collect(),
+            Value::Object(object) => keep(unambiguous_id(object)).into_iter().collect(),
             _ => Vec::new(),
         },
-        Err(_) => json::leading_member(frame, "id")
-            .and_then(|node| request_id(node).ok())
+        Err(_) => keep(json::leading_member(frame, "id").and_then(|node| request_id(node).ok()))
             .into_iter()
             .collect(),
     }

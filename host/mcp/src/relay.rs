@@ -977,7 +977,10 @@ impl<G: Gate> Relay<G> {
     fn drop_server_frame(&mut self, frame: &[u8], why: &str, logs: &mut Logs) -> Plan {
         logs.push(format!("server: dropped {why}"));
         let mut answered = Vec::new();
-        for id in recoverable_ids(frame) {
+        let ids = recoverable_ids(frame, |key| {
+            self.client_requests.contains_key(key) || self.tombstones.contains_key(key)
+        });
+        for id in ids {
             if let Some(outstanding) = self.client_requests.remove(&id.key) {
                 answered.push(outstanding);
             } else if self.unbury(&id.key) {
