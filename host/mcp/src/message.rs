@@ -131,7 +131,16 @@ pub enum NameProblem {
     /// `params.name` holds an escaped lone surrogate, which peers decode differently.
     #[error("params.name holds a lone surrogate escape")]
     LoneSurrogate,
+    /// `params.name` is longer than [`MAX_TOOL_NAME`] bytes: no listed tool has such a
+    /// name, and it is not echoed back in refusals and logs.
+    #[error("params.name is longer than {MAX_TOOL_NAME} bytes")]
+    TooLong,
 }
+
+/// The longest tool name, in bytes, the relay reads (in a call or a listing). MCP asks
+/// for names of 1 to 128 characters; 1024 bytes leaves room for every script, and keeps
+/// a name from making each refusal, log line and pin a frame long.
+pub const MAX_TOOL_NAME: usize = 1024;
 
 /// Classifies one frame (a trailing `\n` is JSON whitespace and may stay).
 ///
@@ -293,8 +302,13 @@ impl Request<'_> {
         match object.lookup("name") {
             Lookup::Absent => Err(NameProblem::Missing),
             Lookup::Ambiguous => Err(NameProblem::Ambiguous),
+            // Checked on the source text first, so an over-long name is never decoded.
+            Lookup::One(node) if node.raw().len() > 6 * MAX_TOOL_NAME + 2 => {
+                Err(NameProblem::TooLong)
+            }
             Lookup::One(node) => match node.value() {
                 Value::String(s) if !s.exact => Err(NameProblem::LoneSurrogate),
+                Value::String(s) if s.text.len() > MAX_TOOL_NAME => Err(NameProblem::TooLong),
                 Value::String(s) => Ok(s.text.into_owned()),
                 _ => Err(NameProblem::NotString),
             },
@@ -471,6 +485,25 @@ mod tests {
         ] {
             assert_eq!(request(&call(params)).tool_name(), Err(problem), "{params}");
         }
+        let long = |n: usize, c: &str| call(&format!(r#"{{"name":"{}"}}"#, c.repeat(n)));
+        assert_eq!(
+            request(&long(MAX_TOOL_NAME, "a"))
+                .tool_name()
+                .map(|n| n.len()),
+            Ok(MAX_TOOL_NAME)
+        );
+        assert_eq!(
+            request(&long(MAX_TOOL_NAME + 1, "a")).tool_name(),
+            Err(NameProblem::TooLong)
+        );
+        assert_eq!(
+            request(&long(700, "\\u00e9")).tool_name(),
+            Err(NameProblem::TooLong)
+        );
+        assert_eq!(
+            request(&long(1 << 20, "\\u00e9")).tool_name(),
+            Err(NameProblem::TooLong)
+        );
         let deep = call(r#"{"name":"a","arguments":{"x":{"y":1,"y":2}}}"#);
         assert!(request(&deep).duplicate_keys);
     }

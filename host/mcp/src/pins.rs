@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest as _, Sha256};
 
 use crate::json::{self, Lookup, Node, Value};
+use crate::message::MAX_TOOL_NAME;
 
 /// The members of a tool definition that are pinned, in canonical (UTF-16) order.
 pub const PINNED_FIELDS: [&str; 6] = [
@@ -148,8 +149,9 @@ pub enum ListingError {
     /// The result is not an object with a `tools` array.
     #[error("tools/list result has no unambiguous tools array")]
     NoToolsArray,
-    /// A tool is not an object with one exact string `name`.
-    #[error("tool {index} of the page has no unambiguous name")]
+    /// A tool is not an object with one exact string `name` of at most
+    /// [`MAX_TOOL_NAME`](crate::message::MAX_TOOL_NAME) bytes.
+    #[error("tool {index} of the page has no unambiguous name of at most 1024 bytes")]
     BadTool {
         /// The tool's position in the page.
         index: usize,
@@ -208,11 +210,12 @@ impl PinSet {
             },
             Lookup::Ambiguous => return Err(ListingError::BadCursor),
         };
+        // Counted first: an over-long page is refused before any tool is digested.
+        if tools.items().nth(MAX_TOOLS).is_some() {
+            return Err(ListingError::TooManyTools);
+        }
         let mut page = Vec::new();
         for (index, tool) in tools.items().enumerate() {
-            if index >= MAX_TOOLS {
-                return Err(ListingError::TooManyTools);
-            }
             page.push(pin_tool(tool).ok_or(ListingError::BadTool { index })?);
         }
         for (name, pin) in page {
@@ -312,9 +315,14 @@ fn changed_fields(old: &ToolPin, new: &ToolPin) -> Vec<String> {
 fn pin_tool(tool: Node<'_>) -> Option<(String, ToolPin)> {
     let object = tool.object()?;
     let name = match object.lookup("name") {
-        Lookup::One(node) => node.exact_str()?.into_owned(),
+        Lookup::One(node) if node.raw().len() <= 6 * MAX_TOOL_NAME + 2 => {
+            node.exact_str()?.into_owned()
+        }
         _ => return None,
     };
+    if name.len() > MAX_TOOL_NAME {
+        return None;
+    }
     let mut whole = String::from("{");
     let mut fields = BTreeMap::new();
     for field in PINNED_FIELDS {

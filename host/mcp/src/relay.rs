@@ -316,17 +316,20 @@ impl PinState {
             self.unreadable = Some(why);
             return;
         }
-        let before: BTreeSet<String> = self.listing.tools().map(|(n, _)| n.to_owned()).collect();
-        self.listing.absorb(page.clone());
-        if let Some(pinned) = &self.pinned {
-            for change in pinned.changed_in(&page) {
-                self.note(change, logs);
+        // Judged before it joins the listing, so the page is never copied: a page of
+        // thousands of tools is held once.
+        let mut found = match &self.pinned {
+            Some(pinned) => pinned.changed_in(&page),
+            None => Vec::new(),
+        };
+        for (name, _) in page.tools() {
+            if self.listing.get(name).is_some() {
+                found.push(Change::Duplicate(name.to_owned()));
             }
         }
-        for (name, _) in page.tools() {
-            if before.contains(name) {
-                self.note(Change::Duplicate(name.to_owned()), logs);
-            }
+        self.listing.absorb(page);
+        for change in found {
+            self.note(change, logs);
         }
         if more {
             return;

@@ -465,6 +465,42 @@ fn a_batch_with_a_refused_call_is_refused_whole() {
     assert_eq!(log.ended[&1], "NotSent");
 }
 
+/// The batch rule when the relay itself refuses an element (a tool never listed), with
+/// allowed calls before and after it: every call is decided, the refused one recorded
+/// as refused, the allowed ones opened and ended as not sent, every request answered.
+#[test]
+fn a_batch_refused_by_the_relay_decides_and_answers_every_element() {
+    let mut relay = listed(CountingGate::default(), RelayConfig::default());
+    let batch = format!(
+        "[{},{},{},{}]",
+        call("1", "read"),
+        call("2", "ghost"),
+        call("3", "rm"),
+        r#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#,
+    );
+    let actions = relay.from_client(line(&batch));
+    assert!(to_server(&actions).is_empty());
+    let reply = to_client(&actions).concat();
+    assert!(reply.contains(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32001"#));
+    assert!(reply.contains(r#"{"jsonrpc":"2.0","id":2,"result":{"content""#));
+    assert!(reply.contains("never listed"));
+    assert!(reply.contains(r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32001"#));
+    assert!(reply.contains(r#"{"jsonrpc":"2.0","id":4,"error":{"code":-32001"#));
+    let log = relay.gate().log.borrow();
+    assert_eq!((log.opened, log.relay_refused.len()), (2, 1));
+    assert_eq!(
+        (log.ended[&1].as_str(), log.ended[&2].as_str()),
+        ("NotSent", "NotSent")
+    );
+    drop(log);
+    assert_eq!(relay.pending(), 0);
+    // The ids were never pending: they are free again.
+    assert_eq!(
+        to_server(&relay.from_client(line(&call("2", "read")))).len(),
+        1
+    );
+}
+
 #[test]
 fn an_allowed_batch_is_forwarded_whole_and_its_answers_end_the_calls() {
     let mut relay = listed(CountingGate::default(), RelayConfig::default());
