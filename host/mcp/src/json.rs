@@ -320,9 +320,10 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Node<'_>, ParseError> {
 }
 
 /// Reads as many members of the object at the start of `bytes` as are well formed, and
-/// returns the member `key` if exactly one key read collides with it and is exactly
-/// `key`. For a frame that is not JSON, or over a bound: its id may still be readable.
-pub(crate) fn leading_member<'a>(bytes: &'a [u8], key: &str) -> Option<Node<'a>> {
+/// looks `key` up among them as [`Object::lookup`] does. For a frame that is not JSON, or
+/// over a bound: its id may still be readable. `None` when `bytes` does not start as an
+/// object.
+pub(crate) fn leading_lookup<'a>(bytes: &'a [u8], key: &str) -> Option<Lookup<'a>> {
     let text = match std::str::from_utf8(bytes) {
         Ok(text) => text,
         Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).ok()?,
@@ -343,7 +344,11 @@ pub(crate) fn leading_member<'a>(bytes: &'a [u8], key: &str) -> Option<Node<'a>>
             }
         }
     }
-    if count == 1 { found } else { None }
+    Some(match (count, found) {
+        (0, _) => Lookup::Absent,
+        (1, Some(node)) => Lookup::One(node),
+        _ => Lookup::Ambiguous,
+    })
 }
 
 /// A pass over JSON text: checks it, or skips a value already checked.
@@ -845,8 +850,11 @@ mod tests {
     }
 
     #[test]
-    fn a_leading_member_is_read_up_to_the_first_fault() {
-        let id = |text: &[u8]| leading_member(text, "id").map(|n| n.raw_text().to_owned());
+    fn a_leading_member_is_looked_up_to_the_first_fault() {
+        let id = |text: &[u8]| match leading_lookup(text, "id") {
+            Some(Lookup::One(n)) => Some(n.raw_text().to_owned()),
+            _ => None,
+        };
         assert_eq!(
             id(br#"{"id":"a","result":{"x":["#).as_deref(),
             Some(r#""a""#)

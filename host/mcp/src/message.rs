@@ -178,10 +178,11 @@ pub fn classify(frame: &[u8]) -> Message<'_> {
     }
 }
 
-/// The id a frame the relay cannot classify seems to carry, when it can be read without
+/// The id a frame the relay cannot classify seems to answer, when it can be read without
 /// choosing: the frame starts as an object whose members, as far as they are well formed,
-/// name one `id` (and no key colliding with it), a string or a number. For a batch, the
-/// ids of its elements that are such objects.
+/// name one `id` (and no key colliding with it), a string or a number, and no `method`
+/// (a request's id answers nothing). For a batch, the ids of its elements that are such
+/// objects.
 ///
 /// Only ids `wanted` accepts are kept, so a batch of a million ids costs no more than
 /// the ids the caller waits for. Used only to answer a request the relay will not let
@@ -198,15 +199,24 @@ pub fn recoverable_ids(frame: &[u8], mut wanted: impl FnMut(&IdKey) -> bool) -> 
             Value::Object(object) => keep(unambiguous_id(object)).into_iter().collect(),
             _ => Vec::new(),
         },
-        Err(_) => keep(json::leading_member(frame, "id").and_then(|node| request_id(node).ok()))
-            .into_iter()
-            .collect(),
+        Err(_) => {
+            let id = match (
+                json::leading_lookup(frame, "id"),
+                json::leading_lookup(frame, "method"),
+            ) {
+                (Some(Lookup::One(node)), Some(Lookup::Absent)) => request_id(node).ok(),
+                _ => None,
+            };
+            keep(id).into_iter().collect()
+        }
     }
 }
 
+/// The id of what reads as a response: one `id`, and no `method` (a request's id is
+/// not an answer to anything).
 fn unambiguous_id(object: Object<'_>) -> Option<RequestId> {
-    match object.lookup("id") {
-        Lookup::One(node) => request_id(node).ok(),
+    match (object.lookup("id"), object.lookup("method")) {
+        (Lookup::One(node), Lookup::Absent) => request_id(node).ok(),
         _ => None,
     }
 }

@@ -758,6 +758,9 @@ fn an_answer_whose_id_cannot_be_read_leaves_the_call_pending() {
         r#"{"jsonrpc":"2.0","result":{"content":["#,
         r#"{"jsonrpc":"2.0","result":{"a":}, "id":1}"#,
         r#"[{"jsonrpc":"2.0","id":1,"id":2,"result":{}},{"jsonrpc":"2.0","id":5,"result":{}}]"#,
+        // A server request sharing the pending id is not an answer to it.
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"roots/list\",\r\"params\":{}}",
+        r#"{"jsonrpc":"2.0","id":1,"method":"roots/list","params":{"#,
     ] {
         let mut relay = listed(CountingGate::default(), RelayConfig::default());
         relay.from_client(line(&call("1", "read")));
