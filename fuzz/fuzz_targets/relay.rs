@@ -7,6 +7,13 @@
 //! other bytes are cut into frames by `FrameReader` with a 512-byte bound, so over-long
 //! lines are exercised too.
 //!
+//! A segment whose first byte has bit 2 set is *repeated*, to reach frames near the real
+//! 4 MiB bound from a small input: its next two bytes are a count `n` (big-endian), and
+//! the rest is `head 0x01 element 0x01 tail` (JSON never holds a raw `0x01` either). The
+//! bytes `head`, `element` × (`n` × 64), `tail`, cut at 4 MiB + 1 and at their first
+//! newline, are one frame under the default 4 MiB bound. So `[` `0,` `0]` with `n` = 0xffff is the `[0,0,…]` flood,
+//! and `{"id":1,"method":"tools/call","params":…}` with `,` in the element a huge batch.
+//!
 //! The gate opens every call except to tools named `rm` or starting with `x`.
 //!
 //! Properties:
@@ -17,16 +24,22 @@
 //!   own checks), no `ToServer` action is produced: a refused call, or its batch, never
 //!   reaches the server.
 //! - Every `ToServer` action is exactly the client frame being handled, and every
-//!   `ToClient` action produced for a server frame is exactly that frame.
+//!   `ToClient` action produced for a server frame is exactly that frame, or the relay's
+//!   own JSON-RPC errors (code -32003) for the requests a dropped frame answered.
+//! - One frame yields at most `MAX_LOG_LINES` + 1 log lines.
+//!
+//! Memory: run with `-rss_limit_mb` and `-malloc_limit_mb` (see the README) so that a
+//! frame whose handling allocates without bound fails the campaign.
 #![no_main]
 #![forbid(unsafe_code)]
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 
-use aegis_mcp::frame::{Frame, FrameReader};
+use aegis_mcp::frame::{DEFAULT_MAX_FRAME, Frame, FrameReader};
 use aegis_mcp::relay::{
-    Action, CallEnd, Gate, PinMode, Refusal, RefusedCall, Relay, RelayConfig, ToolCall,
+    Action, CallEnd, Gate, MAX_LOG_LINES, PinMode, Refusal, RefusedCall, Relay, RelayConfig,
+    ToolCall,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -67,6 +80,32 @@ impl Gate for CountingGate {
     }
 }
 
+/// The bytes of a repeated segment (see the layout above), at most 4 MiB + 1.
+fn repeat(bytes: &[u8]) -> Vec<u8> {
+    let Some((count, rest)) = bytes.split_first_chunk::<2>() else {
+        return Vec::new();
+    };
+    let count = usize::from(u16::from_be_bytes(*count)) * 64;
+    let mut parts = rest.splitn(3, |&b| b == 1);
+    let head = parts.next().unwrap_or_default();
+    let element = parts.next().unwrap_or_default();
+    let tail = parts.next().unwrap_or_default();
+    let cap = DEFAULT_MAX_FRAME + 1;
+    let mut out = Vec::with_capacity(cap.min(head.len() + element.len() * count + tail.len()));
+    out.extend_from_slice(head);
+    if !element.is_empty() {
+        for _ in 0..count {
+            if out.len() + element.len() > cap {
+                break;
+            }
+            out.extend_from_slice(element);
+        }
+    }
+    out.extend_from_slice(tail);
+    out.truncate(cap);
+    out
+}
+
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
         return;
@@ -90,7 +129,25 @@ fuzz_target!(|data: &[u8]| {
             continue;
         }
         let from_client = kind & 3 == 0;
-        for frame in FrameReader::new(bytes, 512) {
+        let repeated;
+        let (bytes, bound) = if kind & 4 == 4 {
+            repeated = repeat(bytes);
+            (&repeated[..], DEFAULT_MAX_FRAME)
+        } else {
+            (bytes, 512)
+        };
+        // A repeated segment is one frame (up to its first newline): a frame of
+        // thousands of small lines would only cost the campaign its speed.
+        let bytes = if kind & 4 == 4 {
+            let end = bytes
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(bytes.len(), |at| at + 1);
+            &bytes[..end]
+        } else {
+            bytes
+        };
+        for frame in FrameReader::new(bytes, bound) {
             let frame = frame.expect("reading a slice cannot fail");
             let input = match &frame {
                 Frame::Line(bytes) => Some(bytes.clone()),
@@ -103,6 +160,11 @@ fuzz_target!(|data: &[u8]| {
                 relay.from_server(frame)
             };
             let refused = *relay.gate().refusals.borrow() > before;
+            let logs = actions
+                .iter()
+                .filter(|a| matches!(a, Action::Log(_)))
+                .count();
+            assert!(logs <= MAX_LOG_LINES + 1, "{logs} log lines for one frame");
             for action in &actions {
                 match action {
                     Action::ToServer(bytes) => {
@@ -110,8 +172,13 @@ fuzz_target!(|data: &[u8]| {
                         assert!(!refused, "a refused call reached the server");
                         assert_eq!(Some(bytes), input.as_ref(), "forwarded bytes differ");
                     }
-                    Action::ToClient(bytes) if !from_client => {
-                        assert_eq!(Some(bytes), input.as_ref(), "relayed bytes differ");
+                    Action::ToClient(bytes) if !from_client && Some(bytes) != input.as_ref() => {
+                        assert!(
+                            bytes
+                                .windows(b"\"error\":{\"code\":-32003".len())
+                                .any(|w| w == b"\"error\":{\"code\":-32003"),
+                            "a server frame was changed into something else than the relay's errors"
+                        );
                     }
                     Action::ToClient(_) | Action::Log(_) => {}
                 }

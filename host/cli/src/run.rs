@@ -249,6 +249,12 @@ pub fn verdict(record: &CallRecord) -> String {
         .as_deref()
         .map(|r| format!(" (rule {r})"))
         .unwrap_or_default();
+    if aegis_runtime::pipeline::stopped_before_the_stations(o)
+        && let ExecutionOutcome::HostDenied { reason } = &o.execution
+    {
+        // No station was asked: the caller (the MCP relay) refused it, or it was abandoned.
+        return format!("not run: {reason}");
+    }
     match (&o.policy, &o.capability, &o.execution) {
         (PolicyOutcome::Denied { reason }, _, _) => format!("refused by policy{rule}: {reason}"),
         (PolicyOutcome::RateLimited { reason }, _, _) => format!("rate limited{rule}: {reason}"),

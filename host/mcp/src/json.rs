@@ -5,6 +5,13 @@
 //! So this reader keeps every member (duplicates included), the exact source bytes of
 //! every value, and notes keys that collide.
 //!
+//! It builds no tree. [`parse`] checks the whole text once and hands back a [`Node`]: the
+//! value's exact source text, known to be well formed. A node is read on demand
+//! ([`Node::value`], [`Object::lookup`], [`Array::items`]) by scanning its text again, so
+//! reading one member costs a pass over its object and no memory per value, and the parts
+//! of a frame the relay never looks at (a call's `arguments`, a result's `content`) are
+//! checked and never held.
+//!
 //! # Guarantees
 //! - The grammar is RFC 8259, plus the tokens `NaN`, `Infinity` and `-Infinity`: Python's
 //!   `json` accepts those by default, and a frame a server reads must never be one the
@@ -22,67 +29,176 @@
 //! # Limits
 //! - Nesting deeper than [`MAX_DEPTH`] is refused, so hostile frames cannot exhaust the
 //!   stack.
-//! - The whole frame becomes a tree of 56 bytes per value (measured with `size_of`), so a
-//!   frame of small values (`[0,0,…]`, two bytes each) takes about 28 times its size while
-//!   it is classified. The frame bound
-//!   (`frame::DEFAULT_MAX_FRAME`) is what keeps that finite.
+//! - A text of more than [`MAX_VALUES`] values is refused, whatever the frame bound: the
+//!   work and memory one frame can cost stay bounded even if an operator raises it.
+//! - [`Node::has_colliding_keys`] remembers a 64-bit keyed hash per key of each object
+//!   still open (8 bytes a key, 24 while its list grows), not the keys. Two different
+//!   keys with equal hashes count as a collision: the frame is refused, never let through.
+//!   With a random key per pass, that happens about once in 2^64 / n² frames of n keys.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
+use std::hash::{BuildHasher, Hasher, RandomState};
 
 /// How deeply arrays and objects may nest. MCP messages need a handful of levels; tool
 /// schemas a few dozen at most.
 pub(crate) const MAX_DEPTH: usize = 128;
 
+/// How many values (each scalar, array and object counts one) a text may hold.
+///
+/// 2^20. Real JSON spends well over four bytes a value (a key, quotes, a separator), so
+/// the default 4 MiB frame holds fewer than a million values of any real message, even a
+/// result that is one long array of small numbers; only padding such as `[0,0,…]` (two
+/// bytes a value) goes past it.
+pub(crate) const MAX_VALUES: usize = 1 << 20;
+
 /// A decoded string.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Str {
-    /// The decoded text (lone surrogates replaced by U+FFFD).
-    pub text: String,
+pub(crate) struct Str<'a> {
+    /// The decoded text (lone surrogates replaced by U+FFFD); borrowed when the source
+    /// has no escapes.
+    pub text: Cow<'a, str>,
     /// False when a lone surrogate was replaced, so `text` is not what a peer decodes.
     pub exact: bool,
 }
 
-/// A parsed value with the exact bytes it came from.
-#[derive(Clone, Debug)]
+/// A well-formed JSON value: its exact source text, without surrounding whitespace.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Node<'a> {
-    pub value: Value<'a>,
-    pub raw: &'a [u8],
+    text: &'a str,
 }
 
-/// A JSON value. Objects keep every member in source order, duplicates included.
-#[derive(Clone, Debug)]
+/// What a node holds, read from its first byte (strings decoded).
+#[derive(Debug)]
 pub(crate) enum Value<'a> {
     Null,
     Bool(bool),
     /// The number's source text (ASCII), e.g. `1`, `1.0`, `-2e5`, `NaN`.
     Number(&'a str),
-    String(Str),
-    Array(Vec<Node<'a>>),
+    String(Str<'a>),
+    Array(Array<'a>),
     Object(Object<'a>),
 }
 
-/// An object's members in source order, and whether two of its own keys collide.
-#[derive(Clone, Debug)]
+/// An array, read element by element.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Array<'a> {
+    text: &'a str,
+}
+
+/// An object, read member by member in source order, duplicates included.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Object<'a> {
-    pub members: Vec<(Str, Node<'a>)>,
-    pub colliding_keys: bool,
+    text: &'a str,
 }
 
 /// What a lookup by key found.
-pub(crate) enum Lookup<'n, 'a> {
+pub(crate) enum Lookup<'a> {
     Absent,
-    One(&'n Node<'a>),
+    One(Node<'a>),
     /// The key, or a key colliding with it, appears more than once.
     Ambiguous,
 }
 
+impl<'a> Node<'a> {
+    /// The exact source bytes.
+    pub fn raw(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+
+    /// The exact source text.
+    pub fn raw_text(&self) -> &'a str {
+        self.text
+    }
+
+    /// What the node holds.
+    pub fn value(&self) -> Value<'a> {
+        match self.text.as_bytes().first() {
+            Some(b'{') => Value::Object(Object { text: self.text }),
+            Some(b'[') => Value::Array(Array { text: self.text }),
+            Some(b'"') => Value::String(decode(self.text)),
+            Some(b't') => Value::Bool(true),
+            Some(b'f') => Value::Bool(false),
+            Some(b'n') | None => Value::Null,
+            Some(_) => Value::Number(self.text),
+        }
+    }
+
+    /// The node as an object, if it is one.
+    pub fn object(&self) -> Option<Object<'a>> {
+        match self.value() {
+            Value::Object(object) => Some(object),
+            _ => None,
+        }
+    }
+
+    /// The node's text if it is a string that decodes exactly.
+    pub fn exact_str(&self) -> Option<Cow<'a, str>> {
+        match self.value() {
+            Value::String(s) if s.exact => Some(s.text),
+            _ => None,
+        }
+    }
+
+    /// True when any object in this value has colliding keys.
+    pub fn has_colliding_keys(&self) -> bool {
+        let mut scan = Scanner::new(self.text, usize::MAX);
+        scan.keys = Some(RandomState::new());
+        // The text was checked when it was parsed; a failure here cannot happen, and
+        // would count as a collision (refused, never let through).
+        scan.value(0).is_err() || scan.colliding
+    }
+}
+
+/// Decodes a string node's text; a text that is not a string decodes to nothing inexact.
+fn decode(text: &str) -> Str<'_> {
+    let inner = text
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or("");
+    if !inner.contains('\\') {
+        return Str {
+            text: Cow::Borrowed(inner),
+            exact: true,
+        };
+    }
+    let mut out = String::new();
+    let mut scan = Scanner::new(text, usize::MAX);
+    match scan.string(Some(&mut out)) {
+        Ok(exact) => Str {
+            text: Cow::Owned(out),
+            exact,
+        },
+        Err(_) => Str {
+            text: Cow::Borrowed(""),
+            exact: false,
+        },
+    }
+}
+
+impl<'a> Array<'a> {
+    /// The elements, in order.
+    pub fn items(&self) -> Items<'a> {
+        let mut scan = Scanner::new(self.text, usize::MAX);
+        scan.pos = 1;
+        Items { scan, done: false }
+    }
+}
+
 impl<'a> Object<'a> {
+    /// The members, in source order.
+    pub fn members(&self) -> Members<'a> {
+        let mut scan = Scanner::new(self.text, usize::MAX);
+        scan.pos = 1;
+        Members { scan, done: false }
+    }
+
     /// Finds `key`, refusing to choose when a colliding key also appears.
-    pub fn lookup(&self, key: &str) -> Lookup<'_, 'a> {
+    pub fn lookup(&self, key: &str) -> Lookup<'a> {
         let folded = fold(key);
         let mut found = None;
         let mut count = 0;
-        for (name, node) in &self.members {
+        for (name, node) in self.members() {
             // ASCII keys (nearly all of them) compare without building a folded copy.
             let collides = if name.text.is_ascii() && key.is_ascii() {
                 name.text.eq_ignore_ascii_case(key)
@@ -106,30 +222,67 @@ impl<'a> Object<'a> {
     }
 }
 
-impl Node<'_> {
-    /// True when any object in this value has colliding keys.
-    pub fn has_colliding_keys(&self) -> bool {
-        match &self.value {
-            Value::Object(object) => {
-                object.colliding_keys || object.members.iter().any(|(_, n)| n.has_colliding_keys())
+/// An array's elements (see [`Array::items`]).
+pub(crate) struct Items<'a> {
+    scan: Scanner<'a>,
+    done: bool,
+}
+
+impl<'a> Iterator for Items<'a> {
+    type Item = Node<'a>;
+
+    fn next(&mut self) -> Option<Node<'a>> {
+        if self.done {
+            return None;
+        }
+        let s = &mut self.scan;
+        s.skip_ws();
+        s.eat(",");
+        s.skip_ws();
+        if s.eat("]") {
+            self.done = true;
+            return None;
+        }
+        match s.node(1) {
+            Ok(node) => Some(node),
+            Err(_) => {
+                self.done = true;
+                None
             }
-            Value::Array(items) => items.iter().any(Node::has_colliding_keys),
-            _ => false,
         }
     }
+}
 
-    /// The exact source text (valid UTF-8: the whole input was checked).
-    pub fn raw_text(&self) -> &str {
-        std::str::from_utf8(self.raw).unwrap_or_default()
+/// An object's members (see [`Object::members`]).
+pub(crate) struct Members<'a> {
+    scan: Scanner<'a>,
+    done: bool,
+}
+
+impl<'a> Iterator for Members<'a> {
+    type Item = (Str<'a>, Node<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let member = self.scan.member();
+        if member.is_none() {
+            self.done = true;
+        }
+        member
     }
 }
 
 /// The folding used to decide that two keys collide.
 fn fold(key: &str) -> String {
+    folded(key).collect()
+}
+
+fn folded(key: &str) -> impl Iterator<Item = char> + '_ {
     key.chars()
         .flat_map(char::to_lowercase)
         .map(|c| if c == '\u{17f}' { 's' } else { c })
-        .collect()
 }
 
 /// Why a document was not read.
@@ -142,32 +295,88 @@ pub(crate) enum ParseError {
     Syntax { what: &'static str, at: usize },
     #[error("nested deeper than {MAX_DEPTH} levels")]
     TooDeep,
+    #[error("more than {MAX_VALUES} values")]
+    TooManyValues,
+}
+
+impl ParseError {
+    /// True when the text may be JSON the reader refused only for its size or depth.
+    pub fn is_bound(&self) -> bool {
+        matches!(self, ParseError::TooDeep | ParseError::TooManyValues)
+    }
 }
 
 /// Parses one JSON text; surrounding JSON whitespace is allowed, anything else is not.
 pub(crate) fn parse(bytes: &[u8]) -> Result<Node<'_>, ParseError> {
     let text = std::str::from_utf8(bytes).map_err(|_| ParseError::NotUtf8)?;
-    let mut parser = Parser {
-        src: text.as_bytes(),
-        text,
-        pos: 0,
-    };
-    parser.skip_ws();
-    let node = parser.value(0)?;
-    parser.skip_ws();
-    if parser.pos != parser.src.len() {
-        return Err(parser.err("data after the value"));
+    let mut scan = Scanner::new(text, MAX_VALUES);
+    scan.skip_ws();
+    let node = scan.node(0)?;
+    scan.skip_ws();
+    if scan.pos != text.len() {
+        return Err(scan.err("data after the value"));
     }
     Ok(node)
 }
 
-struct Parser<'a> {
+/// Reads as many members of the object at the start of `bytes` as are well formed, and
+/// looks `key` up among them as [`Object::lookup`] does. For a frame that is not JSON, or
+/// over a bound: its id may still be readable. `None` when `bytes` does not start as an
+/// object.
+pub(crate) fn leading_lookup<'a>(bytes: &'a [u8], key: &str) -> Option<Lookup<'a>> {
+    let text = match std::str::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).ok()?,
+    };
+    let mut scan = Scanner::new(text, MAX_VALUES);
+    scan.skip_ws();
+    if !scan.eat("{") {
+        return None;
+    }
+    let folded_key = fold(key);
+    let mut found = None;
+    let mut count = 0;
+    while let Some((name, node)) = scan.member() {
+        if fold(&name.text) == folded_key {
+            count += 1;
+            if name.text == key && name.exact {
+                found = Some(node);
+            }
+        }
+    }
+    Some(match (count, found) {
+        (0, _) => Lookup::Absent,
+        (1, Some(node)) => Lookup::One(node),
+        _ => Lookup::Ambiguous,
+    })
+}
+
+/// A pass over JSON text: checks it, or skips a value already checked.
+struct Scanner<'a> {
     src: &'a [u8],
     text: &'a str,
     pos: usize,
+    /// Values read so far, and how many may be.
+    values: usize,
+    max_values: usize,
+    /// Set when collisions are looked for: the key of this pass's hashes.
+    keys: Option<RandomState>,
+    colliding: bool,
 }
 
-impl<'a> Parser<'a> {
+impl<'a> Scanner<'a> {
+    fn new(text: &'a str, max_values: usize) -> Self {
+        Scanner {
+            src: text.as_bytes(),
+            text,
+            pos: 0,
+            values: 0,
+            max_values,
+            keys: None,
+            colliding: false,
+        }
+    }
+
     fn err(&self, what: &'static str) -> ParseError {
         ParseError::Syntax { what, at: self.pos }
     }
@@ -179,7 +388,7 @@ impl<'a> Parser<'a> {
     }
 
     fn eat(&mut self, literal: &str) -> bool {
-        if self.src[self.pos..].starts_with(literal.as_bytes()) {
+        if self.src[self.pos.min(self.src.len())..].starts_with(literal.as_bytes()) {
             self.pos += literal.len();
             true
         } else {
@@ -187,29 +396,58 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn value(&mut self, depth: usize) -> Result<Node<'a>, ParseError> {
+    /// Reads one value and hands back its text.
+    fn node(&mut self, depth: usize) -> Result<Node<'a>, ParseError> {
+        let start = self.pos;
+        self.value(depth)?;
+        let text = self
+            .text
+            .get(start..self.pos)
+            .ok_or(self.err("bad slice"))?;
+        Ok(Node { text })
+    }
+
+    /// Reads the next `"key": value` of an object whose `{` (and any members before)
+    /// were read, with the `,` before it; `None` at the `}` or at anything malformed.
+    fn member(&mut self) -> Option<(Str<'a>, Node<'a>)> {
+        self.skip_ws();
+        self.eat(",");
+        self.skip_ws();
+        if self.src.get(self.pos) != Some(&b'"') {
+            return None;
+        }
+        let key = self.node(1).ok()?;
+        self.skip_ws();
+        if !self.eat(":") {
+            return None;
+        }
+        self.skip_ws();
+        let node = self.node(1).ok()?;
+        Some((decode(key.text), node))
+    }
+
+    fn value(&mut self, depth: usize) -> Result<(), ParseError> {
         if depth > MAX_DEPTH {
             return Err(ParseError::TooDeep);
         }
-        let start = self.pos;
-        let value = match self.src.get(self.pos) {
-            None => return Err(self.err("unexpected end")),
-            Some(b'{') => Value::Object(self.object(depth)?),
-            Some(b'[') => Value::Array(self.array(depth)?),
-            Some(b'"') => Value::String(self.string()?),
-            Some(b't') if self.eat("true") => Value::Bool(true),
-            Some(b'f') if self.eat("false") => Value::Bool(false),
-            Some(b'n') if self.eat("null") => Value::Null,
-            Some(b'N') if self.eat("NaN") => Value::Number(&self.text[start..self.pos]),
-            Some(b'I') if self.eat("Infinity") => Value::Number(&self.text[start..self.pos]),
-            Some(b'-') if self.eat("-Infinity") => Value::Number(&self.text[start..self.pos]),
-            Some(b'-' | b'0'..=b'9') => self.number()?,
-            Some(_) => return Err(self.err("unexpected character")),
-        };
-        Ok(Node {
-            value,
-            raw: &self.src[start..self.pos],
-        })
+        self.values += 1;
+        if self.values > self.max_values {
+            return Err(ParseError::TooManyValues);
+        }
+        match self.src.get(self.pos) {
+            None => Err(self.err("unexpected end")),
+            Some(b'{') => self.object(depth),
+            Some(b'[') => self.array(depth),
+            Some(b'"') => self.string(None).map(drop),
+            Some(b't') if self.eat("true") => Ok(()),
+            Some(b'f') if self.eat("false") => Ok(()),
+            Some(b'n') if self.eat("null") => Ok(()),
+            Some(b'N') if self.eat("NaN") => Ok(()),
+            Some(b'I') if self.eat("Infinity") => Ok(()),
+            Some(b'-') if self.eat("-Infinity") => Ok(()),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some(_) => Err(self.err("unexpected character")),
+        }
     }
 
     fn digits(&mut self) -> usize {
@@ -220,8 +458,7 @@ impl<'a> Parser<'a> {
         self.pos - start
     }
 
-    fn number(&mut self) -> Result<Value<'a>, ParseError> {
-        let start = self.pos;
+    fn number(&mut self) -> Result<(), ParseError> {
         self.eat("-");
         match self.src.get(self.pos) {
             Some(b'0') => self.pos += 1,
@@ -242,7 +479,7 @@ impl<'a> Parser<'a> {
                 return Err(self.err("bad exponent"));
             }
         }
-        Ok(Value::Number(&self.text[start..self.pos]))
+        Ok(())
     }
 
     fn hex4(&mut self) -> Result<u16, ParseError> {
@@ -257,9 +494,10 @@ impl<'a> Parser<'a> {
         u16::from_str_radix(hex, 16).map_err(|_| self.err("bad \\u escape"))
     }
 
-    fn string(&mut self) -> Result<Str, ParseError> {
+    /// Reads a string, decoding it into `out` when given; returns whether it decoded
+    /// exactly (no lone surrogate).
+    fn string(&mut self, mut out: Option<&mut String>) -> Result<bool, ParseError> {
         self.pos += 1; // the opening quote
-        let mut text = String::new();
         let mut exact = true;
         loop {
             let run_start = self.pos;
@@ -269,12 +507,14 @@ impl<'a> Parser<'a> {
                 }
                 self.pos += 1;
             }
-            text.push_str(&self.text[run_start..self.pos]);
+            if let Some(out) = out.as_deref_mut() {
+                out.push_str(self.text.get(run_start..self.pos).unwrap_or_default());
+            }
             match self.src.get(self.pos) {
                 None => return Err(self.err("unterminated string")),
                 Some(b'"') => {
                     self.pos += 1;
-                    return Ok(Str { text, exact });
+                    return Ok(exact);
                 }
                 Some(b'\\') => {
                     self.pos += 1;
@@ -283,18 +523,18 @@ impl<'a> Parser<'a> {
                         .get(self.pos)
                         .ok_or_else(|| self.err("bad escape"))?;
                     self.pos += 1;
-                    match escape {
-                        b'"' => text.push('"'),
-                        b'\\' => text.push('\\'),
-                        b'/' => text.push('/'),
-                        b'b' => text.push('\u{8}'),
-                        b'f' => text.push('\u{c}'),
-                        b'n' => text.push('\n'),
-                        b'r' => text.push('\r'),
-                        b't' => text.push('\t'),
+                    let c = match escape {
+                        b'"' => Some('"'),
+                        b'\\' => Some('\\'),
+                        b'/' => Some('/'),
+                        b'b' => Some('\u{8}'),
+                        b'f' => Some('\u{c}'),
+                        b'n' => Some('\n'),
+                        b'r' => Some('\r'),
+                        b't' => Some('\t'),
                         b'u' => {
                             let unit = self.hex4()?;
-                            let c = if (0xd800..0xdc00).contains(&unit)
+                            if (0xd800..0xdc00).contains(&unit)
                                 && self.src[self.pos..].starts_with(b"\\u")
                             {
                                 let save = self.pos;
@@ -311,13 +551,15 @@ impl<'a> Parser<'a> {
                                 }
                             } else {
                                 char::from_u32(u32::from(unit))
-                            };
-                            text.push(c.unwrap_or_else(|| {
-                                exact = false;
-                                '\u{fffd}'
-                            }));
+                            }
                         }
                         _ => return Err(self.err("bad escape")),
+                    };
+                    if c.is_none() {
+                        exact = false;
+                    }
+                    if let Some(out) = out.as_deref_mut() {
+                        out.push(c.unwrap_or('\u{fffd}'));
                     }
                 }
                 Some(_) => return Err(self.err("control character in string")),
@@ -325,19 +567,18 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn array(&mut self, depth: usize) -> Result<Vec<Node<'a>>, ParseError> {
+    fn array(&mut self, depth: usize) -> Result<(), ParseError> {
         self.pos += 1;
-        let mut items = Vec::new();
         self.skip_ws();
         if self.eat("]") {
-            return Ok(items);
+            return Ok(());
         }
         loop {
             self.skip_ws();
-            items.push(self.value(depth + 1)?);
+            self.value(depth + 1)?;
             self.skip_ws();
             if self.eat("]") {
-                return Ok(items);
+                return Ok(());
             }
             if !self.eat(",") {
                 return Err(self.err("expected , or ]"));
@@ -345,44 +586,49 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn object(&mut self, depth: usize) -> Result<Object<'a>, ParseError> {
+    fn object(&mut self, depth: usize) -> Result<(), ParseError> {
         self.pos += 1;
-        let mut members: Vec<(Str, Node<'a>)> = Vec::new();
-        // A set, not a list: an object of n keys must not cost n² comparisons.
-        let mut folded_keys = std::collections::HashSet::new();
-        let mut colliding_keys = false;
+        // Hashes of this object's folded keys, when collisions are looked for: sorted at
+        // the end, so an object of n keys costs n log n, not n² comparisons, and 8 bytes
+        // a key while it is open.
+        let mut seen: Vec<u64> = Vec::new();
         self.skip_ws();
         if self.eat("}") {
-            return Ok(Object {
-                members,
-                colliding_keys,
-            });
+            return Ok(());
         }
         loop {
             self.skip_ws();
             if self.src.get(self.pos) != Some(&b'"') {
                 return Err(self.err("expected a key"));
             }
-            let key = self.string()?;
+            let start = self.pos;
+            self.string(None)?;
+            if let Some(state) = &self.keys {
+                let key = decode(self.text.get(start..self.pos).unwrap_or_default());
+                let mut hasher = state.build_hasher();
+                for c in folded(&key.text) {
+                    hasher.write_u32(u32::from(c));
+                }
+                // A replaced surrogate makes two distinct keys look equal; count it as a
+                // collision too, since we cannot tell what the peer reads.
+                seen.push(hasher.finish());
+                if !key.exact || key.text == "__proto__" {
+                    self.colliding = true;
+                }
+            }
             self.skip_ws();
             if !self.eat(":") {
                 return Err(self.err("expected :"));
             }
             self.skip_ws();
-            let node = self.value(depth + 1)?;
-            let folded = fold(&key.text);
-            // A replaced surrogate makes two distinct keys look equal; count it as a
-            // collision too, since we cannot tell what the peer reads.
-            if !folded_keys.insert(folded) || !key.exact || key.text == "__proto__" {
-                colliding_keys = true;
-            }
-            members.push((key, node));
+            self.value(depth + 1)?;
             self.skip_ws();
             if self.eat("}") {
-                return Ok(Object {
-                    members,
-                    colliding_keys,
-                });
+                seen.sort_unstable();
+                if seen.windows(2).any(|pair| pair[0] == pair[1]) {
+                    self.colliding = true;
+                }
+                return Ok(());
             }
             if !self.eat(",") {
                 return Err(self.err("expected , or }"));
@@ -419,18 +665,18 @@ pub(crate) fn write_string(text: &str, out: &mut String) {
 /// 2^53 lose precision exactly as in every JCS implementation. `NaN`, `Infinity`,
 /// `-Infinity` and numbers that overflow a double have no JCS form; they are written as
 /// their source text, which keeps them distinct from every finite number.
-pub(crate) fn write_canonical(node: &Node<'_>, out: &mut String) {
-    match &node.value {
+pub(crate) fn write_canonical(node: Node<'_>, out: &mut String) {
+    match node.value() {
         Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Bool(b) => out.push_str(if b { "true" } else { "false" }),
         Value::Number(text) => match text.parse::<f64>() {
             Ok(x) if x.is_finite() => write_es_number(x, out),
             _ => out.push_str(text),
         },
         Value::String(s) => write_string(&s.text, out),
-        Value::Array(items) => {
+        Value::Array(array) => {
             out.push('[');
-            for (i, item) in items.iter().enumerate() {
+            for (i, item) in array.items().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
@@ -439,7 +685,7 @@ pub(crate) fn write_canonical(node: &Node<'_>, out: &mut String) {
             out.push(']');
         }
         Value::Object(object) => {
-            let mut members: Vec<&(Str, Node<'_>)> = object.members.iter().collect();
+            let mut members: Vec<(Str<'_>, Node<'_>)> = object.members().collect();
             // Stable sort: duplicates keep source order (pins treat them as a change anyway).
             members.sort_by(|(a, _), (b, _)| a.text.encode_utf16().cmp(b.text.encode_utf16()));
             out.push('{');
@@ -499,7 +745,7 @@ mod tests {
 
     fn canonical(text: &str) -> String {
         let mut out = String::new();
-        write_canonical(&parse(text.as_bytes()).unwrap(), &mut out);
+        write_canonical(parse(text.as_bytes()).unwrap(), &mut out);
         out
     }
 
@@ -576,23 +822,63 @@ mod tests {
             let node = parse(text.as_bytes()).unwrap();
             let same = fold(&a) == fold(&b);
             proptest::prop_assert_eq!(node.has_colliding_keys(), same);
-            let Value::Object(object) = &node.value else { unreachable!() };
+            let Value::Object(object) = node.value() else { unreachable!() };
             proptest::prop_assert_eq!(matches!(object.lookup(&a), Lookup::Ambiguous), same);
             proptest::prop_assert_eq!(matches!(object.lookup(&b), Lookup::One(_)), !same);
         }
     }
 
     #[test]
+    fn bounds_and_collisions_in_large_objects() {
+        // The array counts one value too.
+        let flat = format!("[{}0]", "0,".repeat(MAX_VALUES - 2));
+        assert!(parse(flat.as_bytes()).is_ok());
+        let over = format!("[{}0]", "0,".repeat(MAX_VALUES - 1));
+        assert_eq!(
+            parse(over.as_bytes()).unwrap_err(),
+            ParseError::TooManyValues
+        );
+        assert!(ParseError::TooManyValues.is_bound() && ParseError::TooDeep.is_bound());
+        // Many distinct keys, then one colliding with the first, far from it.
+        let keys: String = (0..50_000).map(|i| format!("\"k{i}\":0,")).collect();
+        let clean = format!("{{{keys}\"z\":0}}");
+        assert!(!parse(clean.as_bytes()).unwrap().has_colliding_keys());
+        let dirty = format!("{{{keys}\"K0\":0}}");
+        assert!(parse(dirty.as_bytes()).unwrap().has_colliding_keys());
+        // Sibling objects do not collide with each other.
+        assert!(!parse(br#"[{"a":1},{"a":1}]"#).unwrap().has_colliding_keys());
+    }
+
+    #[test]
+    fn a_leading_member_is_looked_up_to_the_first_fault() {
+        let id = |text: &[u8]| match leading_lookup(text, "id") {
+            Some(Lookup::One(n)) => Some(n.raw_text().to_owned()),
+            _ => None,
+        };
+        assert_eq!(
+            id(br#"{"id":"a","result":{"x":["#).as_deref(),
+            Some(r#""a""#)
+        );
+        assert_eq!(id(b"{\"id\":7,\"r\":\"\xff\"}").as_deref(), Some("7"));
+        assert_eq!(id(br#" {"id":1,"ID":1"#), None);
+        assert_eq!(id(br#"{"id":1,"id":1}"#), None);
+        assert_eq!(id(br#"{"Id":1}"#), None);
+        assert_eq!(id(br#"{"result":{"#), None);
+        assert_eq!(id(br#"[{"id":1}]"#), None);
+        assert_eq!(id(b""), None);
+    }
+
+    #[test]
     fn lookup_refuses_to_choose() {
         let node = parse(br#"{"name":"a","Name":"b","id":1}"#).unwrap();
-        let Value::Object(object) = &node.value else {
+        let Value::Object(object) = node.value() else {
             panic!()
         };
         assert!(matches!(object.lookup("name"), Lookup::Ambiguous));
-        assert!(matches!(object.lookup("id"), Lookup::One(n) if n.raw == b"1"));
+        assert!(matches!(object.lookup("id"), Lookup::One(n) if n.raw() == b"1"));
         assert!(matches!(object.lookup("x"), Lookup::Absent));
         let node = parse(br#"{"Method":"tools/call"}"#).unwrap();
-        let Value::Object(object) = &node.value else {
+        let Value::Object(object) = node.value() else {
             panic!()
         };
         assert!(matches!(object.lookup("method"), Lookup::Ambiguous));
@@ -639,11 +925,12 @@ mod tests {
     #[test]
     fn raw_text_is_kept_and_surrogates_decode() {
         let node = parse(br#"[1.0, "\u0041\ud83d\ude00", "\udc00"]"#).unwrap();
-        let Value::Array(items) = &node.value else {
+        let Value::Array(array) = node.value() else {
             panic!()
         };
-        assert_eq!(items[0].raw, b"1.0");
-        assert!(matches!(&items[1].value, Value::String(s) if s.text == "A\u{1f600}" && s.exact));
-        assert!(matches!(&items[2].value, Value::String(s) if s.text == "\u{fffd}" && !s.exact));
+        let items: Vec<Node<'_>> = array.items().collect();
+        assert_eq!(items[0].raw(), b"1.0");
+        assert!(matches!(items[1].value(), Value::String(s) if s.text == "A\u{1f600}" && s.exact));
+        assert!(matches!(items[2].value(), Value::String(s) if s.text == "\u{fffd}" && !s.exact));
     }
 }

@@ -45,13 +45,38 @@ pub enum Message<'a> {
     Notification(Notification<'a>),
     /// A response: an `id` and a `result` or an `error`.
     Response(Response<'a>),
-    /// A JSON array (JSON-RPC batches exist only in MCP 2025-03-26); each element
-    /// classified alone.
-    Batch(Vec<Message<'a>>),
+    /// A JSON array (JSON-RPC batches exist only in MCP 2025-03-26); its elements are
+    /// classified one at a time as they are read ([`Batch::messages`]).
+    Batch(Batch<'a>),
     /// Not JSON at all (or not UTF-8).
     NotJson,
-    /// JSON, but not a JSON-RPC message the relay can read unambiguously.
+    /// JSON, but not a JSON-RPC message the relay can read unambiguously, or over one of
+    /// the reader's bounds (nesting, number of values).
     Invalid(String),
+}
+
+/// A batch, not yet read element by element: a frame of a million elements costs no
+/// memory per element until the relay reads them, and it reads only as many as it must.
+#[derive(Clone, Copy, Debug)]
+pub struct Batch<'a> {
+    array: json::Array<'a>,
+}
+
+impl<'a> Batch<'a> {
+    /// How many elements it has (one pass over the frame, no memory per element).
+    pub fn len(&self) -> usize {
+        self.array.items().count()
+    }
+
+    /// True when it has no element (never, for a batch [`classify`] returned).
+    pub fn is_empty(&self) -> bool {
+        self.array.items().next().is_none()
+    }
+
+    /// The elements, each classified alone as it is read.
+    pub fn messages(&self) -> impl Iterator<Item = Message<'a>> + use<'a> {
+        self.array.items().map(classify_node)
+    }
 }
 
 /// A request.
@@ -106,7 +131,16 @@ pub enum NameProblem {
     /// `params.name` holds an escaped lone surrogate, which peers decode differently.
     #[error("params.name holds a lone surrogate escape")]
     LoneSurrogate,
+    /// `params.name` is longer than [`MAX_TOOL_NAME`] bytes: no listed tool has such a
+    /// name, and it is not echoed back in refusals and logs.
+    #[error("params.name is longer than {MAX_TOOL_NAME} bytes")]
+    TooLong,
 }
+
+/// The longest tool name, in bytes, the relay reads (in a call or a listing). MCP asks
+/// for names of 1 to 128 characters; 1024 bytes leaves room for every script, and keeps
+/// a name from making each refusal, log line and pin a frame long.
+pub const MAX_TOOL_NAME: usize = 1024;
 
 /// Classifies one frame (a trailing `\n` is JSON whitespace and may stay).
 ///
@@ -114,6 +148,10 @@ pub enum NameProblem {
 /// [`Message::Invalid`]: JSON counts it as whitespace, but readers that split lines at
 /// `\r` (Python's universal newlines, Node's `readline`) would read the pieces as other
 /// messages the relay never decided.
+///
+/// Classifying holds no tree: its memory does not grow with the frame's values (see the
+/// `json` module), except for the key hashes of the objects open while duplicate keys
+/// are looked for.
 pub fn classify(frame: &[u8]) -> Message<'_> {
     let body = frame.strip_suffix(b"\n").unwrap_or(frame);
     let body = body.strip_suffix(b"\r").unwrap_or(body);
@@ -123,16 +161,67 @@ pub fn classify(frame: &[u8]) -> Message<'_> {
         );
     }
     match json::parse(frame) {
+        // Over a bound is not "not JSON": such a line must never be forwarded as one.
+        Err(e) if e.is_bound() => Message::Invalid(e.to_string()),
         Err(_) => Message::NotJson,
-        Ok(node) => match node.value {
-            Value::Array(items) if items.is_empty() => Message::Invalid("empty batch".into()),
-            Value::Array(items) => Message::Batch(items.into_iter().map(classify_node).collect()),
+        Ok(node) => match node.value() {
+            Value::Array(array) => {
+                let batch = Batch { array };
+                if batch.is_empty() {
+                    Message::Invalid("empty batch".into())
+                } else {
+                    Message::Batch(batch)
+                }
+            }
             _ => classify_node(node),
         },
     }
 }
 
-fn one<'n, 'a>(object: &'n Object<'a>, key: &str) -> Result<Option<&'n Node<'a>>, String> {
+/// The id a frame the relay cannot classify seems to answer, when it can be read without
+/// choosing: the frame starts as an object whose members, as far as they are well formed,
+/// name one `id` (and no key colliding with it), a string or a number, and no `method`
+/// (a request's id answers nothing). For a batch, the ids of its elements that are such
+/// objects.
+///
+/// Only ids `wanted` accepts are kept, so a batch of a million ids costs no more than
+/// the ids the caller waits for. Used only to answer a request the relay will not let
+/// its answer through for; an id read here never decides what is forwarded.
+pub fn recoverable_ids(frame: &[u8], mut wanted: impl FnMut(&IdKey) -> bool) -> Vec<RequestId> {
+    let mut keep = |id: Option<RequestId>| id.filter(|id| wanted(&id.key));
+    // A frame that is JSON but unusable (a bare `\r`, duplicate members) reads strictly.
+    match json::parse(frame) {
+        Ok(node) => match node.value() {
+            Value::Array(array) => array
+                .items()
+                .filter_map(|item| keep(unambiguous_id(item.object()?)))
+                .collect(),
+            Value::Object(object) => keep(unambiguous_id(object)).into_iter().collect(),
+            _ => Vec::new(),
+        },
+        Err(_) => {
+            let id = match (
+                json::leading_lookup(frame, "id"),
+                json::leading_lookup(frame, "method"),
+            ) {
+                (Some(Lookup::One(node)), Some(Lookup::Absent)) => request_id(node).ok(),
+                _ => None,
+            };
+            keep(id).into_iter().collect()
+        }
+    }
+}
+
+/// The id of what reads as a response: one `id`, and no `method` (a request's id is
+/// not an answer to anything).
+fn unambiguous_id(object: Object<'_>) -> Option<RequestId> {
+    match (object.lookup("id"), object.lookup("method")) {
+        (Lookup::One(node), Lookup::Absent) => request_id(node).ok(),
+        _ => None,
+    }
+}
+
+fn one<'a>(object: &Object<'a>, key: &str) -> Result<Option<Node<'a>>, String> {
     match object.lookup(key) {
         Lookup::Absent => Ok(None),
         Lookup::One(node) => Ok(Some(node)),
@@ -148,23 +237,23 @@ fn classify_node(node: Node<'_>) -> Message<'_> {
 }
 
 fn read_node(node: Node<'_>) -> Result<Message<'_>, String> {
-    let duplicate_keys = node.has_colliding_keys();
-    let raw = node.raw;
-    let Value::Object(object) = node.value else {
+    let raw = node.raw();
+    let Some(object) = node.object() else {
         return Err("not an object".into());
     };
     let id = one(&object, "id")?.map(request_id).transpose()?;
     let method = match one(&object, "method")? {
         None => None,
-        Some(Node {
-            value: Value::String(s),
-            ..
-        }) => Some(s.text.clone()),
-        Some(_) => return Err("method is not a string".into()),
+        Some(node) => match node.value() {
+            Value::String(s) => Some(s.text.into_owned()),
+            _ => return Err("method is not a string".into()),
+        },
     };
-    let params = one(&object, "params")?.cloned();
-    let result = one(&object, "result")?.cloned();
-    let error = one(&object, "error")?.cloned();
+    let params = one(&object, "params")?;
+    let result = one(&object, "result")?;
+    let error = one(&object, "error")?;
+    // Last: the one pass that remembers keys, over a message already known to be one.
+    let duplicate_keys = node.has_colliding_keys();
     Ok(match (method, id) {
         (Some(method), Some(id)) => Message::Request(Request {
             id,
@@ -197,10 +286,10 @@ fn read_node(node: Node<'_>) -> Result<Message<'_>, String> {
     })
 }
 
-fn request_id(node: &Node<'_>) -> Result<RequestId, String> {
-    let key = match &node.value {
-        Value::String(s) if s.exact => IdKey::String(s.text.clone()),
-        Value::Number(text) => IdKey::Number((*text).to_owned()),
+fn request_id(node: Node<'_>) -> Result<RequestId, String> {
+    let key = match node.value() {
+        Value::String(s) if s.exact => IdKey::String(s.text.into_owned()),
+        Value::Number(text) => IdKey::Number(text.to_owned()),
         _ => return Err("id is not a string or a number".into()),
     };
     Ok(RequestId {
@@ -209,41 +298,36 @@ fn request_id(node: &Node<'_>) -> Result<RequestId, String> {
     })
 }
 
-fn params_object<'n, 'a>(params: Option<&'n Node<'a>>) -> Option<&'n Object<'a>> {
-    match params {
-        Some(Node {
-            value: Value::Object(object),
-            ..
-        }) => Some(object),
-        _ => None,
-    }
+fn params_object(params: Option<Node<'_>>) -> Option<Object<'_>> {
+    params?.object()
 }
 
 impl Request<'_> {
     /// For a `tools/call`: the tool's name, which must be one exact string.
-    pub fn tool_name(&self) -> Result<&str, NameProblem> {
-        let object = match &self.params {
+    pub fn tool_name(&self) -> Result<String, NameProblem> {
+        let object = match self.params {
             None => return Err(NameProblem::Missing),
-            Some(node) => params_object(Some(node)).ok_or(NameProblem::Ambiguous)?,
+            Some(node) => node.object().ok_or(NameProblem::Ambiguous)?,
         };
         match object.lookup("name") {
             Lookup::Absent => Err(NameProblem::Missing),
             Lookup::Ambiguous => Err(NameProblem::Ambiguous),
-            Lookup::One(Node {
-                value: Value::String(s),
-                ..
-            }) if !s.exact => Err(NameProblem::LoneSurrogate),
-            Lookup::One(Node {
-                value: Value::String(s),
-                ..
-            }) => Ok(&s.text),
-            Lookup::One(_) => Err(NameProblem::NotString),
+            // Checked on the source text first, so an over-long name is never decoded.
+            Lookup::One(node) if node.raw().len() > 6 * MAX_TOOL_NAME + 2 => {
+                Err(NameProblem::TooLong)
+            }
+            Lookup::One(node) => match node.value() {
+                Value::String(s) if !s.exact => Err(NameProblem::LoneSurrogate),
+                Value::String(s) if s.text.len() > MAX_TOOL_NAME => Err(NameProblem::TooLong),
+                Value::String(s) => Ok(s.text.into_owned()),
+                _ => Err(NameProblem::NotString),
+            },
         }
     }
 
     /// For a `tools/call`: the exact text of `params.arguments`, if present and unambiguous.
     pub fn arguments(&self) -> Option<&str> {
-        match params_object(self.params.as_ref())?.lookup("arguments") {
+        match params_object(self.params)?.lookup("arguments") {
             Lookup::One(node) => Some(node.raw_text()),
             _ => None,
         }
@@ -251,7 +335,7 @@ impl Request<'_> {
 
     /// For a `tools/list`: whether `params.cursor` is present (a later page).
     pub fn has_cursor(&self) -> bool {
-        params_object(self.params.as_ref())
+        params_object(self.params)
             .is_some_and(|object| !matches!(object.lookup("cursor"), Lookup::Absent))
     }
 }
@@ -259,19 +343,19 @@ impl Request<'_> {
 impl Notification<'_> {
     /// For `notifications/cancelled`: the id of the request it cancels.
     pub fn cancelled_request(&self) -> Option<IdKey> {
-        match params_object(self.params.as_ref())?.lookup("requestId") {
+        match params_object(self.params)?.lookup("requestId") {
             Lookup::One(node) => request_id(node).ok().map(|id| id.key),
             _ => None,
         }
     }
 
     /// For `notifications/cancelled`: the reason given, if it is a string.
-    pub fn cancel_reason(&self) -> Option<&str> {
-        match params_object(self.params.as_ref())?.lookup("reason") {
-            Lookup::One(Node {
-                value: Value::String(s),
-                ..
-            }) => Some(&s.text),
+    pub fn cancel_reason(&self) -> Option<String> {
+        match params_object(self.params)?.lookup("reason") {
+            Lookup::One(node) => match node.value() {
+                Value::String(s) => Some(s.text.into_owned()),
+                _ => None,
+            },
             _ => None,
         }
     }
@@ -282,16 +366,13 @@ impl<'a> Response<'a> {
     pub fn tool_error(&self) -> bool {
         !self.is_error
             && matches!(
-                params_object(Some(&self.body)).map(|o| o.lookup("isError")),
-                Some(Lookup::One(Node {
-                    value: Value::Bool(true),
-                    ..
-                }))
+                self.body.object().map(|o| o.lookup("isError")),
+                Some(Lookup::One(node)) if matches!(node.value(), Value::Bool(true))
             )
     }
 
-    pub(crate) fn result(&self) -> Option<&Node<'a>> {
-        (!self.is_error).then_some(&self.body)
+    pub(crate) fn result(&self) -> Option<Node<'a>> {
+        (!self.is_error).then_some(self.body)
     }
 }
 
@@ -302,7 +383,7 @@ impl Message<'_> {
             Message::Request(r) => r.duplicate_keys,
             Message::Notification(n) => n.duplicate_keys,
             Message::Response(r) => r.duplicate_keys,
-            Message::Batch(items) => items.iter().any(Message::duplicate_keys),
+            Message::Batch(batch) => batch.messages().any(|m| m.duplicate_keys()),
             Message::NotJson | Message::Invalid(_) => false,
         }
     }
@@ -365,9 +446,10 @@ mod tests {
             panic!()
         };
         assert!(r.is_error && !r.tool_error());
-        let Message::Batch(items) = classify(br#"[{"id":1,"method":"a"},{"method":"b"},3]"#) else {
+        let Message::Batch(batch) = classify(br#"[{"id":1,"method":"a"},{"method":"b"},3]"#) else {
             panic!()
         };
+        let items: Vec<Message<'_>> = batch.messages().collect();
         assert!(matches!(
             items.as_slice(),
             [
@@ -400,7 +482,7 @@ mod tests {
         };
         let ok = call(r#"{"name":"read_file","arguments":{"path":"/x"}}"#);
         let r = request(&ok);
-        assert_eq!(r.tool_name(), Ok("read_file"));
+        assert_eq!(r.tool_name().as_deref(), Ok("read_file"));
         assert_eq!(r.arguments(), Some(r#"{"path":"/x"}"#));
         assert!(!r.duplicate_keys);
         for (params, problem) in [
@@ -413,6 +495,25 @@ mod tests {
         ] {
             assert_eq!(request(&call(params)).tool_name(), Err(problem), "{params}");
         }
+        let long = |n: usize, c: &str| call(&format!(r#"{{"name":"{}"}}"#, c.repeat(n)));
+        assert_eq!(
+            request(&long(MAX_TOOL_NAME, "a"))
+                .tool_name()
+                .map(|n| n.len()),
+            Ok(MAX_TOOL_NAME)
+        );
+        assert_eq!(
+            request(&long(MAX_TOOL_NAME + 1, "a")).tool_name(),
+            Err(NameProblem::TooLong)
+        );
+        assert_eq!(
+            request(&long(700, "\\u00e9")).tool_name(),
+            Err(NameProblem::TooLong)
+        );
+        assert_eq!(
+            request(&long(1 << 20, "\\u00e9")).tool_name(),
+            Err(NameProblem::TooLong)
+        );
         let deep = call(r#"{"name":"a","arguments":{"x":{"y":1,"y":2}}}"#);
         assert!(request(&deep).duplicate_keys);
     }
@@ -425,6 +526,6 @@ mod tests {
             panic!()
         };
         assert_eq!(n.cancelled_request(), Some(IdKey::String("r1".into())));
-        assert_eq!(n.cancel_reason(), Some("user"));
+        assert_eq!(n.cancel_reason().as_deref(), Some("user"));
     }
 }

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest as _, Sha256};
 
 use crate::json::{self, Lookup, Node, Value};
+use crate::message::MAX_TOOL_NAME;
 
 /// The members of a tool definition that are pinned, in canonical (UTF-16) order.
 pub const PINNED_FIELDS: [&str; 6] = [
@@ -35,6 +36,14 @@ pub const PINNED_FIELDS: [&str; 6] = [
     "outputSchema",
     "title",
 ];
+
+/// The most tools one `tools/list` page may list.
+///
+/// Pins live as long as the session, about 300 bytes a tool: a bound keeps a hostile
+/// listing of 4 MiB of `{"name":"…"}` from pinning a quarter of a million tools.
+/// Servers list tens of tools, the largest a few hundred (models choose badly among more),
+/// so 10 000 is far beyond any real one.
+pub const MAX_TOOLS: usize = 10_000;
 
 /// A SHA-256 digest of canonical JSON.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -140,8 +149,9 @@ pub enum ListingError {
     /// The result is not an object with a `tools` array.
     #[error("tools/list result has no unambiguous tools array")]
     NoToolsArray,
-    /// A tool is not an object with one exact string `name`.
-    #[error("tool {index} of the page has no unambiguous name")]
+    /// A tool is not an object with one exact string `name` of at most
+    /// [`MAX_TOOL_NAME`](crate::message::MAX_TOOL_NAME) bytes.
+    #[error("tool {index} of the page has no unambiguous name of at most 1024 bytes")]
     BadTool {
         /// The tool's position in the page.
         index: usize,
@@ -153,6 +163,9 @@ pub enum ListingError {
     /// goes on depends on the reader.
     #[error("tools/list result has a nextCursor that is not a string")]
     BadCursor,
+    /// One page lists more than [`MAX_TOOLS`] tools.
+    #[error("tools/list result lists more than {MAX_TOOLS} tools in one page")]
+    TooManyTools,
 }
 
 impl PinSet {
@@ -168,39 +181,41 @@ impl PinSet {
     /// [`ListingError`] when the page cannot be read unambiguously; nothing is added then.
     pub fn add_page(&mut self, result: &[u8]) -> Result<bool, ListingError> {
         let node = json::parse(result).map_err(|_| ListingError::NotJson)?;
-        self.add_result(&node)
+        self.add_result(node)
     }
 
-    pub(crate) fn add_result(&mut self, result: &Node<'_>) -> Result<bool, ListingError> {
+    pub(crate) fn add_result(&mut self, result: Node<'_>) -> Result<bool, ListingError> {
         if result.has_colliding_keys() {
             return Err(ListingError::DuplicateKeys);
         }
-        let Value::Object(object) = &result.value else {
+        let Some(object) = result.object() else {
             return Err(ListingError::NoToolsArray);
         };
-        let Lookup::One(Node {
-            value: Value::Array(tools),
-            ..
-        }) = object.lookup("tools")
-        else {
-            return Err(ListingError::NoToolsArray);
+        let tools = match object.lookup("tools") {
+            Lookup::One(node) => match node.value() {
+                Value::Array(tools) => tools,
+                _ => return Err(ListingError::NoToolsArray),
+            },
+            _ => return Err(ListingError::NoToolsArray),
         };
         // Only a non-empty string names a next page: clients stop at an absent, null or
         // empty cursor (the SDKs test it for truth), so reading any of those as "more"
         // would leave the listing unfinished, and the session never pinned.
         let more = match object.lookup("nextCursor") {
             Lookup::Absent => false,
-            Lookup::One(Node {
-                value: Value::Null, ..
-            }) => false,
-            Lookup::One(Node {
-                value: Value::String(cursor),
-                ..
-            }) => !cursor.text.is_empty(),
-            _ => return Err(ListingError::BadCursor),
+            Lookup::One(node) => match node.value() {
+                Value::Null => false,
+                Value::String(cursor) => !cursor.text.is_empty(),
+                _ => return Err(ListingError::BadCursor),
+            },
+            Lookup::Ambiguous => return Err(ListingError::BadCursor),
         };
+        // Counted first: an over-long page is refused before any tool is digested.
+        if tools.items().nth(MAX_TOOLS).is_some() {
+            return Err(ListingError::TooManyTools);
+        }
         let mut page = Vec::new();
-        for (index, tool) in tools.iter().enumerate() {
+        for (index, tool) in tools.items().enumerate() {
             page.push(pin_tool(tool).ok_or(ListingError::BadTool { index })?);
         }
         for (name, pin) in page {
@@ -297,17 +312,17 @@ fn changed_fields(old: &ToolPin, new: &ToolPin) -> Vec<String> {
         .collect()
 }
 
-fn pin_tool(tool: &Node<'_>) -> Option<(String, ToolPin)> {
-    let Value::Object(object) = &tool.value else {
-        return None;
-    };
+fn pin_tool(tool: Node<'_>) -> Option<(String, ToolPin)> {
+    let object = tool.object()?;
     let name = match object.lookup("name") {
-        Lookup::One(Node {
-            value: Value::String(s),
-            ..
-        }) if s.exact => s.text.clone(),
+        Lookup::One(node) if node.raw().len() <= 6 * MAX_TOOL_NAME + 2 => {
+            node.exact_str()?.into_owned()
+        }
         _ => return None,
     };
+    if name.len() > MAX_TOOL_NAME {
+        return None;
+    }
     let mut whole = String::from("{");
     let mut fields = BTreeMap::new();
     for field in PINNED_FIELDS {
@@ -420,11 +435,11 @@ impl PinSet {
             if node.has_colliding_keys() {
                 return Err(fail(n, "line", "duplicate keys"));
             }
-            let Value::Object(object) = &node.value else {
+            let Some(object) = node.object() else {
                 return Err(fail(n, "line", "expected an object"));
             };
-            for (key, _) in &object.members {
-                if !["name", "sha256", "fields", "duplicate"].contains(&key.text.as_str()) {
+            for (key, _) in object.members() {
+                if !["name", "sha256", "fields", "duplicate"].contains(&&*key.text) {
                     return Err(fail(
                         n,
                         &key.text.escape_debug().to_string(),
@@ -433,10 +448,10 @@ impl PinSet {
                 }
             }
             let string = |field: &str| match object.lookup(field) {
-                Lookup::One(Node {
-                    value: Value::String(s),
-                    ..
-                }) if s.exact => Ok(s.text.clone()),
+                Lookup::One(node) => node
+                    .exact_str()
+                    .map(|s| s.into_owned())
+                    .ok_or_else(|| fail(n, field, "expected a string")),
                 _ => Err(fail(n, field, "expected a string")),
             };
             let digest = |field: &str, text: &str| {
@@ -446,30 +461,26 @@ impl PinSet {
             let name = string("name")?;
             let sha = digest("sha256", &string("sha256")?)?;
             let mut fields = BTreeMap::new();
-            match object.lookup("fields") {
-                Lookup::One(Node {
-                    value: Value::Object(members),
-                    ..
-                }) => {
-                    for (key, value) in &members.members {
-                        let field = format!("fields.{}", key.text.escape_debug());
-                        if !PINNED_FIELDS.contains(&key.text.as_str()) {
-                            return Err(fail(n, &field, "not a pinned field"));
-                        }
-                        let Value::String(hex) = &value.value else {
-                            return Err(fail(n, &field, "expected a string"));
-                        };
-                        fields.insert(key.text.clone(), digest(&field, &hex.text)?);
-                    }
+            let members = match object.lookup("fields") {
+                Lookup::One(node) => node.object(),
+                _ => None,
+            };
+            let Some(members) = members else {
+                return Err(fail(n, "fields", "expected an object"));
+            };
+            for (key, value) in members.members() {
+                let field = format!("fields.{}", key.text.escape_debug());
+                if !PINNED_FIELDS.contains(&&*key.text) {
+                    return Err(fail(n, &field, "not a pinned field"));
                 }
-                _ => return Err(fail(n, "fields", "expected an object")),
+                let Value::String(hex) = value.value() else {
+                    return Err(fail(n, &field, "expected a string"));
+                };
+                fields.insert(key.text.into_owned(), digest(&field, &hex.text)?);
             }
             match object.lookup("duplicate") {
                 Lookup::Absent => {}
-                Lookup::One(Node {
-                    value: Value::Bool(true),
-                    ..
-                }) => {
+                Lookup::One(node) if matches!(node.value(), Value::Bool(true)) => {
                     set.duplicates.insert(name.clone());
                 }
                 _ => return Err(fail(n, "duplicate", "expected true")),
@@ -607,7 +618,7 @@ mod tests {
         // Each line is canonical JSON: re-canonicalizing changes nothing.
         for line in text.lines() {
             let mut again = String::new();
-            json::write_canonical(&json::parse(line.as_bytes()).unwrap(), &mut again);
+            json::write_canonical(json::parse(line.as_bytes()).unwrap(), &mut again);
             assert_eq!(again, line);
         }
         let dir = tempfile::tempdir().unwrap();

@@ -25,7 +25,20 @@
 //!   is not JSON at all. A `tools/call` without an id is never forwarded.
 //! - A batch (MCP 2025-03-26) is forwarded whole or not at all: if any element would be
 //!   refused or dropped, every request in it is answered (refusal results for refused
-//!   calls, a JSON-RPC error for the others) and nothing reaches the server.
+//!   calls, a JSON-RPC error for the others) and nothing reaches the server. A batch of
+//!   more than [`MAX_BATCH`] messages is refused before any element is decided.
+//! - A server batch is relayed whole or not at all, by the same rule.
+//! - A request id cancelled by the client while pending stays a *tombstone* until the
+//!   server answers it (at most [`RelayConfig::max_pending`] tombstones, the oldest
+//!   forgotten with a log line): a new request reusing it is refused as if it were still
+//!   pending, and the server's late answer is dropped, never taken for another request.
+//! - A server line the relay will not relay (not JSON, a bare `\r`, ambiguous members,
+//!   over a bound, an answer to a `tools/call` with duplicate keys) that answers a pending
+//!   request whose id can be read without choosing is replaced by a JSON-RPC error
+//!   ([`UNRELAYABLE_ANSWER`]) for that id, and a pending call ends with that error as its
+//!   response ([`CallEnd::Error`]).
+//! - Handling one frame costs memory bounded independently of the frame bound (see the
+//!   `json` module) and yields at most [`MAX_LOG_LINES`] + 1 diagnostics.
 //!
 //! # Non-guarantees
 //! - A frame over the size bound cannot be read, so nothing can answer it: it is dropped
@@ -36,16 +49,19 @@
 //!   the task handle; the work the task does afterwards is not followed.
 //! - [`CallEnd::Cancelled`] means the client cancelled; the server may have run the call
 //!   anyway (MCP lets it ignore a cancellation), and its late answer is dropped.
-//! - A server message whose `id`, `result` or `error` is ambiguous cannot be matched: it is
-//!   relayed, and the call it may answer stays pending until the server exits.
+//! - A dropped server line whose id cannot be read without choosing (two `id` members, a
+//!   line broken before its `id`) answers nobody: the request it may answer stays pending
+//!   until the server exits.
 //! - A response id the server re-spells (`1` echoed as `1.0`) does not match and is dropped.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::frame::Frame;
 use crate::json::{self, Node};
-use crate::message::{IdKey, Message, Notification, Request, RequestId, Response, classify};
-use crate::pins::{Change, PinSet, diff};
+use crate::message::{
+    Batch, IdKey, Message, Notification, Request, RequestId, Response, classify, recoverable_ids,
+};
+use crate::pins::{Change, MAX_TOOLS, PinSet, diff};
 
 /// JSON-RPC "Invalid Request".
 const INVALID_REQUEST: i64 = -32600;
@@ -53,6 +69,19 @@ const INVALID_REQUEST: i64 = -32600;
 const NOT_FORWARDED: i64 = -32001;
 /// Implementation-defined: the server exited before answering.
 const SERVER_EXITED: i64 = -32002;
+/// Implementation-defined: the server answered, but its answer could not be relayed
+/// (not JSON, ambiguous, over a bound), so the relay answered instead.
+pub const UNRELAYABLE_ANSWER: i64 = -32003;
+
+/// The most messages a batch may hold. Each `tools/call` in a batch is decided, and may
+/// leave an intent and an outcome on the record, so one frame must not ask for more than
+/// a few hundred. JSON-RPC batches exist only in MCP 2025-03-26, and the SDKs send one
+/// message a line; 256 is a quarter of the default pending table.
+pub const MAX_BATCH: usize = 256;
+
+/// The most diagnostic lines one frame produces; the rest are counted in one more line,
+/// so a frame of many bad parts cannot flood stderr.
+pub const MAX_LOG_LINES: usize = 16;
 
 /// The namespaced `_meta` key carrying a refusal's facts.
 pub const REFUSAL_META_KEY: &str = "dev.aegis/refusal";
@@ -263,7 +292,7 @@ impl PinState {
         }
     }
 
-    fn page(&mut self, first_page: bool, result: Option<&Node<'_>>, logs: &mut Vec<String>) {
+    fn page(&mut self, first_page: bool, result: Option<Node<'_>>, logs: &mut Logs) {
         if first_page {
             self.listing = PinSet::new();
         }
@@ -279,17 +308,28 @@ impl PinState {
                 return;
             }
         };
-        let before: BTreeSet<String> = self.listing.tools().map(|(n, _)| n.to_owned()).collect();
-        self.listing.absorb(page.clone());
-        if let Some(pinned) = &self.pinned {
-            for change in pinned.changed_in(&page) {
-                self.note(change, logs);
+        if self.listing.tools().count() + page.tools().count() > MAX_TOOLS {
+            let why = format!("the listing's pages hold more than {MAX_TOOLS} tools");
+            logs.push(format!(
+                "tools/list: {why}; calls are refused until a readable listing"
+            ));
+            self.unreadable = Some(why);
+            return;
+        }
+        // Judged before it joins the listing, so the page is never copied: a page of
+        // thousands of tools is held once.
+        let mut found = match &self.pinned {
+            Some(pinned) => pinned.changed_in(&page),
+            None => Vec::new(),
+        };
+        for (name, _) in page.tools() {
+            if self.listing.get(name).is_some() {
+                found.push(Change::Duplicate(name.to_owned()));
             }
         }
-        for (name, _) in page.tools() {
-            if before.contains(name) {
-                self.note(Change::Duplicate(name.to_owned()), logs);
-            }
+        self.listing.absorb(page);
+        for change in found {
+            self.note(change, logs);
         }
         if more {
             return;
@@ -321,7 +361,7 @@ impl PinState {
         }
     }
 
-    fn note(&mut self, change: Change, logs: &mut Vec<String>) {
+    fn note(&mut self, change: Change, logs: &mut Logs) {
         if !self.changes.contains_key(change.tool()) {
             logs.push(format!("tools/list: {change}"));
         }
@@ -335,15 +375,53 @@ pub struct Relay<G: Gate> {
     config: RelayConfig,
     /// Client requests waiting for the server, by id.
     client_requests: BTreeMap<IdKey, Outstanding<G::Pending>>,
+    /// Client requests cancelled while pending, which the server may still answer: by id,
+    /// their order of cancellation and raw id. Their ids are not reused until then.
+    tombstones: BTreeMap<IdKey, (u64, String)>,
+    /// The same tombstones by order of cancellation, oldest first.
+    tombstone_order: BTreeMap<u64, IdKey>,
+    next_tombstone: u64,
     /// Server requests (sampling, elicitation, roots) waiting for the client, by id.
     server_requests: BTreeSet<IdKey>,
     pins: PinState,
 }
 
+/// The diagnostics of one frame: at most [`MAX_LOG_LINES`], the rest counted.
+#[derive(Default)]
+struct Logs {
+    lines: Vec<String>,
+    more: usize,
+}
+
+impl Logs {
+    fn push(&mut self, line: String) {
+        if self.lines.len() < MAX_LOG_LINES {
+            self.lines.push(line);
+        } else {
+            self.more += 1;
+        }
+    }
+
+    fn into_actions(self) -> Vec<Action> {
+        let mut actions: Vec<Action> = self.lines.into_iter().map(Action::Log).collect();
+        if self.more > 0 {
+            actions.push(Action::Log(format!(
+                "… and {} more diagnostics for this frame",
+                self.more
+            )));
+        }
+        actions
+    }
+}
+
 /// What one message becomes.
 enum Plan {
+    /// Pass the frame on, as received.
     Forward,
+    /// Answer the side it came from with these bytes.
     Reply(Vec<u8>),
+    /// Send these bytes on instead of the frame (answers the relay built).
+    Substitute(Vec<u8>),
     Drop,
 }
 
@@ -366,6 +444,9 @@ impl<G: Gate> Relay<G> {
             gate,
             config,
             client_requests: BTreeMap::new(),
+            tombstones: BTreeMap::new(),
+            tombstone_order: BTreeMap::new(),
+            next_tombstone: 0,
             server_requests: BTreeSet::new(),
             pins: PinState::default(),
         }
@@ -394,6 +475,12 @@ impl<G: Gate> Relay<G> {
         self.client_requests.len()
     }
 
+    /// How many cancelled client requests the server may still answer (their ids are
+    /// not reused until it does, or until they are forgotten).
+    pub fn cancelled_unanswered(&self) -> usize {
+        self.tombstones.len()
+    }
+
     /// Handles one frame read from the client.
     pub fn from_client(&mut self, frame: Frame) -> Vec<Action> {
         let bytes = match frame {
@@ -404,7 +491,7 @@ impl<G: Gate> Relay<G> {
                 ))];
             }
         };
-        let mut logs = Vec::new();
+        let mut logs = Logs::default();
         let plan = {
             let message = classify(&bytes);
             self.client_message(message, &mut logs)
@@ -422,7 +509,7 @@ impl<G: Gate> Relay<G> {
                 ))];
             }
         };
-        let mut logs = Vec::new();
+        let mut logs = Logs::default();
         let plan = {
             let message = classify(&bytes);
             self.server_message(&bytes, message, &mut logs)
@@ -447,6 +534,7 @@ impl<G: Gate> Relay<G> {
             actions.push(Action::ToClient(reply));
         }
         self.server_requests.clear();
+        self.forget_tombstones();
         actions.push(Action::Log("server exited".into()));
         actions
     }
@@ -460,6 +548,7 @@ impl<G: Gate> Relay<G> {
             }
         }
         self.server_requests.clear();
+        self.forget_tombstones();
         if count == 0 {
             Vec::new()
         } else {
@@ -469,7 +558,12 @@ impl<G: Gate> Relay<G> {
         }
     }
 
-    fn client_message(&mut self, message: Message<'_>, logs: &mut Vec<String>) -> Plan {
+    fn forget_tombstones(&mut self) {
+        self.tombstones.clear();
+        self.tombstone_order.clear();
+    }
+
+    fn client_message(&mut self, message: Message<'_>, logs: &mut Logs) -> Plan {
         match message {
             Message::NotJson if self.config.forward_unparsed_client_lines => {
                 logs.push("client: forwarded a line that is not JSON (as configured)".into());
@@ -484,13 +578,15 @@ impl<G: Gate> Relay<G> {
                 Plan::Drop
             }
             Message::Request(request) => self.client_request(request, logs),
-            Message::Notification(notification) => match self.client_notification(&notification) {
-                Ok(()) => Plan::Forward,
-                Err(why) => {
-                    logs.push(format!("client: dropped a notification: {why}"));
-                    Plan::Drop
+            Message::Notification(notification) => {
+                match self.client_notification(&notification, logs) {
+                    Ok(()) => Plan::Forward,
+                    Err(why) => {
+                        logs.push(format!("client: dropped a notification: {why}"));
+                        Plan::Drop
+                    }
                 }
-            },
+            }
             Message::Response(response) => {
                 if response.duplicate_keys {
                     logs.push("client: dropped a response with duplicate keys".into());
@@ -505,11 +601,15 @@ impl<G: Gate> Relay<G> {
                     Plan::Drop
                 }
             }
-            Message::Batch(items) => self.client_batch(items, logs),
+            Message::Batch(batch) => self.client_batch(batch, logs),
         }
     }
 
-    fn client_notification(&mut self, notification: &Notification<'_>) -> Result<(), String> {
+    fn client_notification(
+        &mut self,
+        notification: &Notification<'_>,
+        logs: &mut Logs,
+    ) -> Result<(), String> {
         if notification.duplicate_keys {
             return Err("duplicate keys".into());
         }
@@ -517,7 +617,8 @@ impl<G: Gate> Relay<G> {
             "tools/call" => Err("a tools/call without an id".into()),
             "notifications/cancelled" => {
                 if let Some(key) = notification.cancelled_request() {
-                    self.cancel(&key, notification.cancel_reason());
+                    let reason = notification.cancel_reason();
+                    self.cancel(&key, reason.as_deref(), logs);
                 }
                 Ok(())
             }
@@ -525,11 +626,41 @@ impl<G: Gate> Relay<G> {
         }
     }
 
-    fn cancel(&mut self, key: &IdKey, reason: Option<&str>) {
-        if let Some(outstanding) = self.client_requests.remove(key)
-            && let Kind::Call(pending) = outstanding.kind
-        {
+    /// Ends a pending request the client cancelled, and keeps its id as a tombstone: the
+    /// server may still answer it (MCP lets a cancellation race its answer), and that late
+    /// answer must never be taken for a new request reusing the id. A cancellation of an
+    /// id not pending (never sent, already answered) leaves nothing to wait for.
+    fn cancel(&mut self, key: &IdKey, reason: Option<&str>, logs: &mut Logs) {
+        let Some(outstanding) = self.client_requests.remove(key) else {
+            return;
+        };
+        if let Kind::Call(pending) = outstanding.kind {
             self.gate.finish(pending, CallEnd::Cancelled { reason });
+        }
+        if self.tombstones.len() >= self.config.max_pending.max(1)
+            && let Some((_, oldest)) = self.tombstone_order.pop_first()
+            && let Some((_, raw)) = self.tombstones.remove(&oldest)
+        {
+            logs.push(format!(
+                "client: forgot cancelled request {raw} ({} cancelled requests are still unanswered); a late answer to it will be dropped only while the id is not reused",
+                self.config.max_pending
+            ));
+        }
+        let order = self.next_tombstone;
+        self.next_tombstone += 1;
+        self.tombstones
+            .insert(key.clone(), (order, outstanding.raw_id));
+        self.tombstone_order.insert(order, key.clone());
+    }
+
+    /// Removes the tombstone of `key`, when there is one; true if there was.
+    fn unbury(&mut self, key: &IdKey) -> bool {
+        match self.tombstones.remove(key) {
+            Some((order, _)) => {
+                self.tombstone_order.remove(&order);
+                true
+            }
+            None => false,
         }
     }
 
@@ -537,6 +668,11 @@ impl<G: Gate> Relay<G> {
     fn id_problem(&self, id: &RequestId, batch_ids: &BTreeSet<IdKey>) -> Option<String> {
         if self.client_requests.contains_key(&id.key) || batch_ids.contains(&id.key) {
             Some(format!("request id {} is already pending", id.raw))
+        } else if self.tombstones.contains_key(&id.key) {
+            Some(format!(
+                "request id {} was cancelled and the server may still answer it",
+                id.raw
+            ))
         } else if self.client_requests.len() + batch_ids.len() >= self.config.max_pending {
             Some(format!(
                 "{} requests are already pending",
@@ -547,7 +683,7 @@ impl<G: Gate> Relay<G> {
         }
     }
 
-    fn client_request(&mut self, request: Request<'_>, logs: &mut Vec<String>) -> Plan {
+    fn client_request(&mut self, request: Request<'_>, logs: &mut Logs) -> Plan {
         let id_problem = self.id_problem(&request.id, &BTreeSet::new());
         if request.method == "tools/call" {
             let decided = match id_problem {
@@ -603,7 +739,7 @@ impl<G: Gate> Relay<G> {
         &mut self,
         request: &Request<'_>,
         in_batch: bool,
-        logs: &mut Vec<String>,
+        logs: &mut Logs,
     ) -> Result<G::Pending, Refusal> {
         if request.duplicate_keys {
             let why = "the frame has duplicate keys, so the server may read another call than the one decided";
@@ -615,7 +751,7 @@ impl<G: Gate> Relay<G> {
                 return Err(self.refuse_here(request, Refusal::new("relay", problem.to_string())));
             }
         };
-        match self.pins.check(name, self.config.pin_mode) {
+        match self.pins.check(&name, self.config.pin_mode) {
             Err(why) => return Err(self.refuse_here(request, Refusal::new("pins", why))),
             Ok(Some(note)) => logs.push(format!("pins (record only): calling anyway: {note}")),
             Ok(None) => {}
@@ -623,26 +759,58 @@ impl<G: Gate> Relay<G> {
         self.gate.open(&ToolCall {
             frame: request.raw,
             id: &request.id.raw,
-            name,
+            name: &name,
             arguments: request.arguments(),
             in_batch,
         })
     }
 
     fn refuse_here(&self, request: &Request<'_>, mut refusal: Refusal) -> Refusal {
+        let name = request.tool_name().ok();
         refusal.call_id = self.gate.refused(&RefusedCall {
             frame: request.raw,
             id: &request.id.raw,
-            name: request.tool_name().ok(),
+            name: name.as_deref(),
             refusal: &refusal,
         });
         refusal
     }
 
-    fn client_batch(&mut self, items: Vec<Message<'_>>, logs: &mut Vec<String>) -> Plan {
+    /// A batch longer than [`MAX_BATCH`]: nothing in it is decided, recorded or
+    /// forwarded. The first [`MAX_BATCH`] elements that are requests get an error each,
+    /// and one error with a null id says the rest went unanswered.
+    fn oversized_batch(&mut self, batch: Batch<'_>, len: usize, logs: &mut Logs) -> Plan {
+        let why = format!(
+            "a batch of {len} messages is over the relay's bound of {MAX_BATCH}; nothing in it was forwarded"
+        );
+        let mut answers: Vec<Vec<u8>> = batch
+            .messages()
+            .take(MAX_BATCH)
+            .filter_map(|message| match message {
+                Message::Request(request) => {
+                    Some(error_reply(&request.id.raw, INVALID_REQUEST, &why))
+                }
+                _ => None,
+            })
+            .collect();
+        let rest = len - MAX_BATCH;
+        answers.push(error_reply(
+            "null",
+            INVALID_REQUEST,
+            &format!("{why}; the last {rest} messages are not answered"),
+        ));
+        logs.push(format!("client: refused {why}"));
+        Plan::Reply(json_array(&answers))
+    }
+
+    fn client_batch(&mut self, batch: Batch<'_>, logs: &mut Logs) -> Plan {
+        let len = batch.len();
+        if len > MAX_BATCH {
+            return self.oversized_batch(batch, len, logs);
+        }
         let mut batch_ids = BTreeSet::new();
         let mut elements = Vec::new();
-        for item in items {
+        for item in batch.messages() {
             let element = match item {
                 Message::Request(request) => {
                     let id_problem = self.id_problem(&request.id, &batch_ids);
@@ -677,7 +845,7 @@ impl<G: Gate> Relay<G> {
                     Element::Unusable("a tools/call without an id".into())
                 }
                 Message::Notification(n) if n.method == "notifications/cancelled" => {
-                    Element::Cancel(n.cancelled_request(), n.cancel_reason().map(str::to_owned))
+                    Element::Cancel(n.cancelled_request(), n.cancel_reason())
                 }
                 Message::Notification(_) => Element::Notify,
                 Message::Response(r)
@@ -730,7 +898,7 @@ impl<G: Gate> Relay<G> {
                 }
             }
             for (key, reason) in cancels {
-                self.cancel(&key, reason.as_deref());
+                self.cancel(&key, reason.as_deref(), logs);
             }
             return Plan::Forward;
         }
@@ -759,40 +927,28 @@ impl<G: Gate> Relay<G> {
         if answers.is_empty() {
             return Plan::Drop;
         }
-        let mut reply = b"[".to_vec();
-        reply.extend(answers.join(&b","[..]));
-        reply.extend_from_slice(b"]\n");
-        Plan::Reply(reply)
+        Plan::Reply(json_array(&answers))
     }
 
-    fn server_message(
-        &mut self,
-        frame: &[u8],
-        message: Message<'_>,
-        logs: &mut Vec<String>,
-    ) -> Plan {
+    fn server_message(&mut self, frame: &[u8], message: Message<'_>, logs: &mut Logs) -> Plan {
         match message {
             // Not relayed: the stdio transport lets a server write only MCP messages, and
             // a line the relay cannot read unambiguously (ambiguous members, nesting past
             // its bound, a bare `\r`) may be read by the client as a listing or an answer
             // the relay never saw, slipping past the pins or the record.
-            Message::NotJson => {
-                logs.push("server: dropped a line that is not JSON".into());
-                Plan::Drop
-            }
-            Message::Invalid(reason) => {
-                logs.push(format!(
-                    "server: dropped a line the relay cannot read: {reason}"
-                ));
-                Plan::Drop
-            }
-            Message::Batch(items) => {
-                let mut any = false;
-                for item in items {
-                    any |= self.server_item(frame, item, logs);
-                }
-                if any { Plan::Forward } else { Plan::Drop }
-            }
+            Message::NotJson => self.drop_server_frame(frame, "a line that is not JSON", logs),
+            Message::Invalid(reason) => self.drop_server_frame(
+                frame,
+                &format!("a line the relay cannot read: {reason}"),
+                logs,
+            ),
+            Message::Batch(batch) => self.server_batch(frame, batch, logs),
+            Message::Response(response) if self.answer_unusable(&response) => self
+                .drop_server_frame(
+                    frame,
+                    "an answer to a tools/call with duplicate keys, which the client and the record may read differently",
+                    logs,
+                ),
             item => {
                 if self.server_item(frame, item, logs) {
                     Plan::Forward
@@ -803,8 +959,120 @@ impl<G: Gate> Relay<G> {
         }
     }
 
+    /// True for an answer to a pending `tools/call` that must not reach the client: keys
+    /// collide in it, so what the client reads (`isError`, the content) may not be what
+    /// the record says.
+    fn answer_unusable(&self, response: &Response<'_>) -> bool {
+        response.duplicate_keys
+            && matches!(
+                self.client_requests.get(&response.id.key),
+                Some(Outstanding {
+                    kind: Kind::Call(_),
+                    ..
+                })
+            )
+    }
+
+    /// Drops a server frame, and answers every pending client request it seems to answer
+    /// (its id read without choosing, see [`recoverable_ids`]) with a JSON-RPC error,
+    /// ending a call with that error as its response: the client is not left waiting for
+    /// an answer that will never come. A request whose id cannot be read stays pending.
+    fn drop_server_frame(&mut self, frame: &[u8], why: &str, logs: &mut Logs) -> Plan {
+        logs.push(format!("server: dropped {why}"));
+        let mut answered = Vec::new();
+        let ids = recoverable_ids(frame, |key| {
+            self.client_requests.contains_key(key) || self.tombstones.contains_key(key)
+        });
+        for id in ids {
+            if let Some(outstanding) = self.client_requests.remove(&id.key) {
+                answered.push(outstanding);
+            } else if self.unbury(&id.key) {
+                logs.push(format!(
+                    "server: that line answered cancelled request {}",
+                    id.raw
+                ));
+            }
+        }
+        if answered.is_empty() {
+            return Plan::Drop;
+        }
+        let message = format!("the MCP server's answer could not be relayed: {why}");
+        let answers: Vec<Vec<u8>> = answered
+            .iter()
+            .map(|o| error_reply(&o.raw_id, UNRELAYABLE_ANSWER, &message))
+            .collect();
+        let is_batch = frame.trim_ascii_start().starts_with(b"[");
+        let bytes = if is_batch {
+            json_array(&answers)
+        } else {
+            let mut lines = answers.join(&b"\n"[..]);
+            lines.push(b'\n');
+            lines
+        };
+        for outstanding in answered {
+            logs.push(format!(
+                "server: answered {} for the server with error {UNRELAYABLE_ANSWER}",
+                outstanding.raw_id
+            ));
+            if let Kind::Call(pending) = outstanding.kind {
+                // The record's response is what the client got: the relay's error.
+                self.gate.finish(pending, CallEnd::Error { frame: &bytes });
+            }
+        }
+        Plan::Substitute(bytes)
+    }
+
+    /// A server batch is relayed whole or not at all: if any element would be dropped
+    /// alone, the batch is dropped, and the pending requests it answers get an error.
+    fn server_batch(&mut self, frame: &[u8], batch: Batch<'_>, logs: &mut Logs) -> Plan {
+        let len = batch.len();
+        if len > MAX_BATCH {
+            let why = format!("a batch of {len} messages, over the bound of {MAX_BATCH}");
+            return self.drop_server_frame(frame, &why, logs);
+        }
+        let mut answers = BTreeSet::new();
+        let mut requests = 0;
+        let mut problem = None;
+        for item in batch.messages() {
+            let unusable = match &item {
+                Message::Response(r) if self.answer_unusable(r) => {
+                    Some("an answer to a tools/call with duplicate keys".to_owned())
+                }
+                Message::Response(r) if !self.client_requests.contains_key(&r.id.key) => {
+                    Some(format!("a response to {}, which is not pending", r.id.raw))
+                }
+                Message::Response(r) if !answers.insert(r.id.key.clone()) => {
+                    Some(format!("a second response to {}", r.id.raw))
+                }
+                Message::Request(_)
+                    if self.server_requests.len() + requests >= self.config.max_pending =>
+                {
+                    Some("a request over the bound on server requests".to_owned())
+                }
+                Message::Request(_) => {
+                    requests += 1;
+                    None
+                }
+                Message::Notification(_) | Message::Response(_) => None,
+                Message::Invalid(why) => Some(why.clone()),
+                Message::NotJson | Message::Batch(_) => Some("a nested batch".to_owned()),
+            };
+            if unusable.is_some() {
+                problem = unusable;
+                break;
+            }
+        }
+        if let Some(why) = problem {
+            return self.drop_server_frame(frame, &format!("a batch holding {why}"), logs);
+        }
+        for item in batch.messages() {
+            self.server_item(frame, item, logs);
+        }
+        Plan::Forward
+    }
+
     /// Handles one message from the server; false when it must not reach the client.
-    fn server_item(&mut self, frame: &[u8], message: Message<'_>, logs: &mut Vec<String>) -> bool {
+    fn server_item(&mut self, frame: &[u8], message: Message<'_>, logs: &mut Logs) -> bool {
         match message {
             Message::Response(response) => self.server_response(frame, &response, logs),
             Message::Request(request) => {
@@ -842,17 +1110,19 @@ impl<G: Gate> Relay<G> {
         }
     }
 
-    fn server_response(
-        &mut self,
-        frame: &[u8],
-        response: &Response<'_>,
-        logs: &mut Vec<String>,
-    ) -> bool {
+    fn server_response(&mut self, frame: &[u8], response: &Response<'_>, logs: &mut Logs) -> bool {
         let Some(outstanding) = self.client_requests.remove(&response.id.key) else {
-            logs.push(format!(
-                "server: dropped a response to {}, which no request is waiting for",
-                response.id.raw
-            ));
+            if self.unbury(&response.id.key) {
+                logs.push(format!(
+                    "server: dropped a late answer to cancelled request {}",
+                    response.id.raw
+                ));
+            } else {
+                logs.push(format!(
+                    "server: dropped a response to {}, which no request is waiting for",
+                    response.id.raw
+                ));
+            }
             return false;
         };
         match outstanding.kind {
@@ -893,17 +1163,26 @@ fn plain_kind<P>(request: &Request<'_>) -> Kind<P> {
 fn finish_plan(
     plan: Plan,
     bytes: Vec<u8>,
-    logs: Vec<String>,
+    logs: Logs,
     forward: fn(Vec<u8>) -> Action,
     back: fn(Vec<u8>) -> Action,
 ) -> Vec<Action> {
-    let mut actions: Vec<Action> = logs.into_iter().map(Action::Log).collect();
+    let mut actions = logs.into_actions();
     match plan {
         Plan::Forward => actions.push(forward(bytes)),
+        Plan::Substitute(instead) => actions.push(forward(instead)),
         Plan::Reply(reply) => actions.push(back(reply)),
         Plan::Drop => {}
     }
     actions
+}
+
+/// Answers as one JSON array line.
+fn json_array(answers: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = b"[".to_vec();
+    out.extend(answers.join(&b","[..]));
+    out.extend_from_slice(b"]\n");
+    out
 }
 
 fn refusal_log(id: &RequestId, refusal: &Refusal) -> String {

@@ -28,6 +28,8 @@ struct GateLog {
     ended: BTreeMap<u32, String>,
     /// Calls refused by the relay itself: (id, reason).
     relay_refused: Vec<(String, String)>,
+    /// The response bytes of calls that ended with a JSON-RPC error.
+    error_frames: BTreeMap<u32, Vec<u8>>,
     gate_refused: u32,
 }
 
@@ -51,7 +53,11 @@ impl Gate for CountingGate {
     fn finish(&self, pending: u32, end: CallEnd<'_>) {
         let end = match end {
             CallEnd::Response { tool_error, .. } => format!("response tool_error={tool_error}"),
-            CallEnd::Error { .. } => "error".into(),
+            CallEnd::Error { frame } => {
+                let mut log = self.log.borrow_mut();
+                log.error_frames.insert(pending, frame.to_vec());
+                "error".into()
+            }
             CallEnd::Cancelled { reason } => format!("cancelled {reason:?}"),
             other => format!("{other:?}"),
         };
@@ -459,6 +465,42 @@ fn a_batch_with_a_refused_call_is_refused_whole() {
     assert_eq!(log.ended[&1], "NotSent");
 }
 
+/// The batch rule when the relay itself refuses an element (a tool never listed), with
+/// allowed calls before and after it: every call is decided, the refused one recorded
+/// as refused, the allowed ones opened and ended as not sent, every request answered.
+#[test]
+fn a_batch_refused_by_the_relay_decides_and_answers_every_element() {
+    let mut relay = listed(CountingGate::default(), RelayConfig::default());
+    let batch = format!(
+        "[{},{},{},{}]",
+        call("1", "read"),
+        call("2", "ghost"),
+        call("3", "rm"),
+        r#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#,
+    );
+    let actions = relay.from_client(line(&batch));
+    assert!(to_server(&actions).is_empty());
+    let reply = to_client(&actions).concat();
+    assert!(reply.contains(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32001"#));
+    assert!(reply.contains(r#"{"jsonrpc":"2.0","id":2,"result":{"content""#));
+    assert!(reply.contains("never listed"));
+    assert!(reply.contains(r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32001"#));
+    assert!(reply.contains(r#"{"jsonrpc":"2.0","id":4,"error":{"code":-32001"#));
+    let log = relay.gate().log.borrow();
+    assert_eq!((log.opened, log.relay_refused.len()), (2, 1));
+    assert_eq!(
+        (log.ended[&1].as_str(), log.ended[&2].as_str()),
+        ("NotSent", "NotSent")
+    );
+    drop(log);
+    assert_eq!(relay.pending(), 0);
+    // The ids were never pending: they are free again.
+    assert_eq!(
+        to_server(&relay.from_client(line(&call("2", "read")))).len(),
+        1
+    );
+}
+
 #[test]
 fn an_allowed_batch_is_forwarded_whole_and_its_answers_end_the_calls() {
     let mut relay = listed(CountingGate::default(), RelayConfig::default());
@@ -531,6 +573,347 @@ fn the_pending_table_is_bounded() {
     );
 }
 
+fn cancel(id: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id},"reason":"user"}}}}"#
+    )
+}
+
+fn result(id: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[],"isError":false}}}}"#)
+}
+
+#[test]
+fn a_cancelled_id_is_not_reused_until_the_server_answers_it() {
+    let mut relay = listed(CountingGate::default(), RelayConfig::default());
+    assert_eq!(
+        to_server(&relay.from_client(line(&call("1", "read")))).len(),
+        1
+    );
+    assert_eq!(to_server(&relay.from_client(line(&cancel("1")))).len(), 1);
+    assert_eq!((relay.pending(), relay.cancelled_unanswered()), (0, 1));
+    // The attack: a new request reusing the id, then the server's late answer to the
+    // first. The new request is refused as if the id were still pending.
+    let again = relay.from_client(line(&call("1", "rm")));
+    assert!(to_server(&again).is_empty());
+    assert!(
+        to_client(&again)
+            .concat()
+            .contains("request id 1 was cancelled and the server may still answer it")
+    );
+    let ping = relay.from_client(line(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#));
+    assert!(
+        to_client(&ping)
+            .concat()
+            .contains(r#""id":1,"error":{"code":-32600"#)
+    );
+    // Other spellings are other ids: "1" and 1.0 are free.
+    assert_eq!(
+        to_server(&relay.from_client(line(&call("\"1\"", "read")))).len(),
+        1
+    );
+    assert_eq!(
+        to_server(&relay.from_client(line(&call("1.0", "read")))).len(),
+        1
+    );
+    // The late answer is dropped, never taken for "1" or 1.0, and frees the id.
+    let late = relay.from_server(line(&result("1")));
+    assert!(to_client(&late).is_empty());
+    assert!(
+        late.iter().any(
+            |a| matches!(a, Action::Log(l) if l.contains("late answer to cancelled request 1"))
+        )
+    );
+    assert_eq!((relay.pending(), relay.cancelled_unanswered()), (2, 0));
+    assert_eq!(
+        to_server(&relay.from_client(line(&call("1", "read")))).len(),
+        1
+    );
+    assert_eq!(to_client(&relay.from_server(line(&result("1")))).len(), 1);
+    let log = relay.gate().log.borrow();
+    assert_eq!(log.ended[&1], r#"cancelled Some("user")"#);
+    assert_eq!(log.ended[&4], "response tool_error=false");
+    assert_eq!(log.ended.len(), 2, "\"1\" and 1.0 are still pending");
+}
+
+#[test]
+fn cancellation_variants() {
+    let mut relay = listed(CountingGate::default(), RelayConfig::default());
+    // A cancel for an id never sent, or already answered, leaves nothing to wait for.
+    assert_eq!(to_server(&relay.from_client(line(&cancel("42")))).len(), 1);
+    relay.from_client(line(&call("2", "read")));
+    relay.from_server(line(&result("2")));
+    relay.from_client(line(&cancel("2")));
+    assert_eq!(relay.cancelled_unanswered(), 0);
+    assert_eq!(
+        to_server(&relay.from_client(line(&call("42", "read")))).len(),
+        1
+    );
+    // A cancelled request that is not a tools/call keeps its id too: its late answer
+    // must not be taken for a call reusing the id.
+    relay.from_client(line(r#"{"jsonrpc":"2.0","id":"p","method":"ping"}"#));
+    relay.from_client(line(&cancel("\"p\"")));
+    assert!(to_server(&relay.from_client(line(&call("\"p\"", "read")))).is_empty());
+    // A string id cancelled by an escaped spelling is the same id.
+    relay.from_client(line(&call("\"s\"", "read")));
+    relay.from_client(line(&cancel(r#""\u0073""#)));
+    assert_eq!(relay.cancelled_unanswered(), 2);
+    // Cancelling 1.0 does not cancel 1.
+    relay.from_client(line(&call("7", "read")));
+    relay.from_client(line(&cancel("7.0")));
+    assert_eq!(relay.cancelled_unanswered(), 2);
+    // In a batch: the calls and the cancel of an earlier one go through together, and
+    // the cancelled id stays refused.
+    relay.from_client(line(&call("8", "read")));
+    let batch = format!("[{},{}]", call("9", "read"), cancel("8"));
+    assert_eq!(to_server(&relay.from_client(line(&batch))).len(), 1);
+    assert_eq!(relay.cancelled_unanswered(), 3);
+    let reuse = format!("[{},{}]", call("10", "read"), call("8", "read"));
+    let refused = relay.from_client(line(&reuse));
+    assert!(to_server(&refused).is_empty());
+    assert!(
+        to_client(&refused)
+            .concat()
+            .contains("request id 8 was cancelled")
+    );
+    // The late answer may come inside a server batch: the batch is dropped whole, and
+    // the answer it held for a pending request becomes an error for the client.
+    let answers = format!("[{},{}]", result("8"), result("9"));
+    let out = to_client(&relay.from_server(line(&answers))).concat();
+    assert!(
+        out.starts_with(r#"[{"jsonrpc":"2.0","id":9,"error":{"code":-32003"#),
+        "{out}"
+    );
+    assert_eq!(relay.cancelled_unanswered(), 2);
+}
+
+#[test]
+fn tombstones_are_bounded_and_the_oldest_is_forgotten_with_a_log_line() {
+    let config = RelayConfig {
+        max_pending: 2,
+        ..RelayConfig::default()
+    };
+    let mut relay = listed(CountingGate::default(), config);
+    for id in ["1", "2", "3"] {
+        relay.from_client(line(&call(id, "read")));
+        let actions = relay.from_client(line(&cancel(id)));
+        if id == "3" {
+            assert!(
+                actions.iter().any(
+                    |a| matches!(a, Action::Log(l) if l.contains("forgot cancelled request 1"))
+                )
+            );
+        }
+    }
+    assert_eq!(relay.cancelled_unanswered(), 2);
+    assert_eq!(
+        to_server(&relay.from_client(line(&call("1", "read")))).len(),
+        1
+    );
+    assert!(to_server(&relay.from_client(line(&call("2", "read")))).is_empty());
+    // The server exiting ends every wait: no tombstone outlives it.
+    relay.server_exited();
+    assert_eq!(relay.cancelled_unanswered(), 0);
+}
+
+/// Each reason the relay drops a server line that answers a pending call: the client
+/// gets a JSON-RPC error -32003 for the id, and the call ends with that error.
+#[test]
+fn a_dropped_answer_is_answered_for_the_server() {
+    let cases: [(&[u8], &str); 7] = [
+        (b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[\n", "not JSON"),
+        (b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{},\r\"x\":1}\n", "carriage return"),
+        (b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{},\"result\":{}}\n", "member \\\"result\\\" is ambiguous"),
+        (b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"isError\":false,\"isError\":true}}\n", "duplicate keys"),
+        (b"{\"jsonrpc\":\"2.0\",\"id\":1}\n", "exactly one of result and error"),
+        (b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"x\":\"\xff\"}}\n", "not JSON"),
+        (b"{\"id\":1,\"result\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}\n", "nested deeper"),
+    ];
+    for (frame, why) in cases {
+        let mut relay = listed(CountingGate::default(), RelayConfig::default());
+        relay.from_client(line(&call("1", "read")));
+        let actions = relay.from_server(Frame::Line(frame.to_vec()));
+        let out = to_client(&actions);
+        assert_eq!(out.len(), 1, "{why}");
+        assert!(
+            out[0].starts_with(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32003,"message":"the MCP server's answer could not be relayed: "#),
+            "{why}: {}",
+            out[0]
+        );
+        assert!(out[0].contains(why), "{why}: {}", out[0]);
+        assert!(out[0].ends_with("}}\n"));
+        assert_eq!(relay.pending(), 0, "{why}");
+        let log = relay.gate().log.borrow();
+        assert_eq!(log.ended[&1], "error", "{why}");
+        // The record's response is what the client got.
+        assert_eq!(log.error_frames[&1], out[0].as_bytes(), "{why}");
+    }
+}
+
+#[test]
+fn an_answer_whose_id_cannot_be_read_leaves_the_call_pending() {
+    for frame in [
+        r#"{"jsonrpc":"2.0","id":1,"id":1,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","ID":1,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","result":{"content":["#,
+        r#"{"jsonrpc":"2.0","result":{"a":}, "id":1}"#,
+        r#"[{"jsonrpc":"2.0","id":1,"id":2,"result":{}},{"jsonrpc":"2.0","id":5,"result":{}}]"#,
+        // A server request sharing the pending id is not an answer to it.
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"roots/list\",\r\"params\":{}}",
+        r#"{"jsonrpc":"2.0","id":1,"method":"roots/list","params":{"#,
+    ] {
+        let mut relay = listed(CountingGate::default(), RelayConfig::default());
+        relay.from_client(line(&call("1", "read")));
+        let actions = relay.from_server(line(frame));
+        assert!(to_client(&actions).is_empty(), "{frame}");
+        assert_eq!(relay.pending(), 1, "{frame}");
+    }
+    // A readable id that nobody waits for answers nobody.
+    let mut relay = listed(CountingGate::default(), RelayConfig::default());
+    relay.from_client(line(&call("1", "read")));
+    assert!(to_client(&relay.from_server(line(r#"{"id":2,"result":{},"result":{}}"#))).is_empty());
+    assert_eq!(relay.pending(), 1);
+}
+
+#[test]
+fn a_dropped_server_batch_answers_each_pending_request_in_an_array() {
+    let mut relay = listed(CountingGate::default(), RelayConfig::default());
+    relay.from_client(line(&format!(
+        "[{},{}]",
+        call("1", "read"),
+        call("2", "read")
+    )));
+    let batch = format!(
+        r#"[{},{{"jsonrpc":"2.0","id":2,"result":{{"a":1,"a":2}}}},{}]"#,
+        result("1"),
+        result("99")
+    );
+    let out = to_client(&relay.from_server(line(&batch)));
+    assert_eq!(out.len(), 1);
+    assert!(
+        out[0].starts_with(r#"[{"jsonrpc":"2.0","id":1,"error":{"code":-32003"#),
+        "{}",
+        out[0]
+    );
+    assert!(out[0].contains(r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32003"#));
+    assert!(out[0].ends_with("]\n"));
+    let log = relay.gate().log.borrow();
+    assert_eq!(
+        (log.ended[&1].as_str(), log.ended[&2].as_str()),
+        ("error", "error")
+    );
+}
+
+#[test]
+fn batches_over_the_bound_are_refused_before_anything_is_decided() {
+    use aegis_mcp::relay::MAX_BATCH;
+    let mut relay = listed(CountingGate::default(), RelayConfig::default());
+    let calls: Vec<String> = (0..MAX_BATCH + 5)
+        .map(|i| call(&i.to_string(), "read"))
+        .collect();
+    let actions = relay.from_client(line(&format!("[{}]", calls.join(","))));
+    assert!(to_server(&actions).is_empty());
+    let reply = to_client(&actions).concat();
+    // One error per request up to the bound, then one with a null id for the rest.
+    assert_eq!(
+        reply.matches(r#""error":{"code":-32600"#).count(),
+        MAX_BATCH + 1
+    );
+    assert!(reply.contains(r#""id":255,"error""#) && !reply.contains(r#""id":256,"#));
+    assert!(reply.contains(r#""id":null,"error":{"code":-32600,"message":"a batch of 261 messages is over the relay's bound of 256; nothing in it was forwarded; the last 5 messages are not answered"}"#));
+    // Nothing decided, nothing recorded, one log line.
+    let log = relay.gate().log.borrow();
+    assert_eq!((log.opened, log.relay_refused.len()), (0, 0));
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|a| matches!(a, Action::Log(_)))
+            .count(),
+        1
+    );
+    drop(log);
+    // A batch at the bound is decided element by element.
+    let calls: Vec<String> = (0..MAX_BATCH)
+        .map(|i| call(&i.to_string(), "read"))
+        .collect();
+    assert_eq!(
+        to_server(&relay.from_client(line(&format!("[{}]", calls.join(","))))).len(),
+        1
+    );
+    assert_eq!(relay.gate().log.borrow().opened, MAX_BATCH as u32);
+}
+
+#[test]
+fn one_frame_logs_a_bounded_number_of_lines() {
+    use aegis_mcp::relay::MAX_LOG_LINES;
+    let gate = CountingGate {
+        deny: vec!["rm"],
+        ..Default::default()
+    };
+    let mut relay = listed(gate, RelayConfig::default());
+    let calls: Vec<String> = (0..200).map(|i| call(&i.to_string(), "rm")).collect();
+    let actions = relay.from_client(line(&format!("[{}]", calls.join(","))));
+    let logs: Vec<&String> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Log(l) => Some(l),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(logs.len(), MAX_LOG_LINES + 1);
+    assert_eq!(
+        logs[MAX_LOG_LINES],
+        &format!(
+            "… and {} more diagnostics for this frame",
+            201 - MAX_LOG_LINES
+        )
+    );
+    // Every request is still answered.
+    assert_eq!(
+        to_client(&actions)
+            .concat()
+            .matches(r#""isError":true"#)
+            .count(),
+        200
+    );
+}
+
+#[test]
+fn frames_over_the_value_bound_are_never_forwarded_as_not_json() {
+    let config = RelayConfig {
+        forward_unparsed_client_lines: true,
+        ..RelayConfig::default()
+    };
+    let mut relay = listed(CountingGate::default(), config);
+    let flood = format!("[{}0]", "0,".repeat(1 << 20));
+    let actions = relay.from_client(line(&flood));
+    assert!(to_server(&actions).is_empty());
+    assert!(matches!(&actions[..], [Action::Log(l)] if l.contains("more than 1048576 values")));
+    // Nesting past the bound likewise.
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    assert!(to_server(&relay.from_client(line(&deep))).is_empty());
+}
+
+#[test]
+fn a_listing_of_too_many_tools_refuses_calls() {
+    use aegis_mcp::pins::MAX_TOOLS;
+    let mut relay = listed(CountingGate::default(), RelayConfig::default());
+    relay.from_client(line(r#"{"jsonrpc":"2.0","id":"l2","method":"tools/list"}"#));
+    let tools: Vec<String> = (0..=MAX_TOOLS)
+        .map(|i| format!(r#"{{"name":"t{i}"}}"#))
+        .collect();
+    let listing = format!(
+        r#"{{"jsonrpc":"2.0","id":"l2","result":{{"tools":[{},{{"name":"read","description":"Reads"}}]}}}}"#,
+        tools.join(",")
+    );
+    relay.from_server(line(&listing));
+    let read = relay.from_client(line(&call("1", "read")));
+    assert!(
+        to_client(&read).concat().contains("more than 10000 tools"),
+        "{read:?}"
+    );
+}
+
 /// Messages a client or server might send, built from a small vocabulary so that ids,
 /// names and listings collide often.
 fn message() -> impl Strategy<Value = (bool, String)> {
@@ -548,7 +931,9 @@ fn message() -> impl Strategy<Value = (bool, String)> {
         id.clone().prop_map(|i| (false, format!(r#"{{"jsonrpc":"2.0","id":{i},"result":{{"tools":[{{"name":"read"}},{{"name":"rm"}}]}}}}"#))),
         id.clone().prop_map(|i| (false, format!(r#"{{"jsonrpc":"2.0","id":{i},"error":{{"code":1}}}}"#))),
         id.clone().prop_map(|i| (true, format!(r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{i}}}}}"#))),
-        (id.clone(), name.clone(), id, name).prop_map(|(a, n, b, m)| (true, format!("[{},{}]", call(a, n), call(b, m)))),
+        (id.clone(), name.clone(), id.clone(), name.clone()).prop_map(|(a, n, b, m)| (true, format!("[{},{}]", call(a, n), call(b, m)))),
+        id.clone().prop_map(|i| (false, format!(r#"{{"jsonrpc":"2.0","id":{i},"result":{{"isError":false,"isError":true}}}}"#))),
+        id.clone().prop_map(|i| (false, format!(r#"{{"jsonrpc":"2.0","id":{i},"result":{{"content":["#))),
         Just((false, r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#.to_owned())),
         Just((false, "garbage".to_owned())),
     ]
@@ -588,7 +973,12 @@ proptest! {
                         prop_assert_eq!(bytes, &frame);
                         prop_assert!(!refused_now, "a refused call was forwarded");
                     }
-                    Action::ToClient(bytes) if !*from_client => prop_assert_eq!(bytes, &frame),
+                    // A server frame reaches the client as it is, or is replaced by the
+                    // relay's own errors for the requests it answered.
+                    Action::ToClient(bytes) if !*from_client && bytes != &frame => {
+                        let text = String::from_utf8(bytes.clone()).unwrap();
+                        prop_assert!(text.contains(r#""error":{"code":-32003"#), "{}", text);
+                    }
                     _ => {}
                 }
             }

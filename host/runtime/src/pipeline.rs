@@ -75,7 +75,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The reason recorded for a station that never decided because the call stopped first.
-const NOT_REACHED: &str = "not reached: the call stopped before this station";
+pub const NOT_REACHED: &str = "not reached: the call stopped before this station";
 /// The capability station's reason when policy refused first.
 pub const POLICY_BLOCKED: &str = "policy refused before capability";
 /// The execution reason when a station refused the call.
@@ -161,13 +161,34 @@ pub enum CallClass {
     /// A ceiling stopped it.
     ResourceExceeded,
     /// The host did not run it (it could not start the tool, or the call was
-    /// abandoned), or a host handler's context refused an effect outside the grant.
+    /// abandoned), or a host handler's context refused an effect outside the grant; or
+    /// the call stopped before any station decided (see [`stopped_before_the_stations`]):
+    /// the caller refused it itself, as the MCP relay does a call to an unknown tool.
     HostDenied,
+}
+
+/// True when neither policy nor capability decided the call: both are on the record as
+/// [`NOT_REACHED`], and the execution says why it stopped (the MCP relay refused it, or
+/// it was abandoned before the stations). Such a call is [`CallClass::HostDenied`], never
+/// a policy denial: no policy was asked.
+pub fn stopped_before_the_stations(outcome: &OutcomeLine) -> bool {
+    matches!(&outcome.policy, PolicyOutcome::Denied { reason } if reason == NOT_REACHED)
+        && matches!(&outcome.capability, CapabilityOutcome::Denied { reason, .. } if reason == NOT_REACHED)
 }
 
 impl CallClass {
     /// The class an outcome line states.
     pub fn of(outcome: &OutcomeLine) -> CallClass {
+        if stopped_before_the_stations(outcome) {
+            return match &outcome.execution {
+                // Nothing but a refusal can follow stations that never decided; should a
+                // line say otherwise, its execution is what it claims.
+                ExecutionOutcome::Success => CallClass::Success,
+                ExecutionOutcome::Trap { .. } => CallClass::Trap,
+                ExecutionOutcome::ResourceExceeded { .. } => CallClass::ResourceExceeded,
+                ExecutionOutcome::HostDenied { .. } => CallClass::HostDenied,
+            };
+        }
         match (&outcome.policy, &outcome.capability, &outcome.execution) {
             (PolicyOutcome::Denied { .. }, _, _) => CallClass::PolicyDenied,
             (PolicyOutcome::RateLimited { .. }, _, _) => CallClass::RateLimited,

@@ -311,3 +311,58 @@ fn without_overrides_the_open_line_is_unchanged() {
     };
     assert!(provenance.get("overrides").is_none());
 }
+
+/// A call its caller refused before any station (the MCP relay refuses a call to a tool
+/// the server never listed this way): the record says neither policy nor capability was
+/// reached, and every consumer classes it as the host's refusal, never as a policy
+/// denial, since no policy was asked. Variants: refused by the caller, abandoned before
+/// the stations; and a real policy denial stays one.
+#[test]
+fn a_call_stopped_before_the_stations_is_not_a_policy_denial() {
+    let h = harness();
+    let refused = h
+        .pipeline
+        .begin(&CallRequest::new("relayed", b""))
+        .unwrap()
+        .finish(Executed::NotStarted {
+            reason: "refused by the relay (pins): tool \"x\" was never listed".into(),
+        })
+        .unwrap();
+    assert!(aegis_runtime::pipeline::stopped_before_the_stations(
+        &refused.outcome
+    ));
+    assert_eq!(refused.class(), CallClass::HostDenied);
+    assert_eq!(CallClass::of(&refused.outcome), CallClass::HostDenied);
+    assert!(
+        matches!(&refused.outcome.execution, ExecutionOutcome::HostDenied { reason } if reason.contains("never listed"))
+    );
+    // Dropped before the stations: abandoned, and the host's too.
+    let call = h.pipeline.begin(&CallRequest::new("echo", b"")).unwrap();
+    let abandoned_id = call.call_id().to_owned();
+    drop(call);
+    // A policy that denies is still a policy denial, with capability blocked by it.
+    let deny = Harness::new(
+        "version: 1\ndefault: deny\n",
+        vec![plain_tool("echo", "echo")],
+        Default::default(),
+    );
+    let mut call = deny.pipeline.begin(&CallRequest::new("echo", b"")).unwrap();
+    assert!(call.authorize().is_none());
+    let denied = call.finish(Executed::NotRun).unwrap();
+    assert!(!aegis_runtime::pipeline::stopped_before_the_stations(
+        &denied.outcome
+    ));
+    assert_eq!(denied.class(), CallClass::PolicyDenied);
+    // Read back from the verified file, the lines class the same.
+    let refused_id = refused.outcome.call_id.clone();
+    let checked = h.finish();
+    assert_eq!(
+        CallClass::of(checked.outcome(&refused_id)),
+        CallClass::HostDenied
+    );
+    let abandoned = checked.outcome(&abandoned_id);
+    assert_eq!(CallClass::of(abandoned), CallClass::HostDenied);
+    assert!(
+        matches!(&abandoned.execution, ExecutionOutcome::HostDenied { reason } if reason == ABANDONED)
+    );
+}
