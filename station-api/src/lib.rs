@@ -30,7 +30,9 @@
 
 use abi_stable::library::RootModule;
 use abi_stable::sabi_types::VersionStrings;
-use abi_stable::std_types::{RArc, RBox, ROption, RResult, RSlice, RSliceMut, RStr, RString, RVec};
+#[cfg(not(aegis_api_before_indexed))]
+use abi_stable::std_types::RSliceMut;
+use abi_stable::std_types::{RArc, RBox, ROption, RResult, RSlice, RStr, RString, RVec};
 use abi_stable::{StableAbi, declare_root_module_statics, package_version_strings, sabi_trait};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -352,12 +354,16 @@ impl DecisionTable {
     /// The rule id at `index`, or `None` when the table has no such entry (including
     /// [`IndexedDecision::NO_RULE`]).
     pub fn rule(&self, index: u32) -> Option<&str> {
-        self.rules.get(usize::try_from(index).ok()?).map(RString::as_str)
+        self.rules
+            .get(usize::try_from(index).ok()?)
+            .map(RString::as_str)
     }
 
     /// The reason at `index`, or `None` when the table has no such entry.
     pub fn reason(&self, index: u32) -> Option<&str> {
-        self.reasons.get(usize::try_from(index).ok()?).map(RString::as_str)
+        self.reasons
+            .get(usize::try_from(index).ok()?)
+            .map(RString::as_str)
     }
 }
 
@@ -442,6 +448,9 @@ pub trait PolicyEvaluator: Send + Sync {
             .into()
     }
 
+    // previous-api: cut from here. tests/plugin-abi/previous-api builds this crate
+    // without the method below, as an older plugin has it; #[sabi_trait] does not
+    // honour a cfg on a method, so its build script cuts these lines instead.
     /// [`PolicyEvaluator::evaluate_axes`] without building strings per call: the same
     /// decisions, in the same order and with the same stop, are written to the front of
     /// `out` (one slot per axis asked) naming their rule and reason by position in the
@@ -457,7 +466,6 @@ pub trait PolicyEvaluator: Send + Sync {
     /// `evaluate_axes` (which may itself fall back to `evaluate`) and moves the owned
     /// strings into a table made for this one call ([`index_decisions`]). Such a plugin
     /// decides exactly as before; it only keeps its per-call allocations.
-    #[cfg(not(aegis_api_before_indexed))]
     fn evaluate_axes_indexed(
         &self,
         request: &PolicyRequest<'_>,
@@ -469,6 +477,7 @@ pub trait PolicyEvaluator: Send + Sync {
             Err(e) => RResult::RErr(e),
         }
     }
+    // previous-api: end of cut.
 }
 
 /// Moves owned decisions into a [`DecisionTable`] made for them alone and writes their
