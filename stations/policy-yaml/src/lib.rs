@@ -196,7 +196,11 @@ impl PolicyEngine {
         if axes.len() > out.len() {
             return Err(PluginError::new(
                 ErrorKind::OTHER,
-                format!("{} axes asked with {} slots to answer in", axes.len(), out.len()),
+                format!(
+                    "{} axes asked with {} slots to answer in",
+                    axes.len(),
+                    out.len()
+                ),
             ));
         }
         let set = self.set.load();
@@ -213,7 +217,9 @@ impl PolicyEngine {
                 limits: limits_of(&set, d.rule),
             };
             if d.verdict != Verdict::ALLOW {
-                approval_id = d.approval_id.map_or(ROption::RNone, |a| ROption::RSome(a.into()));
+                approval_id = d
+                    .approval_id
+                    .map_or(ROption::RNone, |a| ROption::RSome(a.into()));
                 break;
             }
         }

@@ -420,7 +420,8 @@ fn an_answer_and_its_table_come_from_one_set_across_a_reload() {
     let second = "version: 1\nrules:\n  - id: c\n    action: deny\n    tool: u\n  - id: d\n    action: allow\n    tool: t\n    reason: second\n";
     let e = PolicyEngine::new(PolicySet::parse(first, "first.yaml").unwrap());
     let ask = |slots: &mut [IndexedDecision; 1]| {
-        e.decide_axes_indexed("t", [""].into_iter(), "", slots).unwrap()
+        e.decide_axes_indexed("t", [""].into_iter(), "", slots)
+            .unwrap()
     };
     let (mut before, mut after) = ([IndexedDecision::default()], [IndexedDecision::default()]);
     let old = ask(&mut before);
