@@ -415,3 +415,188 @@ fn a_session_through_the_loaded_memory_sink_verifies() {
             .contains("(the public development key: proves nothing)")
     );
 }
+
+/// A policy with every verdict, both kinds of reason (a rule's own and the station's
+/// fixed text), limits, a rate limit that runs out and a default.
+const EVERY_VERDICT: &str = "version: 1
+default: deny
+rules:
+  - id: read-ops
+    action: allow
+    tool: notes
+    role: ops
+    reason: ops may read the notes
+    limits: { max_wall_ms: 500 }
+  - id: read-any
+    action: allow
+    tool: notes
+  - id: no-writes
+    action: deny
+    tool: notes
+    capability: fs.write
+  - id: echo-once
+    action: rate_limit
+    tool: echo
+    rate: { max: 1, per_seconds: 3600 }
+  - id: park
+    action: pending_approval
+    tool: park
+";
+
+/// A host deciding with `policy`, over tools that between them reach every rule of
+/// [`EVERY_VERDICT`]: `notes` carries a read and a write root (two axes).
+fn host_with(policy: Plugin, config: &str, dir: &std::path::Path) -> aegis_runtime::Host {
+    use aegis_runtime::capability::{DEFAULT_LIMITS, ToolKind, ToolManifest};
+    let echo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/wasm/echo.wasm");
+    let (read, write) = (dir.join("read"), dir.join("write"));
+    std::fs::create_dir_all(&read).unwrap();
+    std::fs::create_dir_all(&write).unwrap();
+    let mut builder = aegis_runtime::Host::builder(profile())
+        .policy_plugin("the test", policy, config)
+        .signing_key(SigningKey::generate().unwrap());
+    for (id, fs_read, fs_write) in [
+        ("notes", vec![read.clone()], vec![write.clone()]),
+        ("echo", vec![], vec![]),
+        ("park", vec![], vec![]),
+        ("other", vec![], vec![]),
+    ] {
+        builder = builder.tool(ToolManifest {
+            id: id.into(),
+            kind: ToolKind::Wasm {
+                component: echo.clone(),
+            },
+            fs_read,
+            fs_write,
+            net: vec![],
+            limits: DEFAULT_LIMITS,
+        });
+    }
+    builder.open().unwrap()
+}
+
+/// The YAML station built against the station API as it was before
+/// `evaluate_axes_indexed` (an older plugin) loads into this host, is asked through
+/// abi_stable's fallback, and decides every call as the current build of the same
+/// station does — loaded or built in: the outcome lines are byte for byte the same.
+#[test]
+fn a_policy_plugin_built_before_indexed_answers_decides_the_same() {
+    use aegis_runtime::pipeline::CallRequest;
+    use aegis_station_api::IndexedDecision;
+    use aegis_station_api::abi_stable::std_types::RSliceMut;
+
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, EVERY_VERDICT).unwrap();
+    let config = format!("path = {:?}", policy.display().to_string());
+    let older = Plugin::load(&support::previous_api_yaml_plugin(), None).unwrap();
+    let current = Plugin::load(&cdylib("aegis-policy-yaml-plugin"), None).unwrap();
+    assert_eq!(older.metadata().name, "policy-yaml");
+
+    // Which path answered shows in the table: the current station shares its set's
+    // table (every rule id, the same allocation each call); the fallback moves one
+    // call's strings into a table of its own. So this fails if the older build still
+    // had the method.
+    let ask = |p: &Plugin| {
+        let evaluator = p.policy_evaluator(&config).unwrap();
+        let axes = [RStr::from("fs.read")];
+        let answer = |slots: &mut [IndexedDecision; 1]| {
+            evaluator
+                .evaluate_axes_indexed(
+                    &request("notes"),
+                    RSlice::from_slice(&axes),
+                    RSliceMut::from(&mut slots[..]),
+                )
+                .into_result()
+                .unwrap()
+        };
+        let (mut one, mut two) = (
+            [IndexedDecision::default(); 1],
+            [IndexedDecision::default(); 1],
+        );
+        let (a, b) = (answer(&mut one), answer(&mut two));
+        assert_eq!((a.answered, one), (b.answered, two));
+        let d = one[0];
+        assert_eq!(d.verdict, PolicyVerdict::ALLOW);
+        assert_eq!(a.table.rule(d.rule), Some("read-ops"));
+        assert_eq!(a.table.reason(d.reason), Some("ops may read the notes"));
+        assert_eq!(d.limits.max_wall_ms.into_option(), Some(500));
+        (a.table.rules.len(), std::ptr::eq(&*a.table, &*b.table))
+    };
+    assert_eq!(
+        ask(&current),
+        (5, true),
+        "the current build shares its set's table"
+    );
+    assert_eq!(
+        ask(&older),
+        (1, false),
+        "the older build is answered per call"
+    );
+
+    let hosts = [
+        host_with(
+            Plugin::builtin(aegis_policy_yaml::plugin_module()),
+            &config,
+            dir.path(),
+        ),
+        host_with(current, &config, dir.path()),
+        host_with(older, &config, dir.path()),
+    ];
+    let calls = [
+        // Allowed by a rule with its own reason and limits.
+        CallRequest {
+            capability: Some("fs.read"),
+            role: Some("ops"),
+            ..CallRequest::new("notes", b"{}")
+        },
+        // Allowed by a rule with the station's fixed reason.
+        CallRequest {
+            capability: Some("fs.read"),
+            ..CallRequest::new("notes", b"{}")
+        },
+        // Two axes: fs.read allowed, fs.write denied by rule.
+        CallRequest {
+            role: Some("ops"),
+            ..CallRequest::new("notes", b"{}")
+        },
+        // Within its rate limit, then over it.
+        CallRequest::new("echo", b"{}"),
+        CallRequest::new("echo", b"{}"),
+        // No rule: the default denies.
+        CallRequest::new("other", b"{}"),
+    ];
+    use aegis_record::line::LineBody as _;
+    let mut seen = Vec::new();
+    for call in &calls {
+        let lines: Vec<Vec<u8>> = hosts
+            .iter()
+            .map(|h| h.pipeline().decide(call).0.to_object().to_canonical())
+            .collect();
+        assert_eq!(lines[0], lines[1], "built in and loaded differ");
+        assert_eq!(lines[1], lines[2], "the older build decides differently");
+        seen.push(String::from_utf8(lines[0].clone()).unwrap());
+    }
+    // The calls reached what they were written for.
+    for (line, expected) in seen.iter().zip([
+        "\"matched_rule\":\"read-ops\"",
+        "\"matched_rule\":\"read-any\"",
+        "\"reason\":\"fs.write: denied by rule\"",
+        "\"matched_rule\":\"echo-once\"",
+        "\"reason\":\"rate limit: 1 calls per 3600 s (echo-once)\"",
+        "\"reason\":\"no rule matched; the policy's default is deny\"",
+    ]) {
+        assert!(line.contains(expected), "{expected} not in {line}");
+    }
+    // A park carries a fresh approval id, so only its shape is compared.
+    for h in &hosts {
+        let line = h.pipeline().decide(&CallRequest::new("park", b"{}")).0;
+        match line.policy {
+            aegis_record::PolicyOutcome::PendingApproval { approval_id } => {
+                assert!(approval_id.starts_with("apr-"), "{approval_id}");
+            }
+            other => panic!("expected a park, got {other:?}"),
+        }
+        assert_eq!(line.decision_axes.matched_rule.as_deref(), Some("park"));
+    }
+}
