@@ -434,10 +434,10 @@ pub trait PolicyEvaluator: Send + Sync {
     /// What this method adds over asking [`PolicyEvaluator::evaluate`] per axis is that
     /// the evaluator knows the asks are one call: a rate limit must count it once.
     ///
-    /// Added after the last prefix field, so a plugin built before it was added has no
-    /// entry for it. abi_stable then runs this default body on the host's side, which
-    /// asks `evaluate` once per axis ([`each_axis`]); it never panics for a missing
-    /// method. Such a plugin's rate limits therefore count each axis asked.
+    /// Added after the last prefix field, with a default body that asks `evaluate` once
+    /// per axis ([`each_axis`]). It was meant to serve a library built before the
+    /// method; abi_stable 0.11 refuses such a library at load instead (see
+    /// [`PolicyEvaluator::evaluate_axes_indexed`] and `spec/PLUGINS.md`).
     fn evaluate_axes(
         &self,
         request: &PolicyRequest<'_>,
@@ -461,11 +461,11 @@ pub trait PolicyEvaluator: Send + Sync {
     /// more than `out.len()` is refused by the host. The table must be the one of the
     /// policy generation that made every decision written.
     ///
-    /// Added after `evaluate_axes`, so a plugin built before it has no entry for it.
-    /// abi_stable then runs this default body on the host's side: it asks
-    /// `evaluate_axes` (which may itself fall back to `evaluate`) and moves the owned
-    /// strings into a table made for this one call ([`index_decisions`]). Such a plugin
-    /// decides exactly as before; it only keeps its per-call allocations.
+    /// Added after `evaluate_axes`. The default body asks `evaluate_axes` and moves the
+    /// owned strings into a table made for this one call ([`index_decisions`]). A
+    /// library built before the method existed does not reach it: abi_stable 0.11's
+    /// layout check refuses a vtable shorter than the host's at load (measured in
+    /// `host/runtime/tests/plugin_abi.rs`; see `spec/PLUGINS.md`).
     fn evaluate_axes_indexed(
         &self,
         request: &PolicyRequest<'_>,

@@ -36,9 +36,9 @@
 //! - **One call is one ask.** The axes go to the station together
 //!   (`evaluate_axes_indexed`), so a rate limit counts the call once, and the answer
 //!   names its rule and reason by position in a table the station shares, checked
-//!   here. A plugin built before that method existed is asked through abi_stable's
-//!   fallback, `evaluate_axes` (and, older still, `evaluate` per axis, whose rate
-//!   limits then count each axis); it decides the same (see `spec/PLUGINS.md`).
+//!   here. A plugin whose author did not override it is answered through its
+//!   `evaluate_axes` (and a per-call table); a library built before the method existed
+//!   is refused at load by abi_stable's layout check (see `spec/PLUGINS.md`).
 //!
 //! # Non-guarantees
 //! - The role and session are what the caller asserts; nothing here authenticates
@@ -995,9 +995,8 @@ const MAX_AXES: usize = Capability::ALL.len();
 
 /// Asks `policy` about each of `axes` (in order) for the call as stated, as one call
 /// through [`PolicyEvaluator::evaluate_axes_indexed`](aegis_station_api::PolicyEvaluator):
-/// a plugin that has it counts the call once and names its rule and reason by position
-/// in a table it shares, so the ask allocates nothing here; one built before it is
-/// asked through abi_stable's fallback (`evaluate_axes`, or `evaluate` per axis).
+/// the plugin counts the call once and names its rule and reason by position in a table
+/// it shares, so the ask allocates nothing here.
 ///
 /// The call is allowed only if every axis is. The answer must hold one decision per
 /// axis up to and including the first that is not an allow; anything else (none, too
