@@ -1,9 +1,11 @@
 //! The pipeline, station by station and end to end (issue targets in brackets).
 //!
 //! - `policy_yaml/{allow_all,multi_rule}/{plain,builtin,loaded}`: one evaluation by the
-//!   YAML station as a plain Rust call, as a built-in through the station trait object,
-//!   and from its loaded cdylib [≤ 60 ns through the boundary; `multi_rule` ≤ 1.5 ×
-//!   `allow_all`].
+//!   YAML station as the host asks for it (`evaluate_axes_indexed`, one axis), as a
+//!   plain Rust call, as a built-in through the station trait object, and from its
+//!   loaded cdylib [≤ 60 ns through the boundary; `multi_rule` ≤ 1.5 × `allow_all`].
+//!   `…/{plain,builtin,loaded}_owned` is `evaluate`, whose answer owns its strings (what
+//!   the plain forms timed up to run 7 of `benches/results/pipeline.md`).
 //! - `stations_1_2/{allow,allow_no_roots,deny}`: policy then capability as the
 //!   pipeline runs them (`Pipeline::decide`: request digest, outcome draft, grant
 //!   record), minting a grant or refusing [≤ 300 ns; `allow` ≤ 2 × `deny`].
@@ -25,8 +27,8 @@ use aegis_runtime::capability::{DEFAULT_LIMITS, ToolKind, ToolManifest, ToolRegi
 use aegis_runtime::pipeline::{CallClass, CallRequest};
 use aegis_runtime::sandbox::Sandbox;
 use aegis_runtime::{Host, Plugin, PluginSpec, Profile, Registry};
-use aegis_station_api::abi_stable::std_types::RStr;
-use aegis_station_api::{Policy as _, PolicyRequest};
+use aegis_station_api::abi_stable::std_types::{RSlice, RSliceMut, RStr};
+use aegis_station_api::{IndexedAnswer, IndexedDecision, Policy as _, PolicyRequest};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_main};
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -70,6 +72,9 @@ fn policy_yaml(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let mut g = c.benchmark_group("policy_yaml");
     let req = aegis_benches::policy_request();
+    // The host asks about the axes a grant carries; for this request, `fs.read` alone.
+    let axes = [RStr::from("fs.read")];
+    let axes = RSlice::from_slice(&axes);
     let loaded_plugin = Plugin::load(&support::cdylib("aegis-policy-yaml-plugin"), None).unwrap();
     for (name, yaml, rule) in [
         ("allow_all", ALLOW_ALL.to_owned(), None),
@@ -81,10 +86,33 @@ fn policy_yaml(c: &mut Criterion) {
             let matched = d.matched_rule.into_option();
             assert_eq!(matched.as_ref().map(|r| r.as_str()), rule, "{name}");
         };
+        let check_indexed = |a: IndexedAnswer, slots: &[IndexedDecision; 1]| {
+            assert_eq!(a.answered, 1, "{name}");
+            assert_eq!(
+                slots[0].verdict,
+                aegis_station_api::Verdict::ALLOW,
+                "{name}"
+            );
+            assert_eq!(a.table.rule(slots[0].rule), rule, "{name}");
+        };
         let path = write_policy(dir.path(), &yaml);
         let plain = PolicyEngine::new(PolicySet::parse(&yaml, "bench").unwrap());
-        check(plain.evaluate(&req).unwrap());
+        let mut slots = [IndexedDecision::default(); 1];
+        check_indexed(
+            plain
+                .evaluate_axes_indexed(&req, axes.as_slice(), &mut slots)
+                .unwrap(),
+            &slots,
+        );
         g.bench_function(BenchmarkId::new(name, "plain"), |b| {
+            b.iter(|| {
+                let mut slots = [IndexedDecision::default(); 1];
+                let a = plain.evaluate_axes_indexed(black_box(&req), axes.as_slice(), &mut slots);
+                black_box((a, slots))
+            })
+        });
+        check(plain.evaluate(&req).unwrap());
+        g.bench_function(BenchmarkId::new(name, "plain_owned"), |b| {
             b.iter(|| black_box(plain.evaluate(black_box(&req))))
         });
         let builtin = Registry::new()
@@ -92,15 +120,29 @@ fn policy_yaml(c: &mut Criterion) {
             .unwrap()
             .policy_evaluator(&config_for(&path))
             .unwrap();
-        check(builtin.evaluate(&req).unwrap());
-        g.bench_function(BenchmarkId::new(name, "builtin"), |b| {
-            b.iter(|| black_box(builtin.evaluate(black_box(&req))))
-        });
         let loaded = loaded_plugin.policy_evaluator(&config_for(&path)).unwrap();
-        check(loaded.evaluate(&req).unwrap());
-        g.bench_function(BenchmarkId::new(name, "loaded"), |b| {
-            b.iter(|| black_box(loaded.evaluate(black_box(&req))))
-        });
+        for (form, station) in [("builtin", &builtin), ("loaded", &loaded)] {
+            let mut slots = [IndexedDecision::default(); 1];
+            let a = station
+                .evaluate_axes_indexed(&req, axes, RSliceMut::from(&mut slots[..]))
+                .unwrap();
+            check_indexed(a, &slots);
+            g.bench_function(BenchmarkId::new(name, form), |b| {
+                b.iter(|| {
+                    let mut slots = [IndexedDecision::default(); 1];
+                    let a = station.evaluate_axes_indexed(
+                        black_box(&req),
+                        axes,
+                        RSliceMut::from(&mut slots[..]),
+                    );
+                    black_box((a, slots))
+                })
+            });
+            check(station.evaluate(&req).unwrap());
+            g.bench_function(BenchmarkId::new(name, format!("{form}_owned")), |b| {
+                b.iter(|| black_box(station.evaluate(black_box(&req))))
+            });
+        }
     }
     g.finish();
 }

@@ -7,11 +7,13 @@
 
 use crate::{
     AuditSink, AuditSink_TO, AuditSinkBox, ConfinementBackend, ConfinementBackend_TO,
-    ConfinementBackendBox, ConfinementReport, ConfinementRequest, PluginError, PolicyDecision,
-    PolicyEvaluator, PolicyEvaluator_TO, PolicyEvaluatorBox, PolicyRequest, Retention, Tail,
-    each_axis, guard,
+    ConfinementBackendBox, ConfinementReport, ConfinementRequest, IndexedAnswer, IndexedDecision,
+    PluginError, PolicyDecision, PolicyEvaluator, PolicyEvaluator_TO, PolicyEvaluatorBox,
+    PolicyRequest, Retention, Tail, each_axis, guard, index_decisions,
 };
 use abi_stable::sabi_trait::TD_Opaque;
+#[cfg(not(aegis_api_before_indexed))]
+use abi_stable::std_types::RSliceMut;
 use abi_stable::std_types::{RResult, RSlice, RStr, RString, RVec};
 
 /// A policy evaluator, in plain Rust.
@@ -36,6 +38,26 @@ pub trait Policy: Send + Sync + 'static {
         axes: &[RStr<'_>],
     ) -> Result<Vec<PolicyDecision>, PluginError> {
         each_axis(request, axes, |r| self.evaluate(r))
+    }
+
+    /// [`Policy::evaluate_axes`] with the rule and reason named by position in a
+    /// [`DecisionTable`](crate::DecisionTable) the evaluator shares across calls: see
+    /// [`PolicyEvaluator::evaluate_axes_indexed`], which the host asks. The default
+    /// answers [`Policy::evaluate_axes`] and moves its strings into a table made per call
+    /// ([`index_decisions`]), which is correct but allocates as before. An evaluator
+    /// overrides it to stop paying that: build the table once per policy generation,
+    /// keep it with the rules it names, and hand out a clone of the `RArc` (one
+    /// reference count) with each answer.
+    ///
+    /// # Errors
+    /// When the call cannot be decided; the host then refuses it.
+    fn evaluate_axes_indexed(
+        &self,
+        request: &PolicyRequest<'_>,
+        axes: &[RStr<'_>],
+        out: &mut [IndexedDecision],
+    ) -> Result<IndexedAnswer, PluginError> {
+        index_decisions(self.evaluate_axes(request, axes)?, out)
     }
 }
 
@@ -98,6 +120,19 @@ impl<T: Policy> PolicyEvaluator for Guarded<T> {
             self.0
                 .evaluate_axes(request, axes.as_slice())
                 .map(RVec::from)
+        })
+    }
+
+    #[cfg(not(aegis_api_before_indexed))]
+    fn evaluate_axes_indexed(
+        &self,
+        request: &PolicyRequest<'_>,
+        axes: RSlice<'_, RStr<'_>>,
+        mut out: RSliceMut<'_, IndexedDecision>,
+    ) -> RResult<IndexedAnswer, PluginError> {
+        guard(|| {
+            self.0
+                .evaluate_axes_indexed(request, axes.as_slice(), out.as_mut_slice())
         })
     }
 }

@@ -30,7 +30,9 @@
 
 use abi_stable::library::RootModule;
 use abi_stable::sabi_types::VersionStrings;
-use abi_stable::std_types::{RBox, ROption, RResult, RSlice, RStr, RString, RVec};
+#[cfg(not(aegis_api_before_indexed))]
+use abi_stable::std_types::RSliceMut;
+use abi_stable::std_types::{RArc, RBox, ROption, RResult, RSlice, RStr, RString, RVec};
 use abi_stable::{StableAbi, declare_root_module_statics, package_version_strings, sabi_trait};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -332,6 +334,88 @@ pub struct PolicyDecision {
     pub approval_id: ROption<RString>,
 }
 
+/// The rule ids and reasons an [`IndexedDecision`] points into.
+///
+/// An evaluator builds one per policy generation (when it loads a policy) and hands out
+/// a shared reference to it with every [`IndexedAnswer`], so naming the matched rule and
+/// the reason costs an index per call rather than a fresh string. A decision is only
+/// meaningful against the table it came with: a reload publishes a new table and the
+/// answers decided by the new policy carry that one.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
+pub struct DecisionTable {
+    /// Rule ids; [`IndexedDecision::rule`] is a position in it.
+    pub rules: RVec<RString>,
+    /// Reasons for the record; [`IndexedDecision::reason`] is a position in it.
+    pub reasons: RVec<RString>,
+}
+
+impl DecisionTable {
+    /// The rule id at `index`, or `None` when the table has no such entry (including
+    /// [`IndexedDecision::NO_RULE`]).
+    pub fn rule(&self, index: u32) -> Option<&str> {
+        self.rules
+            .get(usize::try_from(index).ok()?)
+            .map(RString::as_str)
+    }
+
+    /// The reason at `index`, or `None` when the table has no such entry.
+    pub fn reason(&self, index: u32) -> Option<&str> {
+        self.reasons
+            .get(usize::try_from(index).ok()?)
+            .map(RString::as_str)
+    }
+}
+
+/// One axis's answer, naming its rule and reason by position in a [`DecisionTable`]:
+/// the allocation-free form of a [`PolicyDecision`] (see
+/// [`PolicyEvaluator::evaluate_axes_indexed`]).
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexedDecision {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The rule that decided, as a position in [`DecisionTable::rules`], or
+    /// [`IndexedDecision::NO_RULE`] for the set's default.
+    pub rule: u32,
+    /// Why, as a position in [`DecisionTable::reasons`].
+    pub reason: u32,
+    /// Ceilings the rule imposes.
+    pub limits: Limits,
+}
+
+impl IndexedDecision {
+    /// No rule decided: the policy's default did.
+    pub const NO_RULE: u32 = u32::MAX;
+}
+
+impl Default for IndexedDecision {
+    /// A slot nothing was written to: verdict 0, which no host accepts, so a slot read
+    /// by mistake refuses the call rather than allowing it.
+    fn default() -> IndexedDecision {
+        IndexedDecision {
+            verdict: Verdict(0),
+            rule: IndexedDecision::NO_RULE,
+            reason: u32::MAX,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// What [`PolicyEvaluator::evaluate_axes_indexed`] returns beside the decisions it wrote.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug)]
+pub struct IndexedAnswer {
+    /// The table every decision written refers to: the one of the policy generation
+    /// that decided them all.
+    pub table: RArc<DecisionTable>,
+    /// How many decisions were written, at the front of the slots given.
+    pub answered: u32,
+    /// Set when the last decision written is [`Verdict::PENDING_APPROVAL`]: names the
+    /// park. (It is per call, so it cannot come from the table.)
+    pub approval_id: ROption<RString>,
+}
+
 /// Evaluates a call against a policy set.
 #[sabi_trait]
 pub trait PolicyEvaluator: Send + Sync {
@@ -350,10 +434,10 @@ pub trait PolicyEvaluator: Send + Sync {
     /// What this method adds over asking [`PolicyEvaluator::evaluate`] per axis is that
     /// the evaluator knows the asks are one call: a rate limit must count it once.
     ///
-    /// Added after the last prefix field, so a plugin built before it was added has no
-    /// entry for it. abi_stable then runs this default body on the host's side, which
-    /// asks `evaluate` once per axis ([`each_axis`]); it never panics for a missing
-    /// method. Such a plugin's rate limits therefore count each axis asked.
+    /// Added after the last prefix field, with a default body that asks `evaluate` once
+    /// per axis ([`each_axis`]). It was meant to serve a library built before the
+    /// method; abi_stable 0.11 refuses such a library at load instead (see
+    /// [`PolicyEvaluator::evaluate_axes_indexed`] and `spec/PLUGINS.md`).
     fn evaluate_axes(
         &self,
         request: &PolicyRequest<'_>,
@@ -363,6 +447,95 @@ pub trait PolicyEvaluator: Send + Sync {
             .map(RVec::from)
             .into()
     }
+
+    // previous-api: cut from here. tests/plugin-abi/previous-api builds this crate
+    // without the method below, as an older plugin has it; #[sabi_trait] does not
+    // honour a cfg on a method, so its build script cuts these lines instead.
+    /// [`PolicyEvaluator::evaluate_axes`] without building strings per call: the same
+    /// decisions, in the same order and with the same stop, are written to the front of
+    /// `out` (one slot per axis asked) naming their rule and reason by position in the
+    /// answer's [`DecisionTable`], which the evaluator shares across calls. This is what
+    /// the host asks.
+    ///
+    /// Writing more decisions than there are slots is impossible; an answer claiming
+    /// more than `out.len()` is refused by the host. The table must be the one of the
+    /// policy generation that made every decision written.
+    ///
+    /// Added after `evaluate_axes`. The default body asks `evaluate_axes` and moves the
+    /// owned strings into a table made for this one call ([`index_decisions`]). A
+    /// library built before the method existed does not reach it: abi_stable 0.11's
+    /// layout check refuses a vtable shorter than the host's at load (measured in
+    /// `host/runtime/tests/plugin_abi.rs`; see `spec/PLUGINS.md`).
+    fn evaluate_axes_indexed(
+        &self,
+        request: &PolicyRequest<'_>,
+        axes: RSlice<'_, RStr<'_>>,
+        out: RSliceMut<'_, IndexedDecision>,
+    ) -> RResult<IndexedAnswer, PluginError> {
+        match self.evaluate_axes(request, axes).into_result() {
+            Ok(decisions) => index_decisions(decisions.into_vec(), out.into_mut_slice()).into(),
+            Err(e) => RResult::RErr(e),
+        }
+    }
+    // previous-api: end of cut.
+}
+
+/// Moves owned decisions into a [`DecisionTable`] made for them alone and writes their
+/// indexed form to the front of `out`: how an evaluator that answers with
+/// [`PolicyDecision`]s answers [`PolicyEvaluator::evaluate_axes_indexed`]. Each rule id
+/// and reason is moved, not copied; the table is one allocation.
+///
+/// # Errors
+/// More decisions than `out` has slots (an evaluator answering more decisions than
+/// axes asked), as [`ErrorKind::OTHER`].
+pub fn index_decisions(
+    decisions: Vec<PolicyDecision>,
+    out: &mut [IndexedDecision],
+) -> Result<IndexedAnswer, PluginError> {
+    let shape = || {
+        PluginError::new(
+            ErrorKind::OTHER,
+            format!(
+                "it answered {} decisions for {} axes asked",
+                decisions.len(),
+                out.len()
+            ),
+        )
+    };
+    if decisions.len() > out.len() {
+        return Err(shape());
+    }
+    let answered = u32::try_from(decisions.len()).map_err(|_| shape())?;
+    let mut table = DecisionTable {
+        rules: RVec::with_capacity(decisions.len()),
+        reasons: RVec::with_capacity(decisions.len()),
+    };
+    let mut approval_id = ROption::RNone;
+    // Positions fit in u32: there are no more entries than `answered`.
+    let position = |len: usize| u32::try_from(len).unwrap_or(u32::MAX);
+    for (slot, d) in out.iter_mut().zip(decisions) {
+        let rule = match d.matched_rule {
+            ROption::RSome(id) => {
+                table.rules.push(id);
+                position(table.rules.len() - 1)
+            }
+            ROption::RNone => IndexedDecision::NO_RULE,
+        };
+        table.reasons.push(d.reason);
+        *slot = IndexedDecision {
+            verdict: d.verdict,
+            rule,
+            reason: position(table.reasons.len() - 1),
+            limits: d.limits,
+        };
+        // Only the last decision can be a refusal; its approval id, if any, is kept.
+        approval_id = d.approval_id;
+    }
+    Ok(IndexedAnswer {
+        table: RArc::new(table),
+        answered,
+        approval_id,
+    })
 }
 
 /// Asks `evaluate` once per axis of `axes`, in order, with the axis as the request's

@@ -34,9 +34,11 @@
 //!   refused (it cannot, as both come from one computation). So no way of stating or
 //!   omitting a capability gets past a deny keyed on one.
 //! - **One call is one ask.** The axes go to the station together
-//!   (`evaluate_axes`), so a rate limit counts the call once. A plugin built before
-//!   that method existed is asked per axis by abi_stable's fallback (see
-//!   `spec/PLUGINS.md`).
+//!   (`evaluate_axes_indexed`), so a rate limit counts the call once, and the answer
+//!   names its rule and reason by position in a table the station shares, checked
+//!   here. A plugin whose author did not override it is answered through its
+//!   `evaluate_axes` (and a per-call table); a library built before the method existed
+//!   is refused at load by abi_stable's layout check (see `spec/PLUGINS.md`).
 //!
 //! # Non-guarantees
 //! - The role and session are what the caller asserts; nothing here authenticates
@@ -67,8 +69,10 @@ use aegis_record::{
     CapabilityOutcome, DecisionAxes, ExecutionOutcome, FsAxis, IntentLine, NetAxis, OutcomeLine,
     PolicyOutcome, PolicySetHash, RequestDigest, ResponseDigest, WriteError,
 };
-use aegis_station_api::abi_stable::std_types::{RSlice, RStr, RString};
-use aegis_station_api::{PolicyDecision, PolicyEvaluatorBox, PolicyRequest, Verdict};
+use aegis_station_api::abi_stable::std_types::{RArc, ROption, RSlice, RSliceMut, RStr, RString};
+use aegis_station_api::{
+    DecisionTable, IndexedDecision, PolicyEvaluatorBox, PolicyRequest, Verdict,
+};
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -433,22 +437,16 @@ impl Pipeline {
                 return (d, None);
             }
         };
-        let PolicyDecision {
-            verdict,
-            matched_rule,
-            reason,
-            approval_id,
-            ..
-        } = answer.decision;
-        d.matched_rule = matched_rule.into_option().map(RString::into_string);
+        // The one string an allow builds: the record owns its matched rule.
+        d.matched_rule = answer.matched_rule().map(str::to_owned);
         // A refusal names the grant axis it was about; a name the caller made up is
         // already on the record as decision_axes.capability and is not repeated. An
         // allow records no reason, so none is built for it.
         let refusal = || match (&planned, answer.axis) {
-            (Ok(_), axis) if !axis.is_empty() => format!("{axis}: {reason}"),
-            _ => reason.to_string(),
+            (Ok(_), axis) if !axis.is_empty() => format!("{axis}: {}", answer.reason()),
+            _ => answer.reason().to_owned(),
         };
-        match verdict {
+        match answer.decision.verdict {
             Verdict::ALLOW => d.policy = Some(PolicyOutcome::Allowed),
             Verdict::DENY => {
                 let reason = refusal();
@@ -461,7 +459,7 @@ impl Pipeline {
                 return (d, None);
             }
             Verdict::PENDING_APPROVAL => {
-                let Some(approval_id) = approval_id.into_option() else {
+                let Some(approval_id) = answer.approval_id.into_option() else {
                     let reason = "pending_approval without an approval id".to_owned();
                     d.refuse_before_capability(PolicyOutcome::Denied { reason }, NOT_EXECUTED);
                     return (d, None);
@@ -987,23 +985,44 @@ impl Drop for OwnedCall {
 
 /// The policy's answer for a whole call.
 struct PolicyAnswer<'a> {
-    /// The first refusal, or (when every axis is allowed) the first axis's allow.
-    decision: PolicyDecision,
+    /// The first refusal, or (when every axis is allowed) the first axis's allow. Its
+    /// rule and reason are positions in `table`, checked to be there.
+    decision: IndexedDecision,
+    /// The names `decision` points into: the table of the policy generation that
+    /// decided, shared with the evaluator.
+    table: RArc<DecisionTable>,
+    /// Set with a pending approval: names the park.
+    approval_id: ROption<RString>,
     /// The axis `decision` answered (`""` when the grant carries none).
     axis: &'a str,
     /// The narrowest of every answer's limits.
     narrowing: NarrowingLimits,
 }
 
+impl PolicyAnswer<'_> {
+    /// The rule that decided, or `None` for the policy's default.
+    fn matched_rule(&self) -> Option<&str> {
+        self.table.rule(self.decision.rule)
+    }
+
+    /// Why, for the record.
+    fn reason(&self) -> &str {
+        self.table.reason(self.decision.reason).unwrap_or_default()
+    }
+}
+
+/// The most axes a call is asked about: one slot each, on the stack.
+const MAX_AXES: usize = Capability::ALL.len();
+
 /// Asks `policy` about each of `axes` (in order) for the call as stated, as one call
-/// through [`PolicyEvaluator::evaluate_axes`](aegis_station_api::PolicyEvaluator):
-/// a plugin that has it counts the call once; one built before it is asked per axis
-/// by abi_stable's fallback.
+/// through [`PolicyEvaluator::evaluate_axes_indexed`](aegis_station_api::PolicyEvaluator):
+/// the plugin counts the call once and names its rule and reason by position in a table
+/// it shares, so the ask allocates nothing here.
 ///
 /// The call is allowed only if every axis is. The answer must hold one decision per
 /// axis up to and including the first that is not an allow; anything else (none, too
-/// many, an allow after a refusal, a stop without one) is a station failure, and the
-/// call is refused.
+/// many, an allow after a refusal, a stop without one) is a station failure, and so is
+/// a decision naming a rule or reason its table does not hold: the call is refused.
 ///
 /// # Errors
 /// A one-line reason the station failed.
@@ -1018,30 +1037,58 @@ fn ask_policy<'a>(
         role: call.role.as_deref().unwrap_or("").into(),
         session: call.session.as_deref().unwrap_or("").into(),
     };
-    let answers = policy
-        .evaluate_axes(&ask, RSlice::from(axes))
+    let mut slots = [IndexedDecision::default(); MAX_AXES];
+    let Some(out) = slots.get_mut(..axes.len()) else {
+        // Never built: the axes are a subset of `Capability::ALL` or one name.
+        return Err(format!(
+            "{} axes to ask about, more than {MAX_AXES}",
+            axes.len()
+        ));
+    };
+    let answer = policy
+        .evaluate_axes_indexed(&ask, RSlice::from(axes), RSliceMut::from(out))
         .into_result()
         .map_err(|e| e.to_string())?;
     let shape = || {
         format!(
             "it answered {} decisions for {} axes asked",
-            answers.len(),
+            answer.answered,
             axes.len()
         )
     };
+    let answers = usize::try_from(answer.answered)
+        .ok()
+        .filter(|&n| n <= axes.len())
+        .and_then(|n| slots.get(..n))
+        .ok_or_else(shape)?;
     let refusal = answers.iter().position(|d| d.verdict != Verdict::ALLOW);
     let decided = match refusal {
         Some(i) if i + 1 == answers.len() && answers.len() <= axes.len() => i,
         None if answers.len() == axes.len() && !answers.is_empty() => 0,
         _ => return Err(shape()),
     };
+    let decision = answers[decided];
+    let table = answer.table;
+    if decision.rule != IndexedDecision::NO_RULE && table.rule(decision.rule).is_none() {
+        return Err(format!(
+            "its decision names rule {}, which its table does not hold",
+            decision.rule
+        ));
+    }
+    if table.reason(decision.reason).is_none() {
+        return Err(format!(
+            "its decision names reason {}, which its table does not hold",
+            decision.reason
+        ));
+    }
     // Every axis's ceilings hold at once.
     let narrowing = answers
         .iter()
         .fold(NarrowingLimits::default(), |n, d| n.meet(d.limits.into()));
-    let mut answers = answers;
     Ok(PolicyAnswer {
-        decision: answers.swap_remove(decided),
+        decision,
+        table,
+        approval_id: answer.approval_id,
         axis: axes[decided].as_str(),
         narrowing,
     })
@@ -1089,6 +1136,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aegis_station_api::{ErrorKind, PluginError, PolicyDecision};
 
     /// Every subset of the axes, in order, is asked about by exactly its names.
     #[test]
@@ -1107,6 +1155,128 @@ mod tests {
                 axes.iter().map(|c| c.as_str()).collect()
             };
             assert_eq!(names, want, "{axes:?}");
+        }
+    }
+
+    /// A station that answers `answered` decisions of `verdicts`, naming `rule` and
+    /// `reason` in a table of one rule and one reason.
+    struct Answers {
+        verdicts: Vec<Verdict>,
+        answered: u32,
+        rule: u32,
+        reason: u32,
+    }
+
+    impl aegis_station_api::Policy for Answers {
+        fn policy_set_hash(&self) -> [u8; 32] {
+            [0; 32]
+        }
+
+        fn evaluate(&self, _: &PolicyRequest<'_>) -> Result<PolicyDecision, PluginError> {
+            Err(PluginError::new(ErrorKind::OTHER, "not asked"))
+        }
+
+        fn evaluate_axes_indexed(
+            &self,
+            _: &PolicyRequest<'_>,
+            _: &[RStr<'_>],
+            out: &mut [IndexedDecision],
+        ) -> Result<aegis_station_api::IndexedAnswer, PluginError> {
+            for (slot, &verdict) in out.iter_mut().zip(&self.verdicts) {
+                *slot = IndexedDecision {
+                    verdict,
+                    rule: self.rule,
+                    reason: self.reason,
+                    limits: Default::default(),
+                };
+            }
+            Ok(aegis_station_api::IndexedAnswer {
+                table: RArc::new(DecisionTable {
+                    rules: vec![RString::from("the-rule")].into(),
+                    reasons: vec![RString::from("the reason")].into(),
+                }),
+                answered: self.answered,
+                approval_id: ROption::RNone,
+            })
+        }
+    }
+
+    fn ask(answers: Answers, axes: &[&'static str]) -> Result<(Option<String>, String), String> {
+        use aegis_station_api::abi_stable::sabi_trait::TD_Opaque;
+        let policy = aegis_station_api::PolicyEvaluator_TO::from_value(
+            aegis_station_api::Guarded(answers),
+            TD_Opaque,
+        );
+        let call = Stated {
+            call_id: "c".into(),
+            tool_id: "t".into(),
+            request_digest: CallRequest::new("t", b"{}").request_digest(),
+            policy_set_hash: PolicySetHash::of_canonical_set(b""),
+            capability: None,
+            role: None,
+            session: None,
+        };
+        let axes: Vec<RStr<'static>> = axes.iter().map(|a| RStr::from(*a)).collect();
+        let a = ask_policy(&policy, &call, &axes)?;
+        Ok((a.matched_rule().map(str::to_owned), a.reason().to_owned()))
+    }
+
+    /// An indexed answer is read through its table, and one the table cannot back (a
+    /// rule or reason it does not hold, more decisions than axes, an allow after a
+    /// refusal) is a station failure: the call is refused, never recorded with a guess.
+    #[test]
+    fn an_indexed_answer_is_checked_against_its_table() {
+        let (allow, deny) = (Verdict::ALLOW, Verdict::DENY);
+        let answers = |verdicts: Vec<Verdict>, answered, rule, reason| Answers {
+            verdicts,
+            answered,
+            rule,
+            reason,
+        };
+        let good = ask(
+            answers(vec![allow, allow], 2, 0, 0),
+            &["fs.read", "fs.write"],
+        );
+        assert_eq!(good, Ok((Some("the-rule".into()), "the reason".into())));
+        let default = ask(
+            answers(vec![deny], 1, IndexedDecision::NO_RULE, 0),
+            &["fs.read"],
+        );
+        assert_eq!(default, Ok((None, "the reason".into())));
+        for (bad, axes, why) in [
+            (
+                answers(vec![allow], 1, 1, 0),
+                &["fs.read"][..],
+                "names rule 1",
+            ),
+            (
+                answers(vec![allow], 1, 0, 1),
+                &["fs.read"][..],
+                "names reason 1",
+            ),
+            (
+                answers(vec![allow], 2, 0, 0),
+                &["fs.read"][..],
+                "2 decisions for 1",
+            ),
+            (
+                answers(vec![allow], 0, 0, 0),
+                &["fs.read"][..],
+                "0 decisions for 1",
+            ),
+            (
+                answers(vec![deny, allow], 2, 0, 0),
+                &["fs.read", "fs.write"][..],
+                "2 decisions for 2",
+            ),
+            (
+                answers(vec![allow, allow, allow, allow], 4, 0, 0),
+                &["fs.read", "fs.write", "net.http", "x"][..],
+                "4 axes to ask about",
+            ),
+        ] {
+            let e = ask(bad, axes).unwrap_err();
+            assert!(e.contains(why), "{e}");
         }
     }
 }

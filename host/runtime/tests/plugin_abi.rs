@@ -415,3 +415,184 @@ fn a_session_through_the_loaded_memory_sink_verifies() {
             .contains("(the public development key: proves nothing)")
     );
 }
+
+/// A policy with every verdict, both kinds of reason (a rule's own and the station's
+/// fixed text), limits, a rate limit that runs out and a default.
+const EVERY_VERDICT: &str = "version: 1
+default: deny
+rules:
+  - id: read-ops
+    action: allow
+    tool: notes
+    role: ops
+    reason: ops may read the notes
+    limits: { max_wall_ms: 500 }
+  - id: read-any
+    action: allow
+    tool: notes
+  - id: no-writes
+    action: deny
+    tool: notes
+    capability: fs.write
+  - id: echo-once
+    action: rate_limit
+    tool: echo
+    rate: { max: 1, per_seconds: 3600 }
+  - id: park
+    action: pending_approval
+    tool: park
+";
+
+/// A host deciding with `policy`, over tools that between them reach every rule of
+/// [`EVERY_VERDICT`]: `notes` carries a read and a write root (two axes).
+fn host_with(policy: Plugin, config: &str, dir: &std::path::Path) -> aegis_runtime::Host {
+    use aegis_runtime::capability::{DEFAULT_LIMITS, ToolKind, ToolManifest};
+    let echo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/wasm/echo.wasm");
+    let (read, write) = (dir.join("read"), dir.join("write"));
+    std::fs::create_dir_all(&read).unwrap();
+    std::fs::create_dir_all(&write).unwrap();
+    let mut builder = aegis_runtime::Host::builder(profile())
+        .policy_plugin("the test", policy, config)
+        .signing_key(SigningKey::generate().unwrap());
+    for (id, fs_read, fs_write) in [
+        ("notes", vec![read.clone()], vec![write.clone()]),
+        ("echo", vec![], vec![]),
+        ("park", vec![], vec![]),
+        ("other", vec![], vec![]),
+    ] {
+        builder = builder.tool(ToolManifest {
+            id: id.into(),
+            kind: ToolKind::Wasm {
+                component: echo.clone(),
+            },
+            fs_read,
+            fs_write,
+            net: vec![],
+            limits: DEFAULT_LIMITS,
+        });
+    }
+    builder.open().unwrap()
+}
+
+/// What happens to an older policy plugin. The YAML station built against the station
+/// API as it was before `evaluate_axes_indexed` (tests/plugin-abi/previous-api) is
+/// refused at load: abi_stable 0.11's layout check refuses a library whose trait vtable
+/// has fewer entries than the host's, though the entry was added after the last prefix
+/// field with a default body. So the method's default body serves authors who do not
+/// override it, not older libraries. (Found by this test; the same check applies to
+/// `evaluate_axes`, added the same way before it.) The current build, loaded or built
+/// in, shares its set's table and records byte for byte the same lines.
+#[test]
+fn a_policy_plugin_built_before_indexed_answers_is_refused_and_the_current_build_agrees() {
+    use aegis_runtime::pipeline::CallRequest;
+    use aegis_station_api::IndexedDecision;
+    use aegis_station_api::abi_stable::std_types::RSliceMut;
+
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, EVERY_VERDICT).unwrap();
+    let config = format!("path = {:?}", policy.display().to_string());
+    let older = match Plugin::load(&support::previous_api_yaml_plugin(), None) {
+        Ok(_) => panic!("an older policy plugin loaded"),
+        Err(e) => e.to_string(),
+    };
+    assert!(!older.contains('\n'), "{older}");
+    assert!(
+        older.ends_with("first difference: VTable: too many fields (expected 6, found 5)"),
+        "{older}"
+    );
+    let current = Plugin::load(&cdylib("aegis-policy-yaml-plugin"), None).unwrap();
+
+    // The current station shares its set's table: every rule id, the same allocation
+    // each call (a per-call table from the default body would hold one rule).
+    let evaluator = current.policy_evaluator(&config).unwrap();
+    let axes = [RStr::from("fs.read")];
+    let answer = |slots: &mut [IndexedDecision; 1]| {
+        evaluator
+            .evaluate_axes_indexed(
+                &request("notes"),
+                RSlice::from_slice(&axes),
+                RSliceMut::from(&mut slots[..]),
+            )
+            .into_result()
+            .unwrap()
+    };
+    let (mut one, mut two) = (
+        [IndexedDecision::default(); 1],
+        [IndexedDecision::default(); 1],
+    );
+    let (a, b) = (answer(&mut one), answer(&mut two));
+    assert_eq!((a.answered, one), (b.answered, two));
+    let d = one[0];
+    assert_eq!(d.verdict, PolicyVerdict::ALLOW);
+    assert_eq!(a.table.rule(d.rule), Some("read-ops"));
+    assert_eq!(a.table.reason(d.reason), Some("ops may read the notes"));
+    assert_eq!(d.limits.max_wall_ms.into_option(), Some(500));
+    assert_eq!(a.table.rules.len(), 5);
+    assert!(std::ptr::eq(&*a.table, &*b.table));
+
+    let hosts = [
+        host_with(
+            Plugin::builtin(aegis_policy_yaml::plugin_module()),
+            &config,
+            dir.path(),
+        ),
+        host_with(current, &config, dir.path()),
+    ];
+    let calls = [
+        // Allowed by a rule with its own reason and limits.
+        CallRequest {
+            capability: Some("fs.read"),
+            role: Some("ops"),
+            ..CallRequest::new("notes", b"{}")
+        },
+        // Allowed by a rule with the station's fixed reason.
+        CallRequest {
+            capability: Some("fs.read"),
+            ..CallRequest::new("notes", b"{}")
+        },
+        // Two axes: fs.read allowed, fs.write denied by rule.
+        CallRequest {
+            role: Some("ops"),
+            ..CallRequest::new("notes", b"{}")
+        },
+        // Within its rate limit, then over it.
+        CallRequest::new("echo", b"{}"),
+        CallRequest::new("echo", b"{}"),
+        // No rule: the default denies.
+        CallRequest::new("other", b"{}"),
+    ];
+    use aegis_record::line::LineBody as _;
+    let mut seen = Vec::new();
+    for call in &calls {
+        let lines: Vec<Vec<u8>> = hosts
+            .iter()
+            .map(|h| h.pipeline().decide(call).0.to_object().to_canonical())
+            .collect();
+        assert_eq!(lines[0], lines[1], "built in and loaded differ");
+        seen.push(String::from_utf8(lines[0].clone()).unwrap());
+    }
+    // The calls reached what they were written for.
+    for (line, expected) in seen.iter().zip([
+        "\"matched_rule\":\"read-ops\"",
+        "\"matched_rule\":\"read-any\"",
+        "\"reason\":\"fs.write: denied by rule\"",
+        "\"matched_rule\":\"echo-once\"",
+        "\"reason\":\"rate limit: 1 calls per 3600 s (echo-once)\"",
+        "\"reason\":\"no rule matched; the policy's default is deny\"",
+    ]) {
+        assert!(line.contains(expected), "{expected} not in {line}");
+    }
+    // A park carries a fresh approval id, so only its shape is compared.
+    for h in &hosts {
+        let line = h.pipeline().decide(&CallRequest::new("park", b"{}")).0;
+        match line.policy {
+            aegis_record::PolicyOutcome::PendingApproval { approval_id } => {
+                assert!(approval_id.starts_with("apr-"), "{approval_id}");
+            }
+            other => panic!("expected a park, got {other:?}"),
+        }
+        assert_eq!(line.decision_axes.matched_rule.as_deref(), Some("park"));
+    }
+}

@@ -26,7 +26,10 @@
 pub mod set;
 
 use aegis_station_api::abi_stable::std_types::{ROption, RStr, RString};
-use aegis_station_api::{ErrorKind, PluginError, Policy, PolicyDecision, PolicyRequest, Verdict};
+use aegis_station_api::{
+    ErrorKind, IndexedAnswer, IndexedDecision, Limits, PluginError, Policy, PolicyDecision,
+    PolicyRequest, Verdict,
+};
 use arc_swap::ArcSwap;
 use set::{Action, Rate};
 pub use set::{PolicyError, PolicySet, PolicyWarning, Rule};
@@ -140,7 +143,8 @@ impl PolicyEngine {
     /// Decides one call that names `capability` (asked alone).
     pub fn decide(&self, tool: &str, capability: &str, role: &str) -> PolicyDecision {
         let set = self.set.load();
-        self.decide_in(&set, tool, capability, role, &mut Vec::new())
+        let d = self.decide_in(&set, tool, capability, role, &mut Vec::new());
+        owned(&set, d)
     }
 
     /// Decides one call over each of `axes` in order, stopping after the first answer
@@ -164,7 +168,7 @@ impl PolicyEngine {
         for axis in axes {
             let d = self.decide_in(&set, tool, axis, role, &mut counted);
             let allowed = d.verdict == Verdict::ALLOW;
-            answers.push(d);
+            answers.push(owned(&set, d));
             if !allowed {
                 break;
             }
@@ -172,68 +176,102 @@ impl PolicyEngine {
         answers
     }
 
+    /// [`PolicyEngine::decide_axes`] in the indexed form the host asks for
+    /// ([`PolicyEvaluator::evaluate_axes_indexed`](aegis_station_api::PolicyEvaluator)):
+    /// the same decisions, written to the front of `out`, naming rules and reasons by
+    /// position in the deciding set's [`PolicySet::decision_table`], which the answer
+    /// shares. The set is loaded once, so every decision written pairs with the table
+    /// returned, whatever reload lands meanwhile. Builds no string unless a rule parks
+    /// the call (the approval id is per call).
+    ///
+    /// # Errors
+    /// More axes than `out` has slots.
+    pub fn decide_axes_indexed<'a>(
+        &self,
+        tool: &str,
+        axes: impl ExactSizeIterator<Item = &'a str>,
+        role: &str,
+        out: &mut [IndexedDecision],
+    ) -> Result<IndexedAnswer, PluginError> {
+        if axes.len() > out.len() {
+            return Err(PluginError::new(
+                ErrorKind::OTHER,
+                format!(
+                    "{} axes asked with {} slots to answer in",
+                    axes.len(),
+                    out.len()
+                ),
+            ));
+        }
+        let set = self.set.load();
+        let mut counted = Vec::new();
+        let mut answered = 0u32;
+        let mut approval_id = ROption::RNone;
+        for (axis, slot) in axes.zip(out.iter_mut()) {
+            let d = self.decide_in(&set, tool, axis, role, &mut counted);
+            answered += 1;
+            *slot = IndexedDecision {
+                verdict: d.verdict,
+                rule: d.rule.unwrap_or(IndexedDecision::NO_RULE),
+                reason: d.reason,
+                limits: limits_of(&set, d.rule),
+            };
+            if d.verdict != Verdict::ALLOW {
+                approval_id = d
+                    .approval_id
+                    .map_or(ROption::RNone, |a| ROption::RSome(a.into()));
+                break;
+            }
+        }
+        Ok(IndexedAnswer {
+            table: set.decision_table().clone(),
+            answered,
+            approval_id,
+        })
+    }
+
     /// Decides one ask against `set`. `counted` holds each rate_limit rule already
-    /// charged for this call, with whether it had a token: such a rule is not charged
-    /// again.
+    /// charged for this call (by position in the set), with whether it had a token:
+    /// such a rule is not charged again.
     fn decide_in(
         &self,
         set: &PolicySet,
         tool: &str,
         capability: &str,
         role: &str,
-        counted: &mut Vec<(String, bool)>,
-    ) -> PolicyDecision {
-        let Some(rule) = set.select(tool, capability, role) else {
+        counted: &mut Vec<(u32, bool)>,
+    ) -> Decided {
+        let Some(at) = set.select_position(tool, capability, role) else {
             let (verdict, reason) = match set.default {
-                Action::Deny => (
-                    Verdict::DENY,
-                    "no rule matched; the policy's default is deny",
-                ),
-                _ => (
-                    Verdict::ALLOW,
-                    "no rule matched; the policy's default is allow",
-                ),
+                Action::Deny => (Verdict::DENY, set::reason::DEFAULT_DENY),
+                _ => (Verdict::ALLOW, set::reason::DEFAULT_ALLOW),
             };
-            return decision(verdict, None, reason.to_owned(), None);
+            return Decided::new(verdict, None, reason);
         };
-        let reason = |fallback: &str| rule.reason.clone().unwrap_or_else(|| fallback.to_owned());
+        let rule = &set.rules()[at as usize];
+        // Every selected position is a rule's, so it has reasons.
+        let reason = |over_limit| set.reason_position(at, over_limit).unwrap_or(u32::MAX);
         match rule.action {
-            Action::Allow => decision(Verdict::ALLOW, Some(rule), reason("allowed by rule"), None),
-            Action::Deny => decision(Verdict::DENY, Some(rule), reason("denied by rule"), None),
-            Action::PendingApproval => decision(
-                Verdict::PENDING_APPROVAL,
-                Some(rule),
-                reason("needs a human's approval"),
-                Some(approval_id()),
-            ),
+            Action::Allow => Decided::new(Verdict::ALLOW, Some(at), reason(false)),
+            Action::Deny => Decided::new(Verdict::DENY, Some(at), reason(false)),
+            Action::PendingApproval => Decided {
+                approval_id: Some(approval_id()),
+                ..Decided::new(Verdict::PENDING_APPROVAL, Some(at), reason(false))
+            },
             Action::RateLimit => {
                 let rate = rule.rate.expect("a rate_limit rule always has a rate");
-                let within = match counted.iter().find(|(id, _)| *id == rule.id) {
+                let within = match counted.iter().find(|&&(p, _)| p == at) {
                     Some(&(_, within)) => within,
                     None => {
                         let within = self.take(&rule.id, rate);
-                        counted.push((rule.id.clone(), within));
+                        counted.push((at, within));
                         within
                     }
                 };
                 if within {
-                    decision(
-                        Verdict::ALLOW,
-                        Some(rule),
-                        reason("within its rate limit"),
-                        None,
-                    )
+                    Decided::new(Verdict::ALLOW, Some(at), reason(false))
                 } else {
-                    let why = format!(
-                        "rate limit: {} calls per {} s ({})",
-                        rate.max, rate.per_seconds, rule.id
-                    );
-                    decision(
-                        Verdict::RATE_LIMIT,
-                        Some(rule),
-                        rule.reason.clone().unwrap_or(why),
-                        None,
-                    )
+                    Decided::new(Verdict::RATE_LIMIT, Some(at), reason(true))
                 }
             }
         }
@@ -253,18 +291,46 @@ impl PolicyEngine {
     }
 }
 
-fn decision(
+/// One ask decided, by positions in the deciding set: its rule (`None` for the
+/// default) and the reason in its [`PolicySet::decision_table`].
+struct Decided {
     verdict: Verdict,
-    rule: Option<&Rule>,
-    reason: String,
-    approval: Option<String>,
-) -> PolicyDecision {
+    rule: Option<u32>,
+    reason: u32,
+    approval_id: Option<String>,
+}
+
+impl Decided {
+    fn new(verdict: Verdict, rule: Option<u32>, reason: u32) -> Decided {
+        Decided {
+            verdict,
+            rule,
+            reason,
+            approval_id: None,
+        }
+    }
+}
+
+/// The ceilings of the rule at `rule` in `set`; none for the default.
+fn limits_of(set: &PolicySet, rule: Option<u32>) -> Limits {
+    rule.and_then(|at| set.rules().get(at as usize))
+        .map(|r| r.limits)
+        .unwrap_or_default()
+        .into()
+}
+
+/// `d` with its rule id and reason copied out of `set`'s table: the owned form
+/// [`Policy::evaluate`] answers with.
+fn owned(set: &PolicySet, d: Decided) -> PolicyDecision {
+    let table = set.decision_table();
+    let rule = d.rule.and_then(|at| table.rule(at));
     PolicyDecision {
-        verdict,
-        matched_rule: rule.map(|r| RString::from(r.id.as_str())).into(),
-        reason: RString::from(reason),
-        limits: rule.map(|r| r.limits).unwrap_or_default().into(),
-        approval_id: approval
+        verdict: d.verdict,
+        matched_rule: rule.map(RString::from).into(),
+        reason: RString::from(table.reason(d.reason).unwrap_or_default()),
+        limits: limits_of(set, d.rule),
+        approval_id: d
+            .approval_id
             .map(RString::from)
             .map_or(ROption::RNone, ROption::RSome),
     }
@@ -306,5 +372,19 @@ impl Policy for PolicyEngine {
             axes.iter().map(RStr::as_str),
             request.role.as_str(),
         ))
+    }
+
+    fn evaluate_axes_indexed(
+        &self,
+        request: &PolicyRequest<'_>,
+        axes: &[RStr<'_>],
+        out: &mut [IndexedDecision],
+    ) -> Result<IndexedAnswer, PluginError> {
+        self.decide_axes_indexed(
+            request.tool_id.as_str(),
+            axes.iter().map(RStr::as_str),
+            request.role.as_str(),
+            out,
+        )
     }
 }

@@ -35,7 +35,8 @@
 
 use aegis_record::PolicySetHash;
 use aegis_record::json::{Object, Value, quote};
-use aegis_station_api::NarrowingLimits;
+use aegis_station_api::abi_stable::std_types::{RArc, RString, RVec};
+use aegis_station_api::{DecisionTable, NarrowingLimits};
 use marked_yaml::LoadError;
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, Node};
 use std::collections::HashMap;
@@ -141,8 +142,81 @@ pub struct PolicySet {
     rules: Vec<Rule>,
     /// Which rules can match each tool, built once at load.
     index: RuleIndex,
+    /// The rule ids and reasons decisions name, built once at load.
+    names: Names,
     hash: PolicySetHash,
     warnings: Vec<PolicyWarning>,
+}
+
+/// Positions of the reasons every set shares, in each set's [`DecisionTable`].
+pub(crate) mod reason {
+    /// No rule matched and the default is deny.
+    pub const DEFAULT_DENY: u32 = 0;
+    /// No rule matched and the default is allow.
+    pub const DEFAULT_ALLOW: u32 = 1;
+    /// The fixed texts, in position order.
+    pub(super) const FIXED: [&str; 6] = [
+        "no rule matched; the policy's default is deny",
+        "no rule matched; the policy's default is allow",
+        "allowed by rule",
+        "denied by rule",
+        "needs a human's approval",
+        "within its rate limit",
+    ];
+}
+
+/// What a set's decisions name, built once when it is parsed: the [`DecisionTable`]
+/// (every rule id, in file order, so a rule's position in the set is its position in
+/// the table; the fixed reasons, then each reason a rule brings) and, per rule, the
+/// position of its reason when it is selected and, for a rate_limit rule, when its
+/// bucket is empty. So deciding a call builds no string, and the answer shares the
+/// table instead (benches/results/pipeline.md, run 8).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Names {
+    table: RArc<DecisionTable>,
+    /// Per rule: `[selected, over its rate limit]`.
+    reasons: Box<[[u32; 2]]>,
+}
+
+impl Names {
+    fn build(rules: &[Rule]) -> Names {
+        let mut reasons: Vec<RString> = reason::FIXED.iter().map(|&r| r.into()).collect();
+        // MAX_RULES (2^18) rules bring at most two reasons each: positions fit in u32.
+        let mut push = |text: String| {
+            reasons.push(text.into());
+            u32::try_from(reasons.len() - 1).expect("MAX_RULES keeps positions within u32")
+        };
+        let per_rule = rules
+            .iter()
+            .map(|rule| {
+                if let Some(own) = &rule.reason {
+                    let at = push(own.clone());
+                    return [at, at];
+                }
+                let fixed = match rule.action {
+                    Action::Allow => 2,
+                    Action::Deny => 3,
+                    Action::PendingApproval => 4,
+                    Action::RateLimit => 5,
+                };
+                let over = match rule.rate {
+                    Some(rate) if rule.action == Action::RateLimit => push(format!(
+                        "rate limit: {} calls per {} s ({})",
+                        rate.max, rate.per_seconds, rule.id
+                    )),
+                    _ => fixed,
+                };
+                [fixed, over]
+            })
+            .collect();
+        Names {
+            table: RArc::new(DecisionTable {
+                rules: rules.iter().map(|r| RString::from(r.id.as_str())).collect(),
+                reasons: RVec::from(reasons),
+            }),
+            reasons: per_rule,
+        }
+    }
 }
 
 /// The rules that can match a call, by the tool it names: each tool named by some rule
@@ -490,10 +564,12 @@ impl PolicySet {
         let hash = PolicySetHash::of_canonical_set(&projection(default, &rules).to_canonical());
         let warnings = rules.iter().filter_map(|r| role_warning(file, r)).collect();
         let index = RuleIndex::build(&rules);
+        let names = Names::build(&rules);
         Ok(PolicySet {
             default,
             rules,
             index,
+            names,
             hash,
             warnings,
         })
@@ -520,12 +596,33 @@ impl PolicySet {
     /// stops at the first that matches (see `RuleIndex`); the answer is the one
     /// [`PolicySet::select_linear`] gives by scanning every rule.
     pub fn select(&self, tool: &str, capability: &str, role: &str) -> Option<&Rule> {
+        self.select_position(tool, capability, role)
+            .map(|i| &self.rules[i as usize])
+    }
+
+    /// [`PolicySet::select`], answering the rule's position in [`PolicySet::rules`].
+    pub fn select_position(&self, tool: &str, capability: &str, role: &str) -> Option<u32> {
         self.index
             .candidates(tool)
             .iter()
-            .map(|&i| &self.rules[i as usize])
+            .copied()
             // Every candidate names `tool` or no tool (`RuleIndex::candidates`).
-            .find(|r| r.matches_beyond_tool(capability, role))
+            .find(|&i| self.rules[i as usize].matches_beyond_tool(capability, role))
+    }
+
+    /// The rule ids and reasons this set's decisions name: rule ids in file order
+    /// (a rule's position in [`PolicySet::rules`] is its position here), then the
+    /// reasons. Built once when the set is parsed; shared, not copied, by each answer.
+    pub fn decision_table(&self) -> &RArc<DecisionTable> {
+        &self.names.table
+    }
+
+    /// The position in [`PolicySet::decision_table`] of the reason recorded when the rule
+    /// at `position` decides: `over_limit` for a rate_limit rule whose bucket is empty.
+    /// `None` for a position past the last rule.
+    pub fn reason_position(&self, position: u32, over_limit: bool) -> Option<u32> {
+        let [selected, over] = *self.names.reasons.get(position as usize)?;
+        Some(if over_limit { over } else { selected })
     }
 
     /// [`PolicySet::select`] by scanning every rule in file order, without the index:

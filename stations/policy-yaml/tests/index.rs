@@ -1,6 +1,8 @@
-//! The tool index changes what `select` looks at, never what it answers.
+//! The tool index changes what `select` looks at, never what it answers; the indexed
+//! answer the host asks for says what the owned answer says.
 
-use aegis_policy_yaml::PolicySet;
+use aegis_policy_yaml::{PolicyEngine, PolicySet};
+use aegis_station_api::{IndexedDecision, Limits, Verdict};
 use proptest::prelude::*;
 
 const TOOLS: [&str; 4] = ["", "a", "b", "c"];
@@ -60,6 +62,72 @@ proptest! {
                     let indexed = set.select(tool, capability, role).map(|r| &r.id);
                     let linear = set.select_linear(tool, capability, role).map(|r| &r.id);
                     prop_assert_eq!(indexed, linear, "tool {:?} capability {:?} role {:?}", tool, capability, role);
+                }
+            }
+        }
+    }
+}
+
+/// The axis lists the host asks about (a subset of `fs.read`, `fs.write`, `net.http` in
+/// that order, or one name), including ones past a refusal.
+const AXES: [&[&str]; 5] = [
+    &[""],
+    &["fs.read"],
+    &["fs.read", "net.http"],
+    &["net.http", "fs.read", "fs.write"],
+    &["fs.write", "fs.read"],
+];
+
+/// An answer with its rule and reason as the record would hold them.
+type Resolved = (Verdict, Option<String>, String, Limits, bool);
+
+proptest! {
+    /// For any set as above and every call and axis list, `decide_axes_indexed` read
+    /// through the table it returns says what `decide_axes` says: the same number of
+    /// decisions, each with the same verdict, rule id, reason and limits, and an
+    /// approval id exactly when the last one parks. Two engines over the same set are
+    /// asked the same calls in the same order, so their rate limits run out together.
+    #[test]
+    fn the_indexed_answer_says_what_the_owned_answer_says(
+        rules in prop::collection::vec((0..4usize, [0..5usize, 0..5usize, 0..5usize], -1..2i64), 0..24)
+    ) {
+        let set = set_of(&rules);
+        let (owned, indexed) = (PolicyEngine::new(set.clone()), PolicyEngine::new(set));
+        for tool in TOOLS.iter().chain(&["unnamed"]) {
+            for axes in AXES {
+                for role in ROLES {
+                    let expected: Vec<Resolved> = owned
+                        .decide_axes(tool, axes, role)
+                        .into_iter()
+                        .map(|d| (
+                            d.verdict,
+                            d.matched_rule.into_option().map(|r| r.into_string()),
+                            d.reason.into_string(),
+                            d.limits,
+                            d.approval_id.is_some(),
+                        ))
+                        .collect();
+                    let mut slots = [IndexedDecision::default(); 3];
+                    let answer = indexed
+                        .decide_axes_indexed(tool, axes.iter().copied(), role, &mut slots)
+                        .unwrap();
+                    let n = answer.answered as usize;
+                    let got: Vec<Resolved> = slots[..n]
+                        .iter()
+                        .enumerate()
+                        .map(|(i, d)| (
+                            d.verdict,
+                            answer.table.rule(d.rule).map(str::to_owned),
+                            answer.table.reason(d.reason).expect("a reason in the table").to_owned(),
+                            d.limits,
+                            i + 1 == n && answer.approval_id.is_some(),
+                        ))
+                        .collect();
+                    prop_assert_eq!(&got, &expected, "tool {:?} axes {:?} role {:?}", tool, axes, role);
+                    // A rule the table names is a rule of the set, at the same position.
+                    for d in &slots[..n] {
+                        prop_assert!(d.rule == IndexedDecision::NO_RULE || (d.rule as usize) < rules.len());
+                    }
                 }
             }
         }

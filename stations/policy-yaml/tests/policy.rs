@@ -3,7 +3,7 @@
 //! reload keeps the old set.
 
 use aegis_policy_yaml::{PolicyEngine, PolicySet};
-use aegis_station_api::Verdict;
+use aegis_station_api::{IndexedDecision, Verdict};
 
 const POLICY: &str = r#"version: 1
 default: deny
@@ -409,4 +409,32 @@ fn a_call_asked_over_several_axes_takes_one_token() {
     let answers = e.decide_axes("read-notes", &["fs.read", "net"], "");
     let verdicts: Vec<Verdict> = answers.iter().map(|d| d.verdict).collect();
     assert_eq!(verdicts, [Verdict::ALLOW, Verdict::DENY]);
+}
+
+/// An answer carries the table of the set that decided it: a reload that moves every
+/// rule to another position leaves an earlier answer naming its own rule, and later
+/// answers name theirs from the new set's table.
+#[test]
+fn an_answer_and_its_table_come_from_one_set_across_a_reload() {
+    let first = "version: 1\nrules:\n  - id: a\n    action: allow\n    tool: t\n    reason: first\n  - id: b\n    action: deny\n    tool: u\n";
+    let second = "version: 1\nrules:\n  - id: c\n    action: deny\n    tool: u\n  - id: d\n    action: allow\n    tool: t\n    reason: second\n";
+    let e = PolicyEngine::new(PolicySet::parse(first, "first.yaml").unwrap());
+    let ask = |slots: &mut [IndexedDecision; 1]| {
+        e.decide_axes_indexed("t", [""].into_iter(), "", slots)
+            .unwrap()
+    };
+    let (mut before, mut after) = ([IndexedDecision::default()], [IndexedDecision::default()]);
+    let old = ask(&mut before);
+    e.reload(second, "second.yaml").unwrap();
+    let new = ask(&mut after);
+    assert_eq!(before[0].rule, 0);
+    assert_eq!(after[0].rule, 1, "the allow moved");
+    assert_eq!(old.table.rule(before[0].rule), Some("a"));
+    assert_eq!(old.table.reason(before[0].reason), Some("first"));
+    assert_eq!(new.table.rule(after[0].rule), Some("d"));
+    assert_eq!(new.table.reason(after[0].reason), Some("second"));
+    assert!(!std::ptr::eq(&*old.table, &*new.table));
+    // Between reloads every answer shares one table.
+    let again = ask(&mut after);
+    assert!(std::ptr::eq(&*new.table, &*again.table));
 }

@@ -58,28 +58,49 @@ pub fn altered_api_plugin() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let profile_dir = artifact_dir();
-            let target = profile_dir
-                .parent()
-                .expect("target dir")
-                .join("altered-abi");
-            let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../plugin-abi/altered-api/Cargo.toml");
-            let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-            cmd.arg("build")
-                .arg("--manifest-path")
-                .arg(&manifest)
-                .arg("--target-dir")
-                .arg(&target);
-            let sub = if profile_dir.ends_with("release") {
-                cmd.arg("--release");
-                "release"
-            } else {
-                "debug"
-            };
-            let status = cmd.status().expect("cargo runs");
-            assert!(status.success(), "building the altered-API plugin failed");
-            target.join(sub).join("libaegis_test_plugin_altered.so")
+            separate_workspace("altered-api", "altered-abi", "aegis_test_plugin_altered")
         })
         .clone()
+}
+
+/// The real YAML policy station built against the station API as it was before
+/// `evaluate_axes_indexed` was added (the shape an older plugin has), from the separate
+/// workspace `tests/plugin-abi/previous-api`, in its own target directory.
+pub fn previous_api_yaml_plugin() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            separate_workspace(
+                "previous-api",
+                "previous-abi",
+                "aegis_test_plugin_yaml_before_indexed",
+            )
+        })
+        .clone()
+}
+
+/// Builds the workspace `tests/plugin-abi/<dir>` into `target/<target_sub>` in the test
+/// binary's profile, and answers the path of its cdylib `lib<lib>.so`.
+fn separate_workspace(dir: &str, target_sub: &str, lib: &str) -> PathBuf {
+    let profile_dir = artifact_dir();
+    let target = profile_dir.parent().expect("target dir").join(target_sub);
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../plugin-abi")
+        .join(dir)
+        .join("Cargo.toml");
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.arg("build")
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target);
+    let sub = if profile_dir.ends_with("release") {
+        cmd.arg("--release");
+        "release"
+    } else {
+        "debug"
+    };
+    let status = cmd.status().expect("cargo runs");
+    assert!(status.success(), "building the plugin in {dir} failed");
+    target.join(sub).join(format!("lib{lib}.so"))
 }
