@@ -249,6 +249,12 @@ fn ending_of(end: CallEnd<'_>) -> (Ending, Option<Vec<u8>>) {
             Ending::ToolError("the server answered with a JSON-RPC error".into()),
             Some(frame.to_vec()),
         ),
+        CallEnd::Unrelayable { frame, reason } => (
+            Ending::ToolError(format!(
+                "the server's answer could not be relayed ({reason}); the client got a JSON-RPC error"
+            )),
+            Some(frame.to_vec()),
+        ),
         CallEnd::Cancelled { reason } => (
             Ending::Cancelled(format!(
                 "the client cancelled: {}",

@@ -36,7 +36,7 @@
 //!   over a bound, an answer to a `tools/call` with duplicate keys) that answers a pending
 //!   request whose id can be read without choosing is replaced by a JSON-RPC error
 //!   ([`UNRELAYABLE_ANSWER`]) for that id, and a pending call ends with that error as its
-//!   response ([`CallEnd::Error`]).
+//!   response ([`CallEnd::Unrelayable`]).
 //! - Handling one frame costs memory bounded independently of the frame bound (see the
 //!   `json` module) and yields at most [`MAX_LOG_LINES`] + 1 diagnostics.
 //!
@@ -90,7 +90,8 @@ pub const REFUSAL_META_KEY: &str = "dev.aegis/refusal";
 /// server answer cannot grow the table without end.
 pub const DEFAULT_MAX_PENDING: usize = 1024;
 
-/// The Aegis side of a relayed `tools/call`: implemented by the CLI over the runtime.
+/// The Aegis side of a relayed `tools/call`: implemented over the runtime by
+/// `host_gate::HostGate` (feature `runtime`).
 pub trait Gate {
     /// A decided, forwarded call waiting for its end. `Send`, so a multi-threaded relay can
     /// finish it from the thread that reads the server.
@@ -175,6 +176,15 @@ pub enum CallEnd<'a> {
     Error {
         /// The response's exact bytes (for a batch, the whole batch frame).
         frame: &'a [u8],
+    },
+    /// The server answered, but the relay could not pass the answer on (not JSON,
+    /// ambiguous, over a bound), so it answered the client with a JSON-RPC error
+    /// ([`UNRELAYABLE_ANSWER`]) instead.
+    Unrelayable {
+        /// The relay's error frame, as the client got it.
+        frame: &'a [u8],
+        /// Why the server's answer was dropped.
+        reason: &'a str,
     },
     /// The client cancelled the call (`notifications/cancelled`).
     Cancelled {
@@ -1016,7 +1026,11 @@ impl<G: Gate> Relay<G> {
             ));
             if let Kind::Call(pending) = outstanding.kind {
                 // The record's response is what the client got: the relay's error.
-                self.gate.finish(pending, CallEnd::Error { frame: &bytes });
+                let end = CallEnd::Unrelayable {
+                    frame: &bytes,
+                    reason: why,
+                };
+                self.gate.finish(pending, end);
             }
         }
         Plan::Substitute(bytes)

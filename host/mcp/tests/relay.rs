@@ -58,6 +58,12 @@ impl Gate for CountingGate {
                 log.error_frames.insert(pending, frame.to_vec());
                 "error".into()
             }
+            CallEnd::Unrelayable { frame, reason } => {
+                assert!(!reason.is_empty(), "an unrelayable answer names its reason");
+                let mut log = self.log.borrow_mut();
+                log.error_frames.insert(pending, frame.to_vec());
+                "unrelayable".into()
+            }
             CallEnd::Cancelled { reason } => format!("cancelled {reason:?}"),
             other => format!("{other:?}"),
         };
@@ -744,7 +750,7 @@ fn a_dropped_answer_is_answered_for_the_server() {
         assert!(out[0].ends_with("}}\n"));
         assert_eq!(relay.pending(), 0, "{why}");
         let log = relay.gate().log.borrow();
-        assert_eq!(log.ended[&1], "error", "{why}");
+        assert_eq!(log.ended[&1], "unrelayable", "{why}");
         // The record's response is what the client got.
         assert_eq!(log.error_frames[&1], out[0].as_bytes(), "{why}");
     }
@@ -800,7 +806,7 @@ fn a_dropped_server_batch_answers_each_pending_request_in_an_array() {
     let log = relay.gate().log.borrow();
     assert_eq!(
         (log.ended[&1].as_str(), log.ended[&2].as_str()),
-        ("error", "error")
+        ("unrelayable", "unrelayable")
     );
 }
 
