@@ -150,7 +150,7 @@ pub enum ListingError {
     #[error("tools/list result has no unambiguous tools array")]
     NoToolsArray,
     /// A tool is not an object with one exact string `name` of at most
-    /// [`MAX_TOOL_NAME`](crate::message::MAX_TOOL_NAME) bytes.
+    /// [`MAX_TOOL_NAME`] bytes.
     #[error("tool {index} of the page has no unambiguous name of at most 1024 bytes")]
     BadTool {
         /// The tool's position in the page.
