@@ -16,9 +16,10 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, channel};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const PATIENCE: Duration = Duration::from_secs(30);
+/// How long a client thread that neither reads nor leaves keeps its pipe open.
+const HOLD_OPEN: Duration = Duration::from_secs(30);
 
 fn aegis() -> Command {
     Command::new(env!("CARGO_BIN_EXE_aegis"))
@@ -146,10 +147,12 @@ impl Wrap {
 
     /// The next line the client receives.
     fn recv(&mut self) -> Vec<u8> {
+        // Ends with an error only when wrap closed its stdout: an observable end, not a
+        // time limit.
         let line = self
             .lines
-            .recv_timeout(PATIENCE)
-            .expect("no answer from aegis wrap");
+            .recv()
+            .expect("aegis wrap closed its stdout unanswered");
         self.received.extend_from_slice(&line);
         line
     }
@@ -202,16 +205,30 @@ impl Wrap {
     }
 
     fn wait(&mut self) -> ExitStatus {
-        let started = Instant::now();
-        loop {
+        let status = self.child.wait().unwrap();
+        // Whatever was still on its way to the client.
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
+            self.received.extend_from_slice(&line);
+        }
+        status
+    }
+
+    /// Sends SIGTERM to `aegis wrap` (not to its server).
+    fn terminate(&self) {
+        rustix::process::kill_process(
+            rustix::process::Pid::from_child(&self.child),
+            rustix::process::Signal::TERM,
+        )
+        .unwrap();
+    }
+
+    /// Polls until `holds` is true, failing if wrap exits first. Nothing here is timed:
+    /// the test waits for an event, and wrap's exit is the observable sign it never comes.
+    fn until(&mut self, what: &str, mut holds: impl FnMut(&Self) -> bool) {
+        while !holds(self) {
             if let Some(status) = self.child.try_wait().unwrap() {
-                // Whatever was still on its way to the client.
-                while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
-                    self.received.extend_from_slice(&line);
-                }
-                return status;
+                panic!("aegis wrap exited ({status}) before {what}");
             }
-            assert!(started.elapsed() < PATIENCE, "aegis wrap did not exit");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -230,15 +247,10 @@ impl Wrap {
     }
 
     /// Waits until the server has logged a line containing `needle`.
-    fn await_server(&self, needle: &str) {
-        let started = Instant::now();
-        while !self.server_saw().contains(needle) {
-            assert!(
-                started.elapsed() < PATIENCE,
-                "the server never saw {needle}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    fn await_server(&mut self, needle: &str) {
+        self.until(&format!("the server saw {needle}"), |w| {
+            w.server_saw().contains(needle)
+        });
     }
 
     fn server_pid(&self) -> i32 {
@@ -509,11 +521,7 @@ fn a_client_leaving_mid_call_stops_the_server_and_records_the_call() {
 fn a_signal_to_wrap_is_forwarded_to_the_server() {
     let mut w = Wrap::start(&[], &[]);
     w.initialize();
-    rustix::process::kill_process(
-        rustix::process::Pid::from_child(&w.child),
-        rustix::process::Signal::TERM,
-    )
-    .unwrap();
+    w.terminate();
     assert_eq!(w.wait().code(), Some(128 + 15), "{}", w.stderr());
     w.record();
 }
@@ -580,11 +588,7 @@ fn a_server_ignoring_sigterm_is_killed_after_the_grace() {
     w.initialize();
     w.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hang"}}}"#);
     w.await_server("hang");
-    rustix::process::kill_process(
-        rustix::process::Pid::from_child(&w.child),
-        rustix::process::Signal::TERM,
-    )
-    .unwrap();
+    w.terminate();
     assert_eq!(w.wait().code(), Some(128 + 9), "{}", w.stderr());
     let outcomes = w.record();
     assert!(
@@ -630,14 +634,9 @@ fn a_call_the_client_cancels_is_recorded_as_cancelled() {
     w.await_server("hang");
     w.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3,"reason":"took too long"}}"#);
     // The relay ends the call on the cancellation itself (the server is asleep).
-    let started = Instant::now();
-    while !text(&std::fs::read(w.path("record.jsonl")).unwrap()).contains("took too long") {
-        assert!(
-            started.elapsed() < PATIENCE,
-            "no outcome for the cancelled call"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    w.until("the cancelled call's outcome", |w| {
+        text(&std::fs::read(w.path("record.jsonl")).unwrap()).contains("took too long")
+    });
     assert_eq!(w.close().code(), Some(128 + 15));
     let outcomes = w.record();
     assert_eq!(
@@ -681,15 +680,11 @@ fn a_client_that_stops_reading_does_not_keep_the_session_open() {
             }
         }
         // Kept open: the client neither reads nor leaves.
-        std::thread::sleep(PATIENCE);
+        std::thread::sleep(HOLD_OPEN);
     });
     w.await_server("\"id\":100");
     std::thread::sleep(Duration::from_millis(500));
-    rustix::process::kill_process(
-        rustix::process::Pid::from_child(&w.child),
-        rustix::process::Signal::TERM,
-    )
-    .unwrap();
+    w.terminate();
     assert_eq!(w.wait().code(), Some(128 + 15), "{}", w.stderr());
     w.record();
 }
@@ -774,22 +769,15 @@ fn a_refusal_owed_to_a_client_that_stopped_reading_does_not_hold_up_the_exit() {
     w.stall.store(true, Ordering::SeqCst);
     // An answer far larger than a pipe holds: wrap blocks writing it to us.
     w.send_echo(100, &"x".repeat(1024 * 1024));
-    let started = Instant::now();
-    while !text(&std::fs::read(w.path("server-out.log")).unwrap_or_default()).contains("\"id\":100")
-    {
-        assert!(started.elapsed() < PATIENCE, "the server never answered");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    w.until("the server answered", |w| {
+        text(&std::fs::read(w.path("server-out.log")).unwrap_or_default()).contains("\"id\":100")
+    });
     // Gives wrap's reader of the server time to reach its blocked write (this makes the
     // old failure likely; nothing is asserted about time).
     std::thread::sleep(Duration::from_millis(300));
     w.send(r#"{"jsonrpc":"2.0","id":101,"method":"tools/call","params":{"name":"get-env","arguments":{"name":"HOME"}}}"#);
     std::thread::sleep(Duration::from_millis(300));
-    rustix::process::kill_process(
-        rustix::process::Pid::from_child(&w.child),
-        rustix::process::Signal::TERM,
-    )
-    .unwrap();
+    w.terminate();
     assert_eq!(w.wait().code(), Some(128 + 15), "{}", w.stderr());
     let outcomes = w.record_of_decided();
     assert_eq!(
