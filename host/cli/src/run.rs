@@ -3,7 +3,7 @@
 //! The tool's output goes to stdout, the pipeline's verdict to stderr, and the exit code
 //! names the class of the ending (see [`crate::exit`]).
 
-use aegis_record::{CapabilityOutcome, ExecutionOutcome, PolicyOutcome};
+use aegis_record::ExecutionOutcome;
 use aegis_runtime::Host;
 use aegis_runtime::capability::{DEFAULT_LIMITS, Limits, ToolKind, ToolManifest, ToolRegistry};
 use aegis_runtime::pipeline::{CallClass, CallRecord, CallRequest};
@@ -243,36 +243,25 @@ pub fn describe(record: &CallRecord) -> String {
 /// What each station decided, in words: [`describe`] without the call's place.
 pub fn verdict(record: &CallRecord) -> String {
     let o = &record.outcome;
-    let rule = o
-        .decision_axes
-        .matched_rule
-        .as_deref()
-        .map(|r| format!(" (rule {r})"))
-        .unwrap_or_default();
     if aegis_runtime::pipeline::stopped_before_the_stations(o)
         && let ExecutionOutcome::HostDenied { reason } = &o.execution
     {
         // No station was asked: the caller (the MCP relay) refused it, or it was abandoned.
         return format!("not run: {reason}");
     }
-    match (&o.policy, &o.capability, &o.execution) {
-        (PolicyOutcome::Denied { reason }, _, _) => format!("refused by policy{rule}: {reason}"),
-        (PolicyOutcome::RateLimited { reason }, _, _) => format!("rate limited{rule}: {reason}"),
-        (PolicyOutcome::PendingApproval { approval_id }, _, _) => {
-            format!("parked for approval {approval_id}{rule}; not run")
-        }
-        (_, CapabilityOutcome::Denied { reason, .. }, _) => {
-            format!("refused by the capability station: {reason}")
-        }
-        (_, _, ExecutionOutcome::Success) => format!(
+    if let Some(refusal) = record.station_refusal() {
+        return refusal;
+    }
+    match &o.execution {
+        ExecutionOutcome::Success => format!(
             "success: {} bytes out in {} ms",
             record.output.as_ref().map_or(0, Vec::len),
             o.wall_ms.map_or(0, |w| w.get())
         ),
-        (_, _, ExecutionOutcome::Trap { message }) => format!("trapped: {message}"),
-        (_, _, ExecutionOutcome::ResourceExceeded { kind }) => {
+        ExecutionOutcome::Trap { message } => format!("trapped: {message}"),
+        ExecutionOutcome::ResourceExceeded { kind } => {
             format!("stopped by the {kind} ceiling; no output returned")
         }
-        (_, _, ExecutionOutcome::HostDenied { reason }) => format!("not run: {reason}"),
+        ExecutionOutcome::HostDenied { reason } => format!("not run: {reason}"),
     }
 }

@@ -26,9 +26,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use aegis_record::json::MAX_SAFE_INTEGER;
-use aegis_record::{CapabilityOutcome, PolicyOutcome};
 use aegis_runtime::capability::{Limits, ToolRegistry};
-use aegis_runtime::pipeline::{CallClass, CallRecord, CallRequest};
+use aegis_runtime::pipeline::{CallClass, CallRequest};
 use aegis_runtime::{Ending, Executed, OwnedCall, Pipeline};
 
 use crate::relay::{CallEnd, Gate, Refusal, RefusedCall, ToolCall};
@@ -153,7 +152,9 @@ impl Gate for HostGate {
                 };
                 Err(Refusal {
                     station: station.into(),
-                    reason: refusal_reason(&record),
+                    reason: record
+                        .station_refusal()
+                        .unwrap_or_else(|| "refused before it ran".into()),
                     call_id: Some(call_id),
                 })
             }
@@ -204,29 +205,6 @@ impl Gate for HostGate {
                 None
             }
         }
-    }
-}
-
-/// Why the stations refused a call, in the words `aegis run` uses for the same verdicts.
-fn refusal_reason(record: &CallRecord) -> String {
-    let o = &record.outcome;
-    let rule = o
-        .decision_axes
-        .matched_rule
-        .as_deref()
-        .map(|r| format!(" (rule {r})"))
-        .unwrap_or_default();
-    match (&o.policy, &o.capability) {
-        (PolicyOutcome::Denied { reason }, _) => format!("refused by policy{rule}: {reason}"),
-        (PolicyOutcome::RateLimited { reason }, _) => format!("rate limited{rule}: {reason}"),
-        (PolicyOutcome::PendingApproval { approval_id }, _) => {
-            format!("parked for approval {approval_id}{rule}; not run")
-        }
-        (_, CapabilityOutcome::Denied { reason, .. }) => {
-            format!("refused by the capability station: {reason}")
-        }
-        // Not reached: a call the stations allowed is not refused here.
-        _ => "refused before it ran".into(),
     }
 }
 

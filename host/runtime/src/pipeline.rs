@@ -223,6 +223,33 @@ pub struct CallRecord {
 }
 
 impl CallRecord {
+    /// Why a station refused the call, in the words every front end uses (`aegis run`,
+    /// the relay's refusal text); `None` when policy and capability both let it through.
+    pub fn station_refusal(&self) -> Option<String> {
+        let o = &self.outcome;
+        let rule = o
+            .decision_axes
+            .matched_rule
+            .as_deref()
+            .map(|r| format!(" (rule {r})"))
+            .unwrap_or_default();
+        match (&o.policy, &o.capability) {
+            (PolicyOutcome::Denied { reason }, _) => {
+                Some(format!("refused by policy{rule}: {reason}"))
+            }
+            (PolicyOutcome::RateLimited { reason }, _) => {
+                Some(format!("rate limited{rule}: {reason}"))
+            }
+            (PolicyOutcome::PendingApproval { approval_id }, _) => {
+                Some(format!("parked for approval {approval_id}{rule}; not run"))
+            }
+            (_, CapabilityOutcome::Denied { reason, .. }) => {
+                Some(format!("refused by the capability station: {reason}"))
+            }
+            _ => None,
+        }
+    }
+
     /// How the call ended.
     pub fn class(&self) -> CallClass {
         CallClass::of(&self.outcome)
