@@ -15,9 +15,6 @@ use common::{at, field, object, text};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
-
-const PATIENCE: Duration = Duration::from_secs(90);
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -121,21 +118,9 @@ impl Session {
         let stderr = dir.path().join("stderr");
         cmd.stderr(std::fs::File::create(&stderr).unwrap());
         let mut child = cmd.spawn().unwrap();
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if started.elapsed() > PATIENCE {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "the client session did not finish: {}",
-                    text(&std::fs::read(&stderr).unwrap_or_default())
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        // Waits for the session to end; no time limit is asserted (a hung session shows
+        // as a test that does not end).
+        let status = child.wait().unwrap();
         assert!(
             status.success(),
             "client.py failed: {}",
