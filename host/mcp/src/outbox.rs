@@ -6,6 +6,12 @@
 //! that lock. The bound is applied before a frame is read into the relay instead
 //! ([`Outbox::wait_for_room`]), so a queue holds at most its bound plus one frame per
 //! producer.
+//!
+//! One frame at a time is being written, by the writer thread or by a producer that
+//! found the queue idle and claimed the frame to write it itself
+//! ([`Outbox::push_or_claim`]) once it has let go of the relay: that saves waking the
+//! writer thread for every frame, and the writer takes nothing from the queue until the
+//! claimed frame is [`written`](Outbox::written), so the order holds either way.
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
@@ -26,6 +32,9 @@ struct State {
     /// No more frames will come: the writer stops once the queue is empty, and nobody
     /// waits for room any more.
     finished: bool,
+    /// A frame is out for writing (by the writer thread or a claimant) and not yet
+    /// [`Outbox::written`].
+    writing: bool,
 }
 
 /// What the writer is handed next.
@@ -62,6 +71,25 @@ impl Outbox {
         self.changed.notify_all();
     }
 
+    /// Like [`Outbox::push`], but when nothing is queued or being written the frame is
+    /// handed back instead: the caller must write it (after letting go of any lock that
+    /// must not wait on a peer) and then call [`Outbox::written`]. `None` when it was
+    /// queued, or dropped because the queue is finished.
+    pub(crate) fn push_or_claim(&self, frame: Vec<u8>) -> Option<Vec<u8>> {
+        let mut state = self.lock();
+        if state.finished {
+            return None;
+        }
+        state.bytes += frame.len();
+        if state.frames.is_empty() && !state.writing {
+            state.writing = true;
+            return Some(frame);
+        }
+        state.frames.push_back(frame);
+        self.changed.notify_all();
+        None
+    }
+
     /// Waits until the queue is under its bound, or finished.
     pub(crate) fn wait_for_room(&self) {
         let mut state = self.lock();
@@ -73,15 +101,20 @@ impl Outbox {
         }
     }
 
-    /// The next frame to write, waiting for one.
+    /// The next frame to write, waiting for one (and for a claimed frame to be written:
+    /// frames leave one at a time, in order). [`Next::Done`] only once nothing is queued
+    /// or being written.
     pub(crate) fn next(&self) -> Next {
         let mut state = self.lock();
         loop {
-            if let Some(frame) = state.frames.pop_front() {
-                return Next::Frame(frame);
-            }
-            if state.finished {
-                return Next::Done;
+            if !state.writing {
+                if let Some(frame) = state.frames.pop_front() {
+                    state.writing = true;
+                    return Next::Frame(frame);
+                }
+                if state.finished {
+                    return Next::Done;
+                }
             }
             state = self
                 .changed
@@ -93,6 +126,7 @@ impl Outbox {
     /// The writer is done with a frame of `len` bytes (written, or given up on).
     pub(crate) fn written(&self, len: usize) {
         let mut state = self.lock();
+        state.writing = false;
         state.bytes = state.bytes.saturating_sub(len);
         self.changed.notify_all();
     }
@@ -171,6 +205,56 @@ mod tests {
         outbox.written(f.len());
         reader.join().unwrap();
         assert!(rx.try_recv().is_ok());
+    }
+
+    #[test]
+    fn an_idle_queue_hands_the_frame_back_and_holds_the_rest_behind_it() {
+        let outbox = Outbox::new(100);
+        let claimed = outbox.push_or_claim(b"first".to_vec());
+        assert_eq!(claimed.as_deref(), Some(&b"first"[..]));
+        // While it is out, later frames queue, whoever pushes them.
+        assert_eq!(outbox.push_or_claim(b"second".to_vec()), None);
+        outbox.push(b"third".to_vec());
+        outbox.finish();
+        let first_written = std::sync::atomic::AtomicBool::new(false);
+        let writer = std::thread::scope(|s| {
+            let writer = s.spawn(|| {
+                let mut seen = Vec::new();
+                while let Next::Frame(f) = outbox.next() {
+                    // The writer takes nothing before the claimant is done.
+                    assert!(first_written.load(std::sync::atomic::Ordering::SeqCst));
+                    outbox.written(f.len());
+                    seen.push(f);
+                }
+                seen
+            });
+            assert!(!outbox.wait_drained(Duration::ZERO));
+            first_written.store(true, std::sync::atomic::Ordering::SeqCst);
+            outbox.written(b"first".len());
+            writer.join().unwrap()
+        });
+        assert_eq!(writer, vec![b"second".to_vec(), b"third".to_vec()]);
+        assert!(outbox.wait_drained(Duration::ZERO));
+        // Finished: nothing is claimed or queued any more.
+        assert_eq!(outbox.push_or_claim(b"late".to_vec()), None);
+        assert!(matches!(outbox.next(), Next::Done));
+    }
+
+    #[test]
+    fn a_busy_writer_means_no_claim() {
+        let outbox = Outbox::new(100);
+        outbox.push(b"a".to_vec());
+        let Next::Frame(a) = outbox.next() else {
+            panic!("a frame was queued")
+        };
+        // The queue is empty but its writer is busy: a claim would overtake nothing, yet
+        // two writers must never write at once.
+        assert_eq!(outbox.push_or_claim(b"b".to_vec()), None);
+        outbox.written(a.len());
+        let Next::Frame(b) = outbox.next() else {
+            panic!("b was queued")
+        };
+        assert_eq!(b, b"b");
     }
 
     #[test]

@@ -8,7 +8,11 @@
 //! Threads: a reader per peer hands each frame to the one relay (behind a mutex) and
 //! pushes the resulting frames onto the destination's queue while still holding the
 //! relay, so frames leave in the order the relay decided them. A writer per peer drains
-//! its queue. The calling thread watches the server process, the signals and the client's
+//! its queue. When the other peer's queue is idle, the reader claims its frame and
+//! writes it itself once it has let go of the relay, which spares a thread wake-up per
+//! relayed message; a reader never writes to the peer it reads from (that peer may be
+//! blocked writing to it), so at worst it stalls behind the other peer, as the peers
+//! would without wrap. The calling thread watches the server process, the signals and the client's
 //! end of its input: client EOF (seen by the reader, or as a hang-up on the client's
 //! input, whichever comes first) closes the server's stdin once what was queued for it is
 //! written; the server gets SIGTERM `grace` later and SIGKILL after another `grace`. A
@@ -49,7 +53,7 @@
 
 use std::io::{BufReader, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -248,31 +252,35 @@ impl Session {
                 program: server.get_program().to_string_lossy().into_owned(),
                 source,
             })?;
+        // Both pipes were asked for above; without them there is nothing to relay.
+        let (Some(server_in), Some(server_out)) = (child.stdin.take(), child.stdout.take()) else {
+            stop_now(&mut child);
+            return Err(StdioError::Thread {
+                role: "reader",
+                source: std::io::Error::other("the server's pipes are missing"),
+            });
+        };
         let shared = Arc::new(Shared {
             relay: Mutex::new(Some(relay)),
             to_client: Outbox::new(config.queue_bytes),
             to_server: Outbox::new(config.queue_bytes),
+            client_out: Mutex::new(Some(Box::new(client_out))),
+            server_in: Mutex::new(Some(server_in)),
             sink: sink.clone(),
         });
         // A duplicate of the client's input, polled for a hang-up the reader may be too
         // busy to see. Without one the reader's EOF still ends the session.
         let hangup = client_in.as_fd().try_clone_to_owned().ok();
-        let server_reader = match start_threads(
-            &shared,
-            &mut child,
-            client_in,
-            client_out,
-            config.max_frame,
-            &events_tx,
-        ) {
-            Ok(handle) => handle,
-            Err(e) => {
-                stop_now(&mut child);
-                shared.to_client.discard();
-                shared.to_server.discard();
-                return Err(e);
-            }
-        };
+        let server_reader =
+            match start_threads(&shared, server_out, client_in, config.max_frame, &events_tx) {
+                Ok(handle) => handle,
+                Err(e) => {
+                    stop_now(&mut child);
+                    shared.to_client.discard();
+                    shared.to_server.discard();
+                    return Err(e);
+                }
+            };
         drop(events_tx);
         let status = watch(&mut child, &events, config.grace, hangup, &*sink);
         // The server is gone; read what it wrote before it went.
@@ -313,7 +321,19 @@ struct Shared<G: Gate> {
     relay: Mutex<Option<Relay<G>>>,
     to_client: Outbox,
     to_server: Outbox,
+    /// The client's output and the server's input, written by whoever holds the frame
+    /// their outbox handed out (the writer thread or a claiming reader), so never by two
+    /// threads at once: these locks are never waited for. `None` once closed.
+    client_out: Mutex<Option<Box<dyn Write + Send>>>,
+    server_in: Mutex<Option<ChildStdin>>,
     sink: Sink,
+}
+
+/// A peer to write to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Peer {
+    Client,
+    Server,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -331,7 +351,13 @@ impl<G: Gate> Shared<G> {
             self.to_server.wait_for_room();
         }
         self.to_client.wait_for_room();
-        let actions = {
+        // Never the peer this reader reads from: it may be blocked writing to us.
+        let other = if from_client {
+            Peer::Server
+        } else {
+            Peer::Client
+        };
+        let (logs, claimed) = {
             let mut relay = lock(&self.relay);
             let Some(r) = relay.as_mut() else { return };
             let actions = if from_client {
@@ -339,48 +365,97 @@ impl<G: Gate> Shared<G> {
             } else {
                 r.from_server(frame)
             };
-            // Queued under the lock, so each destination gets frames in the relay's order.
-            self.queue(actions)
+            // Queued (or claimed) under the lock, so each destination gets frames in the
+            // relay's order.
+            self.queue(actions, Some(other))
         };
-        self.carry_out(actions);
+        if let Some(frame) = claimed {
+            // The relay is let go of: this write may wait on the other peer.
+            self.write(other, &frame);
+        }
+        self.say(logs);
     }
 
-    /// Queues the frames; returns the rest (the log lines).
-    fn queue(&self, actions: Vec<Action>) -> Vec<Action> {
-        let mut rest = Vec::new();
+    /// Queues the frames; returns the log lines, and the frame claimed for `claim` when
+    /// its queue was idle (the caller writes it with [`Shared::write`]).
+    fn queue(&self, actions: Vec<Action>, claim: Option<Peer>) -> (Vec<String>, Option<Vec<u8>>) {
+        let mut logs = Vec::new();
+        let mut claimed = None;
         for action in actions {
-            match action {
-                Action::ToClient(bytes) => self.to_client.push(bytes),
-                Action::ToServer(bytes) => self.to_server.push(bytes),
-                log @ Action::Log(_) => rest.push(log),
+            let (to, bytes) = match action {
+                Action::ToClient(bytes) => (Peer::Client, bytes),
+                Action::ToServer(bytes) => (Peer::Server, bytes),
+                Action::Log(line) => {
+                    logs.push(line);
+                    continue;
+                }
+            };
+            let outbox = self.outbox(to);
+            if claim == Some(to) && claimed.is_none() {
+                claimed = outbox.push_or_claim(bytes);
+            } else {
+                outbox.push(bytes);
             }
         }
-        rest
+        (logs, claimed)
     }
 
-    /// Queues frames and says the log lines.
+    /// Queues frames, claiming none, and says the log lines.
     fn carry_out(&self, actions: Vec<Action>) {
-        for action in self.queue(actions) {
-            if let Action::Log(line) = action {
-                (self.sink)(Notice::Note(&line));
+        self.say(self.queue(actions, None).0);
+    }
+
+    fn say(&self, logs: Vec<String>) {
+        for line in logs {
+            (self.sink)(Notice::Note(&line));
+        }
+    }
+
+    fn outbox(&self, peer: Peer) -> &Outbox {
+        match peer {
+            Peer::Client => &self.to_client,
+            Peer::Server => &self.to_server,
+        }
+    }
+
+    /// Writes a frame its outbox handed out, then tells the outbox it is done.
+    fn write(&self, to: Peer, frame: &[u8]) {
+        match to {
+            Peer::Server => {
+                let mut pipe = lock(&self.server_in);
+                if let Some(p) = pipe.as_mut()
+                    && let Err(e) = p.write_all(frame).and_then(|()| p.flush())
+                {
+                    // What is still queued is dropped as it comes.
+                    *pipe = None;
+                    drop(pipe);
+                    (self.sink)(Notice::Note(&format!(
+                        "the server's stdin could not be written ({e}); closing it"
+                    )));
+                }
+            }
+            Peer::Client => {
+                // A client that went away loses its copies; the outcomes are recorded.
+                if let Some(out) = lock(&self.client_out).as_mut() {
+                    let _ = out.write_all(frame).and_then(|()| out.flush());
+                }
             }
         }
+        self.outbox(to).written(frame.len());
     }
 }
 
 /// Starts the writers and the readers; returns the server reader's handle.
-fn start_threads<G, R, W>(
+fn start_threads<G, R>(
     shared: &Arc<Shared<G>>,
-    child: &mut Child,
+    server_out: ChildStdout,
     client_in: R,
-    client_out: W,
     max_frame: usize,
     events: &Sender<Event>,
 ) -> Result<JoinHandle<()>, StdioError>
 where
     G: Gate + Send + 'static,
     R: Read + Send + 'static,
-    W: Write + Send + 'static,
 {
     let spawn = |name: &str, role: &'static str, f: Box<dyn FnOnce() + Send>| {
         std::thread::Builder::new()
@@ -388,24 +463,17 @@ where
             .spawn(f)
             .map_err(|source| StdioError::Thread { role, source })
     };
-    // Both pipes were asked for in `run`; without them there is nothing to relay.
-    let (Some(server_in), Some(server_out)) = (child.stdin.take(), child.stdout.take()) else {
-        return Err(StdioError::Thread {
-            role: "reader",
-            source: std::io::Error::other("the server's pipes are missing"),
-        });
-    };
     let s = shared.clone();
     spawn(
         "aegis-wrap-to-server",
         "writer",
-        Box::new(move || write_server(&s, server_in)),
+        Box::new(move || drain(&s, Peer::Server)),
     )?;
     let s = shared.clone();
     spawn(
         "aegis-wrap-to-client",
         "writer",
-        Box::new(move || write_client(&s, client_out)),
+        Box::new(move || drain(&s, Peer::Client)),
     )?;
     let (s, tx) = (shared.clone(), events.clone());
     let server_reader = spawn(
@@ -429,28 +497,15 @@ fn stop_now(child: &mut Child) {
     let _ = child.wait();
 }
 
-fn write_server<G: Gate>(shared: &Shared<G>, stdin: ChildStdin) {
-    let mut pipe = Some(stdin);
-    while let Next::Frame(frame) = shared.to_server.next() {
-        if let Some(p) = pipe.as_mut()
-            && let Err(e) = p.write_all(&frame).and_then(|()| p.flush())
-        {
-            (shared.sink)(Notice::Note(&format!(
-                "the server's stdin could not be written ({e}); closing it"
-            )));
-            // What is still queued is dropped as it comes.
-            pipe = None;
-        }
-        shared.to_server.written(frame.len());
+/// A writer thread: writes what `to`'s queue hands out until it is finished and empty.
+fn drain<G: Gate>(shared: &Shared<G>, to: Peer) {
+    while let Next::Frame(frame) = shared.outbox(to).next() {
+        shared.write(to, &frame);
     }
-    // Dropping the pipe closes the server's stdin: MCP's stdio shutdown starts here.
-}
-
-fn write_client<G: Gate>(shared: &Shared<G>, mut out: impl Write) {
-    while let Next::Frame(frame) = shared.to_client.next() {
-        // A client that went away loses its copies; the outcomes are recorded.
-        let _ = out.write_all(&frame).and_then(|()| out.flush());
-        shared.to_client.written(frame.len());
+    // Nothing is queued or being written any more. Closing the server's stdin starts
+    // MCP's stdio shutdown.
+    if to == Peer::Server {
+        lock(&shared.server_in).take();
     }
 }
 
