@@ -20,7 +20,12 @@ use std::time::{Duration, Instant};
 /// One destination's pending bytes.
 pub(crate) struct Outbox {
     state: Mutex<State>,
-    changed: Condvar,
+    /// The writer waits here for a frame it may take.
+    work: Condvar,
+    /// Readers wait here for room, and the exit path for the queue to drain. Separate, so
+    /// a frame written wakes nobody who has nothing to do (an idle writer woken for every
+    /// claimed frame costs a context switch per message).
+    room: Condvar,
     bound: usize,
 }
 
@@ -50,7 +55,8 @@ impl Outbox {
     pub(crate) fn new(bound: usize) -> Self {
         Outbox {
             state: Mutex::new(State::default()),
-            changed: Condvar::new(),
+            work: Condvar::new(),
+            room: Condvar::new(),
             bound,
         }
     }
@@ -68,7 +74,7 @@ impl Outbox {
         }
         state.bytes += frame.len();
         state.frames.push_back(frame);
-        self.changed.notify_all();
+        self.work.notify_one();
     }
 
     /// Like [`Outbox::push`], but when nothing is queued or being written the frame is
@@ -86,7 +92,7 @@ impl Outbox {
             return Some(frame);
         }
         state.frames.push_back(frame);
-        self.changed.notify_all();
+        self.work.notify_one();
         None
     }
 
@@ -95,7 +101,7 @@ impl Outbox {
         let mut state = self.lock();
         while state.bytes >= self.bound && !state.finished {
             state = self
-                .changed
+                .room
                 .wait(state)
                 .unwrap_or_else(PoisonError::into_inner);
         }
@@ -117,7 +123,7 @@ impl Outbox {
                 }
             }
             state = self
-                .changed
+                .work
                 .wait(state)
                 .unwrap_or_else(PoisonError::into_inner);
         }
@@ -128,13 +134,18 @@ impl Outbox {
         let mut state = self.lock();
         state.writing = false;
         state.bytes = state.bytes.saturating_sub(len);
-        self.changed.notify_all();
+        // The writer has something to take, or (finished) is waiting to end.
+        if !state.frames.is_empty() || state.finished {
+            self.work.notify_one();
+        }
+        self.room.notify_all();
     }
 
     /// No more frames: the writer ends after what is queued, and readers stop waiting.
     pub(crate) fn finish(&self) {
         self.lock().finished = true;
-        self.changed.notify_all();
+        self.work.notify_all();
+        self.room.notify_all();
     }
 
     /// Drops every queued frame (the destination is gone) and finishes the queue.
@@ -143,7 +154,8 @@ impl Outbox {
         let dropped: usize = state.frames.drain(..).map(|f| f.len()).sum();
         state.bytes = state.bytes.saturating_sub(dropped);
         state.finished = true;
-        self.changed.notify_all();
+        self.work.notify_all();
+        self.room.notify_all();
     }
 
     /// Waits until everything queued was written, for at most `patience`; true if it was.
@@ -156,7 +168,7 @@ impl Outbox {
                 return false;
             }
             state = self
-                .changed
+                .room
                 .wait_timeout(state, left)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;

@@ -53,6 +53,13 @@
 //!   line broken before its `id`) answers nobody: the request it may answer stays pending
 //!   until the server exits.
 //! - A response id the server re-spells (`1` echoed as `1.0`) does not match and is dropped.
+//! - Once [`RelayConfig::max_pending`] cancelled requests wait for answers, the oldest
+//!   tombstone is forgotten rather than new requests refused: MCP asks servers not to
+//!   answer a cancelled request, so with a well-behaved server tombstones never clear, and
+//!   refusing at the bound would end every long session that cancels often. A client
+//!   that then reuses the forgotten id (SDKs count ids up; reuse is the client's own
+//!   choice) may get the old call's late answer for the new one. Both calls passed the
+//!   stations, and the record holds the bytes that reached the client as that id's answer.
 
 use std::collections::{BTreeMap, BTreeSet};
 
