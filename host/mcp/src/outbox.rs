@@ -40,6 +40,10 @@ struct State {
     /// A frame is out for writing (by the writer thread or a claimant) and not yet
     /// [`Outbox::written`].
     writing: bool,
+    /// The writer waits on `work`, and how many wait on `room`: a condvar is signalled
+    /// only when someone waits on it (each signal is a system call, per message).
+    writer_waits: bool,
+    room_waiters: usize,
 }
 
 /// What the writer is handed next.
@@ -74,7 +78,7 @@ impl Outbox {
         }
         state.bytes += frame.len();
         state.frames.push_back(frame);
-        self.work.notify_one();
+        self.wake_writer(&state);
     }
 
     /// Like [`Outbox::push`], but when nothing is queued or being written the frame is
@@ -92,7 +96,7 @@ impl Outbox {
             return Some(frame);
         }
         state.frames.push_back(frame);
-        self.work.notify_one();
+        self.wake_writer(&state);
         None
     }
 
@@ -100,10 +104,24 @@ impl Outbox {
     pub(crate) fn wait_for_room(&self) {
         let mut state = self.lock();
         while state.bytes >= self.bound && !state.finished {
+            state.room_waiters += 1;
             state = self
                 .room
                 .wait(state)
                 .unwrap_or_else(PoisonError::into_inner);
+            state.room_waiters -= 1;
+        }
+    }
+
+    fn wake_writer(&self, state: &State) {
+        if state.writer_waits {
+            self.work.notify_one();
+        }
+    }
+
+    fn wake_room_waiters(&self, state: &State) {
+        if state.room_waiters > 0 {
+            self.room.notify_all();
         }
     }
 
@@ -122,10 +140,12 @@ impl Outbox {
                     return Next::Done;
                 }
             }
+            state.writer_waits = true;
             state = self
                 .work
                 .wait(state)
                 .unwrap_or_else(PoisonError::into_inner);
+            state.writer_waits = false;
         }
     }
 
@@ -136,16 +156,17 @@ impl Outbox {
         state.bytes = state.bytes.saturating_sub(len);
         // The writer has something to take, or (finished) is waiting to end.
         if !state.frames.is_empty() || state.finished {
-            self.work.notify_one();
+            self.wake_writer(&state);
         }
-        self.room.notify_all();
+        self.wake_room_waiters(&state);
     }
 
     /// No more frames: the writer ends after what is queued, and readers stop waiting.
     pub(crate) fn finish(&self) {
-        self.lock().finished = true;
-        self.work.notify_all();
-        self.room.notify_all();
+        let mut state = self.lock();
+        state.finished = true;
+        self.wake_writer(&state);
+        self.wake_room_waiters(&state);
     }
 
     /// Drops every queued frame (the destination is gone) and finishes the queue.
@@ -154,8 +175,8 @@ impl Outbox {
         let dropped: usize = state.frames.drain(..).map(|f| f.len()).sum();
         state.bytes = state.bytes.saturating_sub(dropped);
         state.finished = true;
-        self.work.notify_all();
-        self.room.notify_all();
+        self.wake_writer(&state);
+        self.wake_room_waiters(&state);
     }
 
     /// Waits until everything queued was written, for at most `patience`; true if it was.
@@ -167,11 +188,13 @@ impl Outbox {
             if left.is_zero() {
                 return false;
             }
+            state.room_waiters += 1;
             state = self
                 .room
                 .wait_timeout(state, left)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+            state.room_waiters -= 1;
         }
         true
     }
