@@ -14,7 +14,8 @@
 //!   `floor/seal_outcome` is the outcome line alone.
 //! - `floor/two_fsyncs`: appending a 1 KiB line and `fdatasync`, twice, on a file in the
 //!   directory the durable record lives in; measured right before the durable calls, and
-//!   again right after them as `floor/two_fsyncs_after`.
+//!   again right after them as `floor/two_fsyncs_after`. `floor/two_fsyncs_sink` (and
+//!   `…_after_sink`) append and sync the same two lines through the file sink itself.
 //!
 //! Each floor runs next to the calls it is the floor of: seal floors, volatile calls,
 //! fsync floor, durable calls, fsync floor again.
@@ -36,6 +37,7 @@
 use aegis_record::json::{Object, Value, parse};
 use aegis_record::key::SigningKey;
 use aegis_record::{LineHash, seal};
+use aegis_station_api::Sink as _;
 use criterion::{BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write as _};
@@ -698,6 +700,18 @@ fn fsync_floor(c: &mut Criterion, fx: &Fixture, name: &str) {
             for _ in 0..2 {
                 file.write_all(&line).expect("append");
                 file.sync_data().expect("fdatasync");
+            }
+        });
+    });
+    // The same two lines through the file sink wrap's record uses (its lock, its group
+    // commit): what of a durable call's cost above the fsyncs is the sink's own.
+    let sink = aegis_sink_file::FileSink::open(&fx.path(&format!("{name}-sink.aarl")))
+        .expect("the sink floor's file");
+    g.bench_function(format!("{name}_sink"), |b| {
+        b.iter(|| {
+            for _ in 0..2 {
+                sink.append(&line).expect("append");
+                sink.sync().expect("sync");
             }
         });
     });
