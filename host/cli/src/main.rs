@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 mod demo;
 mod interrupt;
+mod key;
 mod plugins;
 mod run;
 mod style;
@@ -74,11 +75,13 @@ enum Command {
     /// Exit codes: 0 Verified, 1 Tampered or a usage error, 2 the record or the trust
     /// store could not be read (or the report could not be written), 3 Indeterminate.
     Verify {
-        /// A public key (64 lowercase hex characters) you accept; repeatable. Any --key
-        /// or --trust-store makes the walk pinned.
-        #[arg(long = "key", value_name = "HEX", value_parser = parse_public_key)]
-        keys: Vec<aegis_record::PublicKey>,
-        /// A file of accepted public keys, one per line; blank and `#` lines skipped.
+        /// A key you accept, as its public key or its key id (64 lowercase hex
+        /// characters, as keygen, `key show` and verify print them); repeatable. Any
+        /// --key or --trust-store makes the walk pinned.
+        #[arg(long = "key", value_name = "HEX", value_parser = parse_trust_anchor)]
+        keys: Vec<aegis_record::verify::TrustAnchor>,
+        /// A file of accepted keys, one public key or key id per line; blank and `#`
+        /// lines skipped.
         #[arg(long, value_name = "PATH")]
         trust_store: Option<PathBuf>,
         /// Print the report as one JSON object.
@@ -89,11 +92,12 @@ enum Command {
     },
     /// Write a fresh ed25519 signing key (mode 0600) and print its public key and key_id.
     ///
-    /// The directory must exist (keygen creates none). --force replaces an existing
-    /// key file, never anything that is not a regular file (a device, a link).
+    /// Missing directories on the way are created with mode 0700; existing ones are
+    /// left as they are. --force replaces an existing key file, never anything that is
+    /// not a regular file (a device, a link).
     ///
     /// Exit codes: 0 written, 1 a usage error, the file exists (without --force) or is
-    /// not a regular file, 2 the file or the public key could not be written.
+    /// not a regular file, 2 a directory, the file or the public key could not be written.
     Keygen {
         /// Where to write the seed.
         #[arg(long, value_name = "PATH")]
@@ -101,6 +105,11 @@ enum Command {
         /// Replace an existing file.
         #[arg(long)]
         force: bool,
+    },
+    /// Inspect a signing key: `aegis key show KEYFILE`.
+    Key {
+        #[command(subcommand)]
+        command: key::KeyCommand,
     },
     /// Run one tool call through the profile's stations: policy, capability, sandbox,
     /// audit. The tool's output goes to stdout, the verdict to stderr.
@@ -180,8 +189,8 @@ enum ProfilesCommand {
     },
 }
 
-fn parse_public_key(s: &str) -> Result<aegis_record::PublicKey, String> {
-    aegis_record::PublicKey::from_hex(s).map_err(|e| e.to_string())
+fn parse_trust_anchor(s: &str) -> Result<aegis_record::verify::TrustAnchor, String> {
+    aegis_record::verify::TrustAnchor::from_hex(s).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
@@ -204,7 +213,10 @@ fn main() -> ExitCode {
             json,
             path,
         } => verify(keys, trust_store, json, &path),
-        Command::Keygen { out, force } => keygen(&out, force),
+        Command::Keygen { out, force } => key::keygen(&out, force),
+        Command::Key {
+            command: key::KeyCommand::Show { keyfile },
+        } => key::show(&keyfile),
         Command::Run(args) => run::run(&cli.profile, &args),
         Command::Wrap(args) => wrap::wrap(&cli.profile, &args),
         Command::Demo => {
@@ -319,7 +331,7 @@ fn print(text: &[u8]) -> std::io::Result<()> {
 }
 
 fn verify(
-    keys: Vec<aegis_record::PublicKey>,
+    keys: Vec<aegis_record::verify::TrustAnchor>,
     trust_store: Option<PathBuf>,
     json: bool,
     path: &std::path::Path,
@@ -367,40 +379,5 @@ fn verify(
         Verdict::Verified(_) => exit::OK,
         Verdict::Tampered(_) => exit::TAMPERED_OR_USAGE,
         Verdict::Indeterminate(_) => exit::INDETERMINATE,
-    }
-}
-
-fn keygen(out: &std::path::Path, force: bool) -> u8 {
-    use aegis_record::key::{KeyError, SigningKey};
-    let key = match SigningKey::generate() {
-        Ok(k) => k,
-        Err(e) => {
-            error(e);
-            return exit::UNREADABLE;
-        }
-    };
-    match key.write_seed_file(out, force) {
-        Ok(()) => {
-            let said = format!("public_key {}\nkey_id {}\n", key.public_key(), key.key_id());
-            if let Err(e) = print(said.as_bytes()) {
-                // The seed is safe on disk; make sure its public half is not lost.
-                error(format_args!(
-                    "the public key could not be printed ({e}); the key was written to {}: public_key {} key_id {}",
-                    out.display(),
-                    key.public_key(),
-                    key.key_id()
-                ));
-                return exit::UNREADABLE;
-            }
-            exit::OK
-        }
-        Err(e @ (KeyError::Exists { .. } | KeyError::NotAFile { .. })) => {
-            error(e);
-            exit::TAMPERED_OR_USAGE
-        }
-        Err(e) => {
-            error(e);
-            exit::UNREADABLE
-        }
     }
 }
