@@ -28,6 +28,8 @@ mod exit {
     pub const INDETERMINATE: u8 = 3;
     /// A profile, plugin, key or sink was refused (plugins, profiles, run).
     pub const REFUSED: u8 = 4;
+    /// The record is busy: another process is writing it (run --no-wait, export).
+    pub const BUSY: u8 = 5;
     /// run: a policy rule refused the call.
     pub const POLICY_DENIED: u8 = 10;
     /// run: a rate limit refused the call.
@@ -114,8 +116,12 @@ enum Command {
     /// Run one tool call through the profile's stations: policy, capability, sandbox,
     /// audit. The tool's output goes to stdout, the verdict to stderr.
     ///
+    /// Writers of one record take turns: while another process writes it, run waits,
+    /// saying once on stderr which process holds it (--no-wait fails at once instead).
+    ///
     /// Exit codes: 0 success, 1 usage error, 2 the input, component or a root could not
-    /// be read, 4 the profile, a plugin, the key or the sink was refused, 10 refused by
+    /// be read, 4 the profile, a plugin, the key or the sink was refused, 5 the record
+    /// is busy (--no-wait, or a signal ended the wait: then 129/130/143), 10 refused by
     /// policy, 11 rate limited, 12 parked for approval, 13 refused by the capability
     /// station, 14 the tool trapped or exited non-zero, 15 a ceiling stopped it, 16 the
     /// host could not start it, 17 the record could not be written (output withheld),
@@ -150,7 +156,8 @@ enum Command {
     /// `aegis verify`.
     ///
     /// Exit codes: 0 written, 1 usage error or the output exists (without --force),
-    /// 2 the sink or the output could not be read or written, 4 the profile was refused.
+    /// 2 the sink or the output could not be read or written, 4 the profile was refused,
+    /// 5 the sink is busy (another process is writing the record; try again).
     Export {
         /// Where to write the record.
         #[arg(long, value_name = "PATH")]
