@@ -16,7 +16,9 @@ mod run;
 mod style;
 mod wrap;
 
-/// Exit codes shared by the subcommands. `verify`'s are API: CI gates script them.
+/// Exit codes shared by the subcommands. `verify`'s are API (CI gates script them) and
+/// live with it in [`aegis_verify::exit`], which the auditor's build shares; the codes
+/// both use are checked to agree below.
 mod exit {
     /// Success (verify: Verified).
     pub const OK: u8 = 0;
@@ -24,8 +26,7 @@ mod exit {
     pub const TAMPERED_OR_USAGE: u8 = 1;
     /// A file could not be read or written (verify: the record or the trust store).
     pub const UNREADABLE: u8 = 2;
-    /// verify: Indeterminate.
-    pub const INDETERMINATE: u8 = 3;
+    // 3 is verify's Indeterminate (aegis_verify::exit::INDETERMINATE) and nothing else's.
     /// A profile, plugin, key or sink was refused (plugins, profiles, run).
     pub const REFUSED: u8 = 4;
     /// The record is busy: another process is writing it (run --no-wait, export).
@@ -48,6 +49,12 @@ mod exit {
     /// outcome or the close line could not be written.
     pub const RECORD_FAILED: u8 = 17;
 }
+
+const _: () = assert!(
+    exit::OK == aegis_verify::exit::VERIFIED
+        && exit::TAMPERED_OR_USAGE == aegis_verify::exit::TAMPERED_OR_USAGE
+        && exit::UNREADABLE == aegis_verify::exit::UNREADABLE
+);
 
 #[derive(Parser)]
 #[command(
@@ -76,22 +83,7 @@ enum Command {
     ///
     /// Exit codes: 0 Verified, 1 Tampered or a usage error, 2 the record or the trust
     /// store could not be read (or the report could not be written), 3 Indeterminate.
-    Verify {
-        /// A key you accept, as its public key or its key id (64 lowercase hex
-        /// characters, as keygen, `key show` and verify print them); repeatable. Any
-        /// --key or --trust-store makes the walk pinned.
-        #[arg(long = "key", value_name = "HEX", value_parser = parse_trust_anchor)]
-        keys: Vec<aegis_record::verify::TrustAnchor>,
-        /// A file of accepted keys, one public key or key id per line; blank and `#`
-        /// lines skipped.
-        #[arg(long, value_name = "PATH")]
-        trust_store: Option<PathBuf>,
-        /// Print the report as one JSON object.
-        #[arg(long)]
-        json: bool,
-        /// The record file (any name).
-        path: PathBuf,
-    },
+    Verify(aegis_verify::VerifyArgs),
     /// Write a fresh ed25519 signing key (mode 0600) and print its public key and key_id.
     ///
     /// Missing directories on the way are created with mode 0700; existing ones are
@@ -196,10 +188,6 @@ enum ProfilesCommand {
     },
 }
 
-fn parse_trust_anchor(s: &str) -> Result<aegis_record::verify::TrustAnchor, String> {
-    aegis_record::verify::TrustAnchor::from_hex(s).map_err(|e| e.to_string())
-}
-
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -214,12 +202,7 @@ fn main() -> ExitCode {
         }
     };
     let code = match cli.command {
-        Command::Verify {
-            keys,
-            trust_store,
-            json,
-            path,
-        } => verify(keys, trust_store, json, &path),
+        Command::Verify(args) => aegis_verify::run(&args),
         Command::Keygen { out, force } => key::keygen(&out, force),
         Command::Key {
             command: key::KeyCommand::Show { keyfile },
@@ -334,57 +317,5 @@ fn print(text: &[u8]) -> std::io::Result<()> {
             Err(e)
         }
         _ => Ok(()),
-    }
-}
-
-fn verify(
-    keys: Vec<aegis_record::verify::TrustAnchor>,
-    trust_store: Option<PathBuf>,
-    json: bool,
-    path: &std::path::Path,
-) -> u8 {
-    use aegis_record::verify::{Options, Verdict, parse_trust_store, verify};
-    let mut trust = (!keys.is_empty()).then_some(keys);
-    if let Some(store) = trust_store {
-        let text = match std::fs::read_to_string(&store) {
-            Ok(t) => t,
-            Err(e) => {
-                error(format_args!("{}: {e}", store.display()));
-                return exit::UNREADABLE;
-            }
-        };
-        match parse_trust_store(&text) {
-            Ok(found) => trust.get_or_insert_with(Vec::new).extend(found),
-            Err(e) => {
-                error(format_args!("{}: {e}", store.display()));
-                return exit::UNREADABLE;
-            }
-        }
-    }
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) => {
-            error(format_args!("{}: {e}", path.display()));
-            return exit::UNREADABLE;
-        }
-    };
-    let report = match verify(file, &Options { trust, threads: 0 }) {
-        Ok(r) => r,
-        Err(e) => {
-            error(format_args!("{}: {e}", path.display()));
-            return exit::UNREADABLE;
-        }
-    };
-    if json {
-        let mut bytes = report.to_json();
-        bytes.push(b'\n');
-        let _ = print(&bytes);
-    } else {
-        let _ = print(report.to_text().as_bytes());
-    }
-    match report.verdict() {
-        Verdict::Verified(_) => exit::OK,
-        Verdict::Tampered(_) => exit::TAMPERED_OR_USAGE,
-        Verdict::Indeterminate(_) => exit::INDETERMINATE,
     }
 }

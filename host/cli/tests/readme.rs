@@ -14,8 +14,9 @@
 //!
 //! Lines not run, and why (the whole skip list; keep it this short):
 //! - `cargo …`: the test runs on what cargo already built. `$B` is the binary under
-//!   test, and `target/release/` in the copy holds the plugin libraries the README's
-//!   `cargo build --release -p …` would have built (`aegis_test_support::cdylib`).
+//!   test, and `target/release/` in the copy holds what the README's
+//!   `cargo build --release -p …` lines would have built: the SQLite sink plugin
+//!   (`aegis_test_support::cdylib`) and `aegis-verify`.
 //! - `B=…`: the test sets `B` to the binary under test.
 
 use std::fmt::Write as _;
@@ -140,8 +141,12 @@ fn every_readme_command_runs_on_a_fresh_machine() {
     }
     let release = work.join("target/release");
     std::fs::create_dir_all(&release).unwrap();
-    let sqlite = aegis_test_support::cdylib("aegis-sink-sqlite");
-    std::fs::copy(&sqlite, release.join(sqlite.file_name().unwrap())).unwrap();
+    for built in [
+        aegis_test_support::cdylib("aegis-sink-sqlite"),
+        aegis_test_support::verify_only_binary(),
+    ] {
+        std::fs::copy(&built, release.join(built.file_name().unwrap())).unwrap();
+    }
 
     // Each command runs in a brace group (not a subshell: `T=…` and `export` carry on),
     // its output kept per step, its status appended to a list the test reads back.
