@@ -15,8 +15,7 @@
 #![forbid(unsafe_code)]
 
 use aegis_record::json::{self, Value};
-use aegis_record::verify::{Options, Report, Trust, Verdict, verify};
-use aegis_record::PublicKey;
+use aegis_record::verify::{Options, Report, Trust, TrustAnchor, Verdict, verify};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -33,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
     );
 });
 
-fn run(data: &[u8], trust: Option<Vec<PublicKey>>) -> Report {
+fn run(data: &[u8], trust: Option<Vec<TrustAnchor>>) -> Report {
     let options = Options { trust, threads: 1 };
     let first = verify(data, &options).expect("reading a byte slice cannot fail");
     let second = verify(data, &options).expect("reading a byte slice cannot fail");

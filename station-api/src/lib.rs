@@ -77,6 +77,9 @@ int_enum! {
         REFUSED = 5,
         /// Anything else.
         OTHER = 6,
+        /// Held by someone else for now; the same request may succeed later (e.g. a
+        /// record file another process is writing). A host may wait and ask again.
+        BUSY = 7,
     }
 }
 

@@ -15,9 +15,8 @@ macro_rules! say {
 }
 
 use crate::style::Painter;
-use aegis_record::PublicKey;
 use aegis_record::key::SigningKey;
-use aegis_record::verify::{Options, Report, Verdict, verify};
+use aegis_record::verify::{Options, Report, TrustAnchor, Verdict, verify};
 use aegis_runtime::capability::{DEFAULT_LIMITS, Limits, ToolKind, ToolManifest};
 use aegis_runtime::pipeline::{CallClass, CallRecord, CallRequest};
 use aegis_runtime::{Host, Profile};
@@ -80,7 +79,7 @@ pub fn run() -> u8 {
     }
 }
 
-fn check(p: Painter, label: &str, bytes: &[u8], trust: Option<Vec<PublicKey>>) -> Report {
+fn check(p: Painter, label: &str, bytes: &[u8], trust: Option<Vec<TrustAnchor>>) -> Report {
     let report = verify(bytes, &Options { trust, threads: 0 }).expect("reading memory cannot fail");
     let headline = report.headline();
     let shown = match report.verdict() {
@@ -259,7 +258,7 @@ fn walk() -> Result<bool, Box<dyn std::error::Error>> {
         "\n{}",
         p.bold("3. Verify it, pinned to the key printed above")
     );
-    let pinned = Some(vec![key.public_key()]);
+    let pinned = Some(vec![key.public_key().into()]);
     let ok = check(p, "as written", &file, pinned.clone());
     as_expected &= matches!(ok.verdict(), Verdict::Verified(_));
 
@@ -276,7 +275,7 @@ fn walk() -> Result<bool, Box<dyn std::error::Error>> {
         p,
         "checked against another key",
         &file,
-        Some(vec![outsider]),
+        Some(vec![outsider.into()]),
     );
     as_expected &= matches!(r.verdict(), Verdict::Tampered(_));
 

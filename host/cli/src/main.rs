@@ -10,12 +10,15 @@ use std::process::ExitCode;
 
 mod demo;
 mod interrupt;
+mod key;
 mod plugins;
 mod run;
 mod style;
 mod wrap;
 
-/// Exit codes shared by the subcommands. `verify`'s are API: CI gates script them.
+/// Exit codes shared by the subcommands. `verify`'s are API (CI gates script them) and
+/// live with it in [`aegis_verify::exit`], which the auditor's build shares; the codes
+/// both use are checked to agree below.
 mod exit {
     /// Success (verify: Verified).
     pub const OK: u8 = 0;
@@ -23,10 +26,11 @@ mod exit {
     pub const TAMPERED_OR_USAGE: u8 = 1;
     /// A file could not be read or written (verify: the record or the trust store).
     pub const UNREADABLE: u8 = 2;
-    /// verify: Indeterminate.
-    pub const INDETERMINATE: u8 = 3;
+    // 3 is verify's Indeterminate (aegis_verify::exit::INDETERMINATE) and nothing else's.
     /// A profile, plugin, key or sink was refused (plugins, profiles, run).
     pub const REFUSED: u8 = 4;
+    /// The record is busy: another process is writing it (run --no-wait, export).
+    pub const BUSY: u8 = 5;
     /// run: a policy rule refused the call.
     pub const POLICY_DENIED: u8 = 10;
     /// run: a rate limit refused the call.
@@ -45,6 +49,12 @@ mod exit {
     /// outcome or the close line could not be written.
     pub const RECORD_FAILED: u8 = 17;
 }
+
+const _: () = assert!(
+    exit::OK == aegis_verify::exit::VERIFIED
+        && exit::TAMPERED_OR_USAGE == aegis_verify::exit::TAMPERED_OR_USAGE
+        && exit::UNREADABLE == aegis_verify::exit::UNREADABLE
+);
 
 #[derive(Parser)]
 #[command(
@@ -73,27 +83,15 @@ enum Command {
     ///
     /// Exit codes: 0 Verified, 1 Tampered or a usage error, 2 the record or the trust
     /// store could not be read (or the report could not be written), 3 Indeterminate.
-    Verify {
-        /// A public key (64 lowercase hex characters) you accept; repeatable. Any --key
-        /// or --trust-store makes the walk pinned.
-        #[arg(long = "key", value_name = "HEX", value_parser = parse_public_key)]
-        keys: Vec<aegis_record::PublicKey>,
-        /// A file of accepted public keys, one per line; blank and `#` lines skipped.
-        #[arg(long, value_name = "PATH")]
-        trust_store: Option<PathBuf>,
-        /// Print the report as one JSON object.
-        #[arg(long)]
-        json: bool,
-        /// The record file (any name).
-        path: PathBuf,
-    },
+    Verify(aegis_verify::VerifyArgs),
     /// Write a fresh ed25519 signing key (mode 0600) and print its public key and key_id.
     ///
-    /// The directory must exist (keygen creates none). --force replaces an existing
-    /// key file, never anything that is not a regular file (a device, a link).
+    /// Missing directories on the way are created with mode 0700; existing ones are
+    /// left as they are. --force replaces an existing key file, never anything that is
+    /// not a regular file (a device, a link).
     ///
     /// Exit codes: 0 written, 1 a usage error, the file exists (without --force) or is
-    /// not a regular file, 2 the file or the public key could not be written.
+    /// not a regular file, 2 a directory, the file or the public key could not be written.
     Keygen {
         /// Where to write the seed.
         #[arg(long, value_name = "PATH")]
@@ -102,11 +100,20 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Inspect a signing key: `aegis key show KEYFILE`.
+    Key {
+        #[command(subcommand)]
+        command: key::KeyCommand,
+    },
     /// Run one tool call through the profile's stations: policy, capability, sandbox,
     /// audit. The tool's output goes to stdout, the verdict to stderr.
     ///
+    /// Writers of one record take turns: while another process writes it, run waits,
+    /// saying once on stderr which process holds it (--no-wait fails at once instead).
+    ///
     /// Exit codes: 0 success, 1 usage error, 2 the input, component or a root could not
-    /// be read, 4 the profile, a plugin, the key or the sink was refused, 10 refused by
+    /// be read, 4 the profile, a plugin, the key or the sink was refused, 5 the record
+    /// is busy (--no-wait, or a signal ended the wait: then 129/130/143), 10 refused by
     /// policy, 11 rate limited, 12 parked for approval, 13 refused by the capability
     /// station, 14 the tool trapped or exited non-zero, 15 a ceiling stopped it, 16 the
     /// host could not start it, 17 the record could not be written (output withheld),
@@ -141,7 +148,8 @@ enum Command {
     /// `aegis verify`.
     ///
     /// Exit codes: 0 written, 1 usage error or the output exists (without --force),
-    /// 2 the sink or the output could not be read or written, 4 the profile was refused.
+    /// 2 the sink or the output could not be read or written, 4 the profile was refused,
+    /// 5 the sink is busy (another process is writing the record; try again).
     Export {
         /// Where to write the record.
         #[arg(long, value_name = "PATH")]
@@ -180,10 +188,6 @@ enum ProfilesCommand {
     },
 }
 
-fn parse_public_key(s: &str) -> Result<aegis_record::PublicKey, String> {
-    aegis_record::PublicKey::from_hex(s).map_err(|e| e.to_string())
-}
-
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -198,13 +202,11 @@ fn main() -> ExitCode {
         }
     };
     let code = match cli.command {
-        Command::Verify {
-            keys,
-            trust_store,
-            json,
-            path,
-        } => verify(keys, trust_store, json, &path),
-        Command::Keygen { out, force } => keygen(&out, force),
+        Command::Verify(args) => aegis_verify::run(&args),
+        Command::Keygen { out, force } => key::keygen(&out, force),
+        Command::Key {
+            command: key::KeyCommand::Show { keyfile },
+        } => key::show(&keyfile),
         Command::Run(args) => run::run(&cli.profile, &args),
         Command::Wrap(args) => wrap::wrap(&cli.profile, &args),
         Command::Demo => {
@@ -315,92 +317,5 @@ fn print(text: &[u8]) -> std::io::Result<()> {
             Err(e)
         }
         _ => Ok(()),
-    }
-}
-
-fn verify(
-    keys: Vec<aegis_record::PublicKey>,
-    trust_store: Option<PathBuf>,
-    json: bool,
-    path: &std::path::Path,
-) -> u8 {
-    use aegis_record::verify::{Options, Verdict, parse_trust_store, verify};
-    let mut trust = (!keys.is_empty()).then_some(keys);
-    if let Some(store) = trust_store {
-        let text = match std::fs::read_to_string(&store) {
-            Ok(t) => t,
-            Err(e) => {
-                error(format_args!("{}: {e}", store.display()));
-                return exit::UNREADABLE;
-            }
-        };
-        match parse_trust_store(&text) {
-            Ok(found) => trust.get_or_insert_with(Vec::new).extend(found),
-            Err(e) => {
-                error(format_args!("{}: {e}", store.display()));
-                return exit::UNREADABLE;
-            }
-        }
-    }
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) => {
-            error(format_args!("{}: {e}", path.display()));
-            return exit::UNREADABLE;
-        }
-    };
-    let report = match verify(file, &Options { trust, threads: 0 }) {
-        Ok(r) => r,
-        Err(e) => {
-            error(format_args!("{}: {e}", path.display()));
-            return exit::UNREADABLE;
-        }
-    };
-    if json {
-        let mut bytes = report.to_json();
-        bytes.push(b'\n');
-        let _ = print(&bytes);
-    } else {
-        let _ = print(report.to_text().as_bytes());
-    }
-    match report.verdict() {
-        Verdict::Verified(_) => exit::OK,
-        Verdict::Tampered(_) => exit::TAMPERED_OR_USAGE,
-        Verdict::Indeterminate(_) => exit::INDETERMINATE,
-    }
-}
-
-fn keygen(out: &std::path::Path, force: bool) -> u8 {
-    use aegis_record::key::{KeyError, SigningKey};
-    let key = match SigningKey::generate() {
-        Ok(k) => k,
-        Err(e) => {
-            error(e);
-            return exit::UNREADABLE;
-        }
-    };
-    match key.write_seed_file(out, force) {
-        Ok(()) => {
-            let said = format!("public_key {}\nkey_id {}\n", key.public_key(), key.key_id());
-            if let Err(e) = print(said.as_bytes()) {
-                // The seed is safe on disk; make sure its public half is not lost.
-                error(format_args!(
-                    "the public key could not be printed ({e}); the key was written to {}: public_key {} key_id {}",
-                    out.display(),
-                    key.public_key(),
-                    key.key_id()
-                ));
-                return exit::UNREADABLE;
-            }
-            exit::OK
-        }
-        Err(e @ (KeyError::Exists { .. } | KeyError::NotAFile { .. })) => {
-            error(e);
-            exit::TAMPERED_OR_USAGE
-        }
-        Err(e) => {
-            error(e);
-            exit::UNREADABLE
-        }
     }
 }

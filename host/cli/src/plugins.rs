@@ -147,8 +147,13 @@ pub fn export(profile: &str, out: &std::path::Path, force: bool) -> u8 {
     let sink = match plugin.audit_sink(&profile.audit.config) {
         Ok(s) => s,
         Err(e) => {
+            let busy = e.kind == aegis_station_api::ErrorKind::BUSY;
             crate::error(profile.plugin_error("audit", &profile.audit, e.to_string()));
-            return crate::exit::REFUSED;
+            return if busy {
+                crate::exit::BUSY
+            } else {
+                crate::exit::REFUSED
+            };
         }
     };
     // --force replaces an earlier export and nothing else: a device, a FIFO or a link

@@ -58,6 +58,10 @@ pub struct RunArgs {
     /// The signing key (`aegis keygen`); required by a durable sink.
     #[arg(long, value_name = "PATH")]
     signing_key: Option<PathBuf>,
+    /// Fail at once (exit 5) when another process is writing the record, instead of
+    /// waiting for it to finish.
+    #[arg(long)]
+    no_wait: bool,
     /// Arguments for a command component, after `--`.
     #[arg(last = true, value_name = "ARGS")]
     args: Vec<String>,
@@ -143,8 +147,24 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
             return exit::REFUSED;
         }
     };
+    // Writers of one record take turns, as cargo's builds do on a shared directory.
+    let builder = if a.no_wait {
+        builder
+    } else {
+        builder.wait_when_busy(interrupts.token().clone(), |why| {
+            crate::say(format_args!(
+                "aegis: waiting for the record: {}",
+                aegis_record::text::escape(why)
+            ));
+        })
+    };
     let host = match builder.open() {
         Ok(h) => h,
+        Err(e @ aegis_runtime::pipeline::OpenError::Busy(_)) => {
+            crate::error(e);
+            // Nothing was recorded; a signal that ended the wait still names itself.
+            return interrupts.exit_code().unwrap_or(exit::BUSY);
+        }
         Err(e) => {
             crate::error(e);
             return exit::REFUSED;

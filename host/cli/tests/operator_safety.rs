@@ -167,17 +167,45 @@ fn keygen_force_replaces_only_a_regular_file() {
     }
 }
 
-/// A mistyped path fails; keygen makes no directories the operator did not ask for.
+/// `keygen --out ~/.config/aegis/signing.key` on a fresh machine: the missing
+/// directories are made private to the user (0700, whatever the umask allows beyond
+/// that), and a directory that already exists keeps its mode, even a wide one.
 #[test]
-fn keygen_into_a_missing_directory_fails_and_creates_nothing() {
+fn keygen_creates_missing_directories_private_and_leaves_existing_ones_alone() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("config/aegis/signing.key");
+    let existing = dir.path().join("shared");
+    std::fs::create_dir(&existing).unwrap();
+    std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let key = existing.join("config/aegis/signing.key");
+    // A umask that would allow group and others in: the created directories still do not.
+    let out = Command::new("sh")
+        .args(["-c", "umask 000 && exec \"$0\" keygen --out \"$1\""])
+        .arg(env!("CARGO_BIN_EXE_aegis"))
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(mode(&existing), 0o755);
+    assert_eq!(mode(&existing.join("config")), 0o700);
+    assert_eq!(mode(&existing.join("config/aegis")), 0o700);
+    assert_eq!(mode(&key), 0o600);
+    let shown = aegis()
+        .args(["key", "show", key.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(text(&shown.stdout), text(&out.stdout));
+
+    // A path through a file is not a directory to create: exit 2, nothing written.
+    let file = dir.path().join("plain");
+    std::fs::write(&file, b"").unwrap();
     let out = aegis()
-        .args(["keygen", "--out", key.to_str().unwrap()])
+        .args(["keygen", "--out", file.join("k").to_str().unwrap()])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(!dir.path().join("config").exists());
+    assert_eq!(std::fs::read(&file).unwrap(), b"");
 }
 
 /// `keygen` to a full disk: the public key is not lost in silence.

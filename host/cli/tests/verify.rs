@@ -21,13 +21,30 @@ fn stderr(o: &Output) -> String {
     String::from_utf8(o.stderr.clone()).unwrap()
 }
 
+/// The manifest's `--key` arguments with each public key replaced by its key id.
+fn pinned_by_key_id(args: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut args = args.iter();
+    while let Some(&a) = args.next() {
+        out.push(a.to_owned());
+        if a == "--key" {
+            let key = aegis_record::PublicKey::from_hex(args.next().unwrap()).unwrap();
+            out.push(key.key_id().to_hex());
+        }
+    }
+    out
+}
+
 /// Every manifest entry: first stdout line, in_flight and unfinished lines and exit code
-/// as published.
+/// as published, and the same again with every pinned key given by its key id, on
+/// `--key` and in a trust store: a key id pins exactly as the key does.
 #[test]
 fn every_committed_vector_gets_its_published_verdict() {
     let manifest = std::fs::read_to_string(vectors().join("manifest.jsonl")).unwrap();
+    let stores = tempfile::tempdir().unwrap();
     let mut checked = 0;
-    for line in manifest.lines() {
+    let mut by_key_id = 0;
+    for (n, line) in manifest.lines().enumerate() {
         let Value::Object(entry) = json::parse(line.as_bytes()).unwrap() else {
             panic!("manifest line is an object");
         };
@@ -40,47 +57,70 @@ fn every_committed_vector_gets_its_published_verdict() {
             .iter()
             .map(|a| a.as_str().unwrap())
             .collect();
-        let out = aegis()
-            .arg("verify")
-            .args(&args)
-            .arg(vectors().join(file))
-            .output()
-            .unwrap();
-        let text = stdout(&out);
-        let headline = entry.get("headline").unwrap().as_str().unwrap();
-        assert_eq!(text.lines().next(), Some(headline), "{file} {args:?}");
-        let expected_exit = entry.get("exit").unwrap().as_int().unwrap();
-        assert_eq!(out.status.code(), Some(expected_exit as i32), "{file}");
-        let in_flight: Vec<&str> = text
-            .lines()
-            .filter(|l| l.starts_with("in_flight"))
-            .collect();
-        let expected: Vec<&str> = entry
-            .get("in_flight")
-            .unwrap()
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap())
-            .collect();
-        assert_eq!(in_flight, expected, "{file}");
-        let unfinished: Vec<&str> = text
-            .lines()
-            .filter(|l| l.starts_with("unfinished"))
-            .collect();
-        let expected: Vec<&str> = entry
-            .get("unfinished")
-            .unwrap()
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap())
-            .collect();
-        assert_eq!(unfinished, expected, "{file}");
-        assert!(stderr(&out).is_empty(), "{file}: {}", stderr(&out));
-        checked += 1;
+        let mut variants = vec![args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>()];
+        if args.contains(&"--key") {
+            let ids = pinned_by_key_id(&args);
+            let store = stores.path().join(format!("{n}.trust"));
+            let lines: Vec<&str> = ids
+                .iter()
+                .filter(|a| *a != "--key")
+                .map(String::as_str)
+                .collect();
+            std::fs::write(&store, lines.join("\n") + "\n").unwrap();
+            variants.push(ids);
+            variants.push(vec![
+                "--trust-store".to_owned(),
+                store.to_str().unwrap().to_owned(),
+            ]);
+            by_key_id += 1;
+        }
+        for args in variants {
+            let out = aegis()
+                .arg("verify")
+                .args(&args)
+                .arg(vectors().join(file))
+                .output()
+                .unwrap();
+            let text = stdout(&out);
+            let headline = entry.get("headline").unwrap().as_str().unwrap();
+            assert_eq!(text.lines().next(), Some(headline), "{file} {args:?}");
+            let expected_exit = entry.get("exit").unwrap().as_int().unwrap();
+            assert_eq!(out.status.code(), Some(expected_exit as i32), "{file}");
+            let in_flight: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("in_flight"))
+                .collect();
+            let expected: Vec<&str> = entry
+                .get("in_flight")
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap())
+                .collect();
+            assert_eq!(in_flight, expected, "{file}");
+            let unfinished: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("unfinished"))
+                .collect();
+            let expected: Vec<&str> = entry
+                .get("unfinished")
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap())
+                .collect();
+            assert_eq!(unfinished, expected, "{file}");
+            assert!(stderr(&out).is_empty(), "{file}: {}", stderr(&out));
+            checked += 1;
+        }
     }
     assert!(checked >= 30);
+    assert!(
+        by_key_id >= 3,
+        "the manifest pins keys in {by_key_id} entries"
+    );
 }
 
 /// The report names each key, its coverage, and nothing that varies between runs.
@@ -254,9 +294,10 @@ fn keygen_writes_a_private_key_that_verify_pins() {
         pk
     );
 
+    // A directory that cannot be made (a file is in the way).
     let out = aegis()
         .args(["keygen", "--out"])
-        .arg(Path::new("/nonexistent/dir/k"))
+        .arg(key.join("dir/k"))
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -494,4 +535,88 @@ fn a_published_test_key_is_named_pinned_or_not() {
         .output()
         .unwrap();
     assert!(stdout(&out).contains("\"signed_by_published_test_key\":false"));
+}
+
+/// `key show` prints what keygen printed; a seed file others can read, or one that is not
+/// a seed, is refused (4) as `run --signing-key` refuses it; a missing one is exit 2.
+#[test]
+fn key_show_prints_the_keygen_lines_and_refuses_what_run_refuses() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("k");
+    let made = aegis()
+        .args(["keygen", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert_eq!(made.status.code(), Some(0));
+    let shown = aegis().args(["key", "show"]).arg(&key).output().unwrap();
+    assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
+    assert_eq!(stdout(&shown), stdout(&made));
+
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = aegis().args(["key", "show"]).arg(&key).output().unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    assert!(out.stdout.is_empty());
+    assert!(stderr(&out).contains("chmod 600"), "{}", stderr(&out));
+
+    let not_a_seed = dir.path().join("KEY");
+    std::fs::copy(vectors().join("golden/KEY"), &not_a_seed).unwrap();
+    std::fs::set_permissions(&not_a_seed, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = aegis()
+        .args(["key", "show"])
+        .arg(&not_a_seed)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+
+    let out = aegis()
+        .args(["key", "show"])
+        .arg(dir.path().join("missing"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = aegis().args(["key", "show"]).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a missing KEYFILE is a usage error"
+    );
+}
+
+/// A key id pins on the full 64 characters: another key's id, or the right id cut short
+/// (as a human might paste a fingerprint), never passes for the key.
+#[test]
+fn a_key_id_pins_only_its_own_key_and_only_in_full() {
+    let golden = vectors().join("golden/golden.aarl");
+    let id = aegis_record::PublicKey::from_hex(&golden_key())
+        .unwrap()
+        .key_id()
+        .to_hex();
+    let out = aegis()
+        .args(["verify", "--key", &id])
+        .arg(&golden)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        stdout(&out).lines().next(),
+        Some(format!("Verified (pinned to {id})").as_str())
+    );
+    // The outsider key of spec §9.5, by its key id.
+    let outsider = "dbc298251c51321b7266e78d1c151c2b62aff8cb95b293096d3463018544face";
+    let out = aegis()
+        .args(["verify", "--key", outsider])
+        .arg(&golden)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).starts_with("Tampered — untrusted key"));
+    let out = aegis()
+        .args(["verify", "--key", &id[..16]])
+        .arg(&golden)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "a short id is a usage error");
+    assert!(out.stdout.is_empty());
 }

@@ -420,6 +420,30 @@ impl SigningKey {
     }
 }
 
+/// Creates the missing directories on the way to the key file `path`, each with mode
+/// 0700: a directory that holds a signing key is nobody else's to list or write into.
+/// Directories that already exist are left exactly as they are (never loosened, never
+/// tightened behind the operator's back).
+///
+/// # Errors
+/// [`KeyError::Io`] naming the directory that could not be created.
+pub fn create_key_dirs(path: &Path) -> Result<(), KeyError> {
+    let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt as _;
+        builder.mode(0o700);
+    }
+    builder.create(dir).map_err(|source| KeyError::Io {
+        path: dir.to_owned(),
+        source,
+    })
+}
+
 #[cfg(unix)]
 fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt as _;

@@ -6,9 +6,9 @@
 
 mod support;
 
+use aegis_record::LineHash;
 use aegis_record::json::{self, ParseError};
-use aegis_record::verify::{Options, Verdict, verify};
-use aegis_record::{LineHash, PublicKey};
+use aegis_record::verify::{Options, TrustAnchor, Verdict, verify};
 use support::vectors::{Expect, build};
 use support::vectors_dir;
 
@@ -69,7 +69,7 @@ fn run(e: &Expect, threads: usize) -> aegis_record::Report {
         assert_eq!(a, "--key");
         trust
             .get_or_insert_with(Vec::new)
-            .push(PublicKey::from_hex(args.next().unwrap()).unwrap());
+            .push(TrustAnchor::from_hex(args.next().unwrap()).unwrap());
     }
     let bytes = &build().files[&e.file];
     verify(&bytes[..], &Options { trust, threads }).unwrap()

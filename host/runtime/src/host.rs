@@ -17,7 +17,8 @@
 //!   With no override, the open line is exactly what it was before this member existed.
 //! - The defaults are the profile's: no override, the development key (which only a
 //!   volatile sink accepts, see [`crate::audit`]), no tools, no handlers, a sandbox
-//!   with no compilation cache and no instance pool.
+//!   with no compilation cache and no instance pool, and no waiting for a busy audit
+//!   sink (a record another process holds fails the open with [`OpenError::Busy`]).
 //!
 //! # Non-guarantees
 //! - An override's file is read when the host opens; a later change to it is the
@@ -30,10 +31,11 @@ use crate::pipeline::{CallRecord, CallRequest, OpenError, OwnedCall, Pipeline, P
 use crate::plugin::Plugin;
 use crate::profile::{PluginChoice, Profile, ProfileError};
 use crate::registry::{PluginSpec, Registry};
-use crate::sandbox::{Options, Sandbox};
+use crate::sandbox::{CancelToken, Options, Sandbox};
 use aegis_record::PolicySetHash;
 use aegis_record::json::Object;
 use aegis_record::key::SigningKey;
+use aegis_station_api::{AuditSinkBox, ErrorKind, PluginError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -171,7 +173,23 @@ pub struct HostBuilder {
     manifests: Vec<ToolManifest>,
     handlers: BTreeMap<String, HostHandler>,
     sandbox: SandboxSource,
+    busy: Option<WaitWhenBusy>,
 }
+
+/// What [`HostBuilder::open`] does while the audit sink says it is busy: wait, telling
+/// the operator once, until the sink can be built or `cancel` fires.
+struct WaitWhenBusy {
+    notice: Box<dyn FnOnce(&str) + Send>,
+    cancel: CancelToken,
+}
+
+/// The first pause between two attempts to build a busy sink; each pause doubles, up to
+/// [`BUSY_POLL_MAX`]. A held record lock is usually one `aegis run` (tens of ms), so the
+/// first retries are quick; the cap bounds both the added latency and the wake-ups of
+/// a long wait.
+const BUSY_POLL_FIRST: std::time::Duration = std::time::Duration::from_millis(5);
+/// The longest pause between two attempts to build a busy sink.
+const BUSY_POLL_MAX: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Host {
     /// A builder over `profile`, with no overrides, the development key, no tools and
@@ -187,6 +205,7 @@ impl Host {
             manifests: Vec::new(),
             handlers: BTreeMap::new(),
             sandbox: SandboxSource::Build(Options::default()),
+            busy: None,
         }
     }
 
@@ -331,6 +350,25 @@ impl HostBuilder {
         self
     }
 
+    /// Wait for an audit sink that reports itself busy ([`ErrorKind::BUSY`]: the file
+    /// sink's record is locked by another process) instead of failing: `notice` is
+    /// called once, with the sink's message (which names the holder), and the sink is
+    /// built again after a pause (5 ms, doubling up to 100 ms) until it is free or
+    /// `cancel` fires. By default the open fails at once with [`OpenError::Busy`].
+    ///
+    /// [`ErrorKind::BUSY`]: aegis_station_api::ErrorKind::BUSY
+    pub fn wait_when_busy(
+        mut self,
+        cancel: CancelToken,
+        notice: impl FnOnce(&str) + Send + 'static,
+    ) -> HostBuilder {
+        self.busy = Some(WaitWhenBusy {
+            notice: Box::new(notice),
+            cancel,
+        });
+        self
+    }
+
     /// Use a sandbox shared with other hosts instead of building one.
     pub fn sandbox(mut self, sandbox: Arc<Sandbox>) -> HostBuilder {
         self.sandbox = SandboxSource::Shared(sandbox);
@@ -354,6 +392,7 @@ impl HostBuilder {
             manifests,
             handlers,
             sandbox,
+            busy,
         } = self;
         for m in manifests {
             tools.register(m).map_err(OpenError::Tool)?;
@@ -362,7 +401,11 @@ impl HostBuilder {
             SandboxSource::Shared(s) => s,
             SandboxSource::Build(options) => Arc::new(Sandbox::with_options(&options)?),
         };
-        let overrides = Overrides { policy, audit };
+        let overrides = Overrides {
+            policy,
+            audit,
+            busy,
+        };
         let pipeline = assemble(
             &profile, &registry, overrides, key, tools, handlers, sandbox,
         )?;
@@ -372,10 +415,11 @@ impl HostBuilder {
     }
 }
 
-/// The operator's replacements for the profile's stations.
+/// The operator's replacements for the profile's stations, and how to treat a busy sink.
 struct Overrides {
     policy: Option<Override>,
     audit: Option<Override>,
+    busy: Option<WaitWhenBusy>,
 }
 
 /// The one assembly: resolves and builds the policy and audit stations (the
@@ -389,7 +433,11 @@ fn assemble(
     handlers: BTreeMap<String, HostHandler>,
     sandbox: Arc<Sandbox>,
 ) -> Result<Pipeline, OpenError> {
-    let Overrides { policy, audit } = overrides;
+    let Overrides {
+        policy,
+        audit,
+        busy,
+    } = overrides;
     let (policy_choice, policy_plugin) = station_plugin(
         profile,
         registry,
@@ -402,9 +450,15 @@ fn assemble(
         .map_err(|e| profile.plugin_error("policy", &policy_choice, e.to_string()))?;
     let (audit_choice, sink_plugin) =
         station_plugin(profile, registry, "audit", &profile.audit, audit.as_ref())?;
-    let sink = sink_plugin
-        .audit_sink(&audit_choice.config)
-        .map_err(|e| profile.plugin_error("audit", &audit_choice, e.to_string()))?;
+    let sink = build_sink(&sink_plugin, &audit_choice.config, busy).map_err(|e| {
+        let busy = e.kind == ErrorKind::BUSY;
+        let e = profile.plugin_error("audit", &audit_choice, e.to_string());
+        if busy {
+            OpenError::Busy(e)
+        } else {
+            OpenError::Profile(e)
+        }
+    })?;
     let mut recorded = Vec::new();
     if let Some(o) = &policy {
         let mut entry = override_entry(o, &profile.policy, &policy_plugin);
@@ -434,6 +488,35 @@ fn assemble(
     Ok(Pipeline::from_parts(
         evaluator, opened, tools, handlers, sandbox,
     ))
+}
+
+/// Builds the audit sink; while it says it is busy and the caller chose to wait, says so
+/// once and tries again after a pause, until it is built, fails otherwise, or the wait
+/// is cancelled (then the busy error is returned).
+fn build_sink(
+    plugin: &Plugin,
+    config: &str,
+    busy: Option<WaitWhenBusy>,
+) -> Result<AuditSinkBox, PluginError> {
+    let Some(WaitWhenBusy { notice, cancel }) = busy else {
+        return plugin.audit_sink(config);
+    };
+    let mut notice = Some(notice);
+    let mut pause = BUSY_POLL_FIRST;
+    loop {
+        match plugin.audit_sink(config) {
+            Err(e) if e.kind == ErrorKind::BUSY && !cancel.is_cancelled() => {
+                if let Some(notice) = notice.take() {
+                    notice(&e.to_string());
+                }
+                // A signal cancels the token but does not interrupt the sleep; the pause
+                // is short enough that the operator does not wait on it.
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(BUSY_POLL_MAX);
+            }
+            other => return other,
+        }
+    }
 }
 
 /// An override's provenance entry: what replaced what the profile said.

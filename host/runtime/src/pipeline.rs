@@ -291,6 +291,11 @@ pub enum OpenError {
     /// The sandbox could not be built.
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
+    /// The audit sink is held by someone else for now (another process writes the
+    /// record file), and the builder was not asked to wait
+    /// ([`crate::HostBuilder::wait_when_busy`]) or the wait was cancelled.
+    #[error(transparent)]
+    Busy(ProfileError),
 }
 
 /// The four stations, assembled. Share it between threads: every method takes `&self`.

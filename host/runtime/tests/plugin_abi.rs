@@ -293,7 +293,7 @@ fn sessions_through_the_loaded_file_sink_verify_and_chain() {
     let report = verify(
         &bytes[..],
         &Options {
-            trust: Some(vec![key.public_key()]),
+            trust: Some(vec![key.public_key().into()]),
             threads: 0,
         },
     )

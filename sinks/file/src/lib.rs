@@ -11,7 +11,9 @@
 //!   its previous length; if that fails too, the sink refuses everything after.
 //! - A file whose last line is torn (no final newline) is refused for appending: a new
 //!   line would turn the torn one into a malformed line in the middle of the chain.
-//! - One process at a time: the file is locked (advisory `flock`) while open.
+//! - One process at a time: the file is locked (advisory `flock`) while open. A second
+//!   opener gets [`ErrorKind::BUSY`] at once, naming the holder's pid where the system
+//!   says it (Linux `/proc/locks`); waiting is the host's choice, not the sink's.
 //! - `existing_tail` reads the file from its end, never the whole file.
 //! - A file the sink created and never wrote a line to is removed when the sink is
 //!   dropped: a session the host refused to open leaves no empty record behind.
@@ -119,6 +121,34 @@ fn io_err(path: &Path, what: &str, e: &std::io::Error) -> PluginError {
     PluginError::new(ErrorKind::IO, format!("{}: {what}: {e}", path.display()))
 }
 
+/// The pid of the process holding the `flock` on `file`, as Linux lists it in
+/// `/proc/locks`: `N: FLOCK ADVISORY WRITE <pid> <major>:<minor>:<inode> 0 EOF`, with
+/// the device numbers in hex. Lines of processes waiting (`N: -> FLOCK …`) are skipped.
+/// `None` where there is no such file, or the lock is gone by the time it is read.
+#[cfg(unix)]
+fn lock_holder(file: &File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = file.metadata().ok()?;
+    let dev = meta.dev();
+    // glibc's split of a dev_t into the kernel's major and minor numbers.
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let want = format!("{major:02x}:{minor:02x}:{}", meta.ino());
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.as_slice() {
+            [_, "FLOCK", _, _, pid, id, ..] if *id == want => pid.parse().ok(),
+            _ => None,
+        }
+    })
+}
+
+#[cfg(not(unix))]
+fn lock_holder(_: &File) -> Option<u32> {
+    None
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -176,9 +206,14 @@ impl FileSink {
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
+                let holder =
+                    lock_holder(&file).map_or(String::new(), |pid| format!(" (held by pid {pid})"));
                 return Err(PluginError::new(
-                    ErrorKind::REFUSED,
-                    format!("{}: another process is writing this record", path.display()),
+                    ErrorKind::BUSY,
+                    format!(
+                        "{}: another process is writing this record{holder}",
+                        path.display()
+                    ),
                 ));
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(io_err(path, "lock", &e)),
@@ -535,6 +570,30 @@ mod tests {
         );
     }
 
+    /// A second writer is told the record is busy (not refused), with the holder's pid
+    /// on Linux, and gets the record once the first lets go.
+    #[test]
+    fn a_second_writer_is_busy_until_the_first_lets_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.aarl");
+        let first = FileSink::open(&path).unwrap();
+        first.append(b"{\"a\":1}\n").unwrap();
+        let e = FileSink::open(&path).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::BUSY, "{}", e.message);
+        assert!(
+            e.message.contains("another process is writing"),
+            "{}",
+            e.message
+        );
+        if cfg!(target_os = "linux") {
+            let pid = format!("(held by pid {})", std::process::id());
+            assert!(e.message.ends_with(&pid), "{}", e.message);
+        }
+        drop(first);
+        let second = FileSink::open(&path).unwrap();
+        assert_eq!(second.existing_tail().unwrap().kind, TailKind::LINE);
+    }
+
     #[test]
     fn appends_sync_and_reports_the_tail() {
         let dir = tempfile::tempdir().unwrap();
@@ -584,14 +643,6 @@ mod tests {
         let e = s.append(b"{\"c\":3}\n").unwrap_err();
         assert!(e.message.contains("torn"), "{e}");
         assert_eq!(std::fs::read(&path).unwrap(), b"{\"a\":1}\n{\"b\":");
-    }
-
-    #[test]
-    fn a_second_writer_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let _first = sink(&dir);
-        let e = FileSink::open(&dir.path().join("r.aarl")).unwrap_err();
-        assert_eq!(e.kind, ErrorKind::REFUSED);
     }
 
     #[test]

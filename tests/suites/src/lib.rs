@@ -210,7 +210,7 @@ impl Harness {
         let report = verify(
             &bytes[..],
             &Options {
-                trust: Some(vec![self.key.public_key()]),
+                trust: Some(vec![self.key.public_key().into()]),
                 threads: 0,
             },
         )

@@ -52,6 +52,24 @@ pub fn cdylib(package: &str) -> PathBuf {
     artifact_dir().join(format!("lib{}.so", package.replace('-', "_")))
 }
 
+/// The auditor's verify-only binary `aegis-verify` (package `aegis-verify`), built if
+/// needed in the test binary's profile: a test of another package cannot name it with
+/// `CARGO_BIN_EXE_…`.
+pub fn verify_only_binary() -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.args(["build", "-p", "aegis-verify", "--bin", "aegis-verify"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if artifact_dir().ends_with("release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("cargo runs");
+        assert!(status.success(), "building aegis-verify failed");
+    });
+    artifact_dir().join("aegis-verify")
+}
+
 /// The plugin built against a deliberately altered copy of the station API, from the
 /// separate workspace `tests/plugin-abi/altered-api`, in its own target directory.
 pub fn altered_api_plugin() -> PathBuf {

@@ -61,12 +61,11 @@ mod workers;
 
 pub use crate::json::quote;
 pub use report::{InFlight, Report};
-pub use trust::{TrustStoreError, parse_trust_store};
+pub use trust::{TrustAnchor, TrustStoreError, parse_trust_store};
 pub use verdict::{
     BoundaryProblem, Indeterminate, Position, SignatureProblem, Tampered, Trust, Verdict,
 };
 
-use crate::key::PublicKey;
 use std::io::Read;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
@@ -88,9 +87,10 @@ pub const MAX_ID_BYTES: usize = 64;
 /// What the caller supplies.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// Keys the caller anchored out of band. `None` is an unpinned walk; `Some` of an
-    /// empty slice is a pin nothing satisfies.
-    pub trust: Option<Vec<PublicKey>>,
+    /// Keys the caller anchored out of band, each as its public key or its key id
+    /// ([`TrustAnchor`]). `None` is an unpinned walk; `Some` of an empty slice is a pin
+    /// nothing satisfies.
+    pub trust: Option<Vec<TrustAnchor>>,
     /// Signature-checking threads; 0 means one per available core (at most 64).
     pub threads: usize,
 }

@@ -546,7 +546,7 @@ impl<'a> Walk<'a> {
             }
         };
         if let Some(trust) = &self.options.trust
-            && !trust.contains(&open.public_key)
+            && !trust.iter().any(|anchor| anchor.matches(&open.public_key))
         {
             return Err(Tampered::UntrustedKey {
                 at,

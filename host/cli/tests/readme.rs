@@ -1,0 +1,211 @@
+//! The top-level README, run as written on a fresh machine: every command of its fenced
+//! `sh` blocks, in order, in one `sh`, against the binary under test.
+//!
+//! The fresh machine: an empty temporary `HOME` (so `~/.config/aegis/signing.key` does
+//! not exist yet), `TMPDIR` inside the test's directory, no `XDG_*` or `AEGIS_*`
+//! variables, and a working directory holding a copy of what the README's commands read
+//! (`spec/`, `examples/`, `tests/fixtures/wasm/`), never the checkout itself, so nothing
+//! a command writes lands in the source tree.
+//!
+//! What each command must do:
+//! - exit 0, unless its trailing comment announces another code (`# … exit 3`);
+//! - if its trailing comment starts with a verdict (`# Verified …`, `# Tampered …`,
+//!   `# Indeterminate …`), print a first line that starts with that word.
+//!
+//! Lines not run, and why (the whole skip list; keep it this short):
+//! - `cargo …`: the test runs on what cargo already built. `$B` is the binary under
+//!   test, and `target/release/` in the copy holds what the README's
+//!   `cargo build --release -p …` lines would have built: the SQLite sink plugin
+//!   (`aegis_test_support::cdylib`) and `aegis-verify`.
+//! - `B=…`: the test sets `B` to the binary under test.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+/// The README's prefixes of lines the test does not run; see the module docs for why.
+const SKIPPED: &[&str] = &["cargo ", "B="];
+
+/// One command of the README: its lines as written (continuations included), where it
+/// starts, and what its trailing comment announces.
+#[derive(Debug)]
+struct Step {
+    line: usize,
+    text: String,
+    exit: i32,
+    verdict: Option<&'static str>,
+}
+
+/// The runnable commands of every fenced `sh` block, in order.
+fn steps(readme: &str) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let mut in_sh = false;
+    let mut pending: Option<Step> = None;
+    for (i, line) in readme.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("```") {
+            in_sh = !in_sh && trimmed == "```sh";
+            continue;
+        }
+        if !in_sh {
+            continue;
+        }
+        let step = match pending.take() {
+            Some(mut s) => {
+                s.text.push('\n');
+                s.text.push_str(line);
+                s
+            }
+            None if trimmed.is_empty() || trimmed.starts_with('#') => continue,
+            None => Step {
+                line: i + 1,
+                text: line.to_owned(),
+                exit: 0,
+                verdict: None,
+            },
+        };
+        if line.trim_end().ends_with('\\') {
+            pending = Some(step);
+            continue;
+        }
+        let mut step = step;
+        if let Some((_, comment)) = line.split_once(" # ") {
+            let comment = comment.trim();
+            if let Some(code) = comment
+                .rsplit_once("exit ")
+                .and_then(|(_, n)| n.trim().parse().ok())
+            {
+                step.exit = code;
+            }
+            step.verdict = ["Verified", "Tampered", "Indeterminate"]
+                .into_iter()
+                .find(|v| comment.starts_with(v));
+        }
+        if !SKIPPED
+            .iter()
+            .any(|p| step.text.trim_start().starts_with(p))
+        {
+            steps.push(step);
+        }
+    }
+    assert!(!in_sh, "README.md: an `sh` block is never closed");
+    steps
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// The parser reads what the README means: continuations join, announced codes and
+/// verdicts are taken from the trailing comment, and the skip list holds.
+#[test]
+fn the_readme_parser_reads_codes_verdicts_and_continuations() {
+    let text = "```sh\ncargo build --release\nB=target/release/aegis\n\n# a comment\n$B verify a \\\n   b   # Tampered — …, exit 1\n$B x\n```\n```json\n{}\n```\n";
+    let s = steps(text);
+    assert_eq!(s.len(), 2, "{s:?}");
+    assert_eq!(s[0].line, 6);
+    assert_eq!(s[0].exit, 1);
+    assert_eq!(s[0].verdict, Some("Tampered"));
+    assert!(s[0].text.ends_with("exit 1"));
+    assert_eq!((s[1].exit, s[1].verdict), (0, None));
+}
+
+#[test]
+fn every_readme_command_runs_on_a_fresh_machine() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let steps = steps(&readme);
+    assert!(steps.len() >= 10, "too few commands found: {steps:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let (home, tmp, work, out) = (
+        dir.path().join("home"),
+        dir.path().join("tmp"),
+        dir.path().join("clone"),
+        dir.path().join("out"),
+    );
+    for d in [&home, &tmp, &out] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    for part in ["spec", "examples", "tests/fixtures/wasm"] {
+        copy_tree(&root.join(part), &work.join(part));
+    }
+    let release = work.join("target/release");
+    std::fs::create_dir_all(&release).unwrap();
+    for built in [
+        aegis_test_support::cdylib("aegis-sink-sqlite"),
+        aegis_test_support::verify_only_binary(),
+    ] {
+        std::fs::copy(&built, release.join(built.file_name().unwrap())).unwrap();
+    }
+
+    // Each command runs in a brace group (not a subshell: `T=…` and `export` carry on),
+    // its output kept per step, its status appended to a list the test reads back.
+    let mut script = String::new();
+    for (n, step) in steps.iter().enumerate() {
+        let _ = write!(
+            script,
+            "{{\n{}\n}} >\"$OUT/{n}.out\" 2>\"$OUT/{n}.err\" </dev/null\necho \"{n} $?\" >>\"$OUT/status\"\n",
+            step.text
+        );
+    }
+    let run = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(&work)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("TMPDIR", &tmp)
+        .env("NO_COLOR", "1")
+        .env("OUT", &out)
+        .env("B", env!("CARGO_BIN_EXE_aegis"))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "the script itself failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+
+    let status = std::fs::read_to_string(out.join("status")).unwrap();
+    let codes: Vec<i32> = status
+        .lines()
+        .map(|l| l.split_once(' ').unwrap().1.parse().unwrap())
+        .collect();
+    assert_eq!(codes.len(), steps.len(), "not every command ran");
+    let mut failures = String::new();
+    for (n, (step, code)) in steps.iter().zip(&codes).enumerate() {
+        let stdout = std::fs::read_to_string(out.join(format!("{n}.out"))).unwrap_or_default();
+        let stderr = std::fs::read_to_string(out.join(format!("{n}.err"))).unwrap_or_default();
+        let first = stdout.lines().next().unwrap_or("");
+        let verdict_ok = step.verdict.is_none_or(|v| first.starts_with(v));
+        if *code != step.exit || !verdict_ok {
+            let _ = writeln!(
+                failures,
+                "README.md:{}: exit {code} (the README announces {}), first line {first:?}\n  {}\n  stderr: {}",
+                step.line,
+                step.exit,
+                step.text.replace('\n', "\n  "),
+                stderr.trim_end().replace('\n', "\n          ")
+            );
+        }
+    }
+    assert!(failures.is_empty(), "{failures}");
+
+    // The tour's first key went into directories keygen made, private to the user.
+    use std::os::unix::fs::PermissionsExt as _;
+    for d in [home.join(".config"), home.join(".config/aegis")] {
+        let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", d.display());
+    }
+}

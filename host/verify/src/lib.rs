@@ -1,0 +1,113 @@
+//! `aegis verify`, the command, in a crate of its own: its arguments, its report on
+//! stdout, its diagnostics on stderr and its exit code. The full `aegis` binary and the
+//! auditor's `aegis-verify` both run this code, so the two print the same bytes and exit
+//! with the same code for the same record and keys.
+//!
+//! It depends on `aegis-record` and `clap` only: an auditor handed a record builds it
+//! without wasmtime, the plugin host or the MCP relay.
+//!
+//! # Guarantees
+//! - stdout carries the report and nothing else; a closed stdout pipe is not an error,
+//!   any other failure to write it turns a Verified exit into 2.
+//! - The exit codes are API ([`exit`]): scripts and CI gates depend on them.
+
+use aegis_record::verify::{Options, TrustAnchor, Verdict, parse_trust_store, verify};
+use std::io::Write as _;
+use std::path::PathBuf;
+
+/// `verify`'s exit codes (spec/SPEC.md §9.1).
+pub mod exit {
+    /// Verified.
+    pub const VERIFIED: u8 = 0;
+    /// Tampered, or a usage error.
+    pub const TAMPERED_OR_USAGE: u8 = 1;
+    /// The record or the trust store could not be read, or the report not written.
+    pub const UNREADABLE: u8 = 2;
+    /// Indeterminate.
+    pub const INDETERMINATE: u8 = 3;
+}
+
+/// `verify`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct VerifyArgs {
+    /// A key you accept, as its public key or its key id (64 lowercase hex
+    /// characters, as keygen, `key show` and verify print them); repeatable. Any
+    /// --key or --trust-store makes the walk pinned.
+    #[arg(long = "key", value_name = "HEX", value_parser = parse_trust_anchor)]
+    pub keys: Vec<TrustAnchor>,
+    /// A file of accepted keys, one public key or key id per line; blank and `#`
+    /// lines skipped.
+    #[arg(long, value_name = "PATH")]
+    pub trust_store: Option<PathBuf>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// The record file (any name).
+    pub path: PathBuf,
+}
+
+fn parse_trust_anchor(s: &str) -> Result<TrustAnchor, String> {
+    TrustAnchor::from_hex(s).map_err(|e| e.to_string())
+}
+
+/// One `error: …` line on stderr; a closed or failing stderr is ignored, never a panic.
+fn error(message: impl std::fmt::Display) {
+    let _ = writeln!(std::io::stderr().lock(), "error: {message}");
+}
+
+/// Checks the record `args` names and prints the report; returns the exit code.
+pub fn run(args: &VerifyArgs) -> u8 {
+    let mut trust = (!args.keys.is_empty()).then(|| args.keys.clone());
+    if let Some(store) = &args.trust_store {
+        let text = match std::fs::read_to_string(store) {
+            Ok(t) => t,
+            Err(e) => {
+                error(format_args!("{}: {e}", store.display()));
+                return exit::UNREADABLE;
+            }
+        };
+        match parse_trust_store(&text) {
+            Ok(found) => trust.get_or_insert_with(Vec::new).extend(found),
+            Err(e) => {
+                error(format_args!("{}: {e}", store.display()));
+                return exit::UNREADABLE;
+            }
+        }
+    }
+    let path = &args.path;
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            error(format_args!("{}: {e}", path.display()));
+            return exit::UNREADABLE;
+        }
+    };
+    let report = match verify(file, &Options { trust, threads: 0 }) {
+        Ok(r) => r,
+        Err(e) => {
+            error(format_args!("{}: {e}", path.display()));
+            return exit::UNREADABLE;
+        }
+    };
+    let bytes = if args.json {
+        let mut bytes = report.to_json();
+        bytes.push(b'\n');
+        bytes
+    } else {
+        report.to_text().into_bytes()
+    };
+    let code = match report.verdict() {
+        Verdict::Verified(_) => exit::VERIFIED,
+        Verdict::Tampered(_) => exit::TAMPERED_OR_USAGE,
+        Verdict::Indeterminate(_) => exit::INDETERMINATE,
+    };
+    let mut out = std::io::stdout().lock();
+    match out.write_all(&bytes).and_then(|()| out.flush()) {
+        // `aegis verify f | head -1` is not a failure.
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe && code == exit::VERIFIED => {
+            error(format_args!("standard output could not be written: {e}"));
+            exit::UNREADABLE
+        }
+        _ => code,
+    }
+}
