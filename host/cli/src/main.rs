@@ -132,7 +132,7 @@ enum Command {
     /// Exit codes: the server's exit status, or 128+N when signal N ended it (e.g. 137
     /// after SIGKILL); otherwise 1 usage error, 2 the server could not be started or
     /// the pins file read, 4 the profile, a plugin, the key or the sink was refused,
-    /// 17 an intent, outcome or the close line could not be written. A server exiting
+    /// 5 the record is busy (--no-wait; without it wrap waits its turn), 17 an intent, outcome or the close line could not be written. A server exiting
     /// with one of these codes itself is indistinguishable from them.
     Wrap(Box<wrap::WrapArgs>),
     /// A guided walk: write a signed session, verify it, then tamper with it.

@@ -35,6 +35,10 @@ pub struct WrapArgs {
     /// The signing key (`aegis keygen`); required by a durable sink.
     #[arg(long, value_name = "PATH")]
     signing_key: Option<PathBuf>,
+    /// Fail at once (exit 5) when another process is writing the record, instead of
+    /// waiting for it to finish (the server is not started while wrap waits).
+    #[arg(long)]
+    no_wait: bool,
     /// The role every call asserts, for policy rules.
     #[arg(long, value_name = "ROLE")]
     role: Option<String>,
@@ -130,8 +134,25 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
                 return exit::REFUSED;
             }
         };
+    // Writers of one record take turns, as `aegis run`'s do.
+    let builder = if a.no_wait {
+        builder
+    } else {
+        builder.wait_when_busy(interrupts.token().clone(), |why| {
+            crate::say(format_args!(
+                "aegis: waiting for the record: {}",
+                escape(why)
+            ));
+        })
+    };
     let host = match builder.open() {
         Ok(h) => h,
+        Err(e @ aegis_runtime::pipeline::OpenError::Busy(_)) => {
+            crate::error(e);
+            // Nothing was recorded and no server started; a signal that ended the wait
+            // still names itself.
+            return interrupts.exit_code().unwrap_or(exit::BUSY);
+        }
         Err(e) => {
             crate::error(e);
             return exit::REFUSED;

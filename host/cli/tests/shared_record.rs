@@ -1,5 +1,5 @@
-//! Several writers on one record file: each `aegis run` waits its turn for the file's
-//! lock, saying once which process holds it, and the record they leave verifies; with
+//! Several writers on one record file: each `aegis run` (and `aegis wrap`) waits its turn
+//! for the file's lock, saying once which process holds it, and the record they leave verifies; with
 //! `--no-wait` a busy record fails at once with its own exit code (5), not the one for a
 //! refused configuration (4).
 
@@ -152,5 +152,75 @@ fn a_held_record_makes_run_wait_with_a_notice_and_no_wait_exit_5() {
         .read_to_string(&mut stdout)
         .unwrap();
     assert_eq!(stdout, "patient");
+    assert!(verify_pinned(&record, &key_id).starts_with("Verified"));
+}
+
+/// `aegis wrap` of a server that leaves a mark when it starts, into `record`, with stdin
+/// closed (the client has nothing to say) and stderr piped.
+fn start_wrap(record: &Path, key: &Path, mark: &Path, extra: &[&str]) -> Child {
+    aegis()
+        .arg("wrap")
+        .arg("--audit")
+        .arg(record)
+        .arg("--signing-key")
+        .arg(key)
+        .args(extra)
+        .args(["--", "sh", "-c", "touch \"$0\""])
+        .arg(mark)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// `wrap` takes its turn the same way, and starts no server before it holds the record:
+/// `--no-wait` exits 5 with the server never started; without it, the notice comes, the
+/// server has still not started, and it starts once the lock is let go.
+#[test]
+fn a_held_record_makes_wrap_wait_before_starting_its_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, key_id) = keygen(dir.path());
+    let record = dir.path().join("held.aarl");
+    let mark = dir.path().join("server-started");
+    let holder = std::fs::File::create(&record).unwrap();
+    holder.lock().unwrap();
+
+    let out = start_wrap(&record, &key, &mark, &["--no-wait"])
+        .wait_with_output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("another process is writing this record"),
+        "{err}"
+    );
+    assert!(!mark.exists(), "the server started on a busy record");
+
+    let mut waiting = start_wrap(&record, &key, &mark, &[]);
+    let mut stderr = BufReader::new(waiting.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "wrap ended without waiting: {seen}"
+        );
+        if line.starts_with("aegis: waiting for the record: ") {
+            break;
+        }
+        seen.push_str(&line);
+    }
+    // The notice is said while the record is busy, before any server may start.
+    assert!(
+        !mark.exists(),
+        "the server started before wrap held the record"
+    );
+    drop(holder);
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    let status = waiting.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{rest}");
+    assert!(mark.exists(), "the server never started: {rest}");
     assert!(verify_pinned(&record, &key_id).starts_with("Verified"));
 }
