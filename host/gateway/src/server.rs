@@ -46,6 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 /// What the server tells the operator (the CLI prints it on stderr, escaped).
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub enum Note<'a> {
     /// A line a tool wrote to its stderr.
     ToolStderr {
