@@ -8,7 +8,9 @@
 //!   as `http://` origins. Anything else is answered 403 before any MCP handling: a
 //!   page on another site that rebinds its name to 127.0.0.1 cannot reach the tools.
 //! - With a token, a request without `Authorization: Bearer <token>` gets 401 and
-//!   nothing else; the comparison does not stop at the first differing byte.
+//!   nothing else. A token of the right length is compared without stopping at the
+//!   first differing byte; one of another length is refused at once (its length is
+//!   all that timing could tell).
 //! - A request body over [`HttpOptions::max_body`] gets 413, however it is framed.
 //!
 //! # Non-guarantees
