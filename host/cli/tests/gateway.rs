@@ -229,7 +229,24 @@ async fn exercise(client: &RunningService<RoleClient, ()>) -> usize {
         .unwrap_err()
         .to_string();
     assert!(e.contains("unknown tool") && e.contains("call-"), "{e}");
-    9
+
+    // Sixteen at once: each answered with its own arguments, each recorded once.
+    let burst: Vec<_> = (0..16)
+        .map(|i| {
+            let peer = client.peer().clone();
+            tokio::spawn(async move {
+                let params = CallToolRequestParams::new("echo")
+                    .with_arguments(args(serde_json::json!({"message": format!("m{i}")})));
+                (i, peer.call_tool(params).await)
+            })
+        })
+        .collect();
+    for task in burst {
+        let (i, r) = task.await.unwrap();
+        let r = r.unwrap();
+        assert_eq!(first_text(&r), format!(r#"{{"message":"m{i}"}}"#));
+    }
+    9 + 16
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,6 +272,45 @@ async fn stdio_lists_calls_refuses_and_records_every_call() {
         .filter(|o| common::at(o, &["policy", "status"]) == "denied")
         .count();
     assert!(policy_refused >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_mid_call_still_gets_its_call_recorded() {
+    let setup = Setup::new();
+    let mut child = setup
+        .gateway(&[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let transport = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    let client = ().serve(transport).await.expect("initialize over stdio");
+    let peer = client.peer().clone();
+    let params = CallToolRequestParams::new("sleep")
+        .with_arguments(args(serde_json::json!({"seconds": 3600})));
+    let sleeping = tokio::spawn(async move { peer.call_tool(params).await });
+    // Leave once the call is on the record (its intent is durable before it runs).
+    let start = std::time::Instant::now();
+    while !text(&std::fs::read(setup.record()).unwrap_or_default())
+        .contains(r#""line_type":"intent""#)
+    {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "no intent"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    client.cancel().await.unwrap();
+    let status = child.wait().await.unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        sleeping.await.unwrap().is_err(),
+        "the client left: no answer"
+    );
+    let outcomes = setup.check_record(1);
+    let said = common::at(&outcomes[0], &["execution", "message"]);
+    assert!(said.starts_with("cancelled: "), "{said}");
 }
 
 /// Starts `aegis gateway --http 127.0.0.1:0 …` and reads the URL it serves at from its
