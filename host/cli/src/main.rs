@@ -142,8 +142,8 @@ enum Command {
     /// Exit codes: 0 served and the record closed, 1 usage error, 2 the manifest, a
     /// component, a root or the token file could not be read or was refused, 4 the
     /// profile, a plugin, the key or the sink was refused, 17 an intent, outcome or the
-    /// close line could not be written, 18 the address could not be bound or the
-    /// transport failed.
+    /// close line could not be written, 18 the address could not be bound, the
+    /// transport failed or the sandbox could not be built.
     Gateway(Box<gateway::GatewayArgs>),
     /// A guided walk: write a signed session, verify it, then tamper with it.
     Demo,
