@@ -171,6 +171,12 @@ pub async fn serve(
             require_token,
         ));
     }
+    // Without TCP_NODELAY a streamed answer's second small write waits for the client's
+    // delayed ACK: ~40 ms per call (measured on a debug build, sequential echo calls
+    // from a Python client: 49.6 ms/call without it, 19.1 with it).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(async move { stop.cancelled_owned().await })
         .await
