@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod demo;
+mod gateway;
 mod interrupt;
 mod key;
 mod plugins;
@@ -48,6 +49,8 @@ mod exit {
     /// run: the record could not be written; any output was withheld. wrap: an intent,
     /// outcome or the close line could not be written.
     pub const RECORD_FAILED: u8 = 17;
+    /// gateway: the transport could not be bound or failed, or the sandbox not built.
+    pub const SERVE_FAILED: u8 = 18;
 }
 
 const _: () = assert!(
@@ -135,6 +138,20 @@ enum Command {
     /// 5 the record is busy (--no-wait; without it wrap waits its turn), 17 an intent, outcome or the close line could not be written. A server exiting
     /// with one of these codes itself is indistinguishable from them.
     Wrap(Box<wrap::WrapArgs>),
+    /// Serve the WebAssembly tools of a manifest as an MCP server (stdio, or Streamable
+    /// HTTP with --http), each tools/call through policy, capability, sandbox and audit.
+    ///
+    /// Every component is loaded before anything is served. A refusal, trap or ceiling
+    /// is a result with isError naming the station and the call id. Runs until the
+    /// client closes stdin (stdio) or SIGINT/SIGTERM; running calls are cancelled, each
+    /// gets its outcome, and the record is closed.
+    ///
+    /// Exit codes: 0 served and the record closed, 1 usage error, 2 the manifest, a
+    /// component, a root or the token file could not be read or was refused, 4 the
+    /// profile, a plugin, the key or the sink was refused, 17 an intent, outcome or the
+    /// close line could not be written, 18 the address could not be bound, the
+    /// transport failed or the sandbox could not be built.
+    Gateway(Box<gateway::GatewayArgs>),
     /// A guided walk: write a signed session, verify it, then tamper with it.
     Demo,
     /// List plugins: built-in, and loadable libraries found on the plugin path.
@@ -209,6 +226,7 @@ fn main() -> ExitCode {
         } => key::show(&keyfile),
         Command::Run(args) => run::run(&cli.profile, &args),
         Command::Wrap(args) => wrap::wrap(&cli.profile, &args),
+        Command::Gateway(args) => gateway::gateway(&cli.profile, &args),
         Command::Demo => {
             // The walk runs on the embedded default profile whatever --profile says.
             say(format_args!(

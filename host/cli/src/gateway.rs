@@ -1,0 +1,163 @@
+//! `aegis gateway`: serve the manifest's WebAssembly tools as an MCP server, every call
+//! through the profile's stations.
+//!
+//! Flags, printing and exit codes only: the manifest, the server, the transports and the
+//! record's close live in [`aegis_gateway`].
+
+use aegis_gateway::http::{DEFAULT_MAX_BODY, HttpOptions};
+use aegis_gateway::{Gateway, GatewayError, GatewayOptions, Manifest, Note, Notes, Transport};
+use aegis_record::text::escape;
+use aegis_runtime::Host;
+use aegis_runtime::sandbox::DEFAULT_CONCURRENT_CALLS;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::exit;
+
+/// `aegis gateway`'s arguments.
+#[derive(clap::Args)]
+pub struct GatewayArgs {
+    /// The tools manifest (TOML): each tool's component, shape, schemas, grants.
+    #[arg(long, value_name = "FILE")]
+    tools: PathBuf,
+    /// Serve Streamable HTTP at this address (e.g. 127.0.0.1:8765) instead of stdio.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// With --http: require `Authorization: Bearer <the file's first line>`.
+    #[arg(long, value_name = "FILE", requires = "http")]
+    token_file: Option<PathBuf>,
+    /// With --http: the largest request body accepted, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_BODY, requires = "http")]
+    max_body: usize,
+    /// With --http: accept an ADDR that is not loopback (by default refused).
+    #[arg(long, requires = "http")]
+    allow_non_loopback: bool,
+    /// Calls at once (the sandbox pool's size); one more is refused, and recorded.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENT_CALLS)]
+    max_calls: u32,
+    /// The role every call asserts, for policy rules.
+    #[arg(long, value_name = "ROLE")]
+    role: Option<String>,
+    /// A policy YAML file, instead of the profile's policy station.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// Append the record to this file (a durable file sink) instead of the profile's.
+    #[arg(long, value_name = "PATH", requires = "signing_key")]
+    audit: Option<PathBuf>,
+    /// The signing key (`aegis keygen`); required by a durable sink.
+    #[arg(long, value_name = "PATH")]
+    signing_key: Option<PathBuf>,
+}
+
+/// The server's notes on stderr, escaped: a tool's stderr lines and record failures.
+fn notes() -> Notes {
+    Arc::new(|note: Note<'_>| match note {
+        Note::ToolStderr {
+            tool,
+            call_id,
+            line,
+        } => crate::say(format_args!(
+            "{} [{}]: {}",
+            escape(tool),
+            escape(call_id),
+            escape(line)
+        )),
+        Note::RecordFailed(what) => crate::error(escape(what)),
+        _ => {}
+    })
+}
+
+/// The exit code for a gateway that failed to start, serve or close.
+fn code_of(e: &GatewayError) -> u8 {
+    match e {
+        GatewayError::Open(_) => exit::REFUSED,
+        GatewayError::Bind { .. } | GatewayError::Serve(_) | GatewayError::Sandbox(_) => {
+            exit::SERVE_FAILED
+        }
+        GatewayError::Close(_) => exit::RECORD_FAILED,
+        _ => exit::UNREADABLE,
+    }
+}
+
+pub fn gateway(profile_name: &str, a: &GatewayArgs) -> u8 {
+    if a.max_calls == 0 {
+        crate::error("--max-calls must be at least 1");
+        return exit::TAMPERED_OR_USAGE;
+    }
+    let manifest = match Manifest::load(&a.tools) {
+        Ok(m) => m,
+        Err(e) => {
+            crate::error(e);
+            return exit::UNREADABLE;
+        }
+    };
+    let transport = match a.http {
+        None => Transport::Stdio,
+        Some(addr) => {
+            let token = match &a.token_file {
+                Some(path) => match aegis_gateway::http::read_token(path) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        crate::error(e);
+                        return exit::UNREADABLE;
+                    }
+                },
+                None => None,
+            };
+            Transport::Http(HttpOptions {
+                token,
+                max_body: a.max_body,
+                allow_non_loopback: a.allow_non_loopback,
+                ..HttpOptions::new(addr)
+            })
+        }
+    };
+    let profile = match crate::use_profile(profile_name) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let builder = match crate::with_overrides(
+        Host::builder(profile),
+        a.policy.as_deref(),
+        a.audit.as_deref(),
+        a.signing_key.as_deref(),
+    ) {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
+    let options = GatewayOptions {
+        capacity: a.max_calls,
+        cache_dir: crate::run::cache_dir(),
+        role: a.role.clone(),
+    };
+    let gateway = match Gateway::open(builder, &manifest, &options, notes()) {
+        Ok(g) => g,
+        Err(e) => {
+            crate::error(&e);
+            return code_of(&e);
+        }
+    };
+    let names: Vec<String> = gateway
+        .server()
+        .tools()
+        .iter()
+        .map(|t| escape(&t.name).to_string())
+        .collect();
+    crate::say(format_args!("aegis: {}", gateway.notice()));
+    let count = names.len();
+    let listed = names.join(", ");
+    let ready = Box::new(move |at: &str| {
+        crate::say(format_args!(
+            "aegis: gateway serving {count} tools ({listed}) on {}",
+            escape(at)
+        ));
+    });
+    match aegis_gateway::run(gateway, transport, ready) {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            crate::error(&e);
+            code_of(&e)
+        }
+    }
+}

@@ -1,0 +1,482 @@
+//! `aegis gateway` end to end: the built binary serving tests/fixtures/gateway/tools.toml,
+//! driven by the official Rust SDK's client (rmcp) over stdio and over Streamable HTTP,
+//! and by raw HTTP requests for what a client library would never send (a rebound Host,
+//! a foreign Origin, no token, an oversized body).
+//!
+//! Each test checks the record too: `aegis verify` says Verified, and every `tools/call`
+//! the client sent has exactly one intent and one outcome.
+
+mod common;
+
+use aegis_record::json::Object;
+use common::{field, object, text};
+use rmcp::RoleClient;
+use rmcp::ServiceExt as _;
+use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
+use rmcp::service::RunningService;
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Allows everything but `reverse`.
+const POLICY: &str = "version: 1
+default: allow
+rules:
+  - id: no-reverse
+    action: deny
+    tool: reverse
+    reason: reversing is not allowed here
+";
+
+fn aegis() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_aegis"))
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gateway")
+}
+
+/// A key, a policy and a record path in a fresh directory.
+struct Setup {
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let out = aegis()
+            .args(["keygen", "--out"])
+            .arg(dir.path().join("k"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        std::fs::write(dir.path().join("policy.yaml"), POLICY).unwrap();
+        Setup { dir }
+    }
+
+    fn record(&self) -> PathBuf {
+        self.dir.path().join("record.jsonl")
+    }
+
+    /// `aegis gateway` with the fixture manifest, the policy and the durable record.
+    fn gateway(&self, extra: &[&str]) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_aegis"));
+        c.arg("gateway")
+            .arg("--tools")
+            .arg(fixtures().join("tools.toml"))
+            .arg("--policy")
+            .arg(self.dir.path().join("policy.yaml"))
+            .arg("--audit")
+            .arg(self.record())
+            .arg("--signing-key")
+            .arg(self.dir.path().join("k"))
+            .args(extra)
+            .env("XDG_CACHE_HOME", self.dir.path().join("cache"))
+            .kill_on_drop(true);
+        c
+    }
+
+    /// The record verifies, and holds exactly one intent and one outcome for each of
+    /// `calls` calls, matched by call id.
+    fn check_record(&self, calls: usize) -> Vec<Object> {
+        let out = aegis().arg("verify").arg(self.record()).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stdout).contains("Verified"),
+            "{}",
+            text(&out.stdout)
+        );
+        let lines: Vec<Object> = std::fs::read(self.record())
+            .unwrap()
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(object)
+            .collect();
+        let of_type = |t: &str| -> Vec<Object> {
+            lines
+                .iter()
+                .filter(|l| field(l, "line_type") == t)
+                .cloned()
+                .collect()
+        };
+        let (intents, outcomes) = (of_type("intent"), of_type("outcome"));
+        assert_eq!(intents.len(), calls, "one intent per tools/call");
+        assert_eq!(outcomes.len(), calls, "one outcome per tools/call");
+        for intent in &intents {
+            let id = field(intent, "call_id");
+            let matching = outcomes
+                .iter()
+                .filter(|o| field(o, "call_id") == id)
+                .count();
+            assert_eq!(matching, 1, "call {id}: one outcome");
+        }
+        assert_eq!(of_type("close").len(), 1, "the record is closed");
+        outcomes
+    }
+}
+
+fn args(v: serde_json::Value) -> JsonObject {
+    match v {
+        serde_json::Value::Object(o) => o,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+fn first_text(r: &CallToolResult) -> String {
+    r.content
+        .first()
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.clone())
+        .unwrap_or_default()
+}
+
+async fn call(
+    client: &RunningService<RoleClient, ()>,
+    name: &str,
+    arguments: serde_json::Value,
+) -> CallToolResult {
+    client
+        .call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(args(arguments)))
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The calls both transports make, and what each must answer; returns how many
+/// `tools/call` requests were sent.
+async fn exercise(client: &RunningService<RoleClient, ()>) -> usize {
+    let tools = client.list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    for expected in [
+        "echo",
+        "echo-structured",
+        "reverse",
+        "read-file",
+        "refuse",
+        "panic",
+        "spin",
+        "sleep",
+    ] {
+        assert!(names.contains(&expected), "{expected} listed: {names:?}");
+    }
+    let echo = tools.iter().find(|t| t.name == "echo").unwrap();
+    let hints = echo.annotations.as_ref().expect("echo's annotations");
+    assert_eq!(hints.read_only_hint, Some(true));
+    assert!(
+        tools
+            .iter()
+            .find(|t| t.name == "echo-structured")
+            .unwrap()
+            .output_schema
+            .is_some()
+    );
+
+    // Success: the arguments reach the tool as canonical JSON and come back as text.
+    let r = call(client, "echo", serde_json::json!({"message": "hi"})).await;
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    assert_eq!(first_text(&r), r#"{"message":"hi"}"#);
+
+    // A declared output schema: structuredContent, checked.
+    let r = call(
+        client,
+        "echo-structured",
+        serde_json::json!({"message": "hi"}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    assert_eq!(
+        r.structured_content,
+        Some(serde_json::json!({"message": "hi"}))
+    );
+
+    // Arguments on argv, a read root.
+    let hello = fixtures().join("data/hello.txt").canonicalize().unwrap();
+    let r = call(client, "read-file", serde_json::json!({"path": hello})).await;
+    assert_eq!(first_text(&r), "hello from a read root\n", "{r:?}");
+
+    // A policy refusal names the station and the call id.
+    let r = call(client, "reverse", serde_json::json!({})).await;
+    assert_eq!(r.is_error, Some(true));
+    let said = first_text(&r);
+    assert!(
+        said.starts_with("aegis policy: refused by policy (rule no-reverse)"),
+        "{said}"
+    );
+    assert!(said.contains("(call call-"), "{said}");
+
+    // A trap, a tool's own error, a ceiling: the sandbox.
+    let said = first_text(&call(client, "panic", serde_json::json!({})).await);
+    assert!(said.starts_with("aegis sandbox: trapped"), "{said}");
+    let said = first_text(&call(client, "refuse", serde_json::json!({})).await);
+    assert!(said.contains("refused: this tool says no"), "{said}");
+    let said = first_text(&call(client, "spin", serde_json::json!({})).await);
+    assert!(said.contains("wall_time ceiling"), "{said}");
+
+    // Arguments that do not match the schema: refused by the gateway, recorded.
+    let r = call(client, "echo-structured", serde_json::json!({"message": 7})).await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(first_text(&r).starts_with("aegis gateway: refused: the arguments do not match"));
+
+    // An unknown tool: a JSON-RPC error naming the recorded call.
+    let e = client
+        .call_tool(CallToolRequestParams::new("no-such-tool"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown tool") && e.contains("call-"), "{e}");
+
+    // Sixteen at once: each answered with its own arguments, each recorded once.
+    let burst: Vec<_> = (0..16)
+        .map(|i| {
+            let peer = client.peer().clone();
+            tokio::spawn(async move {
+                let params = CallToolRequestParams::new("echo")
+                    .with_arguments(args(serde_json::json!({"message": format!("m{i}")})));
+                (i, peer.call_tool(params).await)
+            })
+        })
+        .collect();
+    for task in burst {
+        let (i, r) = task.await.unwrap();
+        let r = r.unwrap();
+        assert_eq!(first_text(&r), format!(r#"{{"message":"m{i}"}}"#));
+    }
+    9 + 16
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_lists_calls_refuses_and_records_every_call() {
+    let setup = Setup::new();
+    let mut child = setup
+        .gateway(&[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let transport = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    let client = ().serve(transport).await.expect("initialize over stdio");
+    let calls = exercise(&client).await;
+    // Closing stdin ends the session; the gateway closes its record and exits 0.
+    client.cancel().await.unwrap();
+    let status = child.wait().await.unwrap();
+    assert_eq!(status.code(), Some(0));
+    let outcomes = setup.check_record(calls);
+    let policy_refused = outcomes
+        .iter()
+        .filter(|o| common::at(o, &["policy", "status"]) == "denied")
+        .count();
+    assert!(policy_refused >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_mid_call_still_gets_its_call_recorded() {
+    let setup = Setup::new();
+    let mut child = setup
+        .gateway(&[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let transport = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    let client = ().serve(transport).await.expect("initialize over stdio");
+    let peer = client.peer().clone();
+    let params = CallToolRequestParams::new("sleep")
+        .with_arguments(args(serde_json::json!({"seconds": 3600})));
+    let sleeping = tokio::spawn(async move { peer.call_tool(params).await });
+    // Leave once the call is on the record (its intent is durable before it runs).
+    let start = std::time::Instant::now();
+    while !text(&std::fs::read(setup.record()).unwrap_or_default())
+        .contains(r#""line_type":"intent""#)
+    {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "no intent"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    client.cancel().await.unwrap();
+    let status = child.wait().await.unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        sleeping.await.unwrap().is_err(),
+        "the client left: no answer"
+    );
+    let outcomes = setup.check_record(1);
+    let said = common::at(&outcomes[0], &["execution", "message"]);
+    assert!(said.starts_with("cancelled: "), "{said}");
+}
+
+/// Starts `aegis gateway --http 127.0.0.1:0 …` and reads the URL it serves at from its
+/// stderr.
+async fn http_gateway(setup: &Setup, extra: &[&str]) -> (tokio::process::Child, String) {
+    let mut flags = vec!["--http", "127.0.0.1:0"];
+    flags.extend_from_slice(extra);
+    let mut child = setup
+        .gateway(&flags)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap().into_owned_fd().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(std::fs::File::from(stderr));
+        let mut line = String::new();
+        let mut sent = false;
+        while reader.read_line(&mut line).unwrap_or(0) > 0 {
+            eprint!("gateway: {line}");
+            if !sent
+                && let Some(at) = line
+                    .split(" on ")
+                    .nth(1)
+                    .filter(|a| a.starts_with("http://"))
+            {
+                let _ = tx.send(at.trim().to_owned());
+                sent = true;
+            }
+            line.clear();
+        }
+    });
+    let url = rx.recv().expect("the gateway says where it serves");
+    (child, url)
+}
+
+/// One raw HTTP/1.1 POST; returns the status code.
+fn post(url: &str, headers: &[(&str, &str)], body: &[u8]) -> u16 {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (authority, path) = rest.split_at(rest.find('/').unwrap());
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    let mut request = format!(
+        "POST {path} HTTP/1.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        request.push_str(&format!("Host: {authority}\r\n"));
+    }
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    // The server may answer before reading an oversized body; a reset is fine.
+    let _ = stream.write_all(body);
+    // The status line is all this needs; a stream answer may stay open after it.
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while !answer.ends_with(b"\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+        answer.push(byte[0]);
+    }
+    let head = text(&answer);
+    head.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {head:?}"))
+}
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_serves_with_token_host_origin_and_body_checks() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let setup = Setup::new();
+    let token_file = setup.dir.path().join("token");
+    std::fs::write(&token_file, "tok-3141\n").unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let token_path = token_file.to_str().unwrap().to_owned();
+    let (mut child, url) =
+        http_gateway(&setup, &["--token-file", &token_path, "--max-body", "4096"]).await;
+    let bearer = ("Authorization", "Bearer tok-3141");
+
+    // The raw checks run on a plain thread: they block.
+    let raw_url = url.clone();
+    let statuses = tokio::task::spawn_blocking(move || {
+        let url = raw_url.as_str();
+        let init = INITIALIZE.as_bytes();
+        [
+            post(url, &[], init),
+            post(url, &[("Authorization", "Bearer wrong")], init),
+            post(url, &[bearer, ("Host", "evil.example")], init),
+            post(url, &[bearer, ("Host", "evil.example:80")], init),
+            post(url, &[bearer, ("Origin", "http://evil.example")], init),
+            post(url, &[bearer], &vec![b' '; 8192]),
+            post(url, &[bearer], init),
+        ]
+    })
+    .await
+    .unwrap();
+    assert_eq!(statuses[0], 401, "no token");
+    assert_eq!(statuses[1], 401, "a wrong token");
+    assert_eq!(statuses[2], 403, "a rebound Host");
+    assert_eq!(statuses[3], 403, "a rebound Host with a port");
+    assert_eq!(statuses[4], 403, "a foreign Origin");
+    assert_eq!(statuses[5], 413, "a body over --max-body");
+    assert_eq!(statuses[6], 200, "the same initialize, done right");
+
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url.as_str()).auth_header("tok-3141"),
+    );
+    let client = ().serve(transport).await.expect("initialize over HTTP");
+    let calls = exercise(&client).await;
+    client.cancel().await.unwrap();
+
+    // SIGTERM stops the server; it closes its record and exits 0.
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = child.wait().await.unwrap();
+    assert_eq!(status.code(), Some(0));
+    setup.check_record(calls);
+}
+
+#[test]
+fn a_bad_manifest_is_refused_before_serving_with_its_line() {
+    let setup = Setup::new();
+    let manifest = setup.dir.path().join("tools.toml");
+    let wasm = fixtures().join("../wasm/echo.wasm").canonicalize().unwrap();
+    std::fs::write(
+        &manifest,
+        format!(
+            "[[tool]]\nid = \"echo\"\ndescription = \"d\"\ncomponent = {:?}\nshape = \"tool\"\n[tool.input_schema]\ntype = \"object\"\n",
+            wasm.display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = aegis()
+        .arg("gateway")
+        .arg("--tools")
+        .arg(&manifest)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let said = text(&out.stderr);
+    assert!(
+        said.contains(
+            "tools.toml:5: tool \"echo\": shape: declared tool, but the component is command"
+        ),
+        "{said}"
+    );
+    std::fs::write(&manifest, "[[tool]]\nid = \"x\"\ncolour = 1\n").unwrap();
+    let out = aegis()
+        .arg("gateway")
+        .arg("--tools")
+        .arg(&manifest)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("tools.toml:3:"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -1,0 +1,361 @@
+//! `aegis gateway`: a directory of sandboxed WebAssembly tools, served as an MCP server
+//! over stdio or Streamable HTTP, every call through the host's four stations.
+//!
+//! The pieces, in the order a gateway comes up:
+//! - [`manifest`]: the tools manifest (TOML), parsed and checked, one-line errors.
+//! - [`Gateway::open`]: every component loaded (compiled, linked, its shape checked
+//!   against the manifest) and every tool registered before anything is served; then
+//!   the host opens from the operator's [`HostBuilder`].
+//! - [`server`]: the rmcp `ServerHandler`: `tools/list` from the manifest, `tools/call`
+//!   through the pipeline.
+//! - [`http`]: the Streamable HTTP side (loopback, Host/Origin, token, body cap).
+//! - [`run`]: serve on a transport until the client leaves or a signal, then close the
+//!   record.
+//!
+//! # Guarantees
+//! - A tool whose component does not load, or whose shape is not the one declared, or
+//!   whose roots do not resolve, is refused at start, naming the manifest line.
+//! - The record is closed only after every running call has its outcome.
+//!
+//! # Non-guarantees
+//! - The gateway serves tools only: no resources, prompts, sampling or elicitation.
+//! - Role and session are not taken from clients: the operator's `role` (if any) is
+//!   asserted for every call, as `aegis wrap` does.
+
+pub mod http;
+pub mod manifest;
+pub mod server;
+
+pub use manifest::{Manifest, ManifestError, ToolSpec};
+pub use server::{GatewayServer, Note, Notes, request_frame};
+
+use aegis_runtime::capability::{RegistrationError, ToolKind, ToolManifest, ToolRegistry};
+use aegis_runtime::sandbox::{DEFAULT_CONCURRENT_CALLS, Options, Sandbox, Shape};
+use aegis_runtime::{AuditNotice, Host, HostBuilder, OpenError};
+use rmcp::ServiceExt as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Why a gateway could not start, serve or close. Displayed as one line.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// The manifest was refused.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// A tool's component could not be loaded (read, compiled, linked).
+    #[error("{path}:{line}: tool {tool:?}: component: {message}")]
+    Component {
+        /// The manifest.
+        path: PathBuf,
+        /// The `component` key's line.
+        line: usize,
+        /// The tool.
+        tool: String,
+        /// Why.
+        message: String,
+    },
+    /// A component's shape is not the one the manifest declares.
+    #[error(
+        "{path}:{line}: tool {tool:?}: shape: declared {declared}, but the component is {found}"
+    )]
+    Shape {
+        /// The manifest.
+        path: PathBuf,
+        /// The `shape` key's line.
+        line: usize,
+        /// The tool.
+        tool: String,
+        /// As declared.
+        declared: &'static str,
+        /// As found.
+        found: &'static str,
+    },
+    /// The capability station refused a tool's manifest (a root, a limit).
+    #[error("{path}:{line}: {source}")]
+    Tool {
+        /// The manifest.
+        path: PathBuf,
+        /// The line of the field at fault.
+        line: usize,
+        /// The refusal.
+        source: RegistrationError,
+    },
+    /// The sandbox could not be built.
+    #[error("sandbox: {0}")]
+    Sandbox(String),
+    /// The host could not open (a profile, plugin, key or sink).
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The token file was refused.
+    #[error("--token-file {path}: {message}")]
+    Token {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// The HTTP address could not be bound, or is refused.
+    #[error("--http {addr}: {message}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        message: String,
+    },
+    /// The transport failed while serving.
+    #[error("serving: {0}")]
+    Serve(String),
+    /// The record could not be closed (or a call was still open).
+    #[error("the record could not be closed: {0}")]
+    Close(String),
+}
+
+/// How a gateway's host and sandbox are set up.
+#[derive(Clone, Debug)]
+pub struct GatewayOptions {
+    /// Calls at once: the sandbox pool's size, and the gateway's cap.
+    /// [`DEFAULT_CONCURRENT_CALLS`] by default.
+    pub capacity: u32,
+    /// wasmtime's compilation cache directory; none by default.
+    pub cache_dir: Option<PathBuf>,
+    /// The role asserted for every call; none by default.
+    pub role: Option<String>,
+}
+
+impl Default for GatewayOptions {
+    fn default() -> GatewayOptions {
+        GatewayOptions {
+            capacity: DEFAULT_CONCURRENT_CALLS,
+            cache_dir: None,
+            role: None,
+        }
+    }
+}
+
+/// An open gateway: the host, and the server over it.
+pub struct Gateway {
+    host: Host,
+    server: GatewayServer,
+}
+
+fn shape_word(shape: Shape) -> &'static str {
+    match shape {
+        Shape::Command => "command",
+        Shape::Tool => "tool",
+    }
+}
+
+impl Gateway {
+    /// Loads every component of `manifest` (refusing one that does not load or is not
+    /// its declared shape), registers the tools, and opens the host from `builder` (the
+    /// profile and the operator's overrides) with them.
+    ///
+    /// # Errors
+    /// [`GatewayError`], naming the manifest line where one is at fault.
+    pub fn open(
+        builder: HostBuilder,
+        manifest: &Manifest,
+        options: &GatewayOptions,
+        notes: Notes,
+    ) -> Result<Gateway, GatewayError> {
+        let sandbox = Sandbox::with_options(&Options {
+            cache_dir: options.cache_dir.clone(),
+            concurrent_calls: Some(options.capacity.max(1)),
+        })
+        .map_err(|e| GatewayError::Sandbox(e.to_string()))?;
+        let path = &manifest.path;
+        let mut tools = ToolRegistry::new();
+        let mut served = Vec::with_capacity(manifest.tools.len());
+        for spec in &manifest.tools {
+            let found = sandbox
+                .prepare(&spec.component)
+                .map_err(|e| GatewayError::Component {
+                    path: path.clone(),
+                    line: spec.lines.component,
+                    tool: spec.id.clone(),
+                    message: e.to_string(),
+                })?;
+            if found != spec.shape {
+                return Err(GatewayError::Shape {
+                    path: path.clone(),
+                    line: spec.lines.shape,
+                    tool: spec.id.clone(),
+                    declared: shape_word(spec.shape),
+                    found: shape_word(found),
+                });
+            }
+            tools
+                .register(ToolManifest {
+                    id: spec.id.clone(),
+                    kind: ToolKind::Wasm {
+                        component: spec.component.clone(),
+                    },
+                    fs_read: spec.read.clone(),
+                    fs_write: spec.write.clone(),
+                    net: Vec::new(),
+                    limits: spec.limits,
+                })
+                .map_err(|source| {
+                    let line = match &source {
+                        RegistrationError::Root { .. }
+                        | RegistrationError::NotADirectory { .. }
+                        | RegistrationError::RootChanged { .. } => spec.lines.roots,
+                        RegistrationError::Component { .. }
+                        | RegistrationError::ComponentRead { .. } => spec.lines.component,
+                        _ => spec.lines.id,
+                    };
+                    GatewayError::Tool {
+                        path: path.clone(),
+                        line,
+                        source,
+                    }
+                })?;
+            served.push(server::Served::new(spec.clone()).map_err(|message| {
+                GatewayError::Component {
+                    path: path.clone(),
+                    line: spec.lines.id,
+                    tool: spec.id.clone(),
+                    message,
+                }
+            })?);
+        }
+        let host = builder
+            .tool_registry(tools)
+            .sandbox(Arc::new(sandbox))
+            .open()?;
+        let server = GatewayServer::new(
+            Arc::clone(host.pipeline()),
+            served,
+            usize::try_from(options.capacity).unwrap_or(usize::MAX),
+            options.role.clone(),
+            notes,
+        );
+        Ok(Gateway { host, server })
+    }
+
+    /// The server, to serve on any rmcp transport.
+    pub fn server(&self) -> &GatewayServer {
+        &self.server
+    }
+
+    /// Where the record goes, for the operator.
+    pub fn notice(&self) -> &AuditNotice {
+        self.host.notice()
+    }
+
+    /// Stops taking calls, cancels running ones (each gets its outcome), and closes
+    /// the record.
+    ///
+    /// # Errors
+    /// [`GatewayError::Close`]: a call still holds the host, or the close line could
+    /// not be written.
+    pub fn close(self) -> Result<(), GatewayError> {
+        self.server.shut_down("the gateway is shutting down");
+        let record_failed = self.server.record_failed();
+        drop(self.server);
+        let audit = self
+            .host
+            .into_audit()
+            .map_err(|_| GatewayError::Close("a call is still open".into()))?;
+        audit
+            .session
+            .close()
+            .map_err(|e| GatewayError::Close(e.to_string()))?;
+        if record_failed {
+            return Err(GatewayError::Close(
+                "an intent or outcome could not be written while serving".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Which transport [`run`] serves on.
+#[derive(Clone, Debug)]
+pub enum Transport {
+    /// This process's stdin and stdout (one JSON-RPC message per line).
+    Stdio,
+    /// Streamable HTTP.
+    Http(http::HttpOptions),
+}
+
+/// Said once the transport is ready (for HTTP, with the address actually bound).
+pub type Ready = Box<dyn FnOnce(&str) + Send>;
+
+/// Serves `gateway` on `transport` until the client leaves (stdio) or SIGINT/SIGTERM
+/// arrives, then closes the record (every running call first gets its outcome).
+///
+/// # Errors
+/// [`GatewayError`]: the transport could not start or failed, or the record could not
+/// be closed.
+pub fn run(gateway: Gateway, transport: Transport, ready: Ready) -> Result<(), GatewayError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("aegis-gateway")
+        .enable_all()
+        .build()
+        .map_err(|e| GatewayError::Serve(format!("tokio runtime: {e}")))?;
+    let server = gateway.server.clone();
+    let served = runtime.block_on(async move {
+        let stop = CancellationToken::new();
+        let signalled = stop.clone();
+        tokio::spawn(async move {
+            stop_on_signal().await;
+            signalled.cancel();
+        });
+        match transport {
+            Transport::Stdio => serve_stdio(server, ready, stop).await,
+            Transport::Http(options) => {
+                let listener = http::bind(&options).await?;
+                let bound = listener
+                    .local_addr()
+                    .map_err(|e| GatewayError::Serve(e.to_string()))?;
+                ready(&format!("http://{bound}{}", http::ENDPOINT));
+                http::serve(server, listener, &options, stop).await
+            }
+        }
+    });
+    // The calls still running finish (cancelled) on their blocking threads; the
+    // runtime is only dropped after the record is closed.
+    let closed = gateway.close();
+    drop(runtime);
+    served.and(closed)
+}
+
+async fn serve_stdio(
+    server: GatewayServer,
+    ready: Ready,
+    stop: CancellationToken,
+) -> Result<(), GatewayError> {
+    ready("stdio");
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| GatewayError::Serve(e.to_string()))?;
+    let ct = running.cancellation_token();
+    tokio::select! {
+        ended = running.waiting() => ended.map(|_| ()).map_err(|e| GatewayError::Serve(e.to_string())),
+        () = stop.cancelled() => {
+            ct.cancel();
+            Ok(())
+        }
+    }
+}
+
+/// Resolves at the first SIGINT or SIGTERM (or never, if they cannot be watched).
+async fn stop_on_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,654 @@
+//! The MCP server: `tools/list` from the manifest, `tools/call` through the host's
+//! pipeline (policy, capability, sandbox, audit), on any rmcp transport.
+//!
+//! # Guarantees
+//! - Every `tools/call` is on the record: one intent, one outcome. That includes calls
+//!   the gateway refuses itself before the stations (arguments that do not match the
+//!   input schema, the gateway at capacity): their outcome says the stations were not
+//!   reached and why. A call of a tool the manifest does not declare goes through the
+//!   stations, where the capability station refuses it, and is answered with a
+//!   JSON-RPC error (MCP's answer for an unknown tool) naming the call id.
+//! - A refusal, trap or ceiling is a result with `isError: true` whose text names the
+//!   station (`policy`, `capability`, `sandbox`, or `gateway` before the stations) and
+//!   the call id.
+//! - No result for a call whose outcome could not be recorded: the client gets a
+//!   JSON-RPC internal error instead, and [`GatewayServer::record_failed`] turns true.
+//! - The request digest is the gateway's own ([`request_frame`]): SHA-256 of the
+//!   RFC 8785 canonical JSON of `{"arguments": …, "name": …}`, the same whatever the
+//!   transport's framing (`spec/SPEC.md` §3.2).
+//! - A client's `notifications/cancelled` (or its session ending) cancels the call
+//!   through the runtime's [`CancelToken`]: the guest is stopped and the outcome says
+//!   `cancelled: …`.
+//! - At most `capacity` calls run at once (the sandbox pool's size); one more is
+//!   refused, recorded, and answered `isError` naming the gateway, never queued.
+//!
+//! # Non-guarantees
+//! - A tool's stderr goes to the operator ([`Note::ToolStderr`]), never to the client.
+//! - Output that is not UTF-8 is not served (text content only in this phase): the
+//!   record says the tool succeeded, the client gets `isError` saying why it got no
+//!   text. The response digest covers the output bytes the pipeline handed back.
+
+use crate::manifest::{Delivery, ToolSpec};
+use aegis_record::ExecutionOutcome;
+use aegis_runtime::pipeline::{CallClass, CallRecord, CallRequest, stopped_before_the_stations};
+use aegis_runtime::{CancelToken, Executed, Pipeline, PipelineError};
+use rmcp::ErrorData as McpError;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use tokio_util::sync::CancellationToken;
+
+/// What the server tells the operator (the CLI prints it on stderr, escaped).
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum Note<'a> {
+    /// A line a tool wrote to its stderr.
+    ToolStderr {
+        /// The tool.
+        tool: &'a str,
+        /// The call.
+        call_id: &'a str,
+        /// The line, as the tool wrote it (not escaped).
+        line: &'a str,
+    },
+    /// The record could not be written: the call got no result.
+    RecordFailed(&'a str),
+}
+
+/// Where [`Note`]s go.
+pub type Notes = Arc<dyn Fn(Note<'_>) + Send + Sync>;
+
+/// A manifest tool as served: its spec, its listing, its compiled schemas.
+pub(crate) struct Served {
+    pub(crate) spec: ToolSpec,
+    pub(crate) listing: Tool,
+    input: jsonschema::Validator,
+    output: Option<jsonschema::Validator>,
+}
+
+impl Served {
+    /// Compiles the schemas (already checked when the manifest was parsed).
+    pub(crate) fn new(spec: ToolSpec) -> Result<Served, String> {
+        let compile = |schema: &JsonObject| {
+            jsonschema::validator_for(&serde_json::Value::Object(schema.clone()))
+                .map_err(|e| e.to_string())
+        };
+        let input = compile(&spec.input_schema)?;
+        let output = spec.output_schema.as_ref().map(compile).transpose()?;
+        let mut listing = Tool::new(
+            spec.id.clone(),
+            spec.description.clone(),
+            Arc::new(spec.input_schema.clone()),
+        );
+        listing.output_schema = spec.output_schema.clone().map(Arc::new);
+        let a = &spec.annotations;
+        if *a != crate::manifest::Annotations::default() {
+            let mut hints = ToolAnnotations::new();
+            hints.title = a.title.clone();
+            hints.read_only_hint = a.read_only;
+            hints.destructive_hint = a.destructive;
+            hints.idempotent_hint = a.idempotent;
+            hints.open_world_hint = a.open_world;
+            listing.annotations = Some(hints);
+            listing.title = a.title.clone();
+        }
+        Ok(Served {
+            spec,
+            listing,
+            input,
+            output,
+        })
+    }
+}
+
+/// Calls running now, and the pipeline while the gateway is open.
+struct State {
+    /// Taken out when the gateway closes: no call starts after that.
+    pipeline: Option<Arc<Pipeline>>,
+    running: HashMap<u64, CancelToken>,
+}
+
+struct Inner {
+    tools: BTreeMap<String, Served>,
+    listing: Vec<Tool>,
+    capacity: usize,
+    role: Option<String>,
+    state: Mutex<State>,
+    idle: Condvar,
+    next: AtomicU64,
+    record_failed: AtomicBool,
+    notes: Notes,
+}
+
+/// The rmcp [`ServerHandler`](rmcp::ServerHandler) behind `aegis gateway`. Cheap to
+/// clone (every HTTP session gets a clone); all clones serve the same calls.
+#[derive(Clone)]
+pub struct GatewayServer {
+    inner: Arc<Inner>,
+}
+
+/// A running call's place in [`State::running`]; dropping it frees the slot.
+struct Ticket {
+    inner: Arc<Inner>,
+    n: u64,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut state = self.inner.lock();
+        state.running.remove(&self.n);
+        self.inner.idle.notify_all();
+    }
+}
+
+/// How [`GatewayServer::run`] ended.
+enum Ran {
+    /// Through the pipeline.
+    Recorded(Box<CallRecord>),
+    /// Refused by the gateway before the stations (recorded), answered with this.
+    Refused(CallToolResult),
+}
+
+/// Why a call could not get a slot.
+enum NoSlot {
+    /// The gateway is closing or closed.
+    Closed,
+    /// Every slot is taken (the pipeline, to record the refusal).
+    Full(Arc<Pipeline>),
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What a refused or failed call is answered with.
+fn refusal(station: &str, what: &str, call_id: &str) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(format!(
+        "aegis {station}: {what} (call {call_id})"
+    ))])
+}
+
+/// The frame the gateway's request digest is taken over: the RFC 8785 canonical JSON
+/// of `{"arguments": <the call's arguments, {} when absent>, "name": <the tool>}`.
+/// Stdio lines and HTTP bodies frame one call differently; this does not.
+pub fn request_frame(name: &str, arguments: &JsonObject) -> Vec<u8> {
+    let mut call = JsonObject::new();
+    call.insert(
+        "arguments".into(),
+        serde_json::Value::Object(arguments.clone()),
+    );
+    call.insert("name".into(), serde_json::Value::String(name.to_owned()));
+    // Serializing a map of JSON values cannot fail; an empty frame would still be
+    // digested, never silently skipped.
+    serde_json_canonicalizer::to_vec(&serde_json::Value::Object(call)).unwrap_or_default()
+}
+
+/// What a tool is given: its input bytes and its arguments.
+struct Invocation {
+    input: Vec<u8>,
+    args: Vec<String>,
+}
+
+/// An argument's value as one argv element or input: strings as they are, numbers
+/// and booleans as their JSON text; anything else is refused.
+fn scalar(arguments: &JsonObject, name: &str) -> Result<String, String> {
+    match arguments.get(name) {
+        Some(serde_json::Value::String(s)) => Ok(s.clone()),
+        Some(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => Ok(v.to_string()),
+        Some(_) => Err(format!(
+            "argument {name:?} must be a string, a number or a boolean to be passed on argv or stdin"
+        )),
+        None => Err(format!("argument {name:?} is missing")),
+    }
+}
+
+fn invocation(delivery: &Delivery, arguments: &JsonObject) -> Result<Invocation, String> {
+    match delivery {
+        Delivery::Json => Ok(Invocation {
+            input: serde_json_canonicalizer::to_vec(&serde_json::Value::Object(arguments.clone()))
+                .map_err(|e| e.to_string())?,
+            args: Vec::new(),
+        }),
+        Delivery::Argv { argv, stdin } => Ok(Invocation {
+            args: argv
+                .iter()
+                .map(|n| scalar(arguments, n))
+                .collect::<Result<_, _>>()?,
+            input: match stdin {
+                Some(n) => scalar(arguments, n)?.into_bytes(),
+                None => Vec::new(),
+            },
+        }),
+    }
+}
+
+/// The station a recorded call's end is named after.
+fn station_of(record: &CallRecord) -> &'static str {
+    if stopped_before_the_stations(&record.outcome) {
+        return "gateway";
+    }
+    match record.class() {
+        CallClass::PolicyDenied | CallClass::RateLimited | CallClass::PendingApproval => "policy",
+        CallClass::CapabilityDenied => "capability",
+        CallClass::Success
+        | CallClass::Trap
+        | CallClass::ResourceExceeded
+        | CallClass::HostDenied => "sandbox",
+    }
+}
+
+/// What happened, in words, for a call that produced no output.
+fn what_happened(record: &CallRecord) -> String {
+    if let Some(refusal) = record.station_refusal() {
+        return refusal;
+    }
+    match &record.outcome.execution {
+        ExecutionOutcome::Success => "succeeded".into(),
+        ExecutionOutcome::Trap { message } => format!("trapped: {message}"),
+        ExecutionOutcome::ResourceExceeded { kind } => {
+            format!("stopped by the {kind} ceiling; no output returned")
+        }
+        ExecutionOutcome::HostDenied { reason } => format!("not run: {reason}"),
+    }
+}
+
+impl GatewayServer {
+    pub(crate) fn new(
+        pipeline: Arc<Pipeline>,
+        tools: Vec<Served>,
+        capacity: usize,
+        role: Option<String>,
+        notes: Notes,
+    ) -> GatewayServer {
+        let listing = tools.iter().map(|t| t.listing.clone()).collect();
+        GatewayServer {
+            inner: Arc::new(Inner {
+                tools: tools.into_iter().map(|t| (t.spec.id.clone(), t)).collect(),
+                listing,
+                capacity: capacity.max(1),
+                role,
+                state: Mutex::new(State {
+                    pipeline: Some(pipeline),
+                    running: HashMap::new(),
+                }),
+                idle: Condvar::new(),
+                next: AtomicU64::new(0),
+                record_failed: AtomicBool::new(false),
+                notes,
+            }),
+        }
+    }
+
+    /// The tools as listed.
+    pub fn tools(&self) -> &[Tool] {
+        &self.inner.listing
+    }
+
+    /// How many calls may run at once.
+    pub fn capacity(&self) -> usize {
+        self.inner.capacity
+    }
+
+    /// True once an intent or outcome could not be written.
+    pub fn record_failed(&self) -> bool {
+        self.inner.record_failed.load(Ordering::SeqCst)
+    }
+
+    /// Stops taking calls, cancels every running one with `why`, and waits until each
+    /// has finished (its outcome written). Afterwards the server holds no share of the
+    /// pipeline, so the host's record can close.
+    pub fn shut_down(&self, why: &str) {
+        let mut state = self.inner.lock();
+        state.pipeline = None;
+        for token in state.running.values() {
+            token.cancel(why);
+        }
+        while !state.running.is_empty() {
+            state = self
+                .inner
+                .idle
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn enter(&self, token: &CancelToken) -> Result<(Ticket, Arc<Pipeline>), NoSlot> {
+        let mut state = self.inner.lock();
+        let Some(pipeline) = state.pipeline.clone() else {
+            return Err(NoSlot::Closed);
+        };
+        if state.running.len() >= self.inner.capacity {
+            return Err(NoSlot::Full(pipeline));
+        }
+        let n = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        state.running.insert(n, token.clone());
+        let ticket = Ticket {
+            inner: Arc::clone(&self.inner),
+            n,
+        };
+        Ok((ticket, pipeline))
+    }
+
+    fn pipeline(&self) -> Option<Arc<Pipeline>> {
+        self.inner.lock().pipeline.clone()
+    }
+
+    fn failed(&self, e: &PipelineError) -> McpError {
+        self.inner.record_failed.store(true, Ordering::SeqCst);
+        let said = e.to_string();
+        (self.inner.notes)(Note::RecordFailed(&said));
+        McpError::internal_error(
+            format!("the call's record could not be written, so no result is given: {said}"),
+            None,
+        )
+    }
+
+    /// Records a call the gateway refuses before the stations: an intent, then an
+    /// outcome whose stations were not reached and whose execution gives `reason`.
+    async fn refuse(
+        &self,
+        pipeline: Arc<Pipeline>,
+        name: String,
+        frame: Vec<u8>,
+        reason: String,
+    ) -> Result<CallToolResult, McpError> {
+        let role = self.inner.role.clone();
+        let recorded = tokio::task::spawn_blocking(move || {
+            let request = CallRequest {
+                frame: Some(&frame),
+                role: role.as_deref(),
+                ..CallRequest::new(&name, b"")
+            };
+            let call = pipeline.begin_owned(&request)?;
+            let call_id = call.call_id().to_owned();
+            call.finish(Executed::NotStarted {
+                reason: format!("refused by the gateway: {reason}"),
+            })?;
+            Ok::<_, PipelineError>((call_id, reason))
+        })
+        .await
+        .map_err(|e| McpError::internal_error(format!("the gateway failed: {e}"), None))?;
+        match recorded {
+            Ok((call_id, reason)) => {
+                Ok(refusal("gateway", &format!("refused: {reason}"), &call_id))
+            }
+            Err(e) => Err(self.failed(&e)),
+        }
+    }
+
+    /// One `tools/call`, through the pipeline. `ct` is the request's cancellation
+    /// (rmcp cancels it on `notifications/cancelled` and when the session ends).
+    ///
+    /// # Errors
+    /// A JSON-RPC error: an unknown tool, the gateway closed, or a record write failed.
+    pub async fn call(
+        &self,
+        params: CallToolRequestParams,
+        ct: CancellationToken,
+    ) -> Result<CallToolResult, McpError> {
+        let name = params.name.to_string();
+        let arguments = params.arguments.unwrap_or_default();
+        let frame = request_frame(&name, &arguments);
+        let closed = || McpError::internal_error("the gateway is shutting down", None);
+        let Some(tool) = self.inner.tools.get(&name) else {
+            // Through the stations all the same: the capability station refuses a tool
+            // it has no manifest for, and that refusal is on the record.
+            let nothing = Invocation {
+                input: Vec::new(),
+                args: Vec::new(),
+            };
+            let record = match self.run(name.clone(), frame, nothing, ct).await? {
+                Ran::Recorded(record) => record,
+                Ran::Refused(result) => return Ok(result),
+            };
+            return Err(McpError::invalid_params(
+                format!(
+                    "unknown tool {name:?}: {} (call {})",
+                    what_happened(&record),
+                    record.outcome.call_id
+                ),
+                None,
+            ));
+        };
+        let checked = serde_json::Value::Object(arguments.clone());
+        let mismatch: Vec<String> = tool
+            .input
+            .iter_errors(&checked)
+            .take(3)
+            .map(|e| format!("{} at {:?}", e, e.instance_path().to_string()))
+            .collect();
+        if !mismatch.is_empty() {
+            let pipeline = self.pipeline().ok_or_else(closed)?;
+            let reason = format!(
+                "the arguments do not match the tool's input schema: {}",
+                mismatch.join("; ")
+            );
+            return self.refuse(pipeline, name, frame, reason).await;
+        }
+        let invocation = match invocation(&tool.spec.delivery, &arguments) {
+            Ok(i) => i,
+            Err(reason) => {
+                let pipeline = self.pipeline().ok_or_else(closed)?;
+                return self.refuse(pipeline, name, frame, reason).await;
+            }
+        };
+        match self.run(name, frame, invocation, ct).await? {
+            Ran::Recorded(record) => Ok(self.result(tool, &record)),
+            Ran::Refused(result) => Ok(result),
+        }
+    }
+
+    /// Runs a call through the pipeline on a blocking thread, cancelling it when `ct`
+    /// is cancelled; a call over capacity is refused and recorded instead.
+    async fn run(
+        &self,
+        name: String,
+        frame: Vec<u8>,
+        invocation: Invocation,
+        ct: CancellationToken,
+    ) -> Result<Ran, McpError> {
+        let token = CancelToken::new();
+        let (ticket, pipeline) = match self.enter(&token) {
+            Ok(entered) => entered,
+            Err(NoSlot::Closed) => {
+                return Err(McpError::internal_error(
+                    "the gateway is shutting down",
+                    None,
+                ));
+            }
+            Err(NoSlot::Full(pipeline)) => {
+                let reason = format!(
+                    "at capacity: {} calls are running, as many as the sandbox pool holds; \
+                     try again when one ends",
+                    self.inner.capacity
+                );
+                return Ok(Ran::Refused(
+                    self.refuse(pipeline, name, frame, reason).await?,
+                ));
+            }
+        };
+        let role = self.inner.role.clone();
+        let running = token.clone();
+        let mut job = tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = invocation.args.iter().map(String::as_str).collect();
+            let request = CallRequest {
+                frame: Some(&frame),
+                args: &args,
+                role: role.as_deref(),
+                cancel: Some(&running),
+                ..CallRequest::new(&name, &invocation.input)
+            };
+            let result = pipeline.call(&request);
+            // The pipeline share goes before the slot: once every slot is free, the
+            // host's share is the only one left and the record can close.
+            drop(pipeline);
+            drop(ticket);
+            result
+        });
+        let joined = tokio::select! {
+            joined = &mut job => joined,
+            () = ct.cancelled() => {
+                token.cancel(
+                    "the client cancelled the request (notifications/cancelled) or its session ended",
+                );
+                job.await
+            }
+        };
+        let record = joined
+            .map_err(|e| McpError::internal_error(format!("the gateway failed: {e}"), None))?
+            .map_err(|e| self.failed(&e))?;
+        for line in String::from_utf8_lossy(&record.stderr).lines() {
+            (self.inner.notes)(Note::ToolStderr {
+                tool: &record.outcome.tool_id,
+                call_id: &record.outcome.call_id,
+                line,
+            });
+        }
+        Ok(Ran::Recorded(Box::new(record)))
+    }
+
+    /// The MCP result for a recorded call of a manifest tool.
+    fn result(&self, tool: &Served, record: &CallRecord) -> CallToolResult {
+        let call_id = &record.outcome.call_id;
+        let Some(output) = &record.output else {
+            return refusal(station_of(record), &what_happened(record), call_id);
+        };
+        let Ok(text) = std::str::from_utf8(output) else {
+            return refusal(
+                "gateway",
+                &format!(
+                    "the tool succeeded but its output ({} bytes) is not UTF-8 text, which this gateway does not serve",
+                    output.len()
+                ),
+                call_id,
+            );
+        };
+        let Some(schema) = &tool.output else {
+            return CallToolResult::success(vec![ContentBlock::text(text)]);
+        };
+        let value: serde_json::Value = match serde_json::from_str(text) {
+            Ok(v) => v,
+            Err(e) => {
+                return refusal(
+                    "gateway",
+                    &format!("the tool's output is not the JSON its output schema declares: {e}"),
+                    call_id,
+                );
+            }
+        };
+        if let Some(e) = schema.iter_errors(&value).next() {
+            return refusal(
+                "gateway",
+                &format!("the tool's output does not match its output schema: {e}"),
+                call_id,
+            );
+        }
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(value);
+        result
+    }
+}
+
+impl rmcp::ServerHandler for GatewayServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        info.server_info = Implementation::new("aegis-gateway", env!("CARGO_PKG_VERSION"));
+        info.instructions = Some(
+            "Sandboxed WebAssembly tools. Every tools/call runs through Aegis's policy, \
+             capability, sandbox and audit stations; a refusal is a result with isError \
+             naming the station and the call id."
+                .into(),
+        );
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(self.inner.listing.clone()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.inner.tools.get(name).map(|t| t.listing.clone())
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        self.call(request, context.ct).await.map(Into::into)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(v: serde_json::Value) -> JsonObject {
+        match v {
+            serde_json::Value::Object(o) => o,
+            _ => panic!("not an object"),
+        }
+    }
+
+    #[test]
+    fn the_frame_is_canonical_whatever_the_key_order_or_spacing() {
+        let a = object(serde_json::json!({"b": 1.5, "a": [null, -2, "x"]}));
+        let b: JsonObject =
+            serde_json::from_str(r#"{ "a" : [ null , -2 , "x" ] , "b" : 1.50 }"#).unwrap();
+        assert_eq!(request_frame("t", &a), request_frame("t", &b));
+        assert_eq!(
+            request_frame("t", &a),
+            br#"{"arguments":{"a":[null,-2,"x"],"b":1.5},"name":"t"}"#
+        );
+        assert_eq!(
+            request_frame("t", &JsonObject::new()),
+            br#"{"arguments":{},"name":"t"}"#
+        );
+    }
+
+    #[test]
+    fn argv_delivery_passes_scalars_and_refuses_the_rest() {
+        let d = Delivery::Argv {
+            argv: vec!["path".into(), "n".into()],
+            stdin: Some("text".into()),
+        };
+        let i = invocation(
+            &d,
+            &object(serde_json::json!({"path": "/a b", "n": 3, "text": "hi"})),
+        )
+        .unwrap();
+        assert_eq!(i.args, ["/a b", "3"]);
+        assert_eq!(i.input, b"hi");
+        let e = invocation(&d, &object(serde_json::json!({"path": "/a", "n": [1]})))
+            .err()
+            .unwrap();
+        assert!(e.contains("\"n\" must be a string"), "{e}");
+        let e = invocation(&d, &object(serde_json::json!({"path": "/a", "n": 1})))
+            .err()
+            .unwrap();
+        assert!(e.contains("\"text\" is missing"), "{e}");
+    }
+
+    #[test]
+    fn json_delivery_gives_the_canonical_arguments() {
+        let i = invocation(
+            &Delivery::Json,
+            &object(serde_json::json!({"z": 1, "a": "b"})),
+        )
+        .unwrap();
+        assert_eq!(i.input, br#"{"a":"b","z":1}"#);
+        assert!(i.args.is_empty());
+    }
+}

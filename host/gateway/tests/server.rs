@@ -1,0 +1,185 @@
+//! The gateway's server in process, with the official SDK's client on the other end of
+//! an in-memory pipe: cancellation reaches the sandbox and is recorded, and a call over
+//! capacity is refused, recorded, and answered `isError`.
+
+use aegis_gateway::{Gateway, GatewayOptions, Manifest, Notes};
+use aegis_record::key::SigningKey;
+use aegis_runtime::{Host, Profile};
+use rmcp::ServiceExt as _;
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, JsonObject};
+use rmcp::service::PeerRequestOptions;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a test waits for something the gateway must do before it fails.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn manifest() -> Manifest {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gateway/tools.toml");
+    Manifest::load(&path).unwrap()
+}
+
+fn quiet() -> Notes {
+    Arc::new(|_| {})
+}
+
+/// A gateway over the fixture manifest, recording durably to `record`.
+fn open(record: &Path, capacity: u32) -> Gateway {
+    let profile = Profile::find("default").unwrap();
+    let builder = Host::builder(profile)
+        .audit_file("the test's record", record)
+        .signing_key(SigningKey::generate().unwrap());
+    let options = GatewayOptions {
+        capacity,
+        ..GatewayOptions::default()
+    };
+    Gateway::open(builder, &manifest(), &options, quiet()).unwrap()
+}
+
+fn lines(record: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(record)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn of_type(record: &Path, t: &str) -> Vec<serde_json::Value> {
+    lines(record)
+        .into_iter()
+        .filter(|l| l["line_type"] == t)
+        .collect()
+}
+
+/// Waits until `ready` holds of the record, failing after [`PATIENCE`].
+async fn wait_for(record: &Path, what: &str, ready: impl Fn(&Path) -> bool) {
+    let start = Instant::now();
+    while !ready(record) {
+        assert!(start.elapsed() < PATIENCE, "gave up waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn args(v: serde_json::Value) -> JsonObject {
+    match v {
+        serde_json::Value::Object(o) => o,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_stops_the_tool_and_capacity_refuses_the_next_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let record: PathBuf = dir.path().join("record.jsonl");
+    let gateway = open(&record, 1);
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    let server = gateway.server().clone();
+    let serving = tokio::spawn(async move {
+        let running = server.serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let client = ().serve(client_io).await.unwrap();
+
+    // One call fills the gateway (capacity 1): it sleeps for an hour in a host call.
+    let params = CallToolRequestParams::new("sleep")
+        .with_arguments(args(serde_json::json!({"seconds": 3600})));
+    let sleeping = client
+        .send_cancellable_request(
+            ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+            PeerRequestOptions::no_options(),
+        )
+        .await
+        .unwrap();
+    wait_for(&record, "the sleep call's intent", |r| {
+        of_type(r, "intent").len() == 1
+    })
+    .await;
+
+    // The next is refused before the stations, on the record, as a result.
+    let refused = client
+        .call_tool(CallToolRequestParams::new("echo").with_arguments(args(serde_json::json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(refused.is_error, Some(true));
+    let said = refused.content[0].as_text().unwrap().text.clone();
+    assert!(
+        said.starts_with("aegis gateway: refused: at capacity: 1 calls"),
+        "{said}"
+    );
+
+    // notifications/cancelled stops the sleeping guest; its outcome says so.
+    sleeping
+        .cancel(Some("the test is done waiting".into()))
+        .await
+        .unwrap();
+    wait_for(&record, "the sleep call's outcome", |r| {
+        of_type(r, "outcome").len() == 2
+    })
+    .await;
+
+    client.cancel().await.unwrap();
+    serving.await.unwrap();
+    gateway.close().unwrap();
+
+    let intents = of_type(&record, "intent");
+    let outcomes = of_type(&record, "outcome");
+    assert_eq!(intents.len(), 2);
+    assert_eq!(outcomes.len(), 2);
+    let sleep = outcomes.iter().find(|o| o["tool_id"] == "sleep").unwrap();
+    let message = sleep["execution"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("cancelled: the client cancelled"),
+        "{sleep}"
+    );
+    let echo = outcomes.iter().find(|o| o["tool_id"] == "echo").unwrap();
+    assert_eq!(
+        echo["policy"]["reason"],
+        aegis_runtime::pipeline::NOT_REACHED,
+        "{echo}"
+    );
+    assert_eq!(of_type(&record, "close").len(), 1);
+}
+
+#[test]
+fn a_component_that_does_not_load_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("broken.wasm"), b"\0asm not really").unwrap();
+    let path = dir.path().join("tools.toml");
+    std::fs::write(
+        &path,
+        "[[tool]]\nid = \"broken\"\ndescription = \"d\"\ncomponent = \"broken.wasm\"\nshape = \"command\"\n[tool.input_schema]\ntype = \"object\"\n",
+    )
+    .unwrap();
+    let manifest = Manifest::load(&path).unwrap();
+    let builder = Host::builder(Profile::find("default").unwrap());
+    let e = Gateway::open(builder, &manifest, &GatewayOptions::default(), quiet())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("tools.toml:4: tool \"broken\": component: "),
+        "{e}"
+    );
+
+    // A root that does not exist: refused at start, at the `read` line.
+    std::fs::write(
+        &path,
+        format!(
+            "[[tool]]\nid = \"echo\"\ndescription = \"d\"\ncomponent = {:?}\nshape = \"command\"\nread = [\"nowhere\"]\n[tool.input_schema]\ntype = \"object\"\n",
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../tests/fixtures/wasm/echo.wasm")
+                .display()
+                .to_string()
+        ),
+    )
+    .unwrap();
+    let manifest = Manifest::load(&path).unwrap();
+    let builder = Host::builder(Profile::find("default").unwrap());
+    let e = Gateway::open(builder, &manifest, &GatewayOptions::default(), quiet())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("tools.toml:6: tool \"echo\": root "), "{e}");
+}
