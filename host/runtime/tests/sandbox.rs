@@ -377,7 +377,12 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
             let name = path.file_name().unwrap_or_default().to_string_lossy();
             if path.is_dir() {
                 todo.push(path);
-            } else if !name.ends_with(".stats") && !name.starts_with(".cleanup") {
+            } else if !name.ends_with(".stats")
+                // wasmtime's cache worker writes a hit's usage stats in the background,
+                // through a temporary file of this name: bookkeeping, not compiled code.
+                && !name.ends_with(".wip-atomic-write-stats")
+                && !name.starts_with(".cleanup")
+            {
                 files.push(path);
             }
         }
