@@ -256,6 +256,38 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
+/// Opens the host, taking turns on a record another process is writing (as cargo does on
+/// a shared directory) unless `no_wait`: says once what it waits for, and a signal ends
+/// the wait. The exit code when it cannot open: [`exit::BUSY`] (or the signal's code)
+/// for a busy record, [`exit::REFUSED`] otherwise. Nothing is recorded either way.
+fn open_host(
+    builder: aegis_runtime::HostBuilder,
+    no_wait: bool,
+    interrupts: &interrupt::Interrupts,
+) -> Result<aegis_runtime::Host, u8> {
+    let builder = if no_wait {
+        builder
+    } else {
+        builder.wait_when_busy(interrupts.token().clone(), |why| {
+            say(format_args!(
+                "aegis: waiting for the record: {}",
+                aegis_record::text::escape(why)
+            ));
+        })
+    };
+    match builder.open() {
+        Ok(host) => Ok(host),
+        Err(e @ aegis_runtime::pipeline::OpenError::Busy(_)) => {
+            error(e);
+            Err(interrupts.exit_code().unwrap_or(exit::BUSY))
+        }
+        Err(e) => {
+            error(e);
+            Err(exit::REFUSED)
+        }
+    }
+}
+
 /// The operator's `--policy`, `--audit` and `--signing-key`, as overrides of the
 /// profile's stations (the host records each next to what the profile said).
 ///

@@ -147,28 +147,9 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
             return exit::REFUSED;
         }
     };
-    // Writers of one record take turns, as cargo's builds do on a shared directory.
-    let builder = if a.no_wait {
-        builder
-    } else {
-        builder.wait_when_busy(interrupts.token().clone(), |why| {
-            crate::say(format_args!(
-                "aegis: waiting for the record: {}",
-                aegis_record::text::escape(why)
-            ));
-        })
-    };
-    let host = match builder.open() {
+    let host = match crate::open_host(builder, a.no_wait, &interrupts) {
         Ok(h) => h,
-        Err(e @ aegis_runtime::pipeline::OpenError::Busy(_)) => {
-            crate::error(e);
-            // Nothing was recorded; a signal that ended the wait still names itself.
-            return interrupts.exit_code().unwrap_or(exit::BUSY);
-        }
-        Err(e) => {
-            crate::error(e);
-            return exit::REFUSED;
-        }
+        Err(code) => return code,
     };
     let args: Vec<&str> = a.args.iter().map(String::as_str).collect();
     let request = CallRequest {

@@ -134,29 +134,10 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
                 return exit::REFUSED;
             }
         };
-    // Writers of one record take turns, as `aegis run`'s do.
-    let builder = if a.no_wait {
-        builder
-    } else {
-        builder.wait_when_busy(interrupts.token().clone(), |why| {
-            crate::say(format_args!(
-                "aegis: waiting for the record: {}",
-                escape(why)
-            ));
-        })
-    };
-    let host = match builder.open() {
+    // Nothing is recorded and no server started until the host is open.
+    let host = match crate::open_host(builder, a.no_wait, &interrupts) {
         Ok(h) => h,
-        Err(e @ aegis_runtime::pipeline::OpenError::Busy(_)) => {
-            crate::error(e);
-            // Nothing was recorded and no server started; a signal that ended the wait
-            // still names itself.
-            return interrupts.exit_code().unwrap_or(exit::BUSY);
-        }
-        Err(e) => {
-            crate::error(e);
-            return exit::REFUSED;
-        }
+        Err(code) => return code,
     };
     crate::say(format_args!("aegis: {}", host.notice()));
     let gate = HostGate::new(host.pipeline().clone(), a.role.clone(), sink);

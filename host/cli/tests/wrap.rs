@@ -206,8 +206,11 @@ impl Wrap {
 
     fn wait(&mut self) -> ExitStatus {
         let status = self.child.wait().unwrap();
-        // Whatever was still on its way to the client.
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
+        // Whatever was still on its way to the client, up to the end of wrap's stdout
+        // (closed now that wrap has exited; its server never held it). A stalled reader
+        // resumes, or it would never see that end.
+        self.stall.store(false, Ordering::SeqCst);
+        while let Ok(line) = self.lines.recv() {
             self.received.extend_from_slice(&line);
         }
         status
