@@ -158,6 +158,17 @@ int_enum! {
     }
 }
 
+int_enum! {
+    /// What a host asks of a confinement backend when the kernel cannot enforce all of a
+    /// request. A newer host may add levels; a backend refuses one it does not know.
+    ConfinementLevel(u32) {
+        /// All of it, or refuse: the host then does not start the program.
+        REQUIRED = 1,
+        /// Whatever the kernel enforces; the report's gaps say what is not.
+        BEST_EFFORT = 2,
+    }
+}
+
 /// A failure reported across the boundary.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
@@ -568,21 +579,23 @@ pub fn each_axis(
     Ok(answers)
 }
 
-/// What a confinement backend is asked to apply to the current process.
+/// What a confinement backend is asked to apply to the current process. Paths are
+/// absolute; each names a directory or file whose whole subtree the right covers.
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug)]
 pub struct ConfinementRequest<'a> {
-    /// Paths to allow reading beneath.
+    /// Read files and list directories beneath.
     pub read_paths: RSlice<'a, RStr<'a>>,
-    /// Paths to allow writing beneath.
+    /// Read and execute beneath: what starting a program needs (the host derives this
+    /// exec-support set from its profile: `/usr`, the interpreter's prefix, …).
+    pub exec_paths: RSlice<'a, RStr<'a>>,
+    /// Read, write, create and remove beneath.
     pub write_paths: RSlice<'a, RStr<'a>>,
-    /// `host:port` destinations to allow; empty denies the network.
-    pub net_allow: RSlice<'a, RStr<'a>>,
-    /// Allow what `exec` of a dynamically linked program needs (read-only /usr and a
-    /// short named list of /etc and /dev files).
-    pub exec_support: bool,
-    /// Apply what the kernel supports instead of refusing a partial profile.
-    pub best_effort: bool,
+    /// `host:port` destinations the program may connect to over TCP; empty denies the
+    /// network. A backend that can only tell ports apart says so in its report.
+    pub net_connect: RSlice<'a, RStr<'a>>,
+    /// What to do when the kernel cannot enforce all of it.
+    pub level: ConfinementLevel,
 }
 
 /// What a confinement backend actually got the kernel to enforce.
@@ -595,6 +608,10 @@ pub struct ConfinementReport {
     pub abi: u32,
     /// One line per requested restriction that is not enforced.
     pub gaps: RVec<RString>,
+    /// Everything the backend enforced, as the text of one JSON object, for the record
+    /// (the host parses and checks it, and stores it canonically). Free in shape, so a
+    /// backend can report what its kernel interface grows without a new API major.
+    pub details: RString,
 }
 
 /// Confines the current process; called in a helper before it execs a native tool.

@@ -8,6 +8,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod confine;
 mod demo;
 mod gateway;
 mod interrupt;
@@ -152,6 +153,15 @@ enum Command {
     /// close line could not be written, 18 the address could not be bound, the
     /// transport failed or the sandbox could not be built.
     Gateway(Box<gateway::GatewayArgs>),
+    /// Run a native command confined by Landlock and seccomp (no MCP, no record): it
+    /// may read the exec-support set and what --allow-read/--allow-write grant, reach
+    /// only --allow-net ports, and inherits no descriptor but stdio. Prints what the
+    /// kernel enforced.
+    ///
+    /// Exit codes: the command's own (128 + N when killed by signal N), 1 usage error,
+    /// 125 the confinement could not be enforced (nothing was started), 127 the command
+    /// could not be found or executed.
+    Confine(confine::ConfineArgs),
     /// A guided walk: write a signed session, verify it, then tamper with it.
     Demo,
     /// List plugins: built-in, and loadable libraries found on the plugin path.
@@ -206,6 +216,10 @@ enum ProfilesCommand {
 }
 
 fn main() -> ExitCode {
+    // The confinement helper runs before anything else, while this is the only thread.
+    if let Some(code) = aegis_runtime::confine::helper_main() {
+        return ExitCode::from(code);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -227,6 +241,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(&cli.profile, &args),
         Command::Wrap(args) => wrap::wrap(&cli.profile, &args),
         Command::Gateway(args) => gateway::gateway(&cli.profile, &args),
+        Command::Confine(args) => return confine::confine(&args),
         Command::Demo => {
             // The walk runs on the embedded default profile whatever --profile says.
             say(format_args!(

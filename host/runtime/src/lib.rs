@@ -9,6 +9,7 @@
 
 pub mod audit;
 pub mod capability;
+pub mod confine;
 pub mod handler;
 pub mod host;
 pub mod outcome;

@@ -89,6 +89,8 @@ impl Registry {
                 Plugin::builtin(aegis_policy_yaml::plugin_module()),
                 Plugin::builtin(aegis_sink_memory::plugin_module()),
                 Plugin::builtin(aegis_sink_file::plugin_module()),
+                Plugin::builtin(aegis_confine_landlock::plugin_module()),
+                Plugin::builtin(crate::confine::none_module()),
             ],
             search: default_search_path(),
         }

@@ -8,7 +8,7 @@ use aegis_runtime::audit::{AuditNotice, RetentionError, open_audit};
 use aegis_runtime::{LoadError, Plugin, Profile, ProfileSource};
 use aegis_station_api::abi_stable::std_types::{RSlice, RStr};
 use aegis_station_api::{
-    ConfinementRequest, Enforcement, ErrorKind, Kinds, PolicyRequest, Retention,
+    ConfinementLevel, ConfinementRequest, Enforcement, ErrorKind, Kinds, PolicyRequest, Retention,
     Verdict as PolicyVerdict,
 };
 
@@ -64,10 +64,10 @@ fn every_kind_loads_from_its_cdylib_and_libraries_coexist() {
     let report = backend
         .apply(&ConfinementRequest {
             read_paths: RSlice::from_slice(none),
+            exec_paths: RSlice::from_slice(none),
             write_paths: RSlice::from_slice(none),
-            net_allow: RSlice::from_slice(none),
-            exec_support: false,
-            best_effort: true,
+            net_connect: RSlice::from_slice(none),
+            level: ConfinementLevel::BEST_EFFORT,
         })
         .into_result()
         .unwrap();

@@ -63,6 +63,7 @@ impl Confinement for Misbehaving {
             enforcement: Enforcement::NONE,
             abi: 0,
             gaps: RVec::from(vec![RString::from("this test backend enforces nothing")]),
+            details: RString::from("{}"),
         })
     }
 }

@@ -1,0 +1,254 @@
+//! `aegis confine` as an attacker's program sees it: real Landlock and seccomp on this
+//! kernel, a real Python and Node, real listeners the program tries to reach.
+//!
+//! Each escape is tried by tests/fixtures/confine/probe.py, which prints what every try
+//! got; the assertions are exact, so a probe that starts succeeding fails the test.
+#![cfg(target_os = "linux")]
+
+use std::io::ErrorKind;
+use std::net::{TcpListener, UdpSocket};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_aegis");
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/confine")
+        .join(name)
+}
+
+/// The interpreter itself, not a shim script in front of it (pyenv's would exec
+/// another program outside the exec-support set).
+fn python() -> PathBuf {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3 is on PATH");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A directory with `in/a.txt` (granted read), `out/` (granted write) and
+/// `secret.txt` beside them (granted nothing).
+fn tree() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    std::fs::create_dir(dir.path().join("out")).unwrap();
+    std::fs::write(dir.path().join("in/a.txt"), "granted").unwrap();
+    std::fs::write(dir.path().join("secret.txt"), "secret").unwrap();
+    dir
+}
+
+#[test]
+fn a_confined_python_cannot_leave_its_grant_by_any_door_it_tries() {
+    let dir = tree();
+    let d = dir.path();
+    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let unix_path = d.join("bus.sock");
+    let unix = UnixListener::bind(&unix_path).unwrap();
+    unix.set_nonblocking(true).unwrap();
+    let abstract_name = format!("aegis-confine-test-{}", std::process::id());
+    let abstract_listener =
+        UnixListener::bind_addr(&SocketAddr::from_abstract_name(&abstract_name).unwrap()).unwrap();
+    abstract_listener.set_nonblocking(true).unwrap();
+    let inherited = d.join("secret.txt");
+    // The script is read under the grant like any other file.
+    let probe = d.join("in/probe.py");
+    std::fs::copy(fixture("probe.py"), &probe).unwrap();
+
+    // bash leaves descriptor 7 open (no close-on-exec) across its exec of aegis.
+    let out: Output = Command::new("bash")
+        .arg("-c")
+        .arg("exec 7<\"$0\"; exec \"$@\"")
+        .arg(&inherited)
+        .arg(BIN)
+        .arg("confine")
+        .arg("--allow-read")
+        .arg(d.join("in"))
+        .arg("--allow-write")
+        .arg(d.join("out"))
+        .arg("--")
+        .arg(python())
+        .arg(&probe)
+        .arg(d)
+        .arg(tcp.local_addr().unwrap().port().to_string())
+        .arg(udp.local_addr().unwrap().port().to_string())
+        .arg(&unix_path)
+        .arg(&abstract_name)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stderr.contains("full enforcement, ABI"), "{stderr}");
+    let got: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let expected = [
+        ("read_granted", "ok"),
+        ("read_outside", "PermissionError"),
+        ("list_outside", "PermissionError"),
+        ("write_granted", "ok"),
+        ("write_read_only", "PermissionError"),
+        ("write_outside", "PermissionError"),
+        ("tcp_loopback", "PermissionError"),
+        ("udp", "PermissionError"),
+        ("unix_pathname", "PermissionError"),
+        ("unix_abstract", "PermissionError"),
+        ("signal_parent", "PermissionError"),
+        ("inherited_fd", "OSError"),
+    ];
+    for (probe, want) in expected {
+        assert_eq!(
+            got.get(probe).map(String::as_str),
+            Some(want),
+            "{probe}: {got:?}"
+        );
+    }
+    assert_eq!(got.len(), expected.len(), "{got:?}");
+    // And nothing arrived on the test's side either.
+    assert_eq!(
+        tcp.accept().err().map(|e| e.kind()),
+        Some(ErrorKind::WouldBlock)
+    );
+    assert_eq!(
+        udp.recv(&mut [0; 16]).err().map(|e| e.kind()),
+        Some(ErrorKind::WouldBlock)
+    );
+    assert_eq!(
+        unix.accept().err().map(|e| e.kind()),
+        Some(ErrorKind::WouldBlock)
+    );
+    assert_eq!(
+        abstract_listener.accept().err().map(|e| e.kind()),
+        Some(ErrorKind::WouldBlock)
+    );
+    assert!(!d.join("escape.txt").exists());
+    assert_eq!(std::fs::read_to_string(d.join("out/b.txt")).unwrap(), "x");
+}
+
+#[test]
+fn a_confined_node_starts_and_cannot_read_outside_its_grant() {
+    let dir = tree();
+    let d = dir.path();
+    let script = format!(
+        "const fs = require('fs');\
+         console.log(fs.readFileSync({:?}, 'utf8'));\
+         try {{ fs.readFileSync({:?}); console.log('LEAKED'); }} catch (e) {{ console.log(e.code); }}",
+        d.join("in/a.txt"),
+        d.join("secret.txt"),
+    );
+    let out = Command::new(BIN)
+        .arg("confine")
+        .arg("--allow-read")
+        .arg(d.join("in"))
+        .args(["--", "node", "-e", &script])
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert_eq!(stdout, "granted\nEACCES\n");
+}
+
+/// A rule path that cannot be opened makes the required confinement impossible: the
+/// command is not started, exit 125, one line naming the path. With --best-effort it
+/// runs, and the gap is printed.
+#[test]
+fn an_unenforceable_confinement_starts_nothing_unless_best_effort() {
+    let dir = tree();
+    let marker = dir.path().join("out/ran");
+    let missing = dir.path().join("no/such/dir");
+    let run = |extra: &[&str]| {
+        Command::new(BIN)
+            .arg("confine")
+            .arg("--allow-read")
+            .arg(&missing)
+            .arg("--allow-write")
+            .arg(dir.path().join("out"))
+            .args(extra)
+            .args(["--", "touch"])
+            .arg(&marker)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(&missing.display().to_string()), "{stderr}");
+    assert!(!marker.exists(), "the command ran");
+
+    let out = run(&["--best-effort"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("partial enforcement"), "{stderr}");
+    assert!(stderr.contains("not enforced: rule path"), "{stderr}");
+    assert!(marker.exists());
+}
+
+/// x32 syscall numbers reach the same kernel functions under other numbers; the filter
+/// kills the process, and the kill is named.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn an_x32_syscall_is_killed_and_said_to_be_seccomp() {
+    let out = Command::new(BIN)
+        .args(["confine", "--"])
+        .arg(python())
+        .args([
+            "-c",
+            "import ctypes; ctypes.CDLL(None).syscall(0x40000000 | 39); print('survived')",
+        ])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + 31), "{stderr}");
+    assert!(stderr.contains("killed by seccomp (SIGSYS)"), "{stderr}");
+    assert!(!text(&out.stdout).contains("survived"));
+}
+
+#[test]
+fn a_missing_command_exits_127_and_a_report_can_be_written() {
+    let out = Command::new(BIN)
+        .args(["confine", "--", "no-such-command-aegis"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127), "{}", text(&out.stderr));
+
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let out = Command::new(BIN)
+        .arg("confine")
+        .arg("--report")
+        .arg(&report)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(r["enforcement"], "full");
+    assert_eq!(r["details"]["no_new_privs"], true);
+    assert_eq!(r["details"]["landlock"]["kernel_abi"], r["abi"]);
+    assert_eq!(
+        r["details"]["seccomp"]["sha256"].as_str().unwrap().len(),
+        64
+    );
+    assert!(
+        r["details"]["rules"]["read"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p != "/etc" && p != "/")
+    );
+}

@@ -1,0 +1,556 @@
+//! Confining a native program: the host's side of the confinement station.
+//!
+//! A confined program is never confined by the host process itself (it has threads;
+//! Landlock and seccomp bind the calling thread, and nothing may run between `fork` and
+//! `exec` in a threaded process). Instead the host re-executes its own binary as a
+//! helper, `aegis __confine-exec PLAN -- PROGRAM ARGS…`, which the binary dispatches
+//! first thing in `main`, before any thread exists ([`helper_main`]). The helper:
+//! 1. opens the report channel (descriptor 3, given by the host);
+//! 2. resolves the plan's backend plugin and asks it to confine the process;
+//! 3. writes the backend's report (or its refusal) to the channel;
+//! 4. marks every descriptor but stdio close-on-exec, so the program inherits none;
+//! 5. execs the program. The channel closes on exec; a failed exec is reported on it.
+//!
+//! The host ([`spawn`]) reads the channel to its end, so it knows what was enforced
+//! before the program reads its first byte of input.
+//!
+//! # Guarantees
+//! - At the required level, a plan the backend cannot enforce fully starts nothing:
+//!   [`spawn`] returns [`ConfineError::Refused`] with the backend's one-line reason.
+//! - The program inherits stdio and nothing else from the helper or the host.
+//! - The exec-support set ([`exec_support`]) is named, short and checked in: `/usr`
+//!   and the library directories, the program's own prefix, a list of `/etc` files,
+//!   a few `/dev` nodes and `/proc` read-only — never all of `/etc` or `$HOME`.
+//!
+//! # Non-guarantees
+//! - What the backend enforces is what its report says; `none` enforces nothing.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+
+use aegis_record::json::{self, Object, Value};
+use aegis_station_api::abi_stable::std_types::{RSlice, RStr};
+use aegis_station_api::{ConfinementLevel, ConfinementRequest, Enforcement};
+use command_fds::{CommandFdExt, FdMapping};
+
+use crate::registry::{PluginSpec, Registry};
+
+/// The first argument that makes the binary the helper.
+pub const HELPER_ARG: &str = "__confine-exec";
+
+/// The descriptor the helper reports on.
+const REPORT_FD: i32 = 3;
+
+/// Exit status of a helper whose confinement was refused.
+pub const EXIT_REFUSED: u8 = 125;
+/// Exit status of a helper that could not exec the program.
+pub const EXIT_EXEC: u8 = 127;
+
+/// What to confine a program to, and with which backend.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The backend plugin (`builtin:confine-landlock`, a name or a path).
+    pub backend: String,
+    /// The backend's config section (TOML text).
+    pub config: String,
+    /// Refuse or best effort.
+    pub best_effort: bool,
+    /// Read beneath.
+    pub read: Vec<PathBuf>,
+    /// Read and execute beneath.
+    pub exec: Vec<PathBuf>,
+    /// Read, write, create, remove beneath.
+    pub write: Vec<PathBuf>,
+    /// `host:port` TCP destinations.
+    pub connect: Vec<String>,
+}
+
+/// Why a confined program was not started.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    /// The backend could not enforce the plan (exit 125).
+    #[error("confinement refused: {0}")]
+    Refused(String),
+    /// The program could not be found or executed (exit 127).
+    #[error("{0}")]
+    Exec(String),
+    /// The helper could not be started, or broke its protocol.
+    #[error("confinement helper: {0}")]
+    Helper(String),
+}
+
+/// What the backend reported it enforced.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// `full`, `partial` or `none`.
+    pub enforcement: String,
+    /// The kernel ABI the backend negotiated (Landlock's), 0 if none.
+    pub abi: u32,
+    /// What was asked and is not enforced, a line each.
+    pub gaps: Vec<String>,
+    /// The backend's details, plus the plan (`plan`) and the level.
+    pub details: Object,
+}
+
+impl Report {
+    /// The report as one JSON object (for the record and `--report`).
+    pub fn to_object(&self) -> Object {
+        let mut o = Object::new();
+        o.insert("enforcement", self.enforcement.as_str());
+        o.insert("abi", self.abi);
+        o.insert(
+            "gaps",
+            Value::Array(self.gaps.iter().map(|g| Value::from(g.as_str())).collect()),
+        );
+        o.insert("details", self.details.clone());
+        o
+    }
+}
+
+fn path_strings(paths: &[PathBuf]) -> Value {
+    Value::Array(
+        paths
+            .iter()
+            .map(|p| Value::from(p.to_string_lossy().into_owned()))
+            .collect(),
+    )
+}
+
+impl Plan {
+    fn to_json(&self) -> Result<String, ConfineError> {
+        for p in self.read.iter().chain(&self.exec).chain(&self.write) {
+            if p.to_str().is_none() || !p.is_absolute() {
+                return Err(ConfineError::Refused(format!(
+                    "rule path {} is not an absolute UTF-8 path",
+                    p.display()
+                )));
+            }
+        }
+        let mut o = Object::new();
+        o.insert("backend", self.backend.as_str());
+        o.insert("config", self.config.as_str());
+        o.insert("best_effort", self.best_effort);
+        o.insert("read", path_strings(&self.read));
+        o.insert("exec", path_strings(&self.exec));
+        o.insert("write", path_strings(&self.write));
+        o.insert(
+            "connect",
+            Value::Array(
+                self.connect
+                    .iter()
+                    .map(|c| Value::from(c.as_str()))
+                    .collect(),
+            ),
+        );
+        String::from_utf8(Value::Object(o).to_canonical())
+            .map_err(|e| ConfineError::Helper(e.to_string()))
+    }
+}
+
+/// `/etc` files a dynamically linked program, Python or Node reads to start and to
+/// resolve names; each is granted only if it exists.
+pub const ETC_FILES: &[&str] = &[
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/host.conf",
+    "/etc/hosts",
+    "/etc/gai.conf",
+    "/etc/resolv.conf",
+    "/etc/ssl/certs",
+    "/etc/ssl/openssl.cnf",
+    "/etc/mime.types",
+];
+
+/// Library and program directories granted read and execute.
+pub const EXEC_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32"];
+
+/// `/dev` nodes granted read (and `/dev/null` write).
+pub const DEV_READ: &[&str] = &["/dev/urandom", "/dev/random", "/dev/zero"];
+
+/// The exec-support set for `program` (an absolute path): `(read, exec, write)`.
+/// `/proc` is read-only; the program's prefix (the directory above its `bin`) is
+/// read and execute, so an interpreter outside `/usr` finds its own library.
+pub fn exec_support(program: &Path) -> (Vec<PathBuf>, Vec<PathBuf>, Vec<PathBuf>) {
+    let existing = |list: &[&str]| -> Vec<PathBuf> {
+        list.iter()
+            .map(PathBuf::from)
+            .filter(|p| p.exists())
+            .collect()
+    };
+    let mut read = existing(ETC_FILES);
+    read.extend(existing(DEV_READ));
+    read.push(PathBuf::from("/proc"));
+    let mut exec = existing(EXEC_DIRS);
+    let real = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
+    if let Some(prefix) = prefix_of(&real)
+        && !exec.iter().any(|d| prefix.starts_with(d))
+    {
+        exec.push(prefix);
+    }
+    let write = existing(&["/dev/null"]);
+    (read, exec, write)
+}
+
+/// `P` for `P/bin/prog`, else the program's own directory.
+fn prefix_of(program: &Path) -> Option<PathBuf> {
+    let dir = program.parent()?;
+    if dir.file_name() == Some(OsStr::new("bin")) {
+        dir.parent().map(Path::to_path_buf)
+    } else {
+        Some(dir.to_path_buf())
+    }
+}
+
+/// Finds `command` the way a shell would: as given if it has a `/`, else on `$PATH`.
+///
+/// # Errors
+/// Not found, or not an executable file.
+pub fn resolve_program(command: &OsStr) -> Result<PathBuf, ConfineError> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let given = Path::new(command);
+    if command.as_encoded_bytes().contains(&b'/') {
+        let abs = std::path::absolute(given).map_err(|e| ConfineError::Exec(e.to_string()))?;
+        return if runnable(&abs) {
+            Ok(abs)
+        } else {
+            Err(ConfineError::Exec(format!(
+                "{}: not an executable file",
+                given.display()
+            )))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join(given))
+        .find(|p| runnable(p))
+        .ok_or_else(|| ConfineError::Exec(format!("{}: command not found", given.display())))
+}
+
+/// Starts `program` (absolute) with `args` under `plan`, through `helper` (the `aegis`
+/// binary). `configure` sets the child's stdio. Returns once the program is exec'd.
+///
+/// # Errors
+/// See [`ConfineError`]; a refusal has started nothing.
+pub fn spawn(
+    helper: &Path,
+    plan: &Plan,
+    program: &Path,
+    args: &[OsString],
+    configure: impl FnOnce(&mut Command),
+) -> Result<(Child, Report), ConfineError> {
+    let plan_json = plan.to_json()?;
+    let (reader, writer) = std::io::pipe().map_err(|e| ConfineError::Helper(e.to_string()))?;
+    let mut command = Command::new(helper);
+    command
+        .arg(HELPER_ARG)
+        .arg(plan_json)
+        .arg("--")
+        .arg(program)
+        .args(args);
+    configure(&mut command);
+    command
+        .fd_mappings(vec![FdMapping {
+            parent_fd: writer.into(),
+            child_fd: REPORT_FD,
+        }])
+        .map_err(|e| ConfineError::Helper(e.to_string()))?;
+    let spawned = command.spawn();
+    // The host's copy of the channel's write end goes with the command: the channel
+    // ends when the helper execs or exits.
+    drop(command);
+    let mut child = spawned
+        .map_err(|e| ConfineError::Helper(format!("cannot start {}: {e}", helper.display())))?;
+    let mut report = None;
+    let mut failure = None;
+    for line in BufReader::new(reader).split(b'\n') {
+        let Ok(line) = line else { break };
+        match parse_message(&line) {
+            Message::Report(r) => report = Some(r),
+            Message::Refused(why) => failure = Some(ConfineError::Refused(why)),
+            Message::ExecFailed(why) => failure = Some(ConfineError::Exec(why)),
+            Message::Garbled(why) => failure = Some(ConfineError::Helper(why)),
+        }
+    }
+    if let Some(e) = failure {
+        let _ = child.wait();
+        return Err(e);
+    }
+    match report {
+        Some(r) => Ok((child, r)),
+        None => {
+            let status = child.wait();
+            Err(ConfineError::Helper(format!(
+                "ended without a report ({})",
+                status.map_or_else(|e| e.to_string(), |s| s.to_string())
+            )))
+        }
+    }
+}
+
+enum Message {
+    Report(Report),
+    Refused(String),
+    ExecFailed(String),
+    Garbled(String),
+}
+
+fn parse_message(line: &[u8]) -> Message {
+    let Ok(Value::Object(o)) = json::parse(line) else {
+        return Message::Garbled("a report line that is not a JSON object".into());
+    };
+    let text = |k: &str| o.get(k).and_then(Value::as_str).map(str::to_owned);
+    if let Some(why) = text("refused") {
+        return Message::Refused(why);
+    }
+    if let Some(why) = text("exec_failed") {
+        return Message::ExecFailed(why);
+    }
+    let (Some(enforcement), Some(abi), Some(Value::Array(gaps)), Some(Value::Object(details))) = (
+        text("enforcement"),
+        o.get("abi").and_then(Value::as_int),
+        o.get("gaps"),
+        o.get("details"),
+    ) else {
+        return Message::Garbled("a report without enforcement, abi, gaps and details".into());
+    };
+    Message::Report(Report {
+        enforcement,
+        abi: u32::try_from(abi).unwrap_or(u32::MAX),
+        gaps: gaps
+            .iter()
+            .filter_map(|g| g.as_str().map(str::to_owned))
+            .collect(),
+        details: details.clone(),
+    })
+}
+
+/// Runs the helper if this process was started as one (`argv[1]` is [`HELPER_ARG`]):
+/// never returns when the program was exec'd; returns the exit status otherwise.
+/// Call it first in `main`, before anything starts a thread.
+pub fn helper_main() -> Option<u8> {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() != Some(OsStr::new(HELPER_ARG)) {
+        return None;
+    }
+    // The channel first: once confined, the helper may not be able to open it.
+    let channel = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/self/fd/{REPORT_FD}"));
+    let Ok(mut channel) = channel else {
+        eprintln!(
+            "aegis {HELPER_ARG}: no report channel on descriptor {REPORT_FD}; this mode is started by aegis itself"
+        );
+        return Some(EXIT_REFUSED);
+    };
+    let mut say = |o: Object| {
+        let mut line = Value::Object(o).to_canonical();
+        line.push(b'\n');
+        let _ = channel.write_all(&line);
+    };
+    let refuse = |say: &mut dyn FnMut(Object), why: String| {
+        let mut o = Object::new();
+        o.insert("refused", why);
+        say(o);
+        Some(EXIT_REFUSED)
+    };
+    let plan = args.next();
+    if args.next().as_deref() != Some(OsStr::new("--")) {
+        return refuse(
+            &mut say,
+            "helper arguments: expected PLAN -- PROGRAM ARGS".into(),
+        );
+    }
+    let Some(program) = args.next() else {
+        return refuse(&mut say, "helper arguments: no program".into());
+    };
+    let rest: Vec<OsString> = args.collect();
+    let report = match plan
+        .ok_or_else(|| "no plan".to_owned())
+        .and_then(|p| confine_self(p.as_encoded_bytes()))
+    {
+        Ok(r) => r,
+        Err(why) => return refuse(&mut say, why),
+    };
+    say(report);
+    // Nothing the helper or the host holds reaches the program: the channel, the
+    // plugin's descriptor, anything inherited. stdio stays.
+    close_fds::CloseFdsBuilder::new().cloexecfrom(3);
+    let error = Command::new(&program).args(&rest).exec();
+    let mut o = Object::new();
+    o.insert(
+        "exec_failed",
+        format!("{}: {error}", Path::new(&program).display()),
+    );
+    say(o);
+    Some(EXIT_EXEC)
+}
+
+fn strs(v: &[String]) -> Vec<RStr<'_>> {
+    v.iter().map(|s| RStr::from(s.as_str())).collect()
+}
+
+/// Parses the plan, loads its backend and applies it to this process.
+fn confine_self(plan: &[u8]) -> Result<Object, String> {
+    let Ok(Value::Object(plan)) = json::parse(plan) else {
+        return Err("the plan is not a JSON object".into());
+    };
+    let text = |k: &str| {
+        plan.get(k)
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("plan: missing {k}"))
+    };
+    let list = |k: &str| -> Result<Vec<String>, String> {
+        match plan.get(k) {
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| v.as_str().map(str::to_owned).ok_or(format!("plan: {k}")))
+                .collect(),
+            _ => Err(format!("plan: missing {k}")),
+        }
+    };
+    let backend = text("backend")?;
+    let config = text("config")?;
+    let best_effort = matches!(plan.get("best_effort"), Some(Value::Bool(true)));
+    let (read, exec, write, connect) = (
+        list("read")?,
+        list("exec")?,
+        list("write")?,
+        list("connect")?,
+    );
+    let plugin = Registry::new()
+        .resolve(&PluginSpec::parse(backend), None)
+        .map_err(|e| format!("backend {backend}: {e}"))?;
+    let confinement = plugin
+        .confinement_backend(config)
+        .map_err(|e| format!("backend {backend}: {}", e.message))?;
+    let (read, exec, write, connect) = (strs(&read), strs(&exec), strs(&write), strs(&connect));
+    let request = ConfinementRequest {
+        read_paths: RSlice::from_slice(&read),
+        exec_paths: RSlice::from_slice(&exec),
+        write_paths: RSlice::from_slice(&write),
+        net_connect: RSlice::from_slice(&connect),
+        level: if best_effort {
+            ConfinementLevel::BEST_EFFORT
+        } else {
+            ConfinementLevel::REQUIRED
+        },
+    };
+    let report = confinement
+        .apply(&request)
+        .into_result()
+        .map_err(|e| e.message.to_string())?;
+    let enforcement = match report.enforcement {
+        Enforcement::FULL => "full",
+        Enforcement::PARTIAL => "partial",
+        Enforcement::NONE => "none",
+        _ => return Err("the backend reported an unknown enforcement".into()),
+    };
+    if !best_effort && report.enforcement == Enforcement::NONE {
+        return Err(format!("backend {backend} enforces nothing"));
+    }
+    let Ok(Value::Object(mut details)) = json::parse(report.details.as_str().as_bytes()) else {
+        return Err(format!(
+            "backend {backend}: its details are not a JSON object"
+        ));
+    };
+    details.insert("plugin", backend);
+    let mut o = Object::new();
+    o.insert("enforcement", enforcement);
+    o.insert("abi", report.abi);
+    o.insert(
+        "gaps",
+        Value::Array(
+            report
+                .gaps
+                .iter()
+                .map(|g| Value::from(g.as_str()))
+                .collect(),
+        ),
+    );
+    o.insert("details", details);
+    Ok(o)
+}
+
+/// The `none` backend: enforces nothing and says so, for profiles that run native
+/// programs unconfined on purpose. Refused at the required level by the helper.
+#[derive(Debug)]
+struct NoConfinement;
+
+impl aegis_station_api::Confinement for NoConfinement {
+    fn apply(
+        &self,
+        _: &ConfinementRequest<'_>,
+    ) -> Result<aegis_station_api::ConfinementReport, aegis_station_api::PluginError> {
+        use aegis_station_api::abi_stable::std_types::{RString, RVec};
+        Ok(aegis_station_api::ConfinementReport {
+            enforcement: Enforcement::NONE,
+            abi: 0,
+            gaps: RVec::from(vec![RString::from(
+                "the none backend enforces nothing: the program runs with the host's rights",
+            )]),
+            details: RString::from(r#"{"backend":"none"}"#),
+        })
+    }
+}
+
+fn no_confinement(config: &str) -> Result<NoConfinement, aegis_station_api::PluginError> {
+    if config.trim().is_empty() {
+        Ok(NoConfinement)
+    } else {
+        Err(aegis_station_api::PluginError::new(
+            aegis_station_api::ErrorKind::CONFIG,
+            "confine-none takes no config",
+        ))
+    }
+}
+
+aegis_station_api::plugin_module! {
+    pub(crate) fn none_module {
+        name: "confine-none",
+        version: env!("CARGO_PKG_VERSION"),
+        confinement: no_confinement,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefix_is_above_bin() {
+        assert_eq!(
+            prefix_of(Path::new("/opt/py/3.11/bin/python3")),
+            Some(PathBuf::from("/opt/py/3.11"))
+        );
+        assert_eq!(
+            prefix_of(Path::new("/opt/tool/run")),
+            Some(PathBuf::from("/opt/tool"))
+        );
+    }
+
+    #[test]
+    fn exec_support_never_grants_all_of_etc_or_home() {
+        let (read, exec, write) = exec_support(Path::new("/usr/bin/env"));
+        for p in read.iter().chain(&exec).chain(&write) {
+            assert_ne!(p, Path::new("/etc"));
+            assert_ne!(p, Path::new("/"));
+            if let Some(home) = std::env::var_os("HOME") {
+                assert_ne!(p.as_os_str(), home.as_os_str());
+            }
+        }
+        assert!(read.contains(&PathBuf::from("/proc")));
+        assert!(!exec.contains(&PathBuf::from("/proc")));
+    }
+}

@@ -1,0 +1,254 @@
+//! Applying a [`Grant`] on Linux: rule paths, Landlock, capabilities, seccomp.
+
+use aegis_record::digest::encode_hex;
+use aegis_record::json::{Object, Value};
+use aegis_station_api::PluginError;
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, NetPort,
+    PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+};
+
+use crate::seccomp::{self, FilterPlan};
+use crate::{Enforced, Grant, refused};
+
+/// The newest ABI this build knows; rights beyond the kernel's are dropped (best effort)
+/// and reported.
+const NEWEST: ABI = ABI::V10;
+
+fn names<T: enumflags2::BitFlag + std::fmt::Debug>(set: BitFlags<T>) -> Value {
+    Value::Array(set.iter().map(|r| Value::from(format!("{r:?}"))).collect())
+}
+
+fn strings(list: &[String]) -> Value {
+    Value::Array(list.iter().map(|s| Value::from(s.as_str())).collect())
+}
+
+pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
+    let mut gaps = Vec::new();
+
+    // 1. Every rule path, opened here so that one that cannot be is reported.
+    let read_only = AccessFs::ReadFile | AccessFs::ReadDir;
+    let exec = read_only | AccessFs::Execute;
+    let write = AccessFs::from_all(NEWEST) & !AccessFs::Execute;
+    let mut rules = Vec::new();
+    let mut unopened = Vec::new();
+    for (list, access) in [
+        (&grant.read, read_only),
+        (&grant.exec, exec),
+        (&grant.write, write),
+    ] {
+        for path in list {
+            match PathFd::new(path) {
+                Ok(fd) => rules.push(PathBeneath::new(fd, access)),
+                Err(why) => {
+                    if grant.required {
+                        return Err(refused(format!(
+                            "confine-landlock: cannot open rule path {path}: {why}"
+                        )));
+                    }
+                    gaps.push(format!("rule path {path} could not be opened ({why})"));
+                    unopened.push(Value::from(path.as_str()));
+                }
+            }
+        }
+    }
+
+    // 2. Landlock. ABI-3 filesystem rights are the floor at the required level.
+    let floor = if grant.required {
+        CompatLevel::HardRequirement
+    } else {
+        CompatLevel::BestEffort
+    };
+    let net_level = if grant.required && grant.net {
+        CompatLevel::HardRequirement
+    } else {
+        CompatLevel::BestEffort
+    };
+    let handled_fs = AccessFs::from_all(NEWEST);
+    let handled_net = AccessNet::BindTcp | AccessNet::ConnectTcp;
+    let scopes = Scope::AbstractUnixSocket | Scope::Signal;
+    let landlock_error = |e: landlock::RulesetError| {
+        refused(format!(
+            "confine-landlock: Landlock cannot enforce what is required: {e}"
+        ))
+    };
+    let ruleset = Ruleset::default()
+        .set_compatibility(floor)
+        .handle_access(AccessFs::from_all(ABI::V3))
+        .and_then(|r| {
+            r.set_compatibility(CompatLevel::BestEffort)
+                .handle_access(handled_fs)
+        })
+        .and_then(|r| r.set_compatibility(net_level).handle_access(handled_net))
+        .and_then(|r| r.set_compatibility(CompatLevel::BestEffort).scope(scopes))
+        .and_then(Ruleset::create)
+        .map_err(landlock_error)?;
+    // A rule narrower than asked (a file given directory rights) is narrowed, not refused.
+    let mut created = ruleset.set_compatibility(CompatLevel::BestEffort);
+    for rule in rules {
+        created = created.add_rule(rule).map_err(landlock_error)?;
+    }
+    for port in &grant.connect_ports {
+        created = created
+            .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+            .map_err(landlock_error)?;
+    }
+    let status = created.restrict_self().map_err(landlock_error)?;
+    let (effective, kernel_abi) = match status.landlock {
+        LandlockStatus::Available {
+            effective_abi,
+            kernel_abi,
+        } => (
+            effective_abi,
+            kernel_abi.map_or(effective_abi as u32, |v| u32::try_from(v).unwrap_or(0)),
+        ),
+        _ => (ABI::Unsupported, 0),
+    };
+    if grant.required && (status.ruleset == RulesetStatus::NotEnforced || !status.no_new_privs) {
+        return Err(refused(format!(
+            "confine-landlock: Landlock is not enforced here (kernel ABI {kernel_abi}, no_new_privs {})",
+            status.no_new_privs
+        )));
+    }
+    if !status.no_new_privs {
+        gaps.push("no_new_privs could not be set".into());
+    }
+    let fs_on = handled_fs & AccessFs::from_all(effective);
+    let net_on = handled_net & AccessNet::from_all(effective);
+    let scopes_on = scopes & Scope::from_all(effective);
+    let fs_off = handled_fs & !fs_on;
+    let unix_by_landlock = fs_on.contains(AccessFs::ResolveUnix);
+    for right in fs_off.iter() {
+        // Pathname unix sockets are refused by seccomp instead (see below).
+        if right != AccessFs::ResolveUnix {
+            gaps.push(format!(
+                "landlock: filesystem right {right:?} needs a newer kernel (ABI {})",
+                effective as u32
+            ));
+        }
+    }
+    if net_on.is_empty() && grant.net {
+        gaps.push(format!(
+            "landlock: TCP port rules need ABI 4 (kernel ABI {kernel_abi}); any TCP port is reachable"
+        ));
+    }
+    if !scopes_on.contains(Scope::Signal) {
+        gaps.push(format!(
+            "landlock: signals to processes outside the sandbox need ABI 6 (kernel ABI {kernel_abi})"
+        ));
+    }
+
+    // 3. No capability survives into the program, even as root.
+    let caps = drop_capabilities(grant.required)?;
+
+    // 4. seccomp, last: nothing after it needs what it refuses.
+    let filter = seccomp::build(FilterPlan {
+        net: grant.net,
+        landlock_restricts_unix: unix_by_landlock,
+    })
+    .map_err(|e| refused(format!("confine-landlock: {e}")))?;
+    if let Err(e) = seccompiler::apply_filter(&filter.program) {
+        if grant.required {
+            return Err(refused(format!(
+                "confine-landlock: the seccomp filter was refused: {e}"
+            )));
+        }
+        gaps.push(format!("seccomp: the filter was refused ({e})"));
+    }
+
+    let mut landlock = Object::new();
+    landlock.insert("kernel_abi", kernel_abi);
+    landlock.insert("effective_abi", effective as u32);
+    landlock.insert("handled_fs", names(fs_on));
+    landlock.insert("handled_net", names(net_on));
+    landlock.insert("scopes", names(scopes_on));
+    landlock.insert(
+        "ports_not_hosts",
+        "TCP rules name ports: a granted port is reachable on every host",
+    );
+    let mut rules = Object::new();
+    rules.insert("read", strings(&grant.read));
+    rules.insert("exec", strings(&grant.exec));
+    rules.insert("write", strings(&grant.write));
+    rules.insert(
+        "connect_tcp_ports",
+        Value::Array(
+            grant
+                .connect_ports
+                .iter()
+                .map(|p| Value::from(*p))
+                .collect(),
+        ),
+    );
+    rules.insert("unopened", Value::Array(unopened));
+    let mut sc = Object::new();
+    sc.insert("sha256", encode_hex(&filter.sha256()));
+    sc.insert(
+        "denied",
+        Value::Array(filter.denied.iter().map(|d| Value::from(*d)).collect()),
+    );
+    sc.insert(
+        "kills",
+        "a foreign architecture; on x86_64 the x32 syscall range",
+    );
+    let mut details = Object::new();
+    details.insert("backend", "confine-landlock");
+    details.insert(
+        "level",
+        if grant.required {
+            "required"
+        } else {
+            "best_effort"
+        },
+    );
+    details.insert("landlock", landlock);
+    details.insert("rules", rules);
+    details.insert("seccomp", sc);
+    details.insert("no_new_privs", status.no_new_privs);
+    details.insert("capabilities", caps);
+    Ok(Enforced {
+        gaps,
+        details,
+        abi: kernel_abi,
+    })
+}
+
+/// Clears every capability set; the bounding set first, while CAP_SETPCAP is still held.
+fn drop_capabilities(required: bool) -> Result<Value, PluginError> {
+    use caps::{CapSet, Capability};
+    let had_setpcap =
+        caps::has_cap(None, CapSet::Effective, Capability::CAP_SETPCAP).unwrap_or(false);
+    let mut steps: Vec<(CapSet, &str)> = Vec::new();
+    if had_setpcap {
+        steps.push((CapSet::Bounding, "bounding"));
+    }
+    steps.extend([
+        (CapSet::Ambient, "ambient"),
+        (CapSet::Inheritable, "inheritable"),
+        (CapSet::Effective, "effective"),
+        (CapSet::Permitted, "permitted"),
+    ]);
+    let mut cleared = Vec::new();
+    for (set, name) in steps {
+        match caps::clear(None, set) {
+            Ok(()) => cleared.push(Value::from(name)),
+            Err(e) => {
+                if required {
+                    return Err(refused(format!(
+                        "confine-landlock: could not clear the {name} capability set: {e}"
+                    )));
+                }
+            }
+        }
+    }
+    let left = caps::read(None, CapSet::Permitted).map_or(0, |s| s.len());
+    if left != 0 {
+        return Err(refused(format!(
+            "confine-landlock: {left} capabilities are still permitted after dropping them"
+        )));
+    }
+    let mut o = Object::new();
+    o.insert("cleared", Value::Array(cleared));
+    o.insert("bounding_cleared", had_setpcap);
+    Ok(Value::Object(o))
+}

@@ -1,0 +1,271 @@
+//! The seccomp filter: what Landlock cannot say.
+//!
+//! Default allow; the listed calls fail with `EPERM`, and two things kill the process:
+//! a syscall made under another architecture's ABI (the program could otherwise reach
+//! calls by numbers this filter never compares), and on x86_64 a number in the x32 range
+//! (bit 30 set), which reaches the same kernel functions under other numbers.
+//!
+//! Denied:
+//! - `socket` outside the grant: without network only `AF_UNIX`, with network also
+//!   `AF_INET`, `AF_INET6` and `AF_NETLINK` (name resolution reads routes). So UDP —
+//!   a DNS query is a way out — is refused without network.
+//! - `socket(AF_UNIX)` too when Landlock cannot restrict connecting to pathname unix
+//!   sockets (ABI < 9): that is how a program reaches D-Bus or a docker socket.
+//!   `socketpair` stays, and so do the calls that act on sockets already open (glibc's
+//!   name service probe and Node rely on them failing or working normally).
+//! - `io_uring_*` (its operations bypass this filter), `ptrace`, `process_vm_readv`
+//!   and `process_vm_writev`.
+//! - `ioctl` with `TIOCSTI` or `TIOCLINUX`, comparing the low 32 bits only, as the
+//!   kernel does (a command with high bits set is the same command).
+//! - Calls that change the kernel or the mount table, and handle-based opens that skip
+//!   path checks: modules, kexec, bpf, perf events, keyrings, mount, namespaces, ….
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch, sock_filter,
+};
+use sha2::{Digest, Sha256};
+
+/// What the filter is built from.
+#[derive(Clone, Copy, Debug)]
+pub struct FilterPlan {
+    /// The network is granted (TCP by Landlock port rules).
+    pub net: bool,
+    /// Landlock restricts connecting to pathname unix sockets (ABI ≥ 9).
+    pub landlock_restricts_unix: bool,
+}
+
+/// The built filter and what it says.
+#[derive(Debug)]
+pub struct Filter {
+    /// The BPF program.
+    pub program: BpfProgram,
+    /// The names of the calls it refuses (some only for some arguments).
+    pub denied: Vec<&'static str>,
+}
+
+impl Filter {
+    /// SHA-256 over the program's instructions (code, jt, jf, k; little-endian).
+    pub fn sha256(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        for i in &self.program {
+            h.update(i.code.to_le_bytes());
+            h.update([i.jt, i.jf]);
+            h.update(i.k.to_le_bytes());
+        }
+        h.finalize().into()
+    }
+}
+
+const TIOCSTI: u64 = 0x5412;
+const TIOCLINUX: u64 = 0x541C;
+
+/// Errors building the filter (a bug here, never the program's fault).
+#[derive(Debug, thiserror::Error)]
+#[error("seccomp filter: {0}")]
+pub struct FilterError(#[from] seccompiler::BackendError);
+
+#[cfg(target_arch = "x86_64")]
+const ARCH: TargetArch = TargetArch::x86_64;
+#[cfg(target_arch = "aarch64")]
+const ARCH: TargetArch = TargetArch::aarch64;
+#[cfg(target_arch = "riscv64")]
+const ARCH: TargetArch = TargetArch::riscv64;
+
+fn arg(index: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, FilterError> {
+    Ok(SeccompCondition::new(
+        index,
+        SeccompCmpArgLen::Dword,
+        op,
+        value,
+    )?)
+}
+
+/// Calls refused whatever their arguments.
+fn always_denied() -> Vec<(&'static str, i64)> {
+    let mut calls = vec![
+        ("io_uring_setup", libc::SYS_io_uring_setup),
+        ("io_uring_enter", libc::SYS_io_uring_enter),
+        ("io_uring_register", libc::SYS_io_uring_register),
+        ("ptrace", libc::SYS_ptrace),
+        ("process_vm_readv", libc::SYS_process_vm_readv),
+        ("process_vm_writev", libc::SYS_process_vm_writev),
+        ("init_module", libc::SYS_init_module),
+        ("finit_module", libc::SYS_finit_module),
+        ("delete_module", libc::SYS_delete_module),
+        ("kexec_load", libc::SYS_kexec_load),
+        ("kexec_file_load", libc::SYS_kexec_file_load),
+        ("bpf", libc::SYS_bpf),
+        ("perf_event_open", libc::SYS_perf_event_open),
+        ("userfaultfd", libc::SYS_userfaultfd),
+        ("keyctl", libc::SYS_keyctl),
+        ("add_key", libc::SYS_add_key),
+        ("request_key", libc::SYS_request_key),
+        ("mount", libc::SYS_mount),
+        ("umount2", libc::SYS_umount2),
+        ("pivot_root", libc::SYS_pivot_root),
+        ("chroot", libc::SYS_chroot),
+        ("open_tree", libc::SYS_open_tree),
+        ("move_mount", libc::SYS_move_mount),
+        ("fsopen", libc::SYS_fsopen),
+        ("fsmount", libc::SYS_fsmount),
+        ("fsconfig", libc::SYS_fsconfig),
+        ("fspick", libc::SYS_fspick),
+        ("mount_setattr", libc::SYS_mount_setattr),
+        ("open_by_handle_at", libc::SYS_open_by_handle_at),
+        ("name_to_handle_at", libc::SYS_name_to_handle_at),
+        ("setns", libc::SYS_setns),
+        ("unshare", libc::SYS_unshare),
+        ("swapon", libc::SYS_swapon),
+        ("swapoff", libc::SYS_swapoff),
+        ("reboot", libc::SYS_reboot),
+        ("acct", libc::SYS_acct),
+        ("quotactl", libc::SYS_quotactl),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    calls.extend([("iopl", libc::SYS_iopl), ("ioperm", libc::SYS_ioperm)]);
+    calls
+}
+
+/// Builds the filter for `plan`.
+///
+/// # Errors
+/// Only if seccompiler refuses a rule written here (a bug).
+pub fn build(plan: FilterPlan) -> Result<Filter, FilterError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    let mut denied = Vec::new();
+    for (name, nr) in always_denied() {
+        rules.insert(nr, Vec::new());
+        denied.push(name);
+    }
+
+    rules.insert(
+        libc::SYS_ioctl,
+        vec![
+            SeccompRule::new(vec![arg(1, SeccompCmpOp::Eq, TIOCSTI)?])?,
+            SeccompRule::new(vec![arg(1, SeccompCmpOp::Eq, TIOCLINUX)?])?,
+        ],
+    );
+    denied.push("ioctl(TIOCSTI, TIOCLINUX)");
+
+    // socket(domain, …): refused unless the domain is one the grant allows. The
+    // conditions of one rule all hold at once: "not this and not that".
+    let mut allowed: Vec<u64> = Vec::new();
+    if !plan.net && plan.landlock_restricts_unix {
+        denied.push("socket(all but AF_UNIX)");
+    } else if !plan.net {
+        denied.push("socket(all domains; socketpair stays)");
+    } else if plan.landlock_restricts_unix {
+        denied.push("socket(all but AF_UNIX, AF_INET, AF_INET6, AF_NETLINK)");
+    } else {
+        denied.push("socket(all but AF_INET, AF_INET6, AF_NETLINK)");
+    }
+    if plan.landlock_restricts_unix {
+        allowed.push(libc::AF_UNIX as u64);
+    }
+    if plan.net {
+        allowed.extend([
+            libc::AF_INET as u64,
+            libc::AF_INET6 as u64,
+            libc::AF_NETLINK as u64,
+        ]);
+    }
+    if allowed.is_empty() {
+        rules.insert(libc::SYS_socket, Vec::new());
+    } else {
+        let conditions = allowed
+            .into_iter()
+            .map(|domain| arg(0, SeccompCmpOp::Ne, domain))
+            .collect::<Result<Vec<_>, _>>()?;
+        rules.insert(libc::SYS_socket, vec![SeccompRule::new(conditions)?]);
+    }
+
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        ARCH,
+    )?;
+    let mut program: BpfProgram = filter.try_into()?;
+    refuse_x32(&mut program);
+    Ok(Filter { program, denied })
+}
+
+/// After seccompiler's architecture check (load arch; equal: skip; else kill), kill any
+/// syscall number with the x32 bit set.
+#[cfg(target_arch = "x86_64")]
+fn refuse_x32(program: &mut BpfProgram) {
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_JMP_JGE_K: u16 = 0x35;
+    const BPF_RET_K: u16 = 0x06;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    let check = [
+        // seccomp_data.nr is at offset 0.
+        sock_filter {
+            code: BPF_LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        sock_filter {
+            code: BPF_JMP_JGE_K,
+            jt: 0,
+            jf: 1,
+            k: X32_SYSCALL_BIT,
+        },
+        sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_KILL_PROCESS,
+        },
+    ];
+    // seccompiler's program opens with its three-instruction architecture check, whose
+    // jumps stay inside it; everything after is reached by falling through to index 3.
+    let at = 3.min(program.len());
+    program.splice(at..at, check);
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn refuse_x32(_: &mut BpfProgram) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_program_opens_with_the_arch_check_then_the_x32_kill() {
+        let f = build(FilterPlan {
+            net: false,
+            landlock_restricts_unix: false,
+        })
+        .unwrap();
+        // Load arch; jump over the kill when it matches; kill.
+        assert_eq!(f.program[0].code, 0x20);
+        assert_eq!(f.program[0].k, 4);
+        assert_eq!(f.program[2].k, libc::SECCOMP_RET_KILL_PROCESS);
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert_eq!((f.program[3].code, f.program[3].k), (0x20, 0));
+            assert_eq!(f.program[4].k, 0x4000_0000);
+            assert_eq!(f.program[5].k, libc::SECCOMP_RET_KILL_PROCESS);
+        }
+    }
+
+    #[test]
+    fn each_plan_is_a_different_program() {
+        let mut seen = std::collections::BTreeSet::new();
+        for net in [false, true] {
+            for unix in [false, true] {
+                let f = build(FilterPlan {
+                    net,
+                    landlock_restricts_unix: unix,
+                })
+                .unwrap();
+                assert!(seen.insert(f.sha256()), "net {net} unix {unix}");
+            }
+        }
+    }
+}
