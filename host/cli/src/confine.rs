@@ -3,12 +3,43 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use aegis_record::json::Value;
-use aegis_runtime::confine::{self, ConfineError, Plan};
+use aegis_runtime::Profile;
+use aegis_runtime::confine::{self, ConfineError, Confined, Grants, Plan};
 
 use crate::exit;
+
+/// What the operator grants a confined program (`confine`, and `wrap` under a profile
+/// that confines).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct GrantArgs {
+    /// Allow reading files and listing directories beneath PATH (repeatable).
+    #[arg(long = "allow-read", value_name = "PATH")]
+    pub read: Vec<PathBuf>,
+    /// Allow reading, writing, creating and removing beneath PATH (repeatable).
+    #[arg(long = "allow-write", value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+    /// Allow TCP connections to HOST:PORT (repeatable). Landlock enforces the port
+    /// only: the port is reachable on every host.
+    #[arg(long = "allow-net", value_name = "HOST:PORT")]
+    pub net: Vec<String>,
+    /// Run with whatever the kernel can enforce instead of refusing; the gaps are
+    /// printed and recorded.
+    #[arg(long)]
+    pub best_effort: bool,
+}
+
+impl GrantArgs {
+    fn grants(&self) -> Grants {
+        Grants {
+            read: self.read.clone(),
+            write: self.write.clone(),
+            connect: self.net.clone(),
+            best_effort: self.best_effort,
+        }
+    }
+}
 
 /// Flags of `aegis confine`.
 #[derive(clap::Args)]
@@ -20,30 +51,12 @@ EXAMPLES:
 
 EXIT STATUS:
     the command's own status when it ran (128 + N when killed by signal N; SIGSYS means
-    seccomp killed it), 1 usage error, 125 the confinement could not be enforced (nothing
-    was started), 127 the command could not be found or executed.")]
+    seccomp killed it), 1 usage error, 4 the profile was refused, 125 the confinement
+    could not be enforced (nothing was started), 127 the command could not be found or
+    executed.")]
 pub struct ConfineArgs {
-    /// Allow reading files and listing directories beneath PATH (repeatable).
-    #[arg(long = "allow-read", value_name = "PATH")]
-    read: Vec<PathBuf>,
-    /// Allow reading, writing, creating and removing beneath PATH (repeatable).
-    #[arg(long = "allow-write", value_name = "PATH")]
-    write: Vec<PathBuf>,
-    /// Allow TCP connections to HOST:PORT (repeatable). Landlock enforces the port
-    /// only: the port is reachable on every host.
-    #[arg(long = "allow-net", value_name = "HOST:PORT")]
-    net: Vec<String>,
-    /// Run with whatever the kernel can enforce instead of refusing; the gaps are
-    /// printed (and recorded where there is a record).
-    #[arg(long)]
-    best_effort: bool,
-    /// The confinement backend plugin.
-    #[arg(
-        long,
-        value_name = "PLUGIN",
-        default_value = "builtin:confine-landlock"
-    )]
-    backend: String,
+    #[command(flatten)]
+    grant: GrantArgs,
     /// Write the enforcement report (one JSON object) to FILE, or `-` for stderr.
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
@@ -52,60 +65,37 @@ pub struct ConfineArgs {
     command: Vec<OsString>,
 }
 
-fn absolute(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
-    paths
-        .iter()
-        .map(|p| std::path::absolute(p).map_err(|e| format!("{}: {e}", p.display())))
-        .collect()
+/// Says why a confined start failed and picks its exit code.
+pub fn failed(e: &ConfineError) -> u8 {
+    crate::error(aegis_record::text::escape(&e.to_string()));
+    match e {
+        ConfineError::Exec(_) => confine::EXIT_EXEC,
+        _ => confine::EXIT_REFUSED,
+    }
 }
 
-/// Runs `aegis confine`.
-pub fn confine(args: &ConfineArgs) -> ExitCode {
-    let (program, rest) = match args.command.split_first() {
-        Some(split) => split,
-        None => return usage("no command given"),
+/// Starts `command` confined as `profile` and `grant` say, with `configure` setting
+/// its stdio; returns the helper waiting for its go, and prints what is enforced.
+pub fn start(
+    profile: &Profile,
+    grant: &GrantArgs,
+    command: &[OsString],
+    configure: impl FnOnce(&mut std::process::Command),
+) -> Result<Confined, u8> {
+    let Some((program, rest)) = command.split_first() else {
+        crate::error("no command given");
+        return Err(exit::TAMPERED_OR_USAGE);
     };
-    let program = match confine::resolve_program(program) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(confine::EXIT_EXEC);
-        }
-    };
-    let (read, write) = match (absolute(&args.read), absolute(&args.write)) {
-        (Ok(r), Ok(w)) => (r, w),
-        (Err(e), _) | (_, Err(e)) => return usage(&e),
-    };
-    let (mut support_read, exec, mut support_write) = confine::exec_support(&program);
-    support_read.extend(read);
-    support_write.extend(write);
-    let plan = Plan {
-        backend: args.backend.clone(),
-        config: String::new(),
-        best_effort: args.best_effort,
-        read: support_read,
-        exec,
-        write: support_write,
-        connect: args.net.clone(),
-    };
-    let helper = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: cannot find the aegis binary to start the confinement helper: {e}");
-            return ExitCode::from(confine::EXIT_REFUSED);
-        }
-    };
-    let (mut child, report) = match confine::spawn(&helper, &plan, &program, rest, |_| {}) {
-        Ok(started) => started,
-        Err(e @ ConfineError::Exec(_)) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(confine::EXIT_EXEC);
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(confine::EXIT_REFUSED);
-        }
-    };
+    let program = confine::resolve_program(program).map_err(|e| failed(&e))?;
+    let plan = Plan::for_program(profile, &program, grant.grants()).map_err(|e| failed(&e))?;
+    let helper = std::env::current_exe().map_err(|e| {
+        failed(&ConfineError::Helper(format!(
+            "cannot find the aegis binary to start: {e}"
+        )))
+    })?;
+    let confined =
+        confine::spawn(&helper, &plan, &program, rest, configure).map_err(|e| failed(&e))?;
+    let report = confined.report();
     let seccomp = report
         .details
         .get("seccomp")
@@ -115,15 +105,36 @@ pub fn confine(args: &ConfineArgs) -> ExitCode {
         .map_or(String::new(), |h| {
             format!(", seccomp {}", &h[..h.len().min(12)])
         });
-    eprintln!(
+    crate::say(format_args!(
         "aegis: confined by {} ({} enforcement, ABI {}{seccomp})",
-        args.backend, report.enforcement, report.abi
-    );
+        aegis_record::text::escape(&plan.backend),
+        report.enforcement,
+        report.abi
+    ));
     for gap in &report.gaps {
-        eprintln!("aegis: not enforced: {gap}");
+        crate::say(format_args!(
+            "aegis: not enforced: {}",
+            aegis_record::text::escape(gap)
+        ));
     }
+    Ok(confined)
+}
+
+/// Runs `aegis confine`.
+pub fn confine(profile_name: &str, args: &ConfineArgs) -> u8 {
+    let profile = match Profile::find(profile_name) {
+        Ok(p) => p,
+        Err(e) => {
+            crate::error(e);
+            return exit::REFUSED;
+        }
+    };
+    let confined = match start(&profile, &args.grant, &args.command, |_| {}) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     if let Some(to) = &args.report {
-        let mut text = Value::Object(report.to_object()).to_canonical();
+        let mut text = Value::Object(confined.report().to_object()).to_canonical();
         text.push(b'\n');
         let written = if to.as_os_str() == "-" {
             std::io::Write::write_all(&mut std::io::stderr(), &text)
@@ -131,34 +142,35 @@ pub fn confine(args: &ConfineArgs) -> ExitCode {
             std::fs::write(to, &text)
         };
         if let Err(e) = written {
-            eprintln!("error: --report {}: {e}", to.display());
+            crate::error(format_args!("--report {}: {e}", to.display()));
         }
     }
+    let mut child = match confined.start() {
+        Ok(c) => c,
+        Err(e) => return failed(&e),
+    };
     match child.wait() {
-        Ok(status) => ExitCode::from(status_code(status)),
+        Ok(status) => status_code(status),
         Err(e) => {
-            eprintln!("error: waiting for the command: {e}");
-            ExitCode::from(exit::UNREADABLE)
+            crate::error(format_args!("waiting for the command: {e}"));
+            exit::UNREADABLE
         }
     }
 }
 
 /// The shell's convention: the exit code, or 128 + the signal.
-fn status_code(status: std::process::ExitStatus) -> u8 {
+pub fn status_code(status: std::process::ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     if let Some(code) = status.code() {
         return u8::try_from(code).unwrap_or(u8::MAX);
     }
     let signal = status.signal().unwrap_or(0);
     if signal == 31 {
-        eprintln!("aegis: the command was killed by seccomp (SIGSYS)");
+        crate::say("aegis: the command was killed by seccomp (SIGSYS)");
     } else {
-        eprintln!("aegis: the command was killed by signal {signal}");
+        crate::say(format_args!(
+            "aegis: the command was killed by signal {signal}"
+        ));
     }
     u8::try_from(128 + signal).unwrap_or(u8::MAX)
-}
-
-fn usage(what: &str) -> ExitCode {
-    eprintln!("error: {what}");
-    ExitCode::from(exit::TAMPERED_OR_USAGE)
 }

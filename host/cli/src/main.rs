@@ -241,7 +241,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(&cli.profile, &args),
         Command::Wrap(args) => wrap::wrap(&cli.profile, &args),
         Command::Gateway(args) => gateway::gateway(&cli.profile, &args),
-        Command::Confine(args) => return confine::confine(&args),
+        Command::Confine(args) => confine::confine(&cli.profile, &args),
         Command::Demo => {
             // The walk runs on the embedded default profile whatever --profile says.
             say(format_args!(

@@ -117,11 +117,26 @@ pub fn show_profile(name: &str) -> u8 {
         out,
         "capability   host (default-deny grants; never a plugin)"
     );
-    // A profile naming confinement is refused when parsed: nothing unwired is shown.
-    let _ = writeln!(
-        out,
-        "sandbox      host wasmtime sandbox; no native confinement backend"
-    );
+    match &profile.confinement {
+        None => {
+            let _ = writeln!(
+                out,
+                "sandbox      host wasmtime sandbox; native programs run unconfined"
+            );
+        }
+        Some(c) => {
+            let _ = writeln!(
+                out,
+                "sandbox      host wasmtime sandbox; native programs confined ({}):",
+                if c.best_effort {
+                    "best-effort"
+                } else {
+                    "required"
+                }
+            );
+            station(&mut out, "  confinement", "sandbox.confinement", &c.plugin);
+        }
+    }
     station(&mut out, "audit", "audit", &profile.audit);
     let _ = crate::print(shown(&out).as_bytes());
     if refused {

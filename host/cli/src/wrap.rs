@@ -16,7 +16,7 @@ use aegis_mcp::stdio::{Notice, Session, Sink, StdioConfig, StdioError};
 use aegis_record::text::escape;
 use aegis_runtime::Host;
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,9 +59,13 @@ pub struct WrapArgs {
     /// SIGTERM, and again before SIGKILL.
     #[arg(long, value_name = "MS", default_value_t = 3000)]
     grace_ms: u64,
+    /// Under a profile that confines native programs (`--profile linux-confined`):
+    /// what the server may reach beyond the exec-support set.
+    #[command(flatten)]
+    grant: crate::confine::GrantArgs,
     /// The server's command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
-    command: Vec<String>,
+    command: Vec<std::ffi::OsString>,
 }
 
 /// What the session says goes to stderr as the CLI says everything: `aegis: …` for
@@ -107,7 +111,7 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
         return exit::TAMPERED_OR_USAGE;
     }
     let builder = match crate::with_overrides(
-        Host::builder(profile).tool_registry(host_gate::tool_registry()),
+        Host::builder(profile.clone()).tool_registry(host_gate::tool_registry()),
         a.policy.as_deref(),
         a.audit.as_deref(),
         a.signing_key.as_deref(),
@@ -134,6 +138,34 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
                 return exit::REFUSED;
             }
         };
+    // Under a confining profile the helper confines itself and reports first, so the
+    // open line can say what was enforced; it runs none of the server until the host is
+    // open and says go.
+    let confined = if profile.confinement.is_some() {
+        let started = crate::confine::start(&profile, &a.grant, &a.command, |server| {
+            server
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit());
+        });
+        match started {
+            Ok(c) => Some(c),
+            Err(code) => return code,
+        }
+    } else {
+        if a.grant.read.len() + a.grant.write.len() + a.grant.net.len() > 0 || a.grant.best_effort {
+            crate::error(format_args!(
+                "--allow-read, --allow-write, --allow-net and --best-effort confine the server, but profile {} names no confinement backend; use --profile linux-confined",
+                escape(&profile.name)
+            ));
+            return exit::TAMPERED_OR_USAGE;
+        }
+        None
+    };
+    let builder = match &confined {
+        Some(c) => builder.confinement_report(c.report().to_object()),
+        None => builder,
+    };
     // Nothing is recorded and no server started until the host is open.
     let host = match crate::open_host(builder, a.no_wait, &interrupts) {
         Ok(h) => h,
@@ -154,10 +186,22 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
         Some(pins) => Relay::with_pins(gate, config, pins),
         None => Relay::new(gate, config),
     };
-    let (program, args) = a.command.split_first().expect("clap requires a command");
-    let mut server = Command::new(program);
-    server.args(args);
-    let ended = session.run(relay, server, std::io::stdin(), ClientOut);
+    let ended = match confined {
+        Some(confined) => match confined.start() {
+            Ok(child) => session.run_child(relay, child, std::io::stdin(), ClientOut),
+            Err(e) => {
+                let code = crate::confine::failed(&e);
+                let _ = close(host);
+                return code;
+            }
+        },
+        None => {
+            let (program, args) = a.command.split_first().expect("clap requires a command");
+            let mut server = Command::new(program);
+            server.args(args);
+            session.run(relay, server, std::io::stdin(), ClientOut)
+        }
+    };
     drop(interrupts);
     let ended = match ended {
         Ok(ended) => ended,

@@ -252,3 +252,117 @@ fn a_missing_command_exits_127_and_a_report_can_be_written() {
             .all(|p| p != "/etc" && p != "/")
     );
 }
+
+/// `wrap` under a confining profile refuses to start a server it cannot confine (exit
+/// 125, nothing started, nothing recorded); grants without a confining profile are a
+/// usage error rather than silently unconfined.
+#[test]
+fn wrap_fails_closed_and_grants_need_a_confining_profile() {
+    let dir = tree();
+    let marker = dir.path().join("out/ran");
+    let out = Command::new(BIN)
+        .args(["--profile", "linux-confined", "wrap", "--allow-read"])
+        .arg(dir.path().join("no/such"))
+        .args(["--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("no/such"), "{stderr}");
+    assert!(!marker.exists(), "the server ran");
+
+    let out = Command::new(BIN)
+        .args(["wrap", "--allow-read"])
+        .arg(dir.path())
+        .args(["--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("names no confinement backend"), "{stderr}");
+    assert!(!marker.exists(), "the server ran");
+}
+
+/// A wrapped server that seccomp kills mid-call: the client gets an error, and the
+/// call's outcome in the record says it was SIGSYS.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_wrapped_server_killed_by_seccomp_is_recorded_as_such() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = tree();
+    let server = dir.path().join("in/echo_server.py");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/mcp/echo_server.py"),
+        &server,
+    )
+    .unwrap();
+    let key = dir.path().join("k");
+    assert!(
+        Command::new(BIN)
+            .args(["keygen", "--out"])
+            .arg(&key)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let record = dir.path().join("out/record.jsonl");
+    let mut child = Command::new(BIN)
+        .args(["--profile", "linux-confined", "wrap", "--allow-read"])
+        .arg(dir.path().join("in"))
+        .arg("--audit")
+        .arg(&record)
+        .arg("--signing-key")
+        .arg(&key)
+        .arg("--")
+        .arg(python())
+        .arg(&server)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut to = child.stdin.take().unwrap();
+    let mut from = BufReader::new(child.stdout.take().unwrap());
+    let mut ask = |line: &str| {
+        to.write_all(line.as_bytes()).unwrap();
+        to.write_all(b"\n").unwrap();
+        let mut answer = String::new();
+        from.read_line(&mut answer).unwrap();
+        answer
+    };
+    ask(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    );
+    ask(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}"#);
+    let answer = ask(
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x32"}}}"#,
+    );
+    assert!(answer.contains(r#""id":3,"error""#), "{answer}");
+    drop(to);
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + 31), "{stderr}");
+    let lines = std::fs::read_to_string(&record).unwrap();
+    let outcome = lines
+        .lines()
+        .find(|l| l.contains(r#""line_type":"outcome""#))
+        .expect("an outcome");
+    assert!(
+        outcome.contains("was killed by SIGSYS (seccomp refused a system call)"),
+        "{outcome}"
+    );
+    let verified = Command::new(BIN)
+        .arg("verify")
+        .arg(&record)
+        .output()
+        .unwrap();
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        text(&verified.stdout)
+    );
+}

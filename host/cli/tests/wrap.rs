@@ -484,6 +484,11 @@ fn a_server_killed_mid_call_ends_the_call_and_the_session() {
     let echo = outcome_of(&outcomes, "echo");
     assert_eq!(echo.len(), 1);
     assert!(at(echo[0], &["execution", "message"]).contains("the server died"));
+    assert!(
+        at(echo[0], &["execution", "message"]).contains("was killed by signal 9"),
+        "{}",
+        at(echo[0], &["execution", "message"])
+    );
 }
 
 #[test]
@@ -493,9 +498,9 @@ fn a_server_exiting_mid_call_passes_its_status_on() {
     w.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"die"}}}"#);
     assert_eq!(w.wait().code(), Some(3));
     let outcomes = w.record();
-    assert!(
-        at(outcome_of(&outcomes, "echo")[0], &["execution", "message"]).contains("the server died")
-    );
+    let message = at(outcome_of(&outcomes, "echo")[0], &["execution", "message"]);
+    assert!(message.contains("the server died"), "{message}");
+    assert!(message.contains("exited with status 3"), "{message}");
 }
 
 #[test]

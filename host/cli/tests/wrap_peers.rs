@@ -61,7 +61,16 @@ fn server_js(package: &str) -> PathBuf {
 /// Whether to put `aegis wrap` between the client and the server.
 enum Via<'a> {
     Bare,
-    Wrap { policy: &'a str },
+    Wrap {
+        policy: &'a str,
+    },
+    /// `aegis --profile linux-confined wrap --allow-read R… --allow-write W…`; the
+    /// server's tee is left out (confined, it could not write its copy).
+    Confined {
+        policy: &'a str,
+        read: &'a [&'a Path],
+        write: &'a [&'a Path],
+    },
 }
 
 /// One finished client session and its files.
@@ -86,7 +95,16 @@ impl Session {
             .arg(plan)
             .args(env)
             .arg("--");
-        if let Via::Wrap { policy } = via {
+        let (policy, confined) = match via {
+            Via::Bare => (None, None),
+            Via::Wrap { policy } => (Some(policy), None),
+            Via::Confined {
+                policy,
+                read,
+                write,
+            } => (Some(policy), Some((read, write))),
+        };
+        if let Some(policy) = policy {
             let key = dir.path().join("k");
             let out = Command::new(env!("CARGO_BIN_EXE_aegis"))
                 .args(["keygen", "--out"])
@@ -99,9 +117,20 @@ impl Session {
                 .arg(&tee)
                 .arg(dir.path().join("client"))
                 .arg("--")
-                .arg(env!("CARGO_BIN_EXE_aegis"))
-                .arg("wrap")
-                .arg("--policy")
+                .arg(env!("CARGO_BIN_EXE_aegis"));
+            if let Some((read, write)) = confined {
+                cmd.args(["--profile", "linux-confined"]);
+                cmd.arg("wrap");
+                for r in read {
+                    cmd.arg("--allow-read").arg(r);
+                }
+                for w in write {
+                    cmd.arg("--allow-write").arg(w);
+                }
+            } else {
+                cmd.arg("wrap");
+            }
+            cmd.arg("--policy")
                 .arg(dir.path().join("policy.yaml"))
                 .arg("--audit")
                 .arg(dir.path().join("record.jsonl"))
@@ -109,12 +138,13 @@ impl Session {
                 .arg(&key)
                 .arg("--");
         }
-        cmd.arg("python3")
-            .arg(&tee)
-            .arg(dir.path().join("server"))
-            .arg("--")
-            .arg("node")
-            .args(server);
+        if confined.is_none() {
+            cmd.arg("python3")
+                .arg(&tee)
+                .arg(dir.path().join("server"))
+                .arg("--");
+        }
+        cmd.arg("node").args(server);
         let stderr = dir.path().join("stderr");
         cmd.stderr(std::fs::File::create(&stderr).unwrap());
         let mut child = cmd.spawn().unwrap();
@@ -404,4 +434,86 @@ rules:
     assert_eq!(write.len(), 1);
     assert_eq!(at(write[0], &["policy", "status"]), "denied");
     assert!(at(write[0], &["policy", "reason"]).contains("read-only"));
+}
+
+/// The reference filesystem server, confined by `--profile linux-confined` and given
+/// `/` as its own allow-list (so only the confinement stands in the way): it serves
+/// files in its granted directory through a real client, and its own `read_text_file`
+/// cannot read a file outside it, nor `write_file` write there. The open line records
+/// what was enforced.
+#[test]
+fn a_confined_filesystem_server_serves_its_grant_and_nothing_outside_it() {
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    let granted = root_path.join("granted");
+    std::fs::create_dir(&granted).unwrap();
+    std::fs::write(granted.join("notes.txt"), "confined notes\n").unwrap();
+    // An existing file: for a new one the server itself scans its allow-list root (`/`
+    // here), which the confinement refuses, so creating would fail for the server's
+    // own reasons.
+    std::fs::write(granted.join("new.txt"), "").unwrap();
+    std::fs::write(root_path.join("secret.txt"), "outside\n").unwrap();
+    let (g, r) = (granted.to_str().unwrap(), root_path.to_str().unwrap());
+    let plan = format!(
+        r#"[{{"tool":"read_text_file","arguments":{{"path":"{g}/notes.txt"}}}},
+            {{"tool":"write_file","arguments":{{"path":"{g}/new.txt","content":"made"}}}},
+            {{"tool":"read_text_file","arguments":{{"path":"{r}/secret.txt"}}}},
+            {{"tool":"write_file","arguments":{{"path":"{r}/escape.txt","content":"x"}}}},
+            {{"tool":"read_text_file","arguments":{{"path":"/etc/shadow"}}}}]"#
+    );
+    let server = server_js("server-filesystem");
+    let package_dir = peers_dir().join("npm");
+    let s = Session::run(
+        "legacy",
+        Via::Confined {
+            policy: "version: 1\ndefault: allow\nrules: []\n",
+            read: &[&package_dir],
+            write: &[&granted],
+        },
+        &plan,
+        &[],
+        &[&server, Path::new("/")],
+    );
+    let calls = s.calls();
+    assert_eq!(calls.len(), 5, "{calls:?}");
+    assert!(!is_error(&calls[0]), "{calls:?}");
+    assert!(field(&calls[0], "text").contains("confined notes"));
+    assert!(!is_error(&calls[1]), "{calls:?}");
+    assert_eq!(
+        std::fs::read_to_string(granted.join("new.txt")).unwrap(),
+        "made"
+    );
+    for (i, what) in [
+        (2, "a file outside the grant"),
+        (3, "a write outside"),
+        (4, "/etc/shadow"),
+    ] {
+        assert!(is_error(&calls[i]), "{what} was served: {:?}", calls[i]);
+        assert!(
+            field(&calls[i], "text").contains("EACCES")
+                || field(&calls[i], "text").contains("denied"),
+            "{what}: {:?}",
+            calls[i]
+        );
+        assert!(!field(&calls[i], "text").contains("outside\n"));
+    }
+    assert!(!root_path.join("escape.txt").exists());
+    s.record();
+
+    // The open line says what was enforced on this server.
+    let record = std::fs::read(s.dir.path().join("record.jsonl")).unwrap();
+    let open = object(record.split(|&b| b == b'\n').next().unwrap());
+    let confinement = at(
+        &open,
+        &["provenance", "confinement", "report", "enforcement"],
+    );
+    assert_eq!(confinement, "full");
+    assert_eq!(
+        at(&open, &["provenance", "confinement", "level"]),
+        "required"
+    );
+    assert_eq!(
+        at(&open, &["provenance", "confinement", "name"]),
+        "confine-landlock"
+    );
 }

@@ -240,8 +240,8 @@ fn ending_of(end: CallEnd<'_>) -> (Ending, Option<Vec<u8>>) {
             )),
             None,
         ),
-        CallEnd::ServerExited => (
-            Ending::ServerDied("the server exited before answering".into()),
+        CallEnd::ServerExited { how } => (
+            Ending::ServerDied(format!("the server {how} before answering")),
             None,
         ),
         CallEnd::Shutdown => (Ending::Cancelled("relay shut down".into()), None),

@@ -200,8 +200,12 @@ pub enum CallEnd<'a> {
     },
     /// Allowed, but never forwarded: another call in its batch was refused.
     NotSent,
-    /// The server exited before answering.
-    ServerExited,
+    /// The server exited before answering; `how` says how ("exited with status 1",
+    /// "was killed by SIGSYS (seccomp refused a system call)").
+    ServerExited {
+        /// How it ended, for the record.
+        how: &'a str,
+    },
     /// The relay shut down before the server answered.
     Shutdown,
 }
@@ -534,13 +538,14 @@ impl<G: Gate> Relay<G> {
         finish_plan(plan, bytes, logs, Action::ToClient, Action::ToServer)
     }
 
-    /// The server exited: every pending call ends as [`CallEnd::ServerExited`], and every
-    /// request still waiting is answered with a JSON-RPC error.
-    pub fn server_exited(&mut self) -> Vec<Action> {
+    /// The server exited (`how`, see [`CallEnd::ServerExited`]): every pending call ends
+    /// as [`CallEnd::ServerExited`], and every request still waiting is answered with a
+    /// JSON-RPC error.
+    pub fn server_exited(&mut self, how: &str) -> Vec<Action> {
         let mut actions = Vec::new();
         for (_, outstanding) in std::mem::take(&mut self.client_requests) {
             if let Kind::Call(pending) = outstanding.kind {
-                self.gate.finish(pending, CallEnd::ServerExited);
+                self.gate.finish(pending, CallEnd::ServerExited { how });
             }
             let mut reply = error_reply(
                 &outstanding.raw_id,

@@ -237,13 +237,7 @@ impl Session {
         R: Read + AsFd + Send + 'static,
         W: Write + Send + 'static,
     {
-        let Session {
-            config,
-            sink,
-            events_tx,
-            events,
-        } = self;
-        let mut child = server
+        let child = server
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -252,6 +246,33 @@ impl Session {
                 program: server.get_program().to_string_lossy().into_owned(),
                 source,
             })?;
+        self.run_child(relay, child, client_in, client_out)
+    }
+
+    /// [`Session::run`] with a server already started by the caller (e.g. through a
+    /// confinement helper), whose stdin and stdout are pipes.
+    ///
+    /// # Errors
+    /// [`StdioError`] when the server's pipes are missing or a thread could not start;
+    /// the server is stopped and nothing was relayed.
+    pub fn run_child<G, R, W>(
+        self,
+        relay: Relay<G>,
+        mut child: Child,
+        client_in: R,
+        client_out: W,
+    ) -> Result<Ended, StdioError>
+    where
+        G: Gate + Send + 'static,
+        R: Read + AsFd + Send + 'static,
+        W: Write + Send + 'static,
+    {
+        let Session {
+            config,
+            sink,
+            events_tx,
+            events,
+        } = self;
         // Both pipes were asked for above; without them there is nothing to relay.
         let (Some(server_in), Some(server_out)) = (child.stdin.take(), child.stdout.take()) else {
             stop_now(&mut child);
@@ -294,7 +315,7 @@ impl Session {
         let mut pins = None;
         if let Some(mut relay) = relay {
             // Every pending call's outcome is written here, before anything is sent.
-            let actions = relay.server_exited();
+            let actions = relay.server_exited(&how_it_ended(status.as_ref()));
             pins = relay.pins().cloned();
             drop(relay);
             shared.carry_out(actions);
@@ -566,6 +587,20 @@ fn hung_up(fd: &OwnedFd) -> bool {
 /// has gone: SIGTERM after `grace`, then SIGKILL after another. A signal forwarded to a
 /// server that outlives it by `grace` is followed by SIGKILL too, so a supervisor's
 /// SIGTERM to the session ends both.
+/// How the server ended, for the outcome of a call it left unanswered.
+fn how_it_ended(status: Option<&ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        None => "exited (its status could not be read)".into(),
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => format!("exited with status {code}"),
+            (None, Some(31)) => "was killed by SIGSYS (seccomp refused a system call)".into(),
+            (None, Some(signal)) => format!("was killed by signal {signal}"),
+            (None, None) => "exited".into(),
+        },
+    }
+}
+
 fn watch(
     child: &mut Child,
     events: &Receiver<Event>,

@@ -529,7 +529,7 @@ fn pending_calls_end_when_the_server_exits_or_the_relay_stops() {
     let mut relay = listed(CountingGate::default(), RelayConfig::default());
     relay.from_client(line(&call("1", "read")));
     relay.from_client(line(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#));
-    let actions = relay.server_exited();
+    let actions = relay.server_exited("exited");
     let replies = to_client(&actions);
     assert_eq!(replies.len(), 2);
     assert!(replies[0].contains(r#""id":1,"error":{"code":-32002"#));
@@ -718,7 +718,7 @@ fn tombstones_are_bounded_and_the_oldest_is_forgotten_with_a_log_line() {
     );
     assert!(to_server(&relay.from_client(line(&call("2", "read")))).is_empty());
     // The server exiting ends every wait: no tombstone outlives it.
-    relay.server_exited();
+    relay.server_exited("exited");
     assert_eq!(relay.cancelled_unanswered(), 0);
 }
 
@@ -958,7 +958,7 @@ proptest! {
         let mut relay = Relay::new(gate, RelayConfig::default());
         for (step, (from_client, text)) in script.iter().enumerate() {
             if exit_at == Some(step) {
-                relay.server_exited();
+                relay.server_exited("exited");
             }
             let frame = format!("{text}\n").into_bytes();
             let refusals = |r: &Relay<CountingGate>| {

@@ -187,17 +187,32 @@ impl OpenedAudit {
 
 /// The provenance object for the open line.
 pub fn provenance(profile: &Profile, plugins: &[(&str, &Plugin)], retention: Retention) -> Object {
-    provenance_with(profile, plugins, retention, Vec::new())
+    provenance_with(profile, plugins, retention, ProvenanceExtra::default())
 }
 
-/// The provenance object, with the operator's overrides of the profile (see
-/// [`crate::host`]); the `overrides` member is left out when there are none.
+/// What a host adds to the open line's provenance beyond the profile and its plugins.
+#[derive(Debug, Default)]
+pub struct ProvenanceExtra {
+    /// The operator's overrides of the profile (see [`crate::host`]), each an object
+    /// saying what replaced what; the `overrides` member is left out when there are none.
+    pub overrides: Vec<Object>,
+    /// The profile's confinement backend and level, and what it enforced on the native
+    /// program this session started (spec/SPEC.md, "Confinement"); left out when the
+    /// profile names none.
+    pub confinement: Option<Object>,
+}
+
+/// The provenance object, with the [`ProvenanceExtra`] members.
 fn provenance_with(
     profile: &Profile,
     plugins: &[(&str, &Plugin)],
     retention: Retention,
-    overrides: Vec<Object>,
+    extra: ProvenanceExtra,
 ) -> Object {
+    let ProvenanceExtra {
+        overrides,
+        confinement,
+    } = extra;
     let mut p = Object::new();
     p.insert("aegis_version", env!("CARGO_PKG_VERSION"));
     let mut prof = Object::new();
@@ -227,6 +242,7 @@ fn provenance_with(
             Value::Array(overrides.into_iter().map(Value::Object).collect()),
         );
     }
+    p.insert_opt("confinement", confinement);
     p
 }
 
@@ -244,7 +260,14 @@ pub fn open_audit(
     profile: &Profile,
     plugins: &[(&str, &Plugin)],
 ) -> Result<OpenedAudit, RetentionError> {
-    open_audit_with(sink, sink_plugin, key, profile, plugins, Vec::new())
+    open_audit_with(
+        sink,
+        sink_plugin,
+        key,
+        profile,
+        plugins,
+        ProvenanceExtra::default(),
+    )
 }
 
 /// [`open_audit`], recording the operator's `overrides` of the profile in the
@@ -258,7 +281,7 @@ pub fn open_audit_with(
     key: Option<SigningKey>,
     profile: &Profile,
     plugins: &[(&str, &Plugin)],
-    overrides: Vec<Object>,
+    extra: ProvenanceExtra,
 ) -> Result<OpenedAudit, RetentionError> {
     let name = sink_plugin.metadata().name.clone();
     let retention = sink.retention();
@@ -331,7 +354,7 @@ pub fn open_audit_with(
     let mut extensions = Object::new();
     extensions.insert(
         "provenance",
-        provenance_with(profile, plugins, retention, overrides),
+        provenance_with(profile, plugins, retention, extra),
     );
     let sink = Arc::new(SinkAdapter(sink));
     let session =

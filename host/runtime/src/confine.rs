@@ -8,11 +8,14 @@
 //! 1. opens the report channel (descriptor 3, given by the host);
 //! 2. resolves the plan's backend plugin and asks it to confine the process;
 //! 3. writes the backend's report (or its refusal) to the channel;
-//! 4. marks every descriptor but stdio close-on-exec, so the program inherits none;
-//! 5. execs the program. The channel closes on exec; a failed exec is reported on it.
+//! 4. waits for the host's go (descriptor 4): the host records the report first, so no
+//!    byte of the program runs before the record says how it is confined;
+//! 5. marks every descriptor but stdio close-on-exec, so the program inherits none;
+//! 6. execs the program. The channel closes on exec; a failed exec is reported on it.
 //!
-//! The host ([`spawn`]) reads the channel to its end, so it knows what was enforced
-//! before the program reads its first byte of input.
+//! The host ([`spawn`]) reads the report, then [`Confined::start`] says go and reads
+//! the channel to its end. A [`Confined`] dropped unstarted lets the helper exit
+//! without running the program.
 //!
 //! # Guarantees
 //! - At the required level, a plan the backend cannot enforce fully starts nothing:
@@ -43,6 +46,8 @@ pub const HELPER_ARG: &str = "__confine-exec";
 
 /// The descriptor the helper reports on.
 const REPORT_FD: i32 = 3;
+/// The descriptor the helper waits on for the host's go.
+const GO_FD: i32 = 4;
 
 /// Exit status of a helper whose confinement was refused.
 pub const EXIT_REFUSED: u8 = 125;
@@ -56,6 +61,8 @@ pub struct Plan {
     pub backend: String,
     /// The backend's config section (TOML text).
     pub config: String,
+    /// The backend file's pinned SHA-256, when the profile pins it.
+    pub pin: Option<[u8; 32]>,
     /// Refuse or best effort.
     pub best_effort: bool,
     /// Read beneath.
@@ -66,6 +73,29 @@ pub struct Plan {
     pub write: Vec<PathBuf>,
     /// `host:port` TCP destinations.
     pub connect: Vec<String>,
+}
+
+/// What the operator grants a confined program beyond the exec-support set.
+#[derive(Clone, Debug, Default)]
+pub struct Grants {
+    /// `--allow-read`.
+    pub read: Vec<PathBuf>,
+    /// `--allow-write`.
+    pub write: Vec<PathBuf>,
+    /// `--allow-net HOST:PORT`.
+    pub connect: Vec<String>,
+    /// `--best-effort`.
+    pub best_effort: bool,
+}
+
+impl Grants {
+    /// Whether the operator granted anything (or lowered the level).
+    pub fn is_empty(&self) -> bool {
+        self.read.is_empty()
+            && self.write.is_empty()
+            && self.connect.is_empty()
+            && !self.best_effort
+    }
 }
 
 /// Why a confined program was not started.
@@ -119,7 +149,54 @@ fn path_strings(paths: &[PathBuf]) -> Value {
     )
 }
 
+/// The backend a profile with no `[sandbox] confinement` uses for `aegis confine`.
+pub const DEFAULT_BACKEND: &str = "builtin:confine-landlock";
+
 impl Plan {
+    /// The plan for `program` (absolute): the profile's backend and level (or
+    /// [`DEFAULT_BACKEND`], required), the exec-support set, and the operator's grants
+    /// (made absolute). `best_effort` lowers a required level; it never raises one.
+    ///
+    /// # Errors
+    /// A grant path that cannot be made absolute.
+    pub fn for_program(
+        profile: &crate::Profile,
+        program: &Path,
+        grants: Grants,
+    ) -> Result<Plan, ConfineError> {
+        let absolute = |paths: Vec<PathBuf>| -> Result<Vec<PathBuf>, ConfineError> {
+            paths
+                .into_iter()
+                .map(|p| {
+                    std::path::absolute(&p)
+                        .map_err(|e| ConfineError::Refused(format!("{}: {e}", p.display())))
+                })
+                .collect()
+        };
+        let (mut read, exec, mut write) = exec_support(program);
+        read.extend(absolute(grants.read)?);
+        write.extend(absolute(grants.write)?);
+        let (backend, config, pin, profile_best_effort) = match &profile.confinement {
+            Some(c) => (
+                c.plugin.spec.to_string(),
+                c.plugin.config.clone(),
+                c.plugin.sha256,
+                c.best_effort,
+            ),
+            None => (DEFAULT_BACKEND.to_owned(), String::new(), None, false),
+        };
+        Ok(Plan {
+            backend,
+            config,
+            pin,
+            best_effort: grants.best_effort || profile_best_effort,
+            read,
+            exec,
+            write,
+            connect: grants.connect,
+        })
+    }
+
     fn to_json(&self) -> Result<String, ConfineError> {
         for p in self.read.iter().chain(&self.exec).chain(&self.write) {
             if p.to_str().is_none() || !p.is_absolute() {
@@ -132,6 +209,10 @@ impl Plan {
         let mut o = Object::new();
         o.insert("backend", self.backend.as_str());
         o.insert("config", self.config.as_str());
+        o.insert_opt(
+            "sha256",
+            self.pin.map(|p| aegis_record::digest::encode_hex(&p)),
+        );
         o.insert("best_effort", self.best_effort);
         o.insert("read", path_strings(&self.read));
         o.insert("exec", path_strings(&self.exec));
@@ -238,8 +319,62 @@ pub fn resolve_program(command: &OsStr) -> Result<PathBuf, ConfineError> {
         .ok_or_else(|| ConfineError::Exec(format!("{}: command not found", given.display())))
 }
 
-/// Starts `program` (absolute) with `args` under `plan`, through `helper` (the `aegis`
-/// binary). `configure` sets the child's stdio. Returns once the program is exec'd.
+/// A confined helper that has reported and waits for [`Confined::start`].
+#[derive(Debug)]
+pub struct Confined {
+    child: Child,
+    report: Report,
+    go: std::io::PipeWriter,
+    channel: BufReader<std::io::PipeReader>,
+}
+
+impl Confined {
+    /// What the backend enforced.
+    pub fn report(&self) -> &Report {
+        &self.report
+    }
+
+    /// The helper's process (stdio as configured by [`spawn`]'s caller).
+    pub fn child_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
+    /// Lets the helper exec the program; returns once it has (the channel closed).
+    ///
+    /// # Errors
+    /// The program could not be executed ([`ConfineError::Exec`]) or the helper broke
+    /// its protocol; the helper has been waited for.
+    pub fn start(self) -> Result<Child, ConfineError> {
+        let Confined {
+            mut child,
+            mut go,
+            channel,
+            ..
+        } = self;
+        let said = go.write_all(b"g");
+        drop(go);
+        if let Err(e) = said {
+            let _ = child.wait();
+            return Err(ConfineError::Helper(format!("could not say go: {e}")));
+        }
+        // Empty when the exec succeeded (the channel closed with it); one line when not.
+        if let Some(Ok(line)) = channel.split(b'\n').next() {
+            let failure = match parse_message(&line) {
+                Message::ExecFailed(why) => ConfineError::Exec(why),
+                Message::Refused(why) => ConfineError::Refused(why),
+                Message::Report(_) => ConfineError::Helper("a second report".into()),
+                Message::Garbled(why) => ConfineError::Helper(why),
+            };
+            let _ = child.wait();
+            return Err(failure);
+        }
+        Ok(child)
+    }
+}
+
+/// Starts the helper for `program` (absolute) with `args` under `plan`, through
+/// `helper` (the `aegis` binary); `configure` sets the child's stdio. Returns once the
+/// helper has confined itself and reported, before the program runs.
 ///
 /// # Errors
 /// See [`ConfineError`]; a refusal has started nothing.
@@ -249,9 +384,11 @@ pub fn spawn(
     program: &Path,
     args: &[OsString],
     configure: impl FnOnce(&mut Command),
-) -> Result<(Child, Report), ConfineError> {
+) -> Result<Confined, ConfineError> {
     let plan_json = plan.to_json()?;
-    let (reader, writer) = std::io::pipe().map_err(|e| ConfineError::Helper(e.to_string()))?;
+    let pipe_error = |e: std::io::Error| ConfineError::Helper(e.to_string());
+    let (reader, writer) = std::io::pipe().map_err(pipe_error)?;
+    let (go_reader, go) = std::io::pipe().map_err(pipe_error)?;
     let mut command = Command::new(helper);
     command
         .arg(HELPER_ARG)
@@ -261,42 +398,51 @@ pub fn spawn(
         .args(args);
     configure(&mut command);
     command
-        .fd_mappings(vec![FdMapping {
-            parent_fd: writer.into(),
-            child_fd: REPORT_FD,
-        }])
+        .fd_mappings(vec![
+            FdMapping {
+                parent_fd: writer.into(),
+                child_fd: REPORT_FD,
+            },
+            FdMapping {
+                parent_fd: go_reader.into(),
+                child_fd: GO_FD,
+            },
+        ])
         .map_err(|e| ConfineError::Helper(e.to_string()))?;
     let spawned = command.spawn();
-    // The host's copy of the channel's write end goes with the command: the channel
-    // ends when the helper execs or exits.
+    // The host's copies of the helper's ends go with the command: the channel ends when
+    // the helper execs or exits.
     drop(command);
     let mut child = spawned
         .map_err(|e| ConfineError::Helper(format!("cannot start {}: {e}", helper.display())))?;
-    let mut report = None;
-    let mut failure = None;
-    for line in BufReader::new(reader).split(b'\n') {
-        let Ok(line) = line else { break };
-        match parse_message(&line) {
-            Message::Report(r) => report = Some(r),
-            Message::Refused(why) => failure = Some(ConfineError::Refused(why)),
-            Message::ExecFailed(why) => failure = Some(ConfineError::Exec(why)),
-            Message::Garbled(why) => failure = Some(ConfineError::Helper(why)),
+    let mut channel = BufReader::new(reader);
+    let mut line = Vec::new();
+    let message = match channel.read_until(b'\n', &mut line) {
+        Ok(n) if n > 0 => parse_message(&line),
+        _ => Message::Garbled("ended without a report".into()),
+    };
+    let failure = match message {
+        Message::Report(report) => {
+            return Ok(Confined {
+                child,
+                report,
+                go,
+                channel,
+            });
         }
-    }
-    if let Some(e) = failure {
-        let _ = child.wait();
-        return Err(e);
-    }
-    match report {
-        Some(r) => Ok((child, r)),
-        None => {
-            let status = child.wait();
-            Err(ConfineError::Helper(format!(
-                "ended without a report ({})",
-                status.map_or_else(|e| e.to_string(), |s| s.to_string())
-            )))
-        }
-    }
+        Message::Refused(why) => ConfineError::Refused(why),
+        Message::ExecFailed(why) => ConfineError::Exec(why),
+        Message::Garbled(why) => ConfineError::Helper(why),
+    };
+    drop(go);
+    let status = child.wait();
+    Err(match failure {
+        ConfineError::Helper(why) => ConfineError::Helper(format!(
+            "{why} ({})",
+            status.map_or_else(|e| e.to_string(), |s| s.to_string())
+        )),
+        other => other,
+    })
 }
 
 enum Message {
@@ -348,9 +494,10 @@ pub fn helper_main() -> Option<u8> {
     let channel = std::fs::OpenOptions::new()
         .write(true)
         .open(format!("/proc/self/fd/{REPORT_FD}"));
-    let Ok(mut channel) = channel else {
+    let go = std::fs::File::open(format!("/proc/self/fd/{GO_FD}"));
+    let (Ok(mut channel), Ok(mut go)) = (channel, go) else {
         eprintln!(
-            "aegis {HELPER_ARG}: no report channel on descriptor {REPORT_FD}; this mode is started by aegis itself"
+            "aegis {HELPER_ARG}: no report channel on descriptors {REPORT_FD} and {GO_FD}; this mode is started by aegis itself"
         );
         return Some(EXIT_REFUSED);
     };
@@ -384,6 +531,13 @@ pub fn helper_main() -> Option<u8> {
         Err(why) => return refuse(&mut say, why),
     };
     say(report);
+    // The host records the report before the program may run; without its go (the host
+    // gave up, e.g. the record could not be opened) nothing is started.
+    let mut byte = [0u8; 1];
+    if !matches!(std::io::Read::read(&mut go, &mut byte), Ok(1)) || byte[0] != b'g' {
+        return Some(EXIT_REFUSED);
+    }
+    drop(go);
     // Nothing the helper or the host holds reaches the program: the channel, the
     // plugin's descriptor, anything inherited. stdio stays.
     close_fds::CloseFdsBuilder::new().cloexecfrom(3);
@@ -422,6 +576,13 @@ fn confine_self(plan: &[u8]) -> Result<Object, String> {
     };
     let backend = text("backend")?;
     let config = text("config")?;
+    let pin = match plan.get("sha256").and_then(Value::as_str) {
+        None => None,
+        Some(hex) => Some(
+            aegis_record::digest::decode_hex::<32>(hex)
+                .map_err(|e| format!("plan: sha256: {e}"))?,
+        ),
+    };
     let best_effort = matches!(plan.get("best_effort"), Some(Value::Bool(true)));
     let (read, exec, write, connect) = (
         list("read")?,
@@ -430,7 +591,7 @@ fn confine_self(plan: &[u8]) -> Result<Object, String> {
         list("connect")?,
     );
     let plugin = Registry::new()
-        .resolve(&PluginSpec::parse(backend), None)
+        .resolve(&PluginSpec::parse(backend), pin.as_ref())
         .map_err(|e| format!("backend {backend}: {e}"))?;
     let confinement = plugin
         .confinement_backend(config)

@@ -24,7 +24,7 @@
 //! - An override's file is read when the host opens; a later change to it is the
 //!   plugin's business (the YAML evaluator keeps the set it loaded).
 
-use crate::audit::{AuditNotice, OpenedAudit, open_audit_with};
+use crate::audit::{AuditNotice, OpenedAudit, ProvenanceExtra, open_audit_with};
 use crate::capability::{ToolManifest, ToolRegistry};
 use crate::handler::HostHandler;
 use crate::pipeline::{CallRecord, CallRequest, OpenError, OwnedCall, Pipeline, PipelineError};
@@ -174,6 +174,7 @@ pub struct HostBuilder {
     handlers: BTreeMap<String, HostHandler>,
     sandbox: SandboxSource,
     busy: Option<WaitWhenBusy>,
+    confined: Option<Object>,
 }
 
 /// What [`HostBuilder::open`] does while the audit sink says it is busy: wait, telling
@@ -206,6 +207,7 @@ impl Host {
             handlers: BTreeMap::new(),
             sandbox: SandboxSource::Build(Options::default()),
             busy: None,
+            confined: None,
         }
     }
 
@@ -369,6 +371,14 @@ impl HostBuilder {
         self
     }
 
+    /// Records what the profile's confinement backend enforced on the native program
+    /// this session starts (its report, see [`crate::confine::Report::to_object`]) in
+    /// the open line's provenance, under `confinement.report`.
+    pub fn confinement_report(mut self, report: Object) -> HostBuilder {
+        self.confined = Some(report);
+        self
+    }
+
     /// Use a sandbox shared with other hosts instead of building one.
     pub fn sandbox(mut self, sandbox: Arc<Sandbox>) -> HostBuilder {
         self.sandbox = SandboxSource::Shared(sandbox);
@@ -393,6 +403,7 @@ impl HostBuilder {
             handlers,
             sandbox,
             busy,
+            confined,
         } = self;
         for m in manifests {
             tools.register(m).map_err(OpenError::Tool)?;
@@ -405,6 +416,7 @@ impl HostBuilder {
             policy,
             audit,
             busy,
+            confined,
         };
         let pipeline = assemble(
             &profile, &registry, overrides, key, tools, handlers, sandbox,
@@ -420,6 +432,7 @@ struct Overrides {
     policy: Option<Override>,
     audit: Option<Override>,
     busy: Option<WaitWhenBusy>,
+    confined: Option<Object>,
 }
 
 /// The one assembly: resolves and builds the policy and audit stations (the
@@ -437,7 +450,39 @@ fn assemble(
         policy,
         audit,
         busy,
+        confined,
     } = overrides;
+    // The confinement backend is resolved and built with its config whatever the
+    // command, so a profile that `wrap` would refuse is refused everywhere.
+    let confinement = match &profile.confinement {
+        None => {
+            if confined.is_some() {
+                return Err(OpenError::Profile(ProfileError::Invalid {
+                    path: profile.name.clone(),
+                    line: 0,
+                    message: "a confinement report was given for a profile that names no confinement backend".into(),
+                }));
+            }
+            None
+        }
+        Some(c) => {
+            let plugin = profile.resolve(registry, "sandbox.confinement", &c.plugin)?;
+            plugin.confinement_backend(&c.plugin.config).map_err(|e| {
+                profile.plugin_error("sandbox.confinement", &c.plugin, e.to_string())
+            })?;
+            let mut o = crate::profile::provenance_of("sandbox.confinement", &plugin);
+            o.insert(
+                "level",
+                if c.best_effort {
+                    "best-effort"
+                } else {
+                    "required"
+                },
+            );
+            o.insert_opt("report", confined);
+            Some(o)
+        }
+    };
     let (policy_choice, policy_plugin) = station_plugin(
         profile,
         registry,
@@ -483,7 +528,10 @@ fn assemble(
         key,
         profile,
         &[("policy", &policy_plugin), ("audit", &sink_plugin)],
-        recorded,
+        ProvenanceExtra {
+            overrides: recorded,
+            confinement,
+        },
     )?;
     Ok(Pipeline::from_parts(
         evaluator, opened, tools, handlers, sandbox,

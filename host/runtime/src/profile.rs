@@ -13,10 +13,13 @@
 //! - A relative plugin path in a profile file is taken relative to the directory of the
 //!   profile file, never the working directory; an embedded profile, having no
 //!   directory, may not name a plugin by a relative path at all.
-//! - **Nothing accepted is ignored.** Every key a profile accepts is used; a station
-//!   feature the host does not enforce yet (`[sandbox] confinement`) is refused at its
-//!   line, never parsed and dropped. [`Profile::resolve`] refuses a plugin that does
-//!   not provide its station's kind before anything is built from it.
+//! - **Nothing accepted is ignored.** Every key a profile accepts is used.
+//!   `[sandbox] confinement` names the backend that confines the native programs the
+//!   host starts (`aegis wrap`'s server, `aegis confine`'s command) and its level;
+//!   commands that start no native program (`run`, `gateway`: their tools run in
+//!   wasmtime) record it in provenance and need nothing more from it.
+//!   [`Profile::resolve`] refuses a plugin that does not provide its station's kind
+//!   before anything is built from it.
 //!
 //! # Non-guarantees
 //! - Plugin config sections are passed to the plugin as TOML text; their contents are
@@ -38,6 +41,10 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     (
         "durable-file",
         include_str!("../../../profiles/durable-file.toml"),
+    ),
+    (
+        "linux-confined",
+        include_str!("../../../profiles/linux-confined.toml"),
     ),
 ];
 
@@ -68,15 +75,27 @@ struct CapabilityTable {}
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SandboxTable {
-    /// Parsed only to be refused, whatever its shape: the host does not enforce
-    /// native confinement yet, and a profile must not read as if it did.
-    confinement: Option<Spanned<toml::Value>>,
+    confinement: Option<ConfinementTable>,
 }
 
-/// What `sandbox.confinement` is refused with until the host enforces it.
-pub const CONFINEMENT_NOT_AVAILABLE: &str = "sandbox.confinement: native confinement is not \
-     available yet in this host, so a profile naming it is refused rather than run \
-     unconfined; remove the key (tools run in the host's wasmtime sandbox)";
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfinementTable {
+    plugin: Spanned<String>,
+    sha256: Option<Spanned<String>>,
+    config: Option<toml::Table>,
+    /// `required` (the default) or `best-effort`.
+    level: Option<Spanned<String>>,
+}
+
+/// The confinement backend a profile names, and what it must achieve.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfinementChoice {
+    /// The backend plugin.
+    pub plugin: PluginChoice,
+    /// Run with what the kernel enforces instead of refusing (`level = "best-effort"`).
+    pub best_effort: bool,
+}
 
 /// Where a profile came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -140,6 +159,8 @@ pub struct Profile {
     pub policy: PluginChoice,
     /// The audit sink.
     pub audit: PluginChoice,
+    /// The backend confining native programs the host starts, if the profile names one.
+    pub confinement: Option<ConfinementChoice>,
     /// What errors call it: the path as the operator gave it, or `embedded:NAME`.
     label: String,
 }
@@ -202,6 +223,65 @@ pub enum ProfileError {
     },
 }
 
+/// One station's plugin choice as the profile wrote it: the spec (a relative path taken
+/// against the profile's directory), the pin and the config section.
+fn plugin_choice(
+    text: &str,
+    label: &str,
+    source: &ProfileSource,
+    station: &str,
+    plugin: Spanned<String>,
+    sha256: Option<Spanned<String>>,
+    config: Option<toml::Table>,
+) -> Result<PluginChoice, ProfileError> {
+    let invalid = |line: usize, message: String| ProfileError::Invalid {
+        path: label.to_owned(),
+        line,
+        message,
+    };
+    let line = line_of(text, plugin.span().start);
+    let sha256 = match sha256 {
+        None => None,
+        Some(s) => {
+            let l = line_of(text, s.span().start);
+            Some(parse_sha256(s.get_ref()).ok_or_else(|| {
+                invalid(
+                    l,
+                    format!("{station}.sha256: expected 64 lowercase hex characters"),
+                )
+            })?)
+        }
+    };
+    let config = match config {
+        None => String::new(),
+        Some(table) => {
+            toml::to_string(&table).map_err(|e| invalid(line, format!("{station}.config: {e}")))?
+        }
+    };
+    let spec = match PluginSpec::parse(plugin.get_ref()) {
+        PluginSpec::Path(p) if p.is_relative() => match source {
+            ProfileSource::File(f) => PluginSpec::Path(profile_dir(f).join(p)),
+            ProfileSource::Embedded => {
+                return Err(invalid(
+                    line,
+                    format!(
+                        "{station}.plugin: relative path {:?} in an embedded profile, which has no directory to resolve it against",
+                        p.display().to_string()
+                    ),
+                ));
+            }
+        },
+        spec => spec,
+    };
+    Ok(PluginChoice {
+        spec,
+        sha256,
+        config,
+        line,
+        flag: None,
+    })
+}
+
 fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
@@ -234,52 +314,46 @@ impl Profile {
             invalid(line, message)
         })?;
         let choice = |station: &str, t: StationTable| -> Result<PluginChoice, ProfileError> {
-            let line = line_of(text, t.plugin.span().start);
-            let sha256 = match t.sha256 {
-                None => None,
-                Some(s) => {
-                    let l = line_of(text, s.span().start);
-                    Some(parse_sha256(s.get_ref()).ok_or_else(|| {
-                        invalid(
-                            l,
-                            format!("{station}.sha256: expected 64 lowercase hex characters"),
-                        )
-                    })?)
-                }
-            };
-            let config = match t.config {
-                None => String::new(),
-                Some(table) => toml::to_string(&table)
-                    .map_err(|e| invalid(line, format!("{station}.config: {e}")))?,
-            };
-            let spec = match PluginSpec::parse(t.plugin.get_ref()) {
-                PluginSpec::Path(p) if p.is_relative() => match &source {
-                    ProfileSource::File(f) => PluginSpec::Path(profile_dir(f).join(p)),
-                    ProfileSource::Embedded => {
-                        return Err(invalid(
-                            line,
-                            format!(
-                                "{station}.plugin: relative path {:?} in an embedded profile, which has no directory to resolve it against",
-                                p.display().to_string()
-                            ),
-                        ));
-                    }
-                },
-                spec => spec,
-            };
-            Ok(PluginChoice {
-                spec,
+            let StationTable {
+                plugin,
                 sha256,
                 config,
-                line,
-                flag: None,
-            })
+            } = t;
+            plugin_choice(text, label, &source, station, plugin, sha256, config)
         };
-        // Every key a profile accepts is used below, except this one: refuse it.
-        if let Some(c) = &file.sandbox.confinement {
-            let line = line_of(text, c.span().start);
-            return Err(invalid(line, CONFINEMENT_NOT_AVAILABLE.to_owned()));
-        }
+        let confinement = match file.sandbox.confinement {
+            None => None,
+            Some(c) => {
+                let best_effort = match &c.level {
+                    None => false,
+                    Some(l) => match l.get_ref().as_str() {
+                        "required" => false,
+                        "best-effort" => true,
+                        other => {
+                            return Err(invalid(
+                                line_of(text, l.span().start),
+                                format!(
+                                    "sandbox.confinement.level: {other:?} is not \"required\" or \"best-effort\""
+                                ),
+                            ));
+                        }
+                    },
+                };
+                let plugin = plugin_choice(
+                    text,
+                    label,
+                    &source,
+                    "sandbox.confinement",
+                    c.plugin,
+                    c.sha256,
+                    c.config,
+                )?;
+                Some(ConfinementChoice {
+                    plugin,
+                    best_effort,
+                })
+            }
+        };
         // `[capability]` takes no keys: the table is required, and empty.
         let CapabilityTable {} = file.capability;
         let policy = choice("policy", file.policy)?;
@@ -295,6 +369,7 @@ impl Profile {
             sha256: Sha256::digest(text.as_bytes()).into(),
             policy,
             audit,
+            confinement,
             label: label.to_owned(),
         })
     }
@@ -508,6 +583,7 @@ fn station_kind(station: &str) -> Option<(Kinds, &'static str)> {
     match station {
         "policy" => Some((Kinds::POLICY, "policy")),
         "audit" => Some((Kinds::SINK, "sink")),
+        "sandbox.confinement" => Some((Kinds::CONFINEMENT, "confinement")),
         _ => None,
     }
 }
@@ -580,29 +656,59 @@ mod tests {
         assert_eq!(p.policy.line, 5);
     }
 
-    /// Before, a confinement table (here naming a policy plugin, not even a
-    /// confinement backend) was accepted and then ignored.
+    /// A confinement table names a backend and a level; a level it does not know is
+    /// refused at its line, and a plugin that is not a confinement backend is refused
+    /// by `resolve` (before, any table here was accepted and ignored).
     #[test]
-    fn a_confinement_section_is_refused_as_not_available_yet() {
-        for sandbox in [
-            "[sandbox]\nconfinement = { plugin = \"builtin:policy-static\" }\n",
-            "[sandbox]\n\n[sandbox.confinement]\nplugin = \"confine-landlock\"\n",
-            "[sandbox]\nconfinement = \"anything\"\n",
-        ] {
-            let text = GOOD.replace("[sandbox]\n", sandbox);
-            let e = err(&text);
-            let line = text
-                .lines()
-                .position(|l| l.contains("confinement") || l.starts_with("plugin = \"confine"))
-                .unwrap()
-                + 1;
-            assert!(
-                e.starts_with(&format!("p.toml:{line}: sandbox.confinement: "))
-                    && e.contains("not available yet"),
-                "{sandbox}: {e}"
-            );
-            assert_eq!(e.lines().count(), 1, "{e}");
-        }
+    fn a_confinement_table_names_a_backend_and_a_level() {
+        let registry = Registry::new().with_search_path(Vec::new());
+        let with = |sandbox: &str| GOOD.replace("[sandbox]\n", sandbox);
+        let p = Profile::parse(
+            &with("[sandbox]\nconfinement = { plugin = \"builtin:confine-landlock\" }\n"),
+            "p.toml",
+            ProfileSource::Embedded,
+        )
+        .unwrap();
+        let c = p.confinement.clone().unwrap();
+        assert!(!c.best_effort);
+        p.resolve(&registry, "sandbox.confinement", &c.plugin)
+            .unwrap();
+
+        let p = Profile::parse(
+            &with("[sandbox]\n\n[sandbox.confinement]\nplugin = \"builtin:confine-none\"\nlevel = \"best-effort\"\n"),
+            "p.toml",
+            ProfileSource::Embedded,
+        )
+        .unwrap();
+        assert!(p.confinement.unwrap().best_effort);
+
+        let text = with(
+            "[sandbox]\nconfinement = { plugin = \"builtin:confine-landlock\", level = \"maybe\" }\n",
+        );
+        let e = err(&text);
+        assert!(
+            e.starts_with("p.toml:11: sandbox.confinement.level: \"maybe\""),
+            "{e}"
+        );
+        let e = err(&with("[sandbox]\nconfinement = \"anything\"\n"));
+        assert!(e.starts_with("p.toml:11: "), "{e}");
+
+        let p = Profile::parse(
+            &with("[sandbox]\nconfinement = { plugin = \"builtin:policy-static\" }\n"),
+            "p.toml",
+            ProfileSource::Embedded,
+        )
+        .unwrap();
+        let e = p
+            .resolve(
+                &registry,
+                "sandbox.confinement",
+                &p.confinement.clone().unwrap().plugin,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[sandbox.confinement]"), "{e}");
+        assert!(e.contains("provides policy, not confinement"), "{e}");
     }
 
     /// Before, a plugin named for a station it cannot fill resolved and was listed
