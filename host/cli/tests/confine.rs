@@ -45,121 +45,164 @@ fn tree() -> tempfile::TempDir {
     dir
 }
 
-#[test]
-fn a_confined_python_cannot_leave_its_grant_by_any_door_it_tries() {
-    let dir = tree();
-    let d = dir.path();
-    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
-    tcp.set_nonblocking(true).unwrap();
-    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
-    udp.set_nonblocking(true).unwrap();
-    let unix_path = d.join("bus.sock");
-    let unix = UnixListener::bind(&unix_path).unwrap();
-    unix.set_nonblocking(true).unwrap();
-    let abstract_name = format!("aegis-confine-test-{}", std::process::id());
-    let abstract_listener =
-        UnixListener::bind_addr(&SocketAddr::from_abstract_name(&abstract_name).unwrap()).unwrap();
-    abstract_listener.set_nonblocking(true).unwrap();
-    let inherited = d.join("secret.txt");
-    // The script is read under the grant like any other file.
-    let probe = d.join("in/probe.py");
-    std::fs::copy(fixture("probe.py"), &probe).unwrap();
+/// Listeners the probes try to reach, and a check that nothing reached them.
+struct Doors {
+    tcp: TcpListener,
+    udp: UdpSocket,
+    unix: UnixListener,
+    unix_path: PathBuf,
+    abstract_listener: UnixListener,
+    abstract_name: String,
+}
 
+impl Doors {
+    fn open(d: &Path, tag: &str) -> Doors {
+        let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+        tcp.set_nonblocking(true).unwrap();
+        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        udp.set_nonblocking(true).unwrap();
+        let unix_path = d.join("bus.sock");
+        let unix = UnixListener::bind(&unix_path).unwrap();
+        unix.set_nonblocking(true).unwrap();
+        let abstract_name = format!("aegis-confine-test-{tag}-{}", std::process::id());
+        let abstract_listener =
+            UnixListener::bind_addr(&SocketAddr::from_abstract_name(&abstract_name).unwrap())
+                .unwrap();
+        abstract_listener.set_nonblocking(true).unwrap();
+        Doors {
+            tcp,
+            udp,
+            unix,
+            unix_path,
+            abstract_listener,
+            abstract_name,
+        }
+    }
+
+    fn args(&self, d: &Path) -> Vec<std::ffi::OsString> {
+        vec![
+            d.into(),
+            self.tcp.local_addr().unwrap().port().to_string().into(),
+            self.udp.local_addr().unwrap().port().to_string().into(),
+            self.unix_path.clone().into(),
+            self.abstract_name.clone().into(),
+        ]
+    }
+
+    fn assert_untouched(&self) {
+        let would_block = Some(ErrorKind::WouldBlock);
+        assert_eq!(self.tcp.accept().err().map(|e| e.kind()), would_block);
+        assert_eq!(
+            self.udp.recv(&mut [0; 16]).err().map(|e| e.kind()),
+            would_block
+        );
+        assert_eq!(self.unix.accept().err().map(|e| e.kind()), would_block);
+        assert_eq!(
+            self.abstract_listener.accept().err().map(|e| e.kind()),
+            would_block
+        );
+    }
+}
+
+/// Runs `interpreter script` confined (read `in/`, write `out/`), with descriptor 7
+/// left open by the launching shell, and returns what each probe got.
+fn probe(
+    dir: &Path,
+    doors: &Doors,
+    interpreter: &Path,
+    script: &str,
+) -> std::collections::BTreeMap<String, String> {
+    // The script is read under the grant like any other file.
+    let copy = dir.join("in").join(script);
+    std::fs::copy(fixture(script), &copy).unwrap();
     // bash leaves descriptor 7 open (no close-on-exec) across its exec of aegis.
     let out: Output = Command::new("bash")
         .arg("-c")
         .arg("exec 7<\"$0\"; exec \"$@\"")
-        .arg(&inherited)
+        .arg(dir.join("secret.txt"))
         .arg(BIN)
         .arg("confine")
         .arg("--allow-read")
-        .arg(d.join("in"))
+        .arg(dir.join("in"))
         .arg("--allow-write")
-        .arg(d.join("out"))
+        .arg(dir.join("out"))
         .arg("--")
-        .arg(python())
-        .arg(&probe)
-        .arg(d)
-        .arg(tcp.local_addr().unwrap().port().to_string())
-        .arg(udp.local_addr().unwrap().port().to_string())
-        .arg(&unix_path)
-        .arg(&abstract_name)
+        .arg(interpreter)
+        .arg(&copy)
+        .args(doors.args(dir))
         .output()
         .unwrap();
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stderr.contains("full enforcement, ABI"), "{stderr}");
-    let got: std::collections::BTreeMap<String, String> =
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
-    let expected = [
-        ("read_granted", "ok"),
-        ("read_outside", "PermissionError"),
-        ("list_outside", "PermissionError"),
-        ("write_granted", "ok"),
-        ("write_read_only", "PermissionError"),
-        ("write_outside", "PermissionError"),
-        ("tcp_loopback", "PermissionError"),
-        ("udp", "PermissionError"),
-        ("unix_pathname", "PermissionError"),
-        ("unix_abstract", "PermissionError"),
-        ("signal_parent", "PermissionError"),
-        ("inherited_fd", "OSError"),
-    ];
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+fn assert_probes(got: &std::collections::BTreeMap<String, String>, expected: &[(&str, &str)]) {
     for (probe, want) in expected {
         assert_eq!(
-            got.get(probe).map(String::as_str),
-            Some(want),
+            got.get(*probe).map(String::as_str),
+            Some(*want),
             "{probe}: {got:?}"
         );
     }
     assert_eq!(got.len(), expected.len(), "{got:?}");
-    // And nothing arrived on the test's side either.
-    assert_eq!(
-        tcp.accept().err().map(|e| e.kind()),
-        Some(ErrorKind::WouldBlock)
+}
+
+#[test]
+fn a_confined_python_cannot_leave_its_grant_by_any_door_it_tries() {
+    let dir = tree();
+    let d = dir.path();
+    let doors = Doors::open(d, "py");
+    let got = probe(d, &doors, &python(), "probe.py");
+    assert_probes(
+        &got,
+        &[
+            ("read_granted", "ok"),
+            ("read_outside", "PermissionError"),
+            ("list_outside", "PermissionError"),
+            ("write_granted", "ok"),
+            ("write_read_only", "PermissionError"),
+            ("write_outside", "PermissionError"),
+            ("tcp_loopback", "PermissionError"),
+            ("udp", "PermissionError"),
+            ("unix_pathname", "PermissionError"),
+            ("unix_abstract", "PermissionError"),
+            ("signal_parent", "PermissionError"),
+            ("inherited_fd", "none"),
+        ],
     );
-    assert_eq!(
-        udp.recv(&mut [0; 16]).err().map(|e| e.kind()),
-        Some(ErrorKind::WouldBlock)
-    );
-    assert_eq!(
-        unix.accept().err().map(|e| e.kind()),
-        Some(ErrorKind::WouldBlock)
-    );
-    assert_eq!(
-        abstract_listener.accept().err().map(|e| e.kind()),
-        Some(ErrorKind::WouldBlock)
-    );
+    doors.assert_untouched();
     assert!(!d.join("escape.txt").exists());
     assert_eq!(std::fs::read_to_string(d.join("out/b.txt")).unwrap(), "x");
 }
 
 #[test]
-fn a_confined_node_starts_and_cannot_read_outside_its_grant() {
+fn a_confined_node_cannot_leave_its_grant_by_any_door_it_tries() {
     let dir = tree();
     let d = dir.path();
-    let script = format!(
-        "const fs = require('fs');\
-         console.log(fs.readFileSync({:?}, 'utf8'));\
-         try {{ fs.readFileSync({:?}); console.log('LEAKED'); }} catch (e) {{ console.log(e.code); }}",
-        d.join("in/a.txt"),
-        d.join("secret.txt"),
+    let doors = Doors::open(d, "node");
+    let got = probe(d, &doors, Path::new("node"), "probe.js");
+    // Landlock refuses paths with EACCES; seccomp and Landlock's scopes with EPERM.
+    assert_probes(
+        &got,
+        &[
+            ("read_granted", "ok"),
+            ("read_outside", "EACCES"),
+            ("list_outside", "EACCES"),
+            ("write_granted", "ok"),
+            ("write_read_only", "EACCES"),
+            ("write_outside", "EACCES"),
+            ("tcp_loopback", "EPERM"),
+            ("udp", "EPERM"),
+            ("unix_pathname", "EPERM"),
+            ("unix_abstract", "EPERM"),
+            ("signal_parent", "EPERM"),
+            ("inherited_fd", "none"),
+        ],
     );
-    let out = Command::new(BIN)
-        .arg("confine")
-        .arg("--allow-read")
-        .arg(d.join("in"))
-        .args(["--", "node", "-e", &script])
-        .output()
-        .unwrap();
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
-    assert_eq!(stdout, "granted\nEACCES\n");
+    doors.assert_untouched();
+    assert!(!d.join("escape.txt").exists());
 }
 
 /// A rule path that cannot be opened makes the required confinement impossible: the
@@ -364,5 +407,75 @@ fn a_wrapped_server_killed_by_seccomp_is_recorded_as_such() {
         Some(0),
         "{}",
         text(&verified.stdout)
+    );
+}
+
+/// `--allow-net HOST:PORT` opens that TCP port and no other: Landlock's port rule
+/// (the seccomp filter now lets inet sockets be made).
+#[test]
+fn a_granted_port_is_reachable_and_the_next_one_is_not() {
+    let granted = TcpListener::bind("127.0.0.1:0").unwrap();
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    other.set_nonblocking(true).unwrap();
+    let (g, o) = (
+        granted.local_addr().unwrap().port(),
+        other.local_addr().unwrap().port(),
+    );
+    let script = format!(
+        "import socket\n\
+         for port in ({g}, {o}):\n\
+         \x20   try:\n\
+         \x20       socket.create_connection(('127.0.0.1', port), timeout=5).close()\n\
+         \x20       print(port, 'ok')\n\
+         \x20   except Exception as e:\n\
+         \x20       print(port, type(e).__name__)\n"
+    );
+    let out = Command::new(BIN)
+        .args(["confine", "--allow-net"])
+        .arg(format!("127.0.0.1:{g}"))
+        .arg("--")
+        .arg(python())
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), format!("{g} ok\n{o} PermissionError\n"));
+    assert!(granted.accept().is_ok());
+    assert_eq!(
+        other.accept().err().map(|e| e.kind()),
+        Some(ErrorKind::WouldBlock)
+    );
+}
+
+/// The backend loaded from its cdylib (named by path in a profile) confines as the
+/// built-in does, and the report names the library.
+#[test]
+fn the_loadable_backend_confines_like_the_builtin() {
+    let dir = tree();
+    let library = aegis_test_support::cdylib("aegis-confine-landlock-plugin");
+    let profile = dir.path().join("p.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            "name = \"p\"\ndescription = \"d\"\n[policy]\nplugin = \"builtin:policy-static\"\n\
+             config = {{ verdict = \"allow\" }}\n[capability]\n[sandbox]\n\
+             confinement = {{ plugin = {:?} }}\n[audit]\nplugin = \"builtin:memory-sink\"\n",
+            library.display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .arg("--profile")
+        .arg(&profile)
+        .args(["confine", "--report", "-", "--", "cat"])
+        .arg(dir.path().join("secret.txt"))
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("Permission denied"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("\"plugin\":\"{}\"", library.display())),
+        "{stderr}"
     );
 }
