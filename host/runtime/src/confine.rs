@@ -257,8 +257,11 @@ pub const EXEC_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib64", "/li
 pub const DEV_READ: &[&str] = &["/dev/urandom", "/dev/random", "/dev/zero"];
 
 /// The exec-support set for `program` (an absolute path): `(read, exec, write)`.
-/// `/proc` is read-only; the program's prefix (the directory above its `bin`) is
-/// read and execute, so an interpreter outside `/usr` finds its own library.
+/// `/proc` is read-only. A program outside the exec directories gets read and execute
+/// on what it needs of its own, never a whole home directory:
+/// - an interpreter laid out as `P/bin/prog` (a Python under `~/.pyenv/versions/X`):
+///   `P/bin` and `P/lib`, `P/lib64` — not the rest of `P`, which may be `~/.local`;
+/// - any other program: the program file alone.
 pub fn exec_support(program: &Path) -> (Vec<PathBuf>, Vec<PathBuf>, Vec<PathBuf>) {
     let existing = |list: &[&str]| -> Vec<PathBuf> {
         list.iter()
@@ -271,22 +274,33 @@ pub fn exec_support(program: &Path) -> (Vec<PathBuf>, Vec<PathBuf>, Vec<PathBuf>
     read.push(PathBuf::from("/proc"));
     let mut exec = existing(EXEC_DIRS);
     let real = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
-    if let Some(prefix) = prefix_of(&real)
-        && !exec.iter().any(|d| prefix.starts_with(d))
-    {
-        exec.push(prefix);
+    if !exec.iter().any(|d| real.starts_with(d)) {
+        exec.extend(own_support(&real));
     }
     let write = existing(&["/dev/null"]);
     (read, exec, write)
 }
 
-/// `P` for `P/bin/prog`, else the program's own directory.
-fn prefix_of(program: &Path) -> Option<PathBuf> {
-    let dir = program.parent()?;
-    if dir.file_name() == Some(OsStr::new("bin")) {
-        dir.parent().map(Path::to_path_buf)
-    } else {
-        Some(dir.to_path_buf())
+/// What a program outside the exec directories is granted of its own (see
+/// [`exec_support`]).
+fn own_support(program: &Path) -> Vec<PathBuf> {
+    let dir = program.parent();
+    let prefix = dir
+        .filter(|d| d.file_name() == Some(OsStr::new("bin")))
+        .and_then(Path::parent)
+        .filter(|p| p.parent().is_some());
+    match (dir, prefix) {
+        (Some(bin), Some(prefix)) => {
+            let mut own = vec![bin.to_path_buf()];
+            own.extend(
+                ["lib", "lib64"]
+                    .iter()
+                    .map(|l| prefix.join(l))
+                    .filter(|p| p.is_dir()),
+            );
+            own
+        }
+        _ => vec![program.to_path_buf()],
     }
 }
 
@@ -690,14 +704,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_prefix_is_above_bin() {
+    fn a_program_outside_the_exec_dirs_gets_its_own_files_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("py");
+        std::fs::create_dir_all(prefix.join("bin")).unwrap();
+        std::fs::create_dir_all(prefix.join("lib")).unwrap();
+        std::fs::create_dir_all(prefix.join("share/keyrings")).unwrap();
         assert_eq!(
-            prefix_of(Path::new("/opt/py/3.11/bin/python3")),
-            Some(PathBuf::from("/opt/py/3.11"))
+            own_support(&prefix.join("bin/python3")),
+            vec![prefix.join("bin"), prefix.join("lib")]
         );
+        // Not laid out as an interpreter: the file alone, not its directory.
         assert_eq!(
-            prefix_of(Path::new("/opt/tool/run")),
-            Some(PathBuf::from("/opt/tool"))
+            own_support(&dir.path().join("tool")),
+            vec![dir.path().join("tool")]
+        );
+        // `/bin/x` has no prefix above `/`: the file alone.
+        assert_eq!(
+            own_support(Path::new("/bin/x")),
+            vec![PathBuf::from("/bin/x")]
         );
     }
 
