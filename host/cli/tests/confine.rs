@@ -479,3 +479,41 @@ fn the_loadable_backend_confines_like_the_builtin() {
         "{stderr}"
     );
 }
+
+/// Calls that reach the kernel past Landlock's checks: unconfined, each succeeds here
+/// (checked first, so the test shows the filter is what refuses them); confined, each
+/// fails with EPERM.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn io_uring_ptrace_and_namespaces_are_refused() {
+    let script = "import ctypes\n\
+        libc = ctypes.CDLL(None, use_errno=True)\n\
+        params = ctypes.create_string_buffer(120)\n\
+        calls = [('io_uring_setup', 425, (1, params)), ('ptrace_traceme', 101, (0, 0, 0, 0)),\n\
+        \x20        ('unshare_user', 272, (0x10000000,))]\n\
+        for name, nr, args in calls:\n\
+        \x20   ctypes.set_errno(0)\n\
+        \x20   r = libc.syscall(nr, *args)\n\
+        \x20   print(name, 'ok' if r >= 0 else ctypes.get_errno())\n";
+    let bare = Command::new(python())
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&bare.stdout),
+        "io_uring_setup ok\nptrace_traceme ok\nunshare_user ok\n",
+        "unconfined, each call works on this machine: {}",
+        text(&bare.stderr)
+    );
+    let out = Command::new(BIN)
+        .args(["confine", "--"])
+        .arg(python())
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "io_uring_setup 1\nptrace_traceme 1\nunshare_user 1\n"
+    );
+}
