@@ -50,8 +50,8 @@ EXAMPLES:
     aegis confine --allow-net api.example.com:443 -- node client.js
 
 EXIT STATUS:
-    the command's own status when it ran (128 + N when killed by signal N; SIGSYS means
-    seccomp killed it), 1 usage error, 4 the profile was refused, 125 the confinement
+    the command's own status when it ran (128 + N when killed by signal N; 159, SIGSYS,
+    is how seccomp kills a foreign-architecture or x32 call), 1 usage error, 4 the profile was refused, 125 the confinement
     could not be enforced (nothing was started), 127 the command could not be found or
     executed.")]
 pub struct ConfineArgs {
@@ -166,7 +166,9 @@ pub fn status_code(status: std::process::ExitStatus) -> u8 {
     }
     let signal = status.signal().unwrap_or(0);
     if signal == 31 {
-        crate::say("aegis: the command was killed by seccomp (SIGSYS)");
+        crate::say(
+            "aegis: the command was killed by SIGSYS (the seccomp filter kills a foreign-architecture or x32 system call; a process can also raise SIGSYS itself)",
+        );
     } else {
         crate::say(format_args!(
             "aegis: the command was killed by signal {signal}"

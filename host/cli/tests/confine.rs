@@ -257,7 +257,10 @@ fn an_x32_syscall_is_killed_and_said_to_be_seccomp() {
         .unwrap();
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(128 + 31), "{stderr}");
-    assert!(stderr.contains("killed by seccomp (SIGSYS)"), "{stderr}");
+    assert!(
+        stderr.contains("killed by SIGSYS (the seccomp filter kills"),
+        "{stderr}"
+    );
     assert!(!text(&out.stdout).contains("survived"));
 }
 
@@ -394,7 +397,7 @@ fn a_wrapped_server_killed_by_seccomp_is_recorded_as_such() {
         .find(|l| l.contains(r#""line_type":"outcome""#))
         .expect("an outcome");
     assert!(
-        outcome.contains("was killed by SIGSYS (seccomp refused a system call)"),
+        outcome.contains("was killed by SIGSYS (a confining seccomp filter kills"),
         "{outcome}"
     );
     let verified = Command::new(BIN)
@@ -516,4 +519,97 @@ fn io_uring_ptrace_and_namespaces_are_refused() {
         text(&out.stdout),
         "io_uring_setup 1\nptrace_traceme 1\nunshare_user 1\n"
     );
+}
+
+/// What Landlock does not cover, refused by the filter whoever owns the file or process:
+/// mode, owner and xattr changes outside the grant (the program runs as root here),
+/// acting on the parent by pid, System V IPC, new namespaces through `clone` and
+/// `clone3`, and — with a port granted — the ways around Landlock's TCP connect rule
+/// (MPTCP, TCP Fast Open) and netlink beyond routes.
+#[test]
+fn what_landlock_does_not_cover_is_refused_by_the_filter() {
+    let dir = tree();
+    let outside = dir.path().join("secret.txt");
+    let script = dir.path().join("in/surface.py");
+    std::fs::copy(fixture("surface.py"), &script).unwrap();
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    other.set_nonblocking(true).unwrap();
+    let granted = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mode_before = std::fs::metadata(&outside).unwrap().permissions();
+    let out = Command::new(BIN)
+        .args(["confine", "--allow-read"])
+        .arg(dir.path().join("in"))
+        .arg("--allow-net")
+        .arg(format!(
+            "127.0.0.1:{}",
+            granted.local_addr().unwrap().port()
+        ))
+        .arg("--")
+        .arg(python())
+        .arg(&script)
+        .arg(&outside)
+        .arg(other.local_addr().unwrap().port().to_string())
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let got: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_probes(
+        &got,
+        &[
+            ("chmod_outside", "EPERM"),
+            ("chown_outside", "EPERM"),
+            ("setxattr_outside", "EPERM"),
+            ("prlimit_parent", "EPERM"),
+            ("setpriority_parent", "EPERM"),
+            ("affinity_parent", "EPERM"),
+            ("prlimit_self", "ok"),
+            ("shmget", "EPERM"),
+            ("msgget", "EPERM"),
+            ("clone_newuser", "EPERM"),
+            ("clone3", "ENOSYS"),
+            ("mptcp_socket", "EPERM"),
+            ("netlink_netfilter", "EPERM"),
+            ("netlink_route", "ok"),
+            ("msg_fastopen", "EPERM"),
+            ("tcp_fastopen_connect", "EPERM"),
+        ],
+    );
+    assert_eq!(
+        std::fs::metadata(&outside).unwrap().permissions(),
+        mode_before
+    );
+    assert_eq!(
+        other.accept().err().map(|e| e.kind()),
+        Some(ErrorKind::WouldBlock)
+    );
+}
+
+/// A grant path that is a symlink grants its target; the report says so.
+#[test]
+fn a_symlinked_grant_is_reported_with_what_it_opened() {
+    let dir = tree();
+    let link = dir.path().join("out/docs");
+    std::os::unix::fs::symlink(dir.path().join("in"), &link).unwrap();
+    let out = Command::new(BIN)
+        .args(["confine", "--report", "-", "--allow-read"])
+        .arg(&link)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stderr.lines().last().unwrap()).unwrap();
+    let followed = report["details"]["rules"]["followed"].as_array().unwrap();
+    let entry = serde_json::json!({
+        "asked": link.to_str().unwrap(),
+        "opened": dir.path().join("in").to_str().unwrap(),
+    });
+    assert!(followed.contains(&entry), "{stderr}");
 }

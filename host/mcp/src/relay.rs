@@ -201,7 +201,7 @@ pub enum CallEnd<'a> {
     /// Allowed, but never forwarded: another call in its batch was refused.
     NotSent,
     /// The server exited before answering; `how` says how ("exited with status 1",
-    /// "was killed by SIGSYS (seccomp refused a system call)").
+    /// "was killed by signal 9").
     ServerExited {
         /// How it ended, for the record.
         how: &'a str,

@@ -594,7 +594,7 @@ fn how_it_ended(status: Option<&ExitStatus>) -> String {
         None => "exited (its status could not be read)".into(),
         Some(s) => match (s.code(), s.signal()) {
             (Some(code), _) => format!("exited with status {code}"),
-            (None, Some(31)) => "was killed by SIGSYS (seccomp refused a system call)".into(),
+            (None, Some(31)) => "was killed by SIGSYS (a confining seccomp filter kills a foreign-architecture or x32 system call; a process can also raise SIGSYS itself)".into(),
             (None, Some(signal)) => format!("was killed by signal {signal}"),
             (None, None) => "exited".into(),
         },

@@ -32,6 +32,9 @@ pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
     let write = AccessFs::from_all(NEWEST) & !AccessFs::Execute;
     let mut rules = Vec::new();
     let mut unopened = Vec::new();
+    // A rule binds what the path named when it was opened: a symlink grants its target.
+    // Where that differs from the path given, the report says what was opened.
+    let mut followed = Vec::new();
     for (list, access) in [
         (&grant.read, read_only),
         (&grant.exec, exec),
@@ -39,7 +42,19 @@ pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
     ] {
         for path in list {
             match PathFd::new(path) {
-                Ok(fd) => rules.push(PathBeneath::new(fd, access)),
+                Ok(fd) => {
+                    use std::os::fd::{AsFd, AsRawFd};
+                    let raw = fd.as_fd().as_raw_fd();
+                    if let Ok(opened) = std::fs::read_link(format!("/proc/self/fd/{raw}"))
+                        && opened.as_os_str() != path.as_str()
+                    {
+                        let mut o = Object::new();
+                        o.insert("asked", path.as_str());
+                        o.insert("opened", opened.to_string_lossy().into_owned());
+                        followed.push(Value::Object(o));
+                    }
+                    rules.push(PathBeneath::new(fd, access));
+                }
                 Err(why) => {
                     if grant.required {
                         return Err(refused(format!(
@@ -147,13 +162,15 @@ pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
         landlock_restricts_unix: unix_by_landlock,
     })
     .map_err(|e| refused(format!("confine-landlock: {e}")))?;
-    if let Err(e) = seccompiler::apply_filter(&filter.program) {
-        if grant.required {
-            return Err(refused(format!(
-                "confine-landlock: the seccomp filter was refused: {e}"
-            )));
+    for program in &filter.programs {
+        if let Err(e) = seccompiler::apply_filter(program) {
+            if grant.required {
+                return Err(refused(format!(
+                    "confine-landlock: the seccomp filter was refused: {e}"
+                )));
+            }
+            gaps.push(format!("seccomp: a filter was refused ({e})"));
         }
-        gaps.push(format!("seccomp: the filter was refused ({e})"));
     }
 
     let mut landlock = Object::new();
@@ -181,6 +198,7 @@ pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
         ),
     );
     rules.insert("unopened", Value::Array(unopened));
+    rules.insert("followed", Value::Array(followed));
     let mut sc = Object::new();
     sc.insert("sha256", encode_hex(&filter.sha256()));
     sc.insert(
@@ -190,6 +208,10 @@ pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
     sc.insert(
         "kills",
         "a foreign architecture; on x86_64 the x32 syscall range",
+    );
+    sc.insert(
+        "programs",
+        u32::try_from(filter.programs.len()).unwrap_or(u32::MAX),
     );
     let mut details = Object::new();
     details.insert("backend", "confine-landlock");

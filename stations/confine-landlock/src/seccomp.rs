@@ -19,6 +19,22 @@
 //!   kernel does (a command with high bits set is the same command).
 //! - Calls that change the kernel or the mount table, and handle-based opens that skip
 //!   path checks: modules, kexec, bpf, perf events, keyrings, mount, namespaces, ….
+//!   `clone` with any `CLONE_NEW*` flag is refused, and `clone3` answers `ENOSYS` (a
+//!   filter cannot read its flags, which sit in memory; C libraries fall back to
+//!   `clone`).
+//! - Mode, owner and extended-attribute changes, wherever the file is: Landlock has no
+//!   right for `chmod`, `chown` or `setxattr`, and a program started as root owns every
+//!   root-owned file (a setuid bit set outside the grant would serve other users), so
+//!   these are refused on every path, `*at` and descriptor forms included. Timestamps
+//!   (`utimensat`) stay allowed: `touch` needs them, and they grant nothing.
+//! - Acting on other processes by pid: `prlimit64`, `setpriority`, `sched_set*`,
+//!   `ioprio_set`, `migrate_pages`, `move_pages` with a pid other than 0 (self).
+//! - System V IPC (`shm*`, `msg*`, `sem*`), which is shared with every process of the
+//!   IPC namespace, the host included.
+//! - With network granted, only what Landlock's TCP port rules can see: inet sockets
+//!   with protocol 0, TCP or UDP (not MPTCP), route netlink only, and no TCP Fast Open
+//!   (`MSG_FASTOPEN` on `sendto`/`sendmsg`/`sendmmsg`, `TCP_FASTOPEN_CONNECT`), which
+//!   connects without `connect`.
 
 use std::collections::BTreeMap;
 
@@ -37,23 +53,31 @@ pub struct FilterPlan {
     pub landlock_restricts_unix: bool,
 }
 
-/// The built filter and what it says.
+/// The built filters and what they say.
 #[derive(Debug)]
 pub struct Filter {
-    /// The BPF program.
-    pub program: BpfProgram,
+    /// The BPF programs, installed in order (`EPERM` rules, then `clone3` → `ENOSYS`).
+    pub programs: Vec<BpfProgram>,
     /// The names of the calls it refuses (some only for some arguments).
     pub denied: Vec<&'static str>,
 }
 
 impl Filter {
-    /// SHA-256 over the program's instructions (code, jt, jf, k; little-endian).
+    /// SHA-256 over every program's instructions in order (code, jt, jf, k;
+    /// little-endian), each program preceded by its length (u32, little-endian).
     pub fn sha256(&self) -> [u8; 32] {
         let mut h = Sha256::new();
-        for i in &self.program {
-            h.update(i.code.to_le_bytes());
-            h.update([i.jt, i.jf]);
-            h.update(i.k.to_le_bytes());
+        for program in &self.programs {
+            h.update(
+                u32::try_from(program.len())
+                    .unwrap_or(u32::MAX)
+                    .to_le_bytes(),
+            );
+            for i in program {
+                h.update(i.code.to_le_bytes());
+                h.update([i.jt, i.jf]);
+                h.update(i.k.to_le_bytes());
+            }
         }
         h.finalize().into()
     }
@@ -61,6 +85,22 @@ impl Filter {
 
 const TIOCSTI: u64 = 0x5412;
 const TIOCLINUX: u64 = 0x541C;
+/// `setxattrat` and `removexattrat` (Linux 6.13), numbered alike on every architecture.
+const SYS_SETXATTRAT: i64 = 463;
+const SYS_REMOVEXATTRAT: i64 = 466;
+const MSG_FASTOPEN: u64 = 0x2000_0000;
+const TCP_FASTOPEN_CONNECT: u64 = 30;
+/// Every `CLONE_NEW*` flag: cgroup, uts, ipc, user, pid, net, mount, time.
+const CLONE_NEW_FLAGS: [u64; 8] = [
+    0x0200_0000,
+    0x0400_0000,
+    0x0800_0000,
+    0x1000_0000,
+    0x2000_0000,
+    0x4000_0000,
+    0x0002_0000,
+    0x0000_0080,
+];
 
 /// Errors building the filter (a bug here, never the program's fault).
 #[derive(Debug, thiserror::Error)]
@@ -123,10 +163,57 @@ fn always_denied() -> Vec<(&'static str, i64)> {
         ("reboot", libc::SYS_reboot),
         ("acct", libc::SYS_acct),
         ("quotactl", libc::SYS_quotactl),
+        ("fchmod", libc::SYS_fchmod),
+        ("fchmodat", libc::SYS_fchmodat),
+        ("fchmodat2", libc::SYS_fchmodat2),
+        ("fchown", libc::SYS_fchown),
+        ("fchownat", libc::SYS_fchownat),
+        ("setxattr", libc::SYS_setxattr),
+        ("lsetxattr", libc::SYS_lsetxattr),
+        ("fsetxattr", libc::SYS_fsetxattr),
+        ("setxattrat", SYS_SETXATTRAT),
+        ("removexattr", libc::SYS_removexattr),
+        ("lremovexattr", libc::SYS_lremovexattr),
+        ("fremovexattr", libc::SYS_fremovexattr),
+        ("removexattrat", SYS_REMOVEXATTRAT),
+        ("shmget", libc::SYS_shmget),
+        ("shmat", libc::SYS_shmat),
+        ("shmctl", libc::SYS_shmctl),
+        ("msgget", libc::SYS_msgget),
+        ("msgsnd", libc::SYS_msgsnd),
+        ("msgrcv", libc::SYS_msgrcv),
+        ("msgctl", libc::SYS_msgctl),
+        ("semget", libc::SYS_semget),
+        ("semop", libc::SYS_semop),
+        ("semtimedop", libc::SYS_semtimedop),
+        ("semctl", libc::SYS_semctl),
     ];
     #[cfg(target_arch = "x86_64")]
-    calls.extend([("iopl", libc::SYS_iopl), ("ioperm", libc::SYS_ioperm)]);
+    calls.extend([
+        ("iopl", libc::SYS_iopl),
+        ("ioperm", libc::SYS_ioperm),
+        ("modify_ldt", libc::SYS_modify_ldt),
+        ("chmod", libc::SYS_chmod),
+        ("chown", libc::SYS_chown),
+        ("lchown", libc::SYS_lchown),
+    ]);
     calls
+}
+
+/// Calls that act on a process named by pid, and the argument holding the pid: refused
+/// unless it is 0 (the caller itself).
+fn by_pid() -> Vec<(&'static str, i64, u8)> {
+    vec![
+        ("prlimit64", libc::SYS_prlimit64, 0),
+        ("setpriority", libc::SYS_setpriority, 1),
+        ("sched_setaffinity", libc::SYS_sched_setaffinity, 0),
+        ("sched_setscheduler", libc::SYS_sched_setscheduler, 0),
+        ("sched_setparam", libc::SYS_sched_setparam, 0),
+        ("sched_setattr", libc::SYS_sched_setattr, 0),
+        ("ioprio_set", libc::SYS_ioprio_set, 1),
+        ("migrate_pages", libc::SYS_migrate_pages, 0),
+        ("move_pages", libc::SYS_move_pages, 0),
+    ]
 }
 
 /// Builds the filter for `plan`.
@@ -141,6 +228,28 @@ pub fn build(plan: FilterPlan) -> Result<Filter, FilterError> {
         denied.push(name);
     }
 
+    for (name, nr, index) in by_pid() {
+        rules.insert(
+            nr,
+            vec![SeccompRule::new(vec![arg(index, SeccompCmpOp::Ne, 0)?])?],
+        );
+        denied.push(name);
+    }
+    rules.insert(
+        libc::SYS_clone,
+        CLONE_NEW_FLAGS
+            .iter()
+            .map(|&flag| {
+                Ok(SeccompRule::new(vec![arg(
+                    0,
+                    SeccompCmpOp::MaskedEq(flag),
+                    flag,
+                )?])?)
+            })
+            .collect::<Result<Vec<_>, FilterError>>()?,
+    );
+    denied.push("clone(CLONE_NEW*)");
+
     rules.insert(
         libc::SYS_ioctl,
         vec![
@@ -150,18 +259,9 @@ pub fn build(plan: FilterPlan) -> Result<Filter, FilterError> {
     );
     denied.push("ioctl(TIOCSTI, TIOCLINUX)");
 
-    // socket(domain, …): refused unless the domain is one the grant allows. The
-    // conditions of one rule all hold at once: "not this and not that".
+    // socket(domain, type, protocol): refused unless the domain is one the grant
+    // allows. The conditions of one rule all hold at once: "not this and not that".
     let mut allowed: Vec<u64> = Vec::new();
-    if !plan.net && plan.landlock_restricts_unix {
-        denied.push("socket(all but AF_UNIX)");
-    } else if !plan.net {
-        denied.push("socket(all domains; socketpair stays)");
-    } else if plan.landlock_restricts_unix {
-        denied.push("socket(all but AF_UNIX, AF_INET, AF_INET6, AF_NETLINK)");
-    } else {
-        denied.push("socket(all but AF_INET, AF_INET6, AF_NETLINK)");
-    }
     if plan.landlock_restricts_unix {
         allowed.push(libc::AF_UNIX as u64);
     }
@@ -172,6 +272,12 @@ pub fn build(plan: FilterPlan) -> Result<Filter, FilterError> {
             libc::AF_NETLINK as u64,
         ]);
     }
+    denied.push(match (plan.net, plan.landlock_restricts_unix) {
+        (false, true) => "socket(all but AF_UNIX)",
+        (false, false) => "socket(all domains; socketpair stays)",
+        (true, true) => "socket(all but AF_UNIX, AF_INET, AF_INET6, route AF_NETLINK)",
+        (true, false) => "socket(all but AF_INET, AF_INET6, route AF_NETLINK)",
+    });
     if allowed.is_empty() {
         rules.insert(libc::SYS_socket, Vec::new());
     } else {
@@ -179,7 +285,49 @@ pub fn build(plan: FilterPlan) -> Result<Filter, FilterError> {
             .into_iter()
             .map(|domain| arg(0, SeccompCmpOp::Ne, domain))
             .collect::<Result<Vec<_>, _>>()?;
-        rules.insert(libc::SYS_socket, vec![SeccompRule::new(conditions)?]);
+        let mut socket = vec![SeccompRule::new(conditions)?];
+        if plan.net {
+            // Inet sockets Landlock's port rules see (protocol 0, TCP, UDP; not MPTCP
+            // or SCTP), and route netlink alone.
+            for domain in [libc::AF_INET, libc::AF_INET6] {
+                socket.push(SeccompRule::new(vec![
+                    arg(0, SeccompCmpOp::Eq, domain as u64)?,
+                    arg(2, SeccompCmpOp::Ne, 0)?,
+                    arg(2, SeccompCmpOp::Ne, libc::IPPROTO_TCP as u64)?,
+                    arg(2, SeccompCmpOp::Ne, libc::IPPROTO_UDP as u64)?,
+                ])?);
+            }
+            socket.push(SeccompRule::new(vec![
+                arg(0, SeccompCmpOp::Eq, libc::AF_NETLINK as u64)?,
+                arg(2, SeccompCmpOp::Ne, libc::NETLINK_ROUTE as u64)?,
+            ])?);
+            denied.push("socket(inet protocols but TCP and UDP; netlink but route)");
+            // TCP Fast Open connects from sendto/sendmsg, where Landlock's connect rule
+            // does not look.
+            for (nr, index) in [
+                (libc::SYS_sendto, 3),
+                (libc::SYS_sendmsg, 2),
+                (libc::SYS_sendmmsg, 3),
+            ] {
+                rules.insert(
+                    nr,
+                    vec![SeccompRule::new(vec![arg(
+                        index,
+                        SeccompCmpOp::MaskedEq(MSG_FASTOPEN),
+                        MSG_FASTOPEN,
+                    )?])?],
+                );
+            }
+            rules.insert(
+                libc::SYS_setsockopt,
+                vec![SeccompRule::new(vec![
+                    arg(1, SeccompCmpOp::Eq, libc::IPPROTO_TCP as u64)?,
+                    arg(2, SeccompCmpOp::Eq, TCP_FASTOPEN_CONNECT)?,
+                ])?],
+            );
+            denied.push("MSG_FASTOPEN, TCP_FASTOPEN_CONNECT");
+        }
+        rules.insert(libc::SYS_socket, socket);
     }
 
     let filter = SeccompFilter::new(
@@ -190,7 +338,21 @@ pub fn build(plan: FilterPlan) -> Result<Filter, FilterError> {
     )?;
     let mut program: BpfProgram = filter.try_into()?;
     refuse_x32(&mut program);
-    Ok(Filter { program, denied })
+    // clone3 takes its flags in memory the filter cannot read: ENOSYS, so a C library
+    // falls back to clone, whose flags the first program checks.
+    let mut clone3: BpfProgram = SeccompFilter::new(
+        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        ARCH,
+    )?
+    .try_into()?;
+    refuse_x32(&mut clone3);
+    denied.push("clone3 (ENOSYS)");
+    Ok(Filter {
+        programs: vec![program, clone3],
+        denied,
+    })
 }
 
 /// After seccompiler's architecture check (load arch; equal: skip; else kill), kill any
@@ -242,15 +404,17 @@ mod tests {
             landlock_restricts_unix: false,
         })
         .unwrap();
-        // Load arch; jump over the kill when it matches; kill.
-        assert_eq!(f.program[0].code, 0x20);
-        assert_eq!(f.program[0].k, 4);
-        assert_eq!(f.program[2].k, libc::SECCOMP_RET_KILL_PROCESS);
-        #[cfg(target_arch = "x86_64")]
-        {
-            assert_eq!((f.program[3].code, f.program[3].k), (0x20, 0));
-            assert_eq!(f.program[4].k, 0x4000_0000);
-            assert_eq!(f.program[5].k, libc::SECCOMP_RET_KILL_PROCESS);
+        for program in &f.programs {
+            // Load arch; jump over the kill when it matches; kill.
+            assert_eq!(program[0].code, 0x20);
+            assert_eq!(program[0].k, 4);
+            assert_eq!(program[2].k, libc::SECCOMP_RET_KILL_PROCESS);
+            #[cfg(target_arch = "x86_64")]
+            {
+                assert_eq!((program[3].code, program[3].k), (0x20, 0));
+                assert_eq!(program[4].k, 0x4000_0000);
+                assert_eq!(program[5].k, libc::SECCOMP_RET_KILL_PROCESS);
+            }
         }
     }
 
