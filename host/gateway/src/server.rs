@@ -26,8 +26,8 @@
 //! - A tool's stderr goes to the operator ([`Note::ToolStderr`]), never to the client.
 //! - Output that is not UTF-8 is not served as text: the record says the tool
 //!   succeeded, the client gets `isError` saying why it got no text. Likewise a tool
-//!   declared `output = "content"` whose output is not valid content blocks
-//!   ([`crate::content`]). The response digest covers the output bytes the pipeline
+//!   declared `output = "content"` whose output is not valid content blocks (see
+//!   [`crate::manifest`]). The response digest covers the output bytes the pipeline
 //!   handed back, whatever they became.
 
 use crate::manifest::{Delivery, OutputKind, ToolSpec};
