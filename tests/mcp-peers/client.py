@@ -1,11 +1,12 @@
 """An MCP client built on the official Python SDK (mcp==2.3.0), for wrap_peers.rs.
 
-Connects over stdio to CMD ARGS with `mcp.Client` (a ClientSession over stdio_client)
-in the given mode, lists the tools, makes the planned calls and writes what it got as
+Connects over stdio to CMD ARGS with `mcp.Client` (a ClientSession over stdio_client),
+or over Streamable HTTP when the command is one http:// URL, in the given mode, lists the tools, makes the planned calls and writes what it got as
 JSON to OUT: {"protocol", "tools": [names], "calls": [{"isError", "text", "result"}]}.
 Only strings and booleans are written, so the test's small JSON reader takes it.
 
 Usage: client.py MODE OUT PLAN_JSON [NAME=VALUE ...] -- CMD ARGS...
+       client.py MODE OUT PLAN_JSON -- http://HOST:PORT/PATH
   MODE: legacy (initialize handshake) or auto (server/discover, falling back)
   PLAN_JSON: [{"tool": NAME, "arguments": {...}}, ...]
   NAME=VALUE: environment handed to the server process
@@ -19,7 +20,10 @@ from mcp import Client, StdioServerParameters
 
 
 async def run(mode, out, plan, env, command):
-    params = StdioServerParameters(command=command[0], args=command[1:], env=env)
+    if len(command) == 1 and command[0].startswith("http://"):
+        params = command[0]
+    else:
+        params = StdioServerParameters(command=command[0], args=command[1:], env=env)
     got = {"mode": mode, "tools": [], "calls": []}
     async with Client(params, mode=mode, cache=None) as client:
         got["protocol"] = str(client.session.protocol_version)

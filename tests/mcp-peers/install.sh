@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the pinned official MCP peers that host/cli/tests/wrap_peers.rs drives:
-# the Python SDK (client side) and two reference servers from npm.
+# Installs the pinned official MCP peers the CLI's tests drive: the Python SDK (client
+# side) and two reference servers from npm for host/cli/tests/wrap_peers.rs, and the
+# official conformance suite with the Node 22 it needs (npm's `node` package brings
+# the binary, as npm/node_modules/.bin/node) for host/cli/tests/gateway_conformance.rs.
 # Usage: install.sh [PREFIX]   (default: $CARGO_TARGET_DIR or target, then /mcp-peers)
 # Idempotent: a stamp naming the pins marks a finished install. Test binaries running
 # at once serialise on a lock, so only the first one installs.
@@ -10,6 +12,8 @@ PY_PIN="mcp==2.3.0"
 NPM_PINS=(
   "@modelcontextprotocol/server-everything@2026.8.31"
   "@modelcontextprotocol/server-filesystem@2026.8.31"
+  "@modelcontextprotocol/conformance@0.1.16"
+  "node@22.23.3"
 )
 STAMP_TEXT="$PY_PIN ${NPM_PINS[*]}"
 

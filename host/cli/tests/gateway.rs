@@ -3,12 +3,19 @@
 //! and by raw HTTP requests for what a client library would never send (a rebound Host,
 //! a foreign Origin, no token, an oversized body).
 //!
+//! The official peers (tests/mcp-peers/install.sh) drive it too: the MCP conformance
+//! suite over Streamable HTTP against tests/fixtures/gateway/conformance.toml, failing
+//! on any scenario not listed with its reason in conformance-expected-failures.yaml;
+//! and the Python SDK's client (`mcp` 2.3.0) over stdio and over HTTP.
+//!
 //! Each test checks the record too: `aegis verify` says Verified, and every `tools/call`
 //! the client sent has exactly one intent and one outcome.
 
 mod common;
+#[path = "common/peers.rs"]
+mod peers;
 
-use aegis_record::json::Object;
+use aegis_record::json::{Object, Value};
 use common::{field, object, text};
 use rmcp::RoleClient;
 use rmcp::ServiceExt as _;
@@ -60,10 +67,15 @@ impl Setup {
 
     /// `aegis gateway` with the fixture manifest, the policy and the durable record.
     fn gateway(&self, extra: &[&str]) -> tokio::process::Command {
+        self.gateway_of("tools.toml", extra)
+    }
+
+    /// The same with another manifest in tests/fixtures/gateway.
+    fn gateway_of(&self, manifest: &str, extra: &[&str]) -> tokio::process::Command {
         let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_aegis"));
         c.arg("gateway")
             .arg("--tools")
-            .arg(fixtures().join("tools.toml"))
+            .arg(fixtures().join(manifest))
             .arg("--policy")
             .arg(self.dir.path().join("policy.yaml"))
             .arg("--audit")
@@ -118,6 +130,15 @@ impl Setup {
         }
         assert_eq!(of_type("close").len(), 1, "the record is closed");
         outcomes
+    }
+
+    /// [`Setup::check_record`] for however many calls a client made: as many
+    /// outcomes as intents, matched one to one. Returns the outcomes.
+    fn check_record_pairs(&self) -> Vec<Object> {
+        let intents = text(&std::fs::read(self.record()).unwrap())
+            .matches(r#""line_type":"intent""#)
+            .count();
+        self.check_record(intents)
     }
 }
 
@@ -316,10 +337,19 @@ async fn a_client_that_leaves_mid_call_still_gets_its_call_recorded() {
 /// Starts `aegis gateway --http 127.0.0.1:0 …` and reads the URL it serves at from its
 /// stderr.
 async fn http_gateway(setup: &Setup, extra: &[&str]) -> (tokio::process::Child, String) {
+    http_gateway_of(setup, "tools.toml", extra).await
+}
+
+/// The same with another manifest in tests/fixtures/gateway.
+async fn http_gateway_of(
+    setup: &Setup,
+    manifest: &str,
+    extra: &[&str],
+) -> (tokio::process::Child, String) {
     let mut flags = vec!["--http", "127.0.0.1:0"];
     flags.extend_from_slice(extra);
     let mut child = setup
-        .gateway(&flags)
+        .gateway_of(manifest, &flags)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -479,4 +509,213 @@ fn a_bad_manifest_is_refused_before_serving_with_its_line() {
         "{}",
         text(&out.stderr)
     );
+}
+
+/// SIGTERM to a served gateway: it closes its record and exits 0.
+async fn stop(mut child: tokio::process::Child) {
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    assert_eq!(child.wait().await.unwrap().code(), Some(0));
+}
+
+/// The scenario names under `server:` in the expected-failures file (one `- name`
+/// per line, each with its reason in a comment).
+fn expected_failures() -> Vec<String> {
+    let yaml =
+        std::fs::read_to_string(fixtures().join("conformance-expected-failures.yaml")).unwrap();
+    yaml.lines()
+        .filter_map(|l| l.trim().strip_prefix("- "))
+        .map(|l| l.split('#').next().unwrap_or("").trim().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conformance_suite_passes_but_for_the_scenarios_listed_with_reasons() {
+    let setup = Setup::new();
+    let peers = tokio::task::spawn_blocking(|| peers::peers_dir().to_path_buf())
+        .await
+        .unwrap();
+    let npm = peers.join("npm/node_modules");
+    let (child, url) = http_gateway_of(&setup, "conformance.toml", &[]).await;
+    // Node 22 from npm's `node` package: the suite needs it, the machine may have older.
+    let out = tokio::process::Command::new(npm.join("node/bin/node"))
+        .arg(npm.join("@modelcontextprotocol/conformance/dist/index.js"))
+        .args([
+            "server",
+            "--suite",
+            "all",
+            "--url",
+            &url,
+            "--expected-failures",
+        ])
+        .arg(fixtures().join("conformance-expected-failures.yaml"))
+        .current_dir(setup.dir.path())
+        .output()
+        .await
+        .unwrap();
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "unexpected failures, or a listed scenario now passes (the list is stale):\n{said}"
+    );
+    stop(child).await;
+    setup.check_record_pairs();
+
+    // Every scenario ran (the suite's summary has a line for each: `✓ name: …` or
+    // `✗ name: …`, where ✓ only says no check failed); the listed ones, and only
+    // they, failed or warned (the suite's `~ name` lines); the rest passed, DNS
+    // rebinding protection above all.
+    let stdout = text(&out.stdout);
+    let summary: Vec<(bool, String)> = stdout
+        .lines()
+        .filter_map(|l| {
+            let (passed, rest) = match l.trim_start() {
+                l if l.starts_with("✓ ") => (true, &l["✓ ".len()..]),
+                l if l.starts_with("✗ ") => (false, &l["✗ ".len()..]),
+                _ => return None,
+            };
+            let (name, counts) = rest.split_once(": ")?;
+            counts
+                .contains(" passed, ")
+                .then(|| (passed, name.to_owned()))
+        })
+        .collect();
+    assert_eq!(
+        summary.len(),
+        32,
+        "the 32 server scenarios of 0.1.16: {said}"
+    );
+    let mut failed: Vec<String> = stdout
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("~ "))
+        .map(|n| n.trim().to_owned())
+        .collect();
+    let mut listed = expected_failures();
+    failed.sort();
+    listed.sort();
+    assert_eq!(failed, listed, "{said}");
+    for served in [
+        "dns-rebinding-protection",
+        "server-initialize",
+        "tools-list",
+        "tools-call-simple-text",
+        "tools-call-image",
+        "tools-call-audio",
+        "tools-call-embedded-resource",
+        "tools-call-mixed-content",
+        "tools-call-error",
+        "json-schema-2020-12",
+    ] {
+        assert!(
+            summary.contains(&(true, served.to_owned())) && !failed.iter().any(|f| f == served),
+            "{served} passes: {said}"
+        );
+    }
+}
+
+/// What tests/mcp-peers/client.py (the Python SDK's `mcp.Client`) got from `target`:
+/// a server command (stdio) or one http:// URL.
+fn python_client(dir: &Path, plan: &str, target: &[&std::ffi::OsStr]) -> Object {
+    let peers = peers::peers_dir();
+    let got = dir.join("got.json");
+    let out = Command::new("python3")
+        .env("PYTHONPATH", peers.join("py"))
+        .arg(peers::repo().join("tests/mcp-peers/client.py"))
+        .arg("auto")
+        .arg(&got)
+        .arg(plan)
+        // For a server it starts: wasmtime's compilation cache in the test's directory.
+        .arg(format!("XDG_CACHE_HOME={}", dir.join("cache").display()))
+        .arg("--")
+        .args(target)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "client.py: {}", text(&out.stderr));
+    object(&std::fs::read(&got).unwrap())
+}
+
+const PYTHON_PLAN: &str = r#"[
+  {"tool": "echo", "arguments": {"message": "from python"}},
+  {"tool": "echo-structured", "arguments": {"message": "shaped"}},
+  {"tool": "reverse", "arguments": {}},
+  {"tool": "refuse", "arguments": {}},
+  {"tool": "echo-structured", "arguments": {"message": 7}}
+]"#;
+
+/// What the plan's calls must have got, whatever the transport.
+fn check_python(got: &Object) {
+    let tools: Vec<&str> = match got.get("tools") {
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    assert!(
+        tools.contains(&"echo") && tools.contains(&"sleep"),
+        "{tools:?}"
+    );
+    let calls: Vec<&Object> = match got.get("calls") {
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_object).collect(),
+        _ => Vec::new(),
+    };
+    assert_eq!(calls.len(), 5);
+    let error = |c: &Object| c.get("isError") == Some(&Value::Bool(true));
+    assert!(!error(calls[0]));
+    assert_eq!(field(calls[0], "text"), r#"{"message":"from python"}"#);
+    assert!(!error(calls[1]));
+    assert!(
+        field(calls[1], "result").contains(r#""structuredContent": {"message": "shaped"}"#),
+        "{}",
+        field(calls[1], "result")
+    );
+    assert!(error(calls[2]));
+    assert!(
+        field(calls[2], "text").starts_with("aegis policy: refused by policy (rule no-reverse)"),
+        "{}",
+        field(calls[2], "text")
+    );
+    assert!(error(calls[3]));
+    assert!(field(calls[3], "text").starts_with("aegis sandbox: "));
+    assert!(error(calls[4]));
+    assert!(field(calls[4], "text").starts_with("aegis gateway: refused: the arguments"));
+}
+
+#[test]
+fn the_python_sdk_lists_calls_and_is_refused_over_stdio() {
+    let setup = Setup::new();
+    let aegis = std::ffi::OsString::from(env!("CARGO_BIN_EXE_aegis"));
+    let tools = fixtures().join("tools.toml").into_os_string();
+    let policy = setup.dir.path().join("policy.yaml").into_os_string();
+    let record = setup.record().into_os_string();
+    let key = setup.dir.path().join("k").into_os_string();
+    let command: Vec<&std::ffi::OsStr> = [
+        aegis.as_os_str(),
+        "gateway".as_ref(),
+        "--tools".as_ref(),
+        &tools,
+        "--policy".as_ref(),
+        &policy,
+        "--audit".as_ref(),
+        &record,
+        "--signing-key".as_ref(),
+        &key,
+    ]
+    .to_vec();
+    let got = python_client(setup.dir.path(), PYTHON_PLAN, &command);
+    check_python(&got);
+    setup.check_record(5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_lists_calls_and_is_refused_over_http() {
+    let setup = Setup::new();
+    let (child, url) = http_gateway(&setup, &[]).await;
+    let dir = setup.dir.path().to_path_buf();
+    let got = tokio::task::spawn_blocking(move || {
+        python_client(&dir, PYTHON_PLAN, &[std::ffi::OsStr::new(&url)])
+    })
+    .await
+    .unwrap();
+    check_python(&got);
+    stop(child).await;
+    setup.check_record(5);
 }

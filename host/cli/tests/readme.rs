@@ -4,8 +4,8 @@
 //! The fresh machine: an empty temporary `HOME` (so `~/.config/aegis/signing.key` does
 //! not exist yet), `TMPDIR` inside the test's directory, no `XDG_*` or `AEGIS_*`
 //! variables, and a working directory holding a copy of what the README's commands read
-//! (`spec/`, `examples/`, `tests/fixtures/wasm/`), never the checkout itself, so nothing
-//! a command writes lands in the source tree.
+//! (`spec/`, `examples/`, `tests/fixtures/wasm/`, `tests/fixtures/gateway/`), never the
+//! checkout itself, so nothing a command writes lands in the source tree.
 //!
 //! What each command must do:
 //! - exit 0, unless its trailing comment announces another code (`# … exit 3`);
@@ -136,7 +136,12 @@ fn every_readme_command_runs_on_a_fresh_machine() {
     for d in [&home, &tmp, &out] {
         std::fs::create_dir_all(d).unwrap();
     }
-    for part in ["spec", "examples", "tests/fixtures/wasm"] {
+    for part in [
+        "spec",
+        "examples",
+        "tests/fixtures/wasm",
+        "tests/fixtures/gateway",
+    ] {
         copy_tree(&root.join(part), &work.join(part));
     }
     let release = work.join("target/release");

@@ -9,48 +9,14 @@
 //! the test compares the bytes the server wrote with the bytes the client received.
 
 mod common;
+#[path = "common/peers.rs"]
+mod peers;
 
 use aegis_record::json::{Object, Value};
 use common::{at, field, object, text};
+use peers::{peers_dir, repo};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn peers_dir() -> &'static Path {
-    static PEERS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let peers = PEERS.get_or_init(|| {
-        // The binary sits in <target>/debug; the peers go beside the build outputs.
-        let target = Path::new(env!("CARGO_BIN_EXE_aegis"))
-            .parent()
-            .and_then(Path::parent)
-            .expect("the target dir")
-            .to_path_buf();
-        let prefix = target.join("mcp-peers");
-        let out = Command::new("bash")
-            .arg(repo().join("tests/mcp-peers/install.sh"))
-            .arg(&prefix)
-            .output()
-            .map_err(|e| format!("cannot run tests/mcp-peers/install.sh: {e}"))?;
-        if out.status.success() {
-            Ok(prefix)
-        } else {
-            Err(format!(
-                "installing the MCP peers (mcp==2.3.0 from PyPI, \
-                 @modelcontextprotocol/server-everything and server-filesystem @2026.8.31 \
-                 from npm) failed: {}",
-                text(&out.stderr)
-            ))
-        }
-    });
-    match peers {
-        Ok(p) => p,
-        Err(e) => panic!("{e}"),
-    }
-}
 
 fn server_js(package: &str) -> PathBuf {
     peers_dir().join(format!(

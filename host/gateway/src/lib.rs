@@ -22,11 +22,12 @@
 //! - Role and session are not taken from clients: the operator's `role` (if any) is
 //!   asserted for every call, as `aegis wrap` does.
 
+mod content;
 pub mod http;
 pub mod manifest;
 pub mod server;
 
-pub use manifest::{Manifest, ManifestError, ToolSpec};
+pub use manifest::{Manifest, ManifestError, OutputKind, ToolSpec};
 pub use server::{GatewayServer, Note, Notes, request_frame};
 
 use aegis_runtime::capability::{RegistrationError, ToolKind, ToolManifest, ToolRegistry};

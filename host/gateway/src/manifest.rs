@@ -17,6 +17,8 @@
 //! type = "object"
 //! [tool.output_schema]                # optional: output is then JSON, checked, structuredContent
 //! type = "object"
+//! # or, instead of an output schema:
+//! # output = "content"                # output is a JSON array of MCP content blocks
 //! [tool.annotations]                  # optional MCP hints
 //! title = "Reverse"
 //! read_only = true
@@ -29,6 +31,16 @@
 //!   command's arguments in that order (strings as they are, numbers and booleans as
 //!   JSON text; a call missing one is refused, nothing is guessed), and `stdin = "c"`
 //!   optionally names one whose value is the input.
+//!
+//! What the tool's output becomes:
+//! - `output = "text"` (the default): one text block; with an `output_schema`, the
+//!   output must be JSON matching it and is also served as `structuredContent`.
+//! - `output = "content"`: the output is MCP content blocks as JSON, either an array
+//!   of blocks or `{"content": [...]}`: `text`, `image` and `audio` (base64 `data`
+//!   and a `mimeType` of that kind) and `resource` (an embedded resource with a `uri`
+//!   and either `text` or base64 `blob`). Each block is checked when the call returns
+//!   (see [`crate::server`]); an output that is not such blocks is served as `isError`
+//!   naming why. Not with an `output_schema` (that describes one JSON document).
 //!
 //! # Guarantees
 //! - Every error is one line, `<file>:<line>: …`, naming the tool and the field at fault.
@@ -103,6 +115,16 @@ pub enum Delivery {
     },
 }
 
+/// What a tool's output becomes in the `tools/call` result.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OutputKind {
+    /// One text block (and `structuredContent` with an output schema).
+    #[default]
+    Text,
+    /// MCP content blocks (text, image, audio, embedded resource), as JSON.
+    Content,
+}
+
 /// MCP tool annotations: hints for the client, never trusted by the host.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -155,6 +177,8 @@ pub struct ToolSpec {
     pub input_schema: serde_json::Map<String, serde_json::Value>,
     /// The output schema, if declared.
     pub output_schema: Option<serde_json::Map<String, serde_json::Value>>,
+    /// What the output becomes.
+    pub output: OutputKind,
     /// MCP annotations.
     pub annotations: Annotations,
     /// Where its fields are, for errors at open.
@@ -192,6 +216,7 @@ struct RawTool {
     limits: Option<Spanned<RawLimits>>,
     input_schema: Spanned<toml::Table>,
     output_schema: Option<Spanned<toml::Table>>,
+    output: Option<Spanned<String>>,
     annotations: Option<Annotations>,
 }
 
@@ -323,6 +348,27 @@ fn check_tool(t: RawTool, text: &str, path: &Path, dir: &Path) -> Result<ToolSpe
         }
         None => None,
     };
+    let output = match t.output.as_ref().map(|o| (o.get_ref().as_str(), o.span())) {
+        None | Some(("text", _)) => OutputKind::Text,
+        Some(("content", span)) => {
+            if output_schema.is_some() {
+                return Err(invalid(
+                    span,
+                    "output",
+                    "\"content\" cannot go with an output_schema, which describes one JSON document"
+                        .into(),
+                ));
+            }
+            OutputKind::Content
+        }
+        Some((other, span)) => {
+            return Err(invalid(
+                span,
+                "output",
+                format!("expected \"text\" or \"content\", found {other:?}"),
+            ));
+        }
+    };
     let properties = input_schema
         .get("properties")
         .and_then(serde_json::Value::as_object);
@@ -441,6 +487,7 @@ fn check_tool(t: RawTool, text: &str, path: &Path, dir: &Path) -> Result<ToolSpe
         limits,
         input_schema,
         output_schema,
+        output,
         annotations: t.annotations.unwrap_or_default(),
         lines: Lines {
             id: line_of(text, t.id.span().start),
@@ -607,6 +654,27 @@ type = "object"
         );
         let e = error(&GOOD.replace("shape = \"tool\"", "shape = \"tool\"\narguments = \"argv\""));
         assert!(e.contains("arguments: \"argv\" needs"), "{e}");
+    }
+
+    #[test]
+    fn content_output_is_declared_and_checked() {
+        let m = parse(&GOOD.replace("shape = \"tool\"", "shape = \"tool\"\noutput = \"content\""))
+            .unwrap();
+        assert_eq!(m.tools[0].output, OutputKind::Content);
+        assert_eq!(parse(GOOD).unwrap().tools[0].output, OutputKind::Text);
+        let e = error(&GOOD.replace("shape = \"tool\"", "shape = \"tool\"\noutput = \"blocks\""));
+        assert!(
+            e.starts_with("/m/tools.toml:7: tool \"reverse\": output: expected"),
+            "{e}"
+        );
+        let e = error(&format!(
+            "{}[tool.output_schema]\ntype = \"object\"\n",
+            GOOD.replace("shape = \"tool\"", "shape = \"tool\"\noutput = \"content\"")
+        ));
+        assert!(
+            e.contains("output: \"content\" cannot go with an output_schema"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -24,11 +24,13 @@
 //!
 //! # Non-guarantees
 //! - A tool's stderr goes to the operator ([`Note::ToolStderr`]), never to the client.
-//! - Output that is not UTF-8 is not served (text content only in this phase): the
-//!   record says the tool succeeded, the client gets `isError` saying why it got no
-//!   text. The response digest covers the output bytes the pipeline handed back.
+//! - Output that is not UTF-8 is not served as text: the record says the tool
+//!   succeeded, the client gets `isError` saying why it got no text. Likewise a tool
+//!   declared `output = "content"` whose output is not valid content blocks (see
+//!   [`crate::manifest`]). The response digest covers the output bytes the pipeline
+//!   handed back, whatever they became.
 
-use crate::manifest::{Delivery, ToolSpec};
+use crate::manifest::{Delivery, OutputKind, ToolSpec};
 use aegis_record::ExecutionOutcome;
 use aegis_runtime::pipeline::{CallClass, CallRecord, CallRequest, stopped_before_the_stations};
 use aegis_runtime::{CancelToken, Executed, Pipeline, PipelineError};
@@ -521,6 +523,16 @@ impl GatewayServer {
         let Some(output) = &record.output else {
             return refusal(station_of(record), &what_happened(record), call_id);
         };
+        if tool.spec.output == OutputKind::Content {
+            return match crate::content::blocks(output) {
+                Ok(blocks) => CallToolResult::success(blocks),
+                Err(why) => refusal(
+                    "gateway",
+                    &format!("the tool succeeded but its output is not MCP content blocks: {why}"),
+                    call_id,
+                ),
+            };
+        }
         let Ok(text) = std::str::from_utf8(output) else {
             return refusal(
                 "gateway",

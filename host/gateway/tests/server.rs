@@ -185,3 +185,106 @@ fn a_component_that_does_not_load_is_refused_at_start() {
         .to_string();
     assert!(e.contains("tools.toml:6: tool \"echo\": root "), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_blocks_are_served_checked_and_refused_with_the_reason() {
+    // echo declared `output = "content"`: its output is the call's own arguments, so
+    // the test chooses the blocks the tool returns, good and bad.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tools.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[tool]]\nid = \"blocks\"\ndescription = \"d\"\ncomponent = {:?}\nshape = \"command\"\noutput = \"content\"\n[tool.input_schema]\ntype = \"object\"\n",
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../tests/fixtures/wasm/echo.wasm")
+                .display()
+                .to_string()
+        ),
+    )
+    .unwrap();
+    let record = dir.path().join("record.jsonl");
+    let builder = Host::builder(Profile::find("default").unwrap())
+        .audit_file("the test's record", &record)
+        .signing_key(SigningKey::generate().unwrap());
+    let gateway = Gateway::open(
+        builder,
+        &Manifest::load(&path).unwrap(),
+        &GatewayOptions::default(),
+        quiet(),
+    )
+    .unwrap();
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    let server = gateway.server().clone();
+    let serving = tokio::spawn(async move {
+        let running = server.serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let client = ().serve(client_io).await.unwrap();
+    let call = |v: serde_json::Value| {
+        let peer = client.peer().clone();
+        async move {
+            peer.call_tool(CallToolRequestParams::new("blocks").with_arguments(args(v)))
+                .await
+                .unwrap()
+        }
+    };
+
+    let r = call(serde_json::json!({"content": [
+        {"type": "text", "text": "a picture:"},
+        {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+        {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"},
+        {"type": "resource", "resource": {"uri": "test://r", "mimeType": "text/plain", "text": "t"}}
+    ]}))
+    .await;
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    assert_eq!(r.content.len(), 4);
+    let image = r.content[1].as_image().expect("an image block");
+    assert_eq!(image.mime_type, "image/png");
+    assert!(r.content[2].as_audio().is_some());
+    assert!(r.content[3].as_resource().is_some());
+
+    for (blocks, why) in [
+        (
+            serde_json::json!([{"type": "video", "data": "AAE="}]),
+            "block 0: type \"video\" is not served",
+        ),
+        (
+            serde_json::json!([{"type": "image", "data": "not base64", "mimeType": "image/png"}]),
+            "block 0: \"data\" is not base64",
+        ),
+        (
+            serde_json::json!([{"type": "text", "text": "ok"}, {"type": "image", "data": "AAE=", "mimeType": "text/html"}]),
+            "block 1: mimeType \"text/html\" is not an image/",
+        ),
+        (
+            serde_json::json!({"blocks": []}),
+            "the output object's \"content\" is not an array",
+        ),
+    ] {
+        let r = call(serde_json::json!({ "content": blocks })).await;
+        assert_eq!(r.is_error, Some(true), "{r:?}");
+        let said = r.content[0].as_text().unwrap().text.clone();
+        assert!(
+            said.starts_with(
+                "aegis gateway: the tool succeeded but its output is not MCP content blocks: "
+            ),
+            "{said}"
+        );
+        assert!(said.contains(why), "{why}: {said}");
+        assert!(said.contains("(call call-"), "{said}");
+    }
+
+    client.cancel().await.unwrap();
+    serving.await.unwrap();
+    gateway.close().unwrap();
+    // The record says what the tool did: five successful calls.
+    let outcomes = of_type(&record, "outcome");
+    assert_eq!(outcomes.len(), 5);
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| o["execution"]["status"] == "success"),
+        "{outcomes:?}"
+    );
+}

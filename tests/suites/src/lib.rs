@@ -206,51 +206,58 @@ impl Harness {
             .session
             .close()
             .expect("close line");
-        let bytes = std::fs::read(&self.record).expect("read record");
-        let report = verify(
-            &bytes[..],
-            &Options {
-                trust: Some(vec![self.key.public_key().into()]),
-                threads: 0,
-            },
-        )
-        .expect("verify");
-        assert!(
-            matches!(report.verdict(), Verdict::Verified(_)),
-            "the record must verify: {}",
-            report.to_text()
-        );
-        let mut intents = Vec::new();
-        let mut outcomes = Vec::new();
-        for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-            let Ok(Value::Object(o)) = aegis_record::json::parse(line) else {
-                panic!("a line that is not an object");
-            };
-            match line_type(&o) {
-                "intent" => intents.push(IntentLine::from_object(&o).expect("intent")),
-                "outcome" => outcomes.push(OutcomeLine::from_object(&o).expect("outcome")),
-                _ => {}
-            }
-        }
-        let intent_ids: BTreeSet<&str> = intents.iter().map(|i| i.call_id.as_str()).collect();
-        let outcome_ids: BTreeSet<&str> = outcomes.iter().map(|o| o.call_id.as_str()).collect();
-        assert_eq!(intent_ids.len(), intents.len(), "an intent written twice");
-        assert_eq!(
-            outcome_ids.len(),
-            outcomes.len(),
-            "an outcome written twice"
-        );
-        assert_eq!(
-            intent_ids, outcome_ids,
-            "an intent without its outcome, or the reverse"
-        );
-        for o in &outcomes {
-            let i = intents.iter().find(|i| i.call_id == o.call_id).unwrap();
-            assert_eq!(i.request_digest, o.request_digest, "{}", o.call_id);
-            assert_eq!(i.tool_id, o.tool_id, "{}", o.call_id);
-        }
-        Checked { report, outcomes }
+        check_record(&self.record, &self.key)
     }
+}
+
+/// Checks a closed record: Verified pinned to `key`, and exactly one intent and one
+/// outcome per call, each pair naming the same tool and request digest. Returns the
+/// outcomes in record order.
+pub fn check_record(record: &Path, key: &SigningKey) -> Checked {
+    let bytes = std::fs::read(record).expect("read record");
+    let report = verify(
+        &bytes[..],
+        &Options {
+            trust: Some(vec![key.public_key().into()]),
+            threads: 0,
+        },
+    )
+    .expect("verify");
+    assert!(
+        matches!(report.verdict(), Verdict::Verified(_)),
+        "the record must verify: {}",
+        report.to_text()
+    );
+    let mut intents = Vec::new();
+    let mut outcomes = Vec::new();
+    for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let Ok(Value::Object(o)) = aegis_record::json::parse(line) else {
+            panic!("a line that is not an object");
+        };
+        match line_type(&o) {
+            "intent" => intents.push(IntentLine::from_object(&o).expect("intent")),
+            "outcome" => outcomes.push(OutcomeLine::from_object(&o).expect("outcome")),
+            _ => {}
+        }
+    }
+    let intent_ids: BTreeSet<&str> = intents.iter().map(|i| i.call_id.as_str()).collect();
+    let outcome_ids: BTreeSet<&str> = outcomes.iter().map(|o| o.call_id.as_str()).collect();
+    assert_eq!(intent_ids.len(), intents.len(), "an intent written twice");
+    assert_eq!(
+        outcome_ids.len(),
+        outcomes.len(),
+        "an outcome written twice"
+    );
+    assert_eq!(
+        intent_ids, outcome_ids,
+        "an intent without its outcome, or the reverse"
+    );
+    for o in &outcomes {
+        let i = intents.iter().find(|i| i.call_id == o.call_id).unwrap();
+        assert_eq!(i.request_digest, o.request_digest, "{}", o.call_id);
+        assert_eq!(i.tool_id, o.tool_id, "{}", o.call_id);
+    }
+    Checked { report, outcomes }
 }
 
 fn line_type(o: &Object) -> &str {
