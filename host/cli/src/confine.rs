@@ -65,6 +65,14 @@ pub struct ConfineArgs {
     command: Vec<OsString>,
 }
 
+/// The helper to start: `aegis-confine-helper` beside this binary (small, so it starts
+/// quickly), else this binary itself, whose `main` runs the same helper first.
+fn helper_binary() -> std::io::Result<PathBuf> {
+    let me = std::env::current_exe()?;
+    let small = me.with_file_name("aegis-confine-helper");
+    Ok(if small.is_file() { small } else { me })
+}
+
 /// Says why a confined start failed and picks its exit code.
 pub fn failed(e: &ConfineError) -> u8 {
     crate::error(aegis_record::text::escape(&e.to_string()));
@@ -88,7 +96,7 @@ pub fn start(
     };
     let program = confine::resolve_program(program).map_err(|e| failed(&e))?;
     let plan = Plan::for_program(profile, &program, grant.grants()).map_err(|e| failed(&e))?;
-    let helper = std::env::current_exe().map_err(|e| {
+    let helper = helper_binary().map_err(|e| {
         failed(&ConfineError::Helper(format!(
             "cannot find the aegis binary to start: {e}"
         )))
