@@ -203,3 +203,26 @@ EXIT STATUS:
   0  written
   1  a usage error
   2  the output could not be written";
+
+pub const KEY: &str = "\
+EXAMPLES:
+  aegis key show ~/.config/aegis/signing.key
+
+EXIT STATUS:
+  1  a usage error (no such subcommand); `aegis key show --help` lists its codes";
+
+pub const PLUGINS: &str = "\
+EXAMPLES:
+  aegis plugins list
+  aegis plugins list --path ./target/release --json
+
+EXIT STATUS:
+  1  a usage error (no such subcommand); `aegis plugins list --help` lists its codes";
+
+pub const PROFILES: &str = "\
+EXAMPLES:
+  aegis profiles list
+  aegis profiles show durable-file
+
+EXIT STATUS:
+  1  a usage error (no such subcommand); each subcommand's --help lists its codes";

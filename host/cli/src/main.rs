@@ -109,6 +109,7 @@ enum Command {
         force: bool,
     },
     /// Inspect a signing key: `aegis key show KEYFILE`.
+    #[command(after_help = help::KEY)]
     Key {
         #[command(subcommand)]
         command: key::KeyCommand,
@@ -147,6 +148,7 @@ enum Command {
     #[command(after_help = help::DEMO)]
     Demo,
     /// List plugins: built-in, and loadable libraries found on the plugin path.
+    #[command(after_help = help::PLUGINS)]
     Plugins {
         #[command(subcommand)]
         command: PluginsCommand,
@@ -163,6 +165,7 @@ enum Command {
         force: bool,
     },
     /// List profiles, or show one resolved.
+    #[command(after_help = help::PROFILES)]
     Profiles {
         #[command(subcommand)]
         command: ProfilesCommand,

@@ -66,21 +66,46 @@ pub(crate) fn cache_dir() -> Option<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
     let dir = base.join("aegis").join("wasmtime");
-    // Writable is what matters: make it, and a scratch file in it (removed at once).
-    let usable = std::fs::create_dir_all(&dir).and_then(|()| tempfile::tempfile_in(&dir).map(drop));
-    match usable {
+    match usable_cache(&dir) {
         Ok(()) => {
             crate::detail(format_args!("aegis: compilation cache {}", dir.display()));
             Some(dir)
         }
         Err(e) => {
             crate::say(format_args!(
-                "warning: the compilation cache {} cannot be written ({e}); running uncached",
+                "warning: the compilation cache {} cannot be used ({e}); running uncached",
                 dir.display()
             ));
             None
         }
     }
+}
+
+/// Whether the sandbox can use `dir` as its cache: made (0700, as the sandbox makes
+/// it), writable (a scratch file, removed at once), and private, by the sandbox's own
+/// rule (cached code runs as native code): owned by this user, no access for others.
+/// The sandbox checks the last again; here a failure only means running uncached.
+fn usable_cache(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let scratch = tempfile::tempfile_in(dir)?;
+    let (meta, mine) = (std::fs::metadata(dir)?, scratch.metadata()?);
+    if meta.uid() != mine.uid() {
+        return Err(std::io::Error::other(format!(
+            "owned by uid {}, not by this user",
+            meta.uid()
+        )));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(std::io::Error::other(format!(
+            "mode {mode:o} lets others in (cached code runs as native code; use mode 700)"
+        )));
+    }
+    Ok(())
 }
 
 fn read_input(a: &RunArgs) -> Result<Vec<u8>, String> {

@@ -591,6 +591,17 @@ fn completions_and_man_codes_are_documented_and_produced() {
     t.done();
 }
 
+/// The commands that only group others document and give their usage error.
+#[test]
+fn group_commands_document_their_usage_error() {
+    for group in ["key", "plugins", "profiles"] {
+        let mut t = Table::new(group);
+        t.run(1, "no subcommand", aegis().arg(group));
+        t.run(1, "no such subcommand", aegis().args([group, "nope"]));
+        t.done();
+    }
+}
+
 /// The top-level help lists every code any command's help lists.
 #[test]
 fn the_top_level_help_lists_every_code() {

@@ -232,6 +232,25 @@ fn an_unwritable_compilation_cache_runs_uncached_with_one_warning() {
         warnings[0].contains("compilation cache") && warnings[0].ends_with("running uncached"),
         "{err}"
     );
+    // A cache others could write to is refused by the sandbox: uncached instead.
+    let open = dir.path().join("open");
+    std::fs::create_dir_all(open.join("aegis/wasmtime")).unwrap();
+    std::fs::set_permissions(
+        open.join("aegis/wasmtime"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let o = aegis_in(dir.path())
+        .env("XDG_CACHE_HOME", &open)
+        .arg("run")
+        .arg("--component")
+        .arg(guest("echo"))
+        .args(["--id", "echo", "--input", "hi"])
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(code(&o), Some(0), "{err}");
+    assert!(err.contains("lets others in") && err.contains("running uncached"), "{err}");
 }
 
 /// Before, `profiles show` resolved plugins but never built them, so it showed a profile
