@@ -49,10 +49,7 @@ impl Interrupts {
         Interrupts::catching(&[SIGINT, SIGTERM], |_| {})
     }
 
-    fn catching(
-        which: &[i32],
-        also: impl Fn(i32) + Send + 'static,
-    ) -> std::io::Result<Interrupts> {
+    fn catching(which: &[i32], also: impl Fn(i32) + Send + 'static) -> std::io::Result<Interrupts> {
         let mut signals = Signals::new(which)?;
         let handle = signals.handle();
         let token = CancelToken::new();

@@ -456,10 +456,7 @@ impl HostFlags {
     ///
     /// # Errors
     /// The exit code, after saying why, when the key cannot be loaded.
-    fn apply(
-        &self,
-        builder: aegis_runtime::HostBuilder,
-    ) -> Result<aegis_runtime::HostBuilder, u8> {
+    fn apply(&self, builder: aegis_runtime::HostBuilder) -> Result<aegis_runtime::HostBuilder, u8> {
         let mut builder = builder;
         if let Some(policy) = &self.policy {
             builder = builder.policy_file("--policy", policy);

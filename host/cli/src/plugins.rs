@@ -217,8 +217,8 @@ fn build(profile: &Profile, station: &'static str, choice: &PluginChoice, p: &Pl
     let built = match station {
         "policy" => p.policy_evaluator(&choice.config).map(drop),
         _ => {
-            let record = config_path(&choice.config)
-                .filter(|path| std::fs::symlink_metadata(path).is_err());
+            let record =
+                config_path(&choice.config).filter(|path| std::fs::symlink_metadata(path).is_err());
             let built = p.audit_sink(&choice.config).map(drop);
             if let Some(path) = record
                 && std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file())

@@ -297,7 +297,10 @@ fn show_json(tool_id: &str, record: &CallRecord) {
             Err(_) => o.insert("output_hex", aegis_record::digest::encode_hex(output)),
         };
     }
-    o.insert("stderr", String::from_utf8_lossy(&record.stderr).into_owned());
+    o.insert(
+        "stderr",
+        String::from_utf8_lossy(&record.stderr).into_owned(),
+    );
     let mut line = o.to_canonical();
     line.push(b'\n');
     let _ = crate::print(&line);

@@ -153,7 +153,11 @@ impl Table {
 
 fn keygen(dir: &Path) -> PathBuf {
     let key = dir.join("k");
-    let out = aegis().args(["keygen", "--out"]).arg(&key).output().unwrap();
+    let out = aegis()
+        .args(["keygen", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     key
 }
@@ -195,7 +199,9 @@ fn verify_codes_are_documented_and_produced() {
     t.run(
         0,
         "verified",
-        aegis().arg("verify").arg(vectors.join("golden/golden.aarl")),
+        aegis()
+            .arg("verify")
+            .arg(vectors.join("golden/golden.aarl")),
     );
     t.run(
         1,
@@ -205,7 +211,11 @@ fn verify_codes_are_documented_and_produced() {
             .arg(vectors.join("tampered/chain_break.aarl")),
     );
     t.run(1, "usage", aegis().arg("verify"));
-    t.run(2, "unreadable", aegis().args(["verify", "/nonexistent/r.aarl"]));
+    t.run(
+        2,
+        "unreadable",
+        aegis().args(["verify", "/nonexistent/r.aarl"]),
+    );
     t.run(
         3,
         "indeterminate",
@@ -241,9 +251,12 @@ fn keygen_and_key_show_codes_are_documented_and_produced() {
     );
     let junk = dir.path().join("junk");
     std::fs::write(&junk, "not a seed\n").unwrap();
-    std::fs::set_permissions(&junk, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-        .unwrap();
-    t.run(4, "not a seed file", aegis().args(["key", "show"]).arg(&junk));
+    std::fs::set_permissions(&junk, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    t.run(
+        4,
+        "not a seed file",
+        aegis().args(["key", "show"]).arg(&junk),
+    );
     t.done();
 }
 
@@ -271,11 +284,7 @@ fn run_codes_are_documented_and_produced() {
     let p = policy.to_str().unwrap();
     let mut t = Table::new("run");
     t.run(0, "success", &mut run("echo", "echo", &[]));
-    t.run(
-        1,
-        "usage",
-        aegis().args(["run", "--component", "x.wasm"]),
-    );
+    t.run(1, "usage", aegis().args(["run", "--component", "x.wasm"]));
     t.run(
         2,
         "input unreadable",
@@ -304,14 +313,22 @@ fn run_codes_are_documented_and_produced() {
     );
     drop(holder);
     t.run(10, "policy", &mut run("echo", "shell", &["--policy", p]));
-    t.run(12, "pending approval", &mut run("echo", "deploy", &["--policy", p]));
+    t.run(
+        12,
+        "pending approval",
+        &mut run("echo", "deploy", &["--policy", p]),
+    );
     t.run(
         13,
         "capability",
         &mut run("echo", "echo", &["--capability", "net.http"]),
     );
     t.run(14, "trap", &mut run("panic", "p", &[]));
-    t.run(15, "ceiling", &mut run("spin", "s", &["--max-wall-ms", "50"]));
+    t.run(
+        15,
+        "ceiling",
+        &mut run("spin", "s", &["--max-wall-ms", "50"]),
+    );
     // Signals: the sleeping guest is stopped, its outcome written, then the code.
     for (sig, code) in [
         (rustix::process::Signal::HUP, 129),
@@ -328,7 +345,8 @@ fn run_codes_are_documented_and_produced() {
             .spawn()
             .unwrap();
         // The intent on disk means the call has started.
-        while !text(&std::fs::read(&record).unwrap_or_default()).contains("\"line_type\":\"intent\"")
+        while !text(&std::fs::read(&record).unwrap_or_default())
+            .contains("\"line_type\":\"intent\"")
         {
             assert!(child.try_wait().unwrap().is_none(), "run ended early");
             std::thread::sleep(Duration::from_millis(20));
@@ -543,7 +561,11 @@ fn export_codes_are_documented_and_produced() {
     let empty = profile("empty", &dir.path().join("never.aarl"));
     let export = |p: &Path, out: &Path| {
         let mut c = aegis();
-        c.arg("--profile").arg(p).arg("export").arg("--out").arg(out);
+        c.arg("--profile")
+            .arg(p)
+            .arg("export")
+            .arg("--out")
+            .arg(out);
         c
     };
     let mut t = Table::new("export");

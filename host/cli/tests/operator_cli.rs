@@ -13,7 +13,10 @@ fn aegis_in(dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_aegis"));
     c.current_dir(dir)
         .env("HOME", dir)
-        .env("XDG_CACHE_HOME", std::env::temp_dir().join("aegis-run-tests-cache"))
+        .env(
+            "XDG_CACHE_HOME",
+            std::env::temp_dir().join("aegis-run-tests-cache"),
+        )
         .env_remove("XDG_CONFIG_HOME")
         .env_remove("XDG_DATA_HOME")
         .env_remove("AEGIS_PROFILE_PATH")
@@ -65,7 +68,11 @@ const ALLOW: &str = "plugin = \"builtin:policy-static\"\nconfig = { verdict = \"
 
 fn keygen(dir: &Path) -> PathBuf {
     let key = dir.join("k");
-    let o = aegis_in(dir).args(["keygen", "--out"]).arg(&key).output().unwrap();
+    let o = aegis_in(dir)
+        .args(["keygen", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
     assert_eq!(code(&o), Some(0), "{}", text(&o.stderr));
     key
 }
@@ -85,7 +92,10 @@ fn colour_follows_color_and_no_color() {
     // stdout is a pipe here: auto means none.
     assert!(!demo(&[], false), "auto coloured a pipe");
     assert!(demo(&["--color", "always"], false));
-    assert!(demo(&["--color", "always"], true), "always wins over NO_COLOR");
+    assert!(
+        demo(&["--color", "always"], true),
+        "always wins over NO_COLOR"
+    );
     assert!(!demo(&["--color", "never"], false));
     let o = aegis_in(dir.path())
         .args(["--color", "sometimes", "demo"])
@@ -111,14 +121,20 @@ fn quiet_and_verbose_change_what_run_says_not_what_it_does() {
         text(&o.stderr)
     };
     let normal = run(None);
-    assert!(normal.starts_with("aegis: profile default (embedded)\n"), "{normal}");
+    assert!(
+        normal.starts_with("aegis: profile default (embedded)\n"),
+        "{normal}"
+    );
     let quiet = run(Some("-q"));
     let lines: Vec<&str> = quiet.lines().collect();
     assert_eq!(lines.len(), 1, "{quiet}");
     assert!(lines[0].starts_with("aegis: success: "), "{quiet}");
     let verbose = run(Some("-v"));
     assert!(verbose.contains("aegis: compilation cache "), "{verbose}");
-    assert!(verbose.contains("aegis: echo may read nothing, and write nothing"), "{verbose}");
+    assert!(
+        verbose.contains("aegis: echo may read nothing, and write nothing"),
+        "{verbose}"
+    );
     let o = aegis_in(dir.path())
         .args(["-q", "-v", "profiles", "list"])
         .output()
@@ -250,7 +266,10 @@ fn an_unwritable_compilation_cache_runs_uncached_with_one_warning() {
         .unwrap();
     let err = text(&o.stderr);
     assert_eq!(code(&o), Some(0), "{err}");
-    assert!(err.contains("lets others in") && err.contains("running uncached"), "{err}");
+    assert!(
+        err.contains("lets others in") && err.contains("running uncached"),
+        "{err}"
+    );
 }
 
 /// Before, `profiles show` resolved plugins but never built them, so it showed a profile
@@ -284,7 +303,8 @@ fn profiles_show_refuses_what_run_refuses_in_one_line() {
         (
             "unknown-key",
             ALLOW.to_owned(),
-            "plugin = \"builtin:file-sink\"\nconfig = { path = \"r.aarl\", fsync = false }".to_owned(),
+            "plugin = \"builtin:file-sink\"\nconfig = { path = \"r.aarl\", fsync = false }"
+                .to_owned(),
             "fsync",
         ),
     ];
@@ -337,7 +357,10 @@ fn profiles_show_refuses_what_run_refuses_in_one_line() {
         .output()
         .unwrap();
     assert_eq!(code(&show), Some(0), "{}", text(&show.stderr));
-    assert!(!dir.path().join("profiles/r.aarl").exists(), "show left a record");
+    assert!(
+        !dir.path().join("profiles/r.aarl").exists(),
+        "show left a record"
+    );
 }
 
 /// Every NAME `profiles list` prints is a name `--profile` takes, even when the file's
@@ -491,7 +514,13 @@ fn a_relative_sink_path_is_taken_from_the_profile_files_directory() {
             .arg("run")
             .arg("--component")
             .arg(guest("echo"))
-            .args(["--id", "echo", "--input", &format!("run {i}"), "--signing-key"])
+            .args([
+                "--id",
+                "echo",
+                "--input",
+                &format!("run {i}"),
+                "--signing-key",
+            ])
             .arg(&key)
             .output()
             .unwrap();
@@ -509,7 +538,10 @@ fn a_relative_sink_path_is_taken_from_the_profile_files_directory() {
         .output()
         .unwrap();
     assert_eq!(code(&o), Some(0), "{}", text(&o.stderr));
-    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&record).unwrap());
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        std::fs::read(&record).unwrap()
+    );
     let o = aegis_in(dir.path())
         .arg("--profile")
         .arg(&file)

@@ -109,8 +109,9 @@ fn plugins_list_shows_builtins_loaded_and_refused_libraries() {
     // Not on the plugin path: a profile names it by its absolute path.
     let so = std::path::absolute(dir.path().join("libaegis_sink_sqlite.so")).unwrap();
     assert!(
-        out.lines().any(|l| l.starts_with(&format!("{} ", so.display()))
-            && l.ends_with("(calls itself sqlite-sink)")),
+        out.lines()
+            .any(|l| l.starts_with(&format!("{} ", so.display()))
+                && l.ends_with("(calls itself sqlite-sink)")),
         "{out}"
     );
     assert!(out.contains("refused: plugin ./libaegis_test_plugin_incompatible_major.so: built against station API 2.0.0"), "{out}");

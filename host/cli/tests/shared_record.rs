@@ -228,7 +228,8 @@ fn a_held_record_makes_wrap_wait_before_starting_its_server() {
 /// `aegis gateway` over stdio on the fixture manifest into `record`, with stdin piped
 /// (the client) and stderr piped.
 fn start_gateway(record: &Path, key: &Path, extra: &[&str]) -> Child {
-    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gateway/tools.toml");
+    let tools =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gateway/tools.toml");
     aegis()
         .arg("gateway")
         .arg("--tools")

@@ -266,13 +266,15 @@ impl Profile {
                         let Some(joined) = joined.to_str() else {
                             return Err(invalid(
                                 line,
-                                format!("{station}.config.path: the profile's directory is not UTF-8, so a relative path cannot be resolved; give it absolute"),
+                                format!(
+                                    "{station}.config.path: the profile's directory is not UTF-8, so a relative path cannot be resolved; give it absolute"
+                                ),
                             ));
                         };
                         table.insert("path".to_owned(), toml::Value::String(joined.to_owned()));
                     }
                     toml::to_string(&table)
-                    .map_err(|e| invalid(line, format!("{station}.config: {e}")))?
+                        .map_err(|e| invalid(line, format!("{station}.config: {e}")))?
                 }
             };
             let spec = match PluginSpec::parse(t.plugin.get_ref()) {
@@ -702,13 +704,16 @@ mod tests {
             "plugin = \"builtin:memory-sink\"",
             "plugin = \"builtin:file-sink\"\nconfig = { path = \"records/a.aarl\" }",
         );
-        let file = Profile::parse(&text, "p.toml", ProfileSource::File("/etc/x/p.toml".into()))
-            .unwrap();
+        let file =
+            Profile::parse(&text, "p.toml", ProfileSource::File("/etc/x/p.toml".into())).unwrap();
         assert_eq!(file.audit.config.trim(), "path = \"/etc/x/records/a.aarl\"");
         let absolute = text.replace("records/a.aarl", "/var/a.aarl");
-        let file =
-            Profile::parse(&absolute, "p.toml", ProfileSource::File("/etc/x/p.toml".into()))
-                .unwrap();
+        let file = Profile::parse(
+            &absolute,
+            "p.toml",
+            ProfileSource::File("/etc/x/p.toml".into()),
+        )
+        .unwrap();
         assert_eq!(file.audit.config.trim(), "path = \"/var/a.aarl\"");
         let embedded = Profile::parse(&text, "p.toml", ProfileSource::Embedded).unwrap();
         assert_eq!(embedded.audit.config.trim(), "path = \"records/a.aarl\"");
