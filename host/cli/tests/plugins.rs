@@ -288,7 +288,7 @@ fn a_relative_plugin_path_means_the_same_file_from_any_directory() {
     let profile = conf.join("p.toml");
     std::fs::write(
         &profile,
-        "name = \"rel\"\ndescription = \"d\"\n[policy]\nplugin = \"builtin:policy-static\"\n[capability]\n[sandbox]\n[audit]\nplugin = \"plugins/libsink.so\"\nconfig = { path = \"a.db\" }\n",
+        "name = \"rel\"\ndescription = \"d\"\n[policy]\nplugin = \"builtin:policy-static\"\nconfig = { verdict = \"allow\" }\n[capability]\n[sandbox]\n[audit]\nplugin = \"plugins/libsink.so\"\nconfig = { path = \"a.db\" }\n",
     )
     .unwrap();
     for cwd in [&conf, &elsewhere] {
