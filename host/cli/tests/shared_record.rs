@@ -3,7 +3,7 @@
 //! `--no-wait` a busy record fails at once with its own exit code (5), not the one for a
 //! refused configuration (4).
 
-use std::io::{BufRead as _, BufReader, Read as _};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -297,7 +297,19 @@ fn a_held_record_makes_gateway_wait_before_serving() {
             break;
         }
     }
-    drop(waiting.stdin.take());
+    // A client that initializes and leaves: the gateway closes its record and exits 0.
+    let mut stdin = waiting.stdin.take().unwrap();
+    stdin
+        .write_all(
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"t\",\"version\":\"0\"}}}\n{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n",
+        )
+        .unwrap();
+    let mut answer = String::new();
+    BufReader::new(waiting.stdout.take().unwrap())
+        .read_line(&mut answer)
+        .unwrap();
+    assert!(answer.contains("\"id\":1"), "{answer}");
+    drop(stdin);
     let mut rest = String::new();
     stderr.read_to_string(&mut rest).unwrap();
     let status = waiting.wait().unwrap();
