@@ -630,8 +630,7 @@ fn the_top_level_help_lists_every_code() {
     let top = {
         let out = aegis().arg("--help").output().unwrap();
         let help = text(&out.stdout);
-        let section = help.split_once("EXIT STATUS:\n").unwrap().1.to_owned();
-        section
+        help.split_once("EXIT STATUS:\n").unwrap().1.to_owned()
     };
     let listed: BTreeSet<u32> = top
         .lines()
