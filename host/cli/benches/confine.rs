@@ -86,8 +86,7 @@ fn main() {
     for (id, helper) in [("helper_only", HELPER), ("aegis_only", AEGIS)] {
         group.bench_function(id, |b| {
             b.iter(|| {
-                let e =
-                    confine::spawn(Path::new(helper), &refused, Path::new(TRUE), &[], |_| {});
+                let e = confine::spawn(Path::new(helper), &refused, Path::new(TRUE), &[], |_| {});
                 assert!(e.is_err());
             });
         });

@@ -43,17 +43,6 @@ impl GrantArgs {
 
 /// Flags of `aegis confine`.
 #[derive(clap::Args)]
-#[command(after_help = "\
-EXAMPLES:
-    aegis confine --allow-read ~/notes -- python3 summarize.py ~/notes
-    aegis confine --allow-write /tmp/out --report - -- ./tool
-    aegis confine --allow-net api.example.com:443 -- node client.js
-
-EXIT STATUS:
-    the command's own status when it ran (128 + N when killed by signal N; 159, SIGSYS,
-    is how seccomp kills a foreign-architecture or x32 call), 1 usage error, 4 the profile was refused, 125 the confinement
-    could not be enforced (nothing was started), 127 the command could not be found or
-    executed.")]
 pub struct ConfineArgs {
     #[command(flatten)]
     grant: GrantArgs,

@@ -68,26 +68,126 @@ rules:
     reason: shell is never allowed
 ";
 
+/// The widest line the walk prints, in characters: it fits a 100-column terminal.
+const WIDTH: usize = 100;
+
+/// The width of a step's `  what       tool         ` columns.
+const STEP_PREFIX: usize = 26;
+
+/// The width of a check's label column, with its indent.
+const CHECK_PREFIX: usize = 2 + 30 + 1;
+
+/// Why the walk stopped early.
+enum Stop {
+    /// A signal: its exit code (128 + its number).
+    Signal(u8),
+    /// A file of the walk could not be written, or the pipeline refused to open.
+    Failed(Box<dyn std::error::Error>),
+}
+
+impl<E: Into<Box<dyn std::error::Error>>> From<E> for Stop {
+    fn from(e: E) -> Stop {
+        Stop::Failed(e.into())
+    }
+}
+
 pub fn run() -> u8 {
-    match walk() {
+    // Ctrl-C (or SIGTERM, SIGHUP) stops the call in flight and ends the walk at the
+    // next step; returning drops the temporary directory, and with it the key.
+    let interrupts = match crate::interrupt::Interrupts::install() {
+        Ok(i) => i,
+        Err(e) => {
+            crate::error(format_args!("signal handlers could not be installed: {e}"));
+            return crate::exit::UNREADABLE;
+        }
+    };
+    let code = match walk(&interrupts) {
         Ok(true) => crate::exit::OK,
         Ok(false) => crate::exit::TAMPERED_OR_USAGE,
-        Err(e) => {
+        Err(Stop::Signal(code)) => code,
+        Err(Stop::Failed(e)) => {
             crate::error(e);
             crate::exit::UNREADABLE
+        }
+    };
+    // A signal after the last step still counts: the operator asked to stop.
+    interrupts.exit_code().unwrap_or(code)
+}
+
+/// `Err(Stop::Signal)` once a signal came.
+fn stopped(interrupts: &crate::interrupt::Interrupts) -> Result<(), Stop> {
+    match interrupts.exit_code() {
+        Some(code) => Err(Stop::Signal(code)),
+        None => Ok(()),
+    }
+}
+
+/// `text` with each run of 64 hex digits (a key id) cut to its first 12, then `…`.
+fn short_key_ids(text: &str) -> String {
+    let mut out = String::new();
+    let mut hex = String::new();
+    let flush = |hex: &mut String, out: &mut String| {
+        if hex.len() == 64 {
+            out.push_str(&hex[..12]);
+            out.push('…');
+        } else {
+            out.push_str(hex);
+        }
+        hex.clear();
+    };
+    for c in text.chars() {
+        if c.is_ascii_hexdigit() {
+            hex.push(c);
+        } else {
+            flush(&mut hex, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut hex, &mut out);
+    out
+}
+
+/// `text` in lines of at most `width` characters, broken at spaces (a word longer than
+/// `width` is cut).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for word in text.split(' ') {
+        let last = lines.last_mut().expect("never empty");
+        let used = last.chars().count();
+        if used > 0 && used + 1 + word.chars().count() > width {
+            lines.push(String::new());
+        }
+        let last = lines.last_mut().expect("never empty");
+        if !last.is_empty() {
+            last.push(' ');
+        }
+        last.extend(word.chars().take(width));
+    }
+    lines
+}
+
+/// Prints `text` after `prefix` (whose width is `indent`), painted, continuing on
+/// lines indented as far: nothing goes past [`WIDTH`].
+fn say_wrapped(prefix: &str, indent: usize, text: &str, paint: impl Fn(&str) -> String) {
+    for (i, line) in wrap(text, WIDTH - indent).iter().enumerate() {
+        if i == 0 {
+            say!("{prefix}{}", paint(line));
+        } else {
+            say!("{:indent$}{}", "", paint(line));
         }
     }
 }
 
 fn check(p: Painter, label: &str, bytes: &[u8], trust: Option<Vec<TrustAnchor>>) -> Report {
     let report = verify(bytes, &Options { trust, threads: 0 }).expect("reading memory cannot fail");
-    let headline = report.headline();
-    let shown = match report.verdict() {
-        Verdict::Verified(_) => p.good(&headline),
-        Verdict::Indeterminate(_) => p.warn(&headline),
-        Verdict::Tampered(_) => p.bad(&headline),
+    // Step 1 printed the key id in full; here its first 12 characters say which.
+    let headline = short_key_ids(&report.headline());
+    let paint = |t: &str| match report.verdict() {
+        Verdict::Verified(_) => p.good(t),
+        Verdict::Indeterminate(_) => p.warn(t),
+        Verdict::Tampered(_) => p.bad(t),
     };
-    say!("  {label:<34} {shown}");
+    say_wrapped(&format!("  {label:<30} "), CHECK_PREFIX, &headline, paint);
     report
 }
 
@@ -111,7 +211,7 @@ fn step(shows: &'static str, tool: &'static str, args: &[&Path], expected: CallC
     }
 }
 
-fn walk() -> Result<bool, Box<dyn std::error::Error>> {
+fn walk(interrupts: &crate::interrupt::Interrupts) -> Result<bool, Stop> {
     let p = Painter::detect();
     let dir = tempfile::tempdir()?;
     let base = std::fs::canonicalize(dir.path())?;
@@ -219,26 +319,37 @@ fn walk() -> Result<bool, Box<dyn std::error::Error>> {
     let mut as_expected = true;
     for s in &steps {
         let args: Vec<&str> = s.args.iter().map(String::as_str).collect();
+        stopped(interrupts)?;
         let r = pipeline.call(&CallRequest {
             args: &args,
+            cancel: Some(interrupts.token()),
             ..CallRequest::new(s.tool, s.input)
         })?;
+        stopped(interrupts)?;
         let leaked = r
             .output
             .as_deref()
             .is_some_and(|o| String::from_utf8_lossy(o).contains("kingdom"));
         let ok = r.class() == s.expected && !leaked && !planted(&notes);
         as_expected &= ok;
-        let verdict = crate::run::verdict(&r);
-        let verdict = &aegis_record::text::escape(&verdict);
-        let painted = match r.class() {
-            CallClass::Success => p.good(verdict),
-            _ => p.bad(verdict),
+        // A refusal the walk set up is Aegis keeping its promise: green, and for an
+        // escape the word is "refused", whatever the tool made of it. Red is only for
+        // a call that ended otherwise than promised.
+        let verdict = if ok && s.shows == "escape" {
+            format!("refused: {}", refusal(&r, &base))
+        } else {
+            crate::run::verdict(&r)
         };
-        say!("  {:<10} {:<12} {painted}", s.shows, s.tool);
-        let detail = aegis_record::text::escape(&detail(&r, &args, &base)).into_owned();
+        let verdict = aegis_record::text::escape(&verdict);
+        say_wrapped(
+            &format!("  {:<10} {:<12} ", s.shows, s.tool),
+            STEP_PREFIX,
+            &verdict,
+            |t| if ok { p.good(t) } else { p.bad(t) },
+        );
+        let detail = aegis_record::text::escape(&detail(&r, &args, &base, s.shows)).into_owned();
         if !detail.is_empty() {
-            say!("  {:<10} {:<12} {}", "", "", p.dim(&detail));
+            say_wrapped(&" ".repeat(STEP_PREFIX), STEP_PREFIX, &detail, |t| p.dim(t));
         }
         if !ok {
             say!("  {}", p.bad("^ not what the walk expected: this is a bug"));
@@ -249,7 +360,7 @@ fn walk() -> Result<bool, Box<dyn std::error::Error>> {
         .map_err(|_| "a demo call is still open")?
         .close_and_export()?;
     say!(
-        "  {} lines, {} bytes: an open line (with provenance), an intent and an outcome per call, a close line",
+        "  {} lines, {} bytes: an open line, an intent and an outcome per call, a close line",
         file.iter().filter(|&&b| b == b'\n').count(),
         file.len()
     );
@@ -306,25 +417,99 @@ fn planted(notes: &Path) -> bool {
     notes.join("planted.md").exists()
 }
 
-/// What the call touched and what came back, with the temp dir shortened to `…`.
-fn detail(r: &CallRecord, args: &[&str], base: &Path) -> String {
+/// What the call touched and, unless the verdict already says it (an escape's
+/// refusal), what came back; with the temp dir shortened to `…`.
+fn detail(r: &CallRecord, args: &[&str], base: &Path, shows: &str) -> String {
     let base = base.display().to_string();
     let target = args
         .first()
         .map(|a| a.replacen(&base, "…", 1))
         .unwrap_or_default();
-    // Its output when it succeeded; otherwise what it told the operator on stderr.
-    let said = String::from_utf8_lossy(r.output.as_deref().unwrap_or(&r.stderr))
-        .lines()
-        .map(|l| l.replacen(&base, "…", 1))
-        .collect::<Vec<_>>()
-        .join("; ");
+    let said = if shows == "escape" {
+        String::new()
+    } else {
+        said(r, &base)
+    };
     match (target.is_empty(), said.is_empty()) {
         (true, true) => String::new(),
         (false, true) => target,
         (true, false) => format!("→ {said}"),
         (false, false) => format!("{target} → {said}"),
     }
+}
+
+/// What the tool said: its output when it succeeded, else its stderr; one line, the
+/// temp dir shortened, WASI error numbers in words, and the Rust runtime's panic
+/// boilerplate (the guest's, not Aegis's) left out.
+fn said(r: &CallRecord, base: &str) -> String {
+    String::from_utf8_lossy(r.output.as_deref().unwrap_or(&r.stderr))
+        .lines()
+        .filter(|l| !l.starts_with("note: run with `RUST_BACKTRACE") && !l.starts_with("thread '"))
+        .map(|l| worded(&l.replacen(base, "…", 1)))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Why the sandbox refused an escape, as the tool saw it: each error it reported,
+/// without the tool's name and the path (shown below it).
+fn refusal(r: &CallRecord, base: &Path) -> String {
+    let base = base.display().to_string();
+    let text = said(r, &base);
+    let reasons: Vec<&str> = text
+        .split("; ")
+        .filter_map(|part| {
+            // `read-file: PATH: why`, `symlink: error why`, `connect: error why`.
+            let (what, why) = part.split_once(": ")?;
+            let why = why.strip_prefix("error ").unwrap_or(why);
+            let why = why.rsplit_once(": ").map_or(why, |(_, w)| w);
+            Some(if what.contains('-') { why } else { part })
+        })
+        .collect();
+    if reasons.is_empty() {
+        "the sandbox stopped it".to_owned()
+    } else {
+        reasons.join("; ").replace(": error ", ": ")
+    }
+}
+
+/// `message (os error N)`, as Rust's std prints a WASI error, in words: a short
+/// phrase and the WASI name, which say more than the number.
+fn worded(line: &str) -> String {
+    let Some(start) = line.find(" (os error ") else {
+        return line.to_owned();
+    };
+    let rest = &line[start + " (os error ".len()..];
+    let Some((number, after)) = rest.split_once(')') else {
+        return line.to_owned();
+    };
+    let Some((phrase, name)) = number.parse().ok().and_then(wasi_errno) else {
+        return line.to_owned();
+    };
+    // The message std printed is the same number in libc's words: drop it.
+    let before = line[..start].rsplit_once(": ").map_or("", |(b, _)| b);
+    let sep = if before.is_empty() { "" } else { ": " };
+    format!("{before}{sep}{phrase} ({name}){after}")
+}
+
+/// WASI's name, and a short phrase, for the error numbers a sandboxed tool meets
+/// (wasi-libc's numbering).
+fn wasi_errno(n: u16) -> Option<(&'static str, &'static str)> {
+    Some(match n {
+        2 => ("permission denied", "EACCES"),
+        8 => ("bad file descriptor", "EBADF"),
+        20 => ("already exists", "EEXIST"),
+        28 => ("invalid argument", "EINVAL"),
+        31 => ("is a directory", "EISDIR"),
+        32 => ("too many symlinks", "ELOOP"),
+        44 => ("no such file", "ENOENT"),
+        52 => ("not implemented", "ENOSYS"),
+        54 => ("not a directory", "ENOTDIR"),
+        58 => ("not supported", "ENOTSUP"),
+        63 => ("not permitted", "EPERM"),
+        69 => ("read-only file system", "EROFS"),
+        76 => ("outside the granted roots", "ENOTCAPABLE"),
+        _ => return None,
+    })
 }
 
 /// The default profile, with the walk's policy, the key, and its tools registered.

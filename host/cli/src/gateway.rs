@@ -36,18 +36,8 @@ pub struct GatewayArgs {
     /// Calls at once (the sandbox pool's size); one more is refused, and recorded.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENT_CALLS)]
     max_calls: u32,
-    /// The role every call asserts, for policy rules.
-    #[arg(long, value_name = "ROLE")]
-    role: Option<String>,
-    /// A policy YAML file, instead of the profile's policy station.
-    #[arg(long, value_name = "FILE")]
-    policy: Option<PathBuf>,
-    /// Append the record to this file (a durable file sink) instead of the profile's.
-    #[arg(long, value_name = "PATH", requires = "signing_key")]
-    audit: Option<PathBuf>,
-    /// The signing key (`aegis keygen`); required by a durable sink.
-    #[arg(long, value_name = "PATH")]
-    signing_key: Option<PathBuf>,
+    #[command(flatten)]
+    host: crate::HostFlags,
 }
 
 /// The server's notes on stderr, escaped: a tool's stderr lines and record failures.
@@ -117,38 +107,49 @@ pub fn gateway(profile_name: &str, a: &GatewayArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let builder = match crate::with_overrides(
-        Host::builder(profile),
-        a.policy.as_deref(),
-        a.audit.as_deref(),
-        a.signing_key.as_deref(),
-    ) {
+    let builder = match a.host.apply(Host::builder(profile)) {
         Ok(b) => b,
         Err(code) => return code,
     };
+    // Caught from before the wait for a busy record (a signal ends it, nothing
+    // recorded); the server watches the same two itself once it runs.
+    let interrupts = match crate::interrupt::Interrupts::install_stop_signals() {
+        Ok(i) => i,
+        Err(e) => {
+            crate::error(format_args!("signal handlers could not be installed: {e}"));
+            return exit::REFUSED;
+        }
+    };
+    let builder = crate::waiting(builder, a.host.no_wait, &interrupts);
     let options = GatewayOptions {
         capacity: a.max_calls,
         cache_dir: crate::run::cache_dir(),
-        role: a.role.clone(),
+        role: a.host.role.clone(),
     };
     let gateway = match Gateway::open(builder, &manifest, &options, notes()) {
         Ok(g) => g,
+        Err(GatewayError::Open(e)) => return crate::open_failed(e, &interrupts),
         Err(e) => {
             crate::error(&e);
             return code_of(&e);
         }
     };
+    // A signal that came while the tools were loaded ends the gateway before it serves.
+    if let Some(code) = interrupts.exit_code() {
+        let _ = gateway.close();
+        return code;
+    }
     let names: Vec<String> = gateway
         .server()
         .tools()
         .iter()
         .map(|t| escape(&t.name).to_string())
         .collect();
-    crate::say(format_args!("aegis: {}", gateway.notice()));
+    crate::note(format_args!("aegis: {}", gateway.notice()));
     let count = names.len();
     let listed = names.join(", ");
     let ready = Box::new(move |at: &str| {
-        crate::say(format_args!(
+        crate::note(format_args!(
             "aegis: gateway serving {count} tools ({listed}) on {}",
             escape(at)
         ));

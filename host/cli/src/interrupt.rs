@@ -35,7 +35,22 @@ impl Interrupts {
     /// # Errors
     /// The handlers could not be installed.
     pub fn install_with(also: impl Fn(i32) + Send + 'static) -> std::io::Result<Interrupts> {
-        let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+        Interrupts::catching(&[SIGINT, SIGTERM, SIGHUP], also)
+    }
+
+    /// Catches SIGINT and SIGTERM only, leaving SIGHUP its default: for `aegis gateway`,
+    /// whose server stops on those two itself once it serves. (A signal caught here is
+    /// never handed back to its default action, even after this is dropped, so this
+    /// lives as long as the gateway.)
+    ///
+    /// # Errors
+    /// The handlers could not be installed.
+    pub fn install_stop_signals() -> std::io::Result<Interrupts> {
+        Interrupts::catching(&[SIGINT, SIGTERM], |_| {})
+    }
+
+    fn catching(which: &[i32], also: impl Fn(i32) + Send + 'static) -> std::io::Result<Interrupts> {
+        let mut signals = Signals::new(which)?;
         let handle = signals.handle();
         let token = CancelToken::new();
         let first = Arc::new(AtomicI32::new(0));

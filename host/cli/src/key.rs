@@ -13,9 +13,7 @@ pub enum KeyCommand {
     /// The file is loaded as `run --signing-key` loads it, so a seed file that group or
     /// others can access is refused here too. Either printed value pins the key for
     /// `verify --key` and in a trust store.
-    ///
-    /// Exit codes: 0 printed, 1 usage error, 2 the file could not be read (or the
-    /// output written), 4 the file is not a seed file or others can access it.
+    #[command(after_help = crate::help::KEY_SHOW)]
     Show {
         /// The seed file (`aegis keygen --out`).
         keyfile: std::path::PathBuf,

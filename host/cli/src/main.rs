@@ -3,7 +3,7 @@
 //! Each subcommand turns its arguments into one library call and the result into an exit
 //! code. Data goes to stdout; diagnostics go to stderr as `error: …`.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,6 +11,7 @@ use std::process::ExitCode;
 mod confine;
 mod demo;
 mod gateway;
+mod help;
 mod interrupt;
 mod key;
 mod plugins;
@@ -31,7 +32,8 @@ mod exit {
     // 3 is verify's Indeterminate (aegis_verify::exit::INDETERMINATE) and nothing else's.
     /// A profile, plugin, key or sink was refused (plugins, profiles, run).
     pub const REFUSED: u8 = 4;
-    /// The record is busy: another process is writing it (run --no-wait, export).
+    /// The record is busy: another process is writing it (run, wrap and gateway with
+    /// --no-wait, export).
     pub const BUSY: u8 = 5;
     /// run: a policy rule refused the call.
     pub const POLICY_DENIED: u8 = 10;
@@ -47,8 +49,8 @@ mod exit {
     pub const RESOURCE_EXCEEDED: u8 = 15;
     /// run: the host could not start the tool.
     pub const HOST_DENIED: u8 = 16;
-    /// run: the record could not be written; any output was withheld. wrap: an intent,
-    /// outcome or the close line could not be written.
+    /// run: the record could not be written; any output was withheld. wrap and
+    /// gateway: an intent, outcome or the close line could not be written.
     pub const RECORD_FAILED: u8 = 17;
     /// gateway: the transport could not be bound or failed, or the sandbox not built.
     pub const SERVE_FAILED: u8 = 18;
@@ -64,19 +66,26 @@ const _: () = assert!(
 #[command(
     name = "aegis",
     version,
-    about = "Run AI agents' tool calls under policy, capability grants and a sandbox, and prove afterwards what happened."
+    about = "Run AI agents' tool calls under policy, capability grants and a sandbox, and prove afterwards what happened.",
+    after_help = help::TOP
 )]
 struct Cli {
-    /// The profile to run with: a name ($AEGIS_PROFILE_PATH, the user and system config
-    /// dirs, then the embedded ones; never the working directory) or a path to a profile
-    /// file (anything containing `/` or ending in `.toml`, e.g. ./profiles/mine.toml).
-    #[arg(
-        long,
-        global = true,
-        value_name = "NAME|PATH",
-        default_value = "default"
-    )]
-    profile: String,
+    /// The profile to run with (run, wrap, gateway, export, profiles show; the other
+    /// commands refuse it): a name ($AEGIS_PROFILE_PATH, the user and system config
+    /// dirs, then the embedded ones; never the working directory) or a path to a
+    /// profile file (anything containing `/` or ending in `.toml`, e.g.
+    /// ./profiles/mine.toml). [default: default]
+    #[arg(long, global = true, value_name = "NAME|PATH")]
+    profile: Option<String>,
+    /// When to colour output: auto (a terminal, and NO_COLOR unset), always or never.
+    #[arg(long, global = true, value_name = "WHEN", default_value = "auto")]
+    color: style::When,
+    /// Say less on stderr: errors, and each command's result, only.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+    /// Say more on stderr: where the compilation cache is and what a call was granted.
+    #[arg(short, long, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -84,18 +93,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Check a record file offline: Verified, Indeterminate or Tampered.
-    ///
-    /// Exit codes: 0 Verified, 1 Tampered or a usage error, 2 the record or the trust
-    /// store could not be read (or the report could not be written), 3 Indeterminate.
+    #[command(after_help = aegis_verify::after_help("aegis verify"))]
     Verify(aegis_verify::VerifyArgs),
     /// Write a fresh ed25519 signing key (mode 0600) and print its public key and key_id.
     ///
     /// Missing directories on the way are created with mode 0700; existing ones are
     /// left as they are. --force replaces an existing key file, never anything that is
     /// not a regular file (a device, a link).
-    ///
-    /// Exit codes: 0 written, 1 a usage error, the file exists (without --force) or is
-    /// not a regular file, 2 a directory, the file or the public key could not be written.
+    #[command(after_help = help::KEYGEN)]
     Keygen {
         /// Where to write the seed.
         #[arg(long, value_name = "PATH")]
@@ -105,6 +110,7 @@ enum Command {
         force: bool,
     },
     /// Inspect a signing key: `aegis key show KEYFILE`.
+    #[command(after_help = help::KEY)]
     Key {
         #[command(subcommand)]
         command: key::KeyCommand,
@@ -114,14 +120,7 @@ enum Command {
     ///
     /// Writers of one record take turns: while another process writes it, run waits,
     /// saying once on stderr which process holds it (--no-wait fails at once instead).
-    ///
-    /// Exit codes: 0 success, 1 usage error, 2 the input, component or a root could not
-    /// be read, 4 the profile, a plugin, the key or the sink was refused, 5 the record
-    /// is busy (--no-wait, or a signal ended the wait: then 129/130/143), 10 refused by
-    /// policy, 11 rate limited, 12 parked for approval, 13 refused by the capability
-    /// station, 14 the tool trapped or exited non-zero, 15 a ceiling stopped it, 16 the
-    /// host could not start it, 17 the record could not be written (output withheld),
-    /// 129/130/143 stopped by SIGHUP/SIGINT/SIGTERM (its outcome is recorded first).
+    #[command(after_help = help::RUN)]
     Run(Box<run::RunArgs>),
     /// Relay an MCP stdio server, sending every tools/call through the profile's
     /// policy, capability and audit stations before the server sees it.
@@ -132,12 +131,7 @@ enum Command {
     /// When the client closes stdin, the server's stdin is closed; it gets SIGTERM after
     /// --grace-ms, and SIGKILL after another. SIGINT, SIGTERM and SIGHUP are forwarded
     /// to the server, and SIGKILL follows if it still runs --grace-ms later.
-    ///
-    /// Exit codes: the server's exit status, or 128+N when signal N ended it (e.g. 137
-    /// after SIGKILL); otherwise 1 usage error, 2 the server could not be started or
-    /// the pins file read, 4 the profile, a plugin, the key or the sink was refused,
-    /// 5 the record is busy (--no-wait; without it wrap waits its turn), 17 an intent, outcome or the close line could not be written. A server exiting
-    /// with one of these codes itself is indistinguishable from them.
+    #[command(after_help = help::WRAP)]
     Wrap(Box<wrap::WrapArgs>),
     /// Serve the WebAssembly tools of a manifest as an MCP server (stdio, or Streamable
     /// HTTP with --http), each tools/call through policy, capability, sandbox and audit.
@@ -146,37 +140,30 @@ enum Command {
     /// is a result with isError naming the station and the call id. Runs until the
     /// client closes stdin (stdio) or SIGINT/SIGTERM; running calls are cancelled, each
     /// gets its outcome, and the record is closed.
-    ///
-    /// Exit codes: 0 served and the record closed, 1 usage error, 2 the manifest, a
-    /// component, a root or the token file could not be read or was refused, 4 the
-    /// profile, a plugin, the key or the sink was refused, 17 an intent, outcome or the
-    /// close line could not be written, 18 the address could not be bound, the
-    /// transport failed or the sandbox could not be built.
+    #[command(after_help = help::GATEWAY)]
     Gateway(Box<gateway::GatewayArgs>),
     /// Run a native command confined by Landlock and seccomp (no MCP, no record): it
     /// may read the exec-support set and what --allow-read/--allow-write grant, reach
     /// only --allow-net ports, and inherits no descriptor but stdio. Prints what the
     /// kernel enforced.
     ///
-    /// Exit codes: the command's own (128 + N when killed by signal N), 1 usage error,
-    /// 125 the confinement could not be enforced (nothing was started), 127 the command
-    /// could not be found or executed.
+    #[command(after_help = help::CONFINE)]
     Confine(confine::ConfineArgs),
     /// A guided walk: write a signed session, verify it, then tamper with it.
+    ///
+    /// Runs on the embedded default profile, with a key and files in a temporary
+    /// directory that is removed when it ends (Ctrl-C included).
+    #[command(after_help = help::DEMO)]
     Demo,
     /// List plugins: built-in, and loadable libraries found on the plugin path.
-    ///
-    /// Exit codes: 0 listed (a refused library is listed with why), 1 usage error.
+    #[command(after_help = help::PLUGINS)]
     Plugins {
         #[command(subcommand)]
         command: PluginsCommand,
     },
     /// Write every line the profile's audit sink holds to a file, byte-exact, for
-    /// `aegis verify`.
-    ///
-    /// Exit codes: 0 written, 1 usage error or the output exists (without --force),
-    /// 2 the sink or the output could not be read or written, 4 the profile was refused,
-    /// 5 the sink is busy (another process is writing the record; try again).
+    /// `aegis verify`. Never creates the sink: a record that is not there is an error.
+    #[command(after_help = help::EXPORT)]
     Export {
         /// Where to write the record.
         #[arg(long, value_name = "PATH")]
@@ -186,33 +173,113 @@ enum Command {
         force: bool,
     },
     /// List profiles, or show one resolved.
-    ///
-    /// Exit codes: 0 shown, 1 usage error, 4 the profile or one of its plugins was refused.
+    #[command(after_help = help::PROFILES)]
     Profiles {
         #[command(subcommand)]
         command: ProfilesCommand,
+    },
+    /// Print a shell completion script for aegis on stdout.
+    #[command(after_help = help::COMPLETIONS)]
+    Completions {
+        /// The shell.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print aegis's man page (roff) on stdout, or one command's.
+    #[command(after_help = help::MAN)]
+    Man {
+        /// A command, for its own page (e.g. `run`, `profiles`).
+        #[arg(value_name = "COMMAND")]
+        command: Option<String>,
     },
 }
 
 #[derive(Subcommand)]
 enum PluginsCommand {
-    /// Every built-in and discovered plugin: kinds, version, API major, loads or why not.
+    /// Every built-in and discovered plugin: the name a profile uses, kinds, version,
+    /// API major, where it comes from, or why it is refused.
+    #[command(after_help = help::PLUGINS_LIST)]
     List {
         /// Search these directories instead of the plugin path; repeatable.
         #[arg(long = "path", value_name = "DIR")]
         paths: Vec<PathBuf>,
+        /// Print one JSON object per plugin, one per line.
+        #[arg(long)]
+        json: bool,
     },
 }
 
 #[derive(Subcommand)]
 enum ProfilesCommand {
-    /// Every profile reachable by name, with where it comes from.
+    /// Every profile reachable by name (the name --profile takes), with where it comes
+    /// from.
+    #[command(after_help = help::PROFILES_LIST)]
     List,
-    /// One profile with each station's plugin resolved and where it came from.
+    /// One profile with each station's plugin built from its config (as run builds
+    /// it), its version and where it came from.
+    #[command(after_help = help::PROFILES_SHOW)]
     Show {
         /// The profile (defaults to --profile).
         name: Option<String>,
+        /// Print it as one JSON object.
+        #[arg(long)]
+        json: bool,
     },
+}
+
+impl Command {
+    /// The command as the operator typed it, for messages: `verify`, `profiles list`.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Verify(_) => "verify",
+            Command::Keygen { .. } => "keygen",
+            Command::Key { .. } => "key show",
+            Command::Run(_) => "run",
+            Command::Wrap(_) => "wrap",
+            Command::Gateway(_) => "gateway",
+            Command::Confine(_) => "confine",
+            Command::Demo => "demo",
+            Command::Plugins { .. } => "plugins list",
+            Command::Export { .. } => "export",
+            Command::Profiles {
+                command: ProfilesCommand::List,
+            } => "profiles list",
+            Command::Profiles {
+                command: ProfilesCommand::Show { .. },
+            } => "profiles show",
+            Command::Completions { .. } => "completions",
+            Command::Man { .. } => "man",
+        }
+    }
+
+    /// Whether the command runs with a profile (and so takes --profile).
+    fn uses_profile(&self) -> bool {
+        matches!(
+            self,
+            Command::Run(_)
+                | Command::Wrap(_)
+                | Command::Gateway(_)
+                | Command::Confine(_)
+                | Command::Export { .. }
+                | Command::Profiles {
+                    command: ProfilesCommand::Show { .. }
+                }
+        )
+    }
+}
+
+/// How much the commands say on stderr besides errors and results.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Verbosity {
+    Quiet,
+    Normal,
+    Verbose,
+}
+
+static VERBOSITY: std::sync::OnceLock<Verbosity> = std::sync::OnceLock::new();
+
+fn verbosity() -> Verbosity {
+    VERBOSITY.get().copied().unwrap_or(Verbosity::Normal)
 }
 
 fn main() -> ExitCode {
@@ -223,6 +290,8 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
+            // --help and --version print to stdout and succeed; every usage error,
+            // clap's own included, exits 1 as each command's help says.
             let code = if e.use_stderr() {
                 exit::TAMPERED_OR_USAGE
             } else {
@@ -232,34 +301,60 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    let _ = VERBOSITY.set(if cli.quiet {
+        Verbosity::Quiet
+    } else if cli.verbose {
+        Verbosity::Verbose
+    } else {
+        Verbosity::Normal
+    });
+    style::set(cli.color);
+    // A global option must not be silently ignored where it means nothing.
+    if cli.profile.is_some() && !cli.command.uses_profile() {
+        error(format_args!(
+            "--profile has no effect on `aegis {}`, which uses no profile; leave it out",
+            cli.command.name()
+        ));
+        return ExitCode::from(exit::TAMPERED_OR_USAGE);
+    }
+    let profile = cli.profile.as_deref().unwrap_or("default");
     let code = match cli.command {
         Command::Verify(args) => aegis_verify::run(&args),
         Command::Keygen { out, force } => key::keygen(&out, force),
         Command::Key {
             command: key::KeyCommand::Show { keyfile },
         } => key::show(&keyfile),
-        Command::Run(args) => run::run(&cli.profile, &args),
-        Command::Wrap(args) => wrap::wrap(&cli.profile, &args),
-        Command::Gateway(args) => gateway::gateway(&cli.profile, &args),
-        Command::Confine(args) => confine::confine(&cli.profile, &args),
+        Command::Run(args) => run::run(profile, &args),
+        Command::Wrap(args) => wrap::wrap(profile, &args),
+        Command::Gateway(args) => gateway::gateway(profile, &args),
+        Command::Confine(args) => confine::confine(profile, &args),
         Command::Demo => {
-            // The walk runs on the embedded default profile whatever --profile says.
-            say(format_args!(
+            // The walk runs on the embedded default profile.
+            note(format_args!(
                 "aegis: profile default ({})",
                 aegis_runtime::ProfileSource::Embedded
             ));
             demo::run()
         }
         Command::Plugins {
-            command: PluginsCommand::List { paths },
-        } => plugins::list(&paths),
+            command: PluginsCommand::List { paths, json },
+        } => plugins::list(&paths, json),
         Command::Profiles {
             command: ProfilesCommand::List,
         } => plugins::list_profiles(),
-        Command::Export { out, force } => plugins::export(&cli.profile, &out, force),
+        Command::Export { out, force } => plugins::export(profile, &out, force),
         Command::Profiles {
-            command: ProfilesCommand::Show { name },
-        } => plugins::show_profile(name.as_deref().unwrap_or(&cli.profile)),
+            command: ProfilesCommand::Show { name, json },
+        } => plugins::show_profile(name.as_deref().unwrap_or(profile), json),
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "aegis", &mut out);
+            match print(&out) {
+                Ok(()) => exit::OK,
+                Err(_) => exit::UNREADABLE,
+            }
+        }
+        Command::Man { command } => man(command.as_deref()),
     };
     // Data that could not be written is a failure, even if the command's work succeeded.
     if let Some(e) = STDOUT_FAILED.get()
@@ -271,6 +366,40 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
+/// `aegis man [COMMAND]`: the page, rendered from the clap definitions (so it lists what
+/// `--help` lists, EXAMPLES and EXIT STATUS included).
+fn man(command: Option<&str>) -> u8 {
+    let mut top = Cli::command();
+    top.build();
+    let page = match command {
+        None => top,
+        Some(name) => match top.find_subcommand(name) {
+            // Built, a subcommand is displayed as `aegis-NAME`, the page's title.
+            Some(sub) => sub.clone(),
+            None => {
+                error(format_args!(
+                    "no command {:?} (one of: {})",
+                    aegis_record::text::escape(name),
+                    top.get_subcommands()
+                        .map(|c| c.get_name().to_owned())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+                return exit::TAMPERED_OR_USAGE;
+            }
+        },
+    };
+    let mut out = Vec::new();
+    if let Err(e) = clap_mangen::Man::new(page).render(&mut out) {
+        error(format_args!("the man page could not be rendered: {e}"));
+        return exit::UNREADABLE;
+    }
+    match print(&out) {
+        Ok(()) => exit::OK,
+        Err(_) => exit::UNREADABLE,
+    }
+}
+
 /// Opens the host, taking turns on a record another process is writing (as cargo does on
 /// a shared directory) unless `no_wait`: says once what it waits for, and a signal ends
 /// the wait. The exit code when it cannot open: [`exit::BUSY`] (or the signal's code)
@@ -280,57 +409,87 @@ fn open_host(
     no_wait: bool,
     interrupts: &interrupt::Interrupts,
 ) -> Result<aegis_runtime::Host, u8> {
-    let builder = if no_wait {
-        builder
+    waiting(builder, no_wait, interrupts)
+        .open()
+        .map_err(|e| open_failed(e, interrupts))
+}
+
+/// `builder`, set to wait its turn on a busy record unless `no_wait` (see [`open_host`]):
+/// for a caller that opens the host itself (the gateway).
+fn waiting(
+    builder: aegis_runtime::HostBuilder,
+    no_wait: bool,
+    interrupts: &interrupt::Interrupts,
+) -> aegis_runtime::HostBuilder {
+    if no_wait {
+        return builder;
+    }
+    builder.wait_when_busy(interrupts.token().clone(), |why| {
+        note(format_args!(
+            "aegis: waiting for the record: {}",
+            aegis_record::text::escape(why)
+        ));
+    })
+}
+
+/// Says why the host did not open; the exit code (see [`open_host`]).
+fn open_failed(e: aegis_runtime::pipeline::OpenError, interrupts: &interrupt::Interrupts) -> u8 {
+    let busy = matches!(e, aegis_runtime::pipeline::OpenError::Busy(_));
+    error(e);
+    if busy {
+        interrupts.exit_code().unwrap_or(exit::BUSY)
     } else {
-        builder.wait_when_busy(interrupts.token().clone(), |why| {
-            say(format_args!(
-                "aegis: waiting for the record: {}",
-                aegis_record::text::escape(why)
-            ));
-        })
-    };
-    match builder.open() {
-        Ok(host) => Ok(host),
-        Err(e @ aegis_runtime::pipeline::OpenError::Busy(_)) => {
-            error(e);
-            Err(interrupts.exit_code().unwrap_or(exit::BUSY))
-        }
-        Err(e) => {
-            error(e);
-            Err(exit::REFUSED)
-        }
+        exit::REFUSED
     }
 }
 
-/// The operator's `--policy`, `--audit` and `--signing-key`, as overrides of the
-/// profile's stations (the host records each next to what the profile said).
-///
-/// # Errors
-/// The exit code, after saying why, when the key cannot be loaded.
-fn with_overrides(
-    builder: aegis_runtime::HostBuilder,
-    policy: Option<&std::path::Path>,
-    audit: Option<&std::path::Path>,
-    signing_key: Option<&std::path::Path>,
-) -> Result<aegis_runtime::HostBuilder, u8> {
-    let mut builder = builder;
-    if let Some(policy) = policy {
-        builder = builder.policy_file("--policy", policy);
-    }
-    if let Some(audit) = audit {
-        builder = builder.audit_file("--audit", audit);
-    }
-    if let Some(path) = signing_key {
-        match aegis_record::key::SigningKey::load(path) {
-            Ok(k) => builder = builder.signing_key(k),
-            Err(e) => {
-                error(format_args!("--signing-key: {e}"));
-                return Err(exit::REFUSED);
+/// The flags `run`, `wrap` and `gateway` share: the operator's overrides of the
+/// profile's stations (the host records each next to what the profile said), the role
+/// every call asserts, and whether to wait for a busy record.
+#[derive(clap::Args)]
+pub struct HostFlags {
+    /// A policy YAML file, instead of the profile's policy station.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// Append the record to this file (a durable file sink) instead of the profile's.
+    #[arg(long, value_name = "PATH", requires = "signing_key")]
+    audit: Option<PathBuf>,
+    /// The signing key (`aegis keygen`); required by a durable sink.
+    #[arg(long, value_name = "PATH")]
+    signing_key: Option<PathBuf>,
+    /// The role the caller asserts, for policy rules (every call of the session).
+    #[arg(long, value_name = "ROLE")]
+    pub role: Option<String>,
+    /// Fail at once (exit 5) when another process is writing the record, instead of
+    /// waiting for it to finish.
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+impl HostFlags {
+    /// `--policy`, `--audit` and `--signing-key` applied to `builder`.
+    ///
+    /// # Errors
+    /// The exit code, after saying why, when the key cannot be loaded.
+    fn apply(&self, builder: aegis_runtime::HostBuilder) -> Result<aegis_runtime::HostBuilder, u8> {
+        let mut builder = builder;
+        if let Some(policy) = &self.policy {
+            builder = builder.policy_file("--policy", policy);
+        }
+        if let Some(audit) = &self.audit {
+            builder = builder.audit_file("--audit", audit);
+        }
+        if let Some(path) = &self.signing_key {
+            match aegis_record::key::SigningKey::load(path) {
+                Ok(k) => builder = builder.signing_key(k),
+                Err(e) => {
+                    error(format_args!("--signing-key: {e}"));
+                    return Err(exit::REFUSED);
+                }
             }
         }
+        Ok(builder)
     }
-    Ok(builder)
 }
 
 /// Finds the profile a command runs with and says on stderr which one it is and where
@@ -343,7 +502,7 @@ fn use_profile(name_or_path: &str) -> Result<aegis_runtime::Profile, u8> {
         Ok(p) => {
             // A profile's name and path are the operator's, but a path can hold anything.
             let source = p.source.to_string();
-            say(format_args!(
+            note(format_args!(
                 "aegis: profile {} ({})",
                 aegis_record::text::escape(&p.name),
                 aegis_record::text::escape(&source)
@@ -365,6 +524,20 @@ static STDOUT_FAILED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 fn say(line: impl std::fmt::Display) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "{line}");
+}
+
+/// A line on stderr that says what the command did (`aegis: …`); left out with -q.
+fn note(line: impl std::fmt::Display) {
+    if verbosity() > Verbosity::Quiet {
+        say(line);
+    }
+}
+
+/// A line on stderr for -v only: detail most runs do not need.
+fn detail(line: impl std::fmt::Display) {
+    if verbosity() >= Verbosity::Verbose {
+        say(line);
+    }
 }
 
 fn error(message: impl std::fmt::Display) {

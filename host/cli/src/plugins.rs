@@ -1,6 +1,7 @@
 //! `aegis plugins list`, `aegis profiles list` and `aegis profiles show`.
 
-use aegis_runtime::{Origin, Plugin, Profile, Registry};
+use aegis_record::json::{Object, Value};
+use aegis_runtime::{Origin, Plugin, PluginChoice, Profile, ProfileSource, Registry};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -14,11 +15,56 @@ fn origin(p: &Plugin) -> String {
     }
 }
 
-fn row(p: &Plugin) -> String {
+/// The name a profile's `plugin =` takes for `p`: `builtin:NAME` for a built-in; for
+/// a library, the bare name when that name finds this very file on the plugin path,
+/// else its absolute path.
+fn reference(p: &Plugin, registry: &Registry) -> String {
+    let path = match p.origin() {
+        Origin::Builtin => return format!("builtin:{}", p.metadata().name),
+        Origin::Library { path, .. } => path,
+    };
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+    let name = absolute
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_suffix(".so"))
+        .map(|n| n.strip_prefix("lib").unwrap_or(n).to_owned());
+    if let Some(name) = name
+        && first_on_path(registry, &name).is_some_and(|found| found == absolute)
+    {
+        return name;
+    }
+    absolute.display().to_string()
+}
+
+/// The file a bare plugin name resolves to, as [`Registry::resolve`] looks for it.
+fn first_on_path(registry: &Registry, name: &str) -> Option<PathBuf> {
+    let underscored = name.replace('-', "_");
+    let candidates = [
+        format!("lib{name}.so"),
+        format!("{name}.so"),
+        format!("lib{underscored}.so"),
+        format!("{underscored}.so"),
+    ];
+    registry
+        .search_path()
+        .iter()
+        .flat_map(|dir| candidates.iter().map(move |c| dir.join(c)))
+        .find(|p| p.is_file())
+        .map(|p| std::path::absolute(&p).unwrap_or(p))
+}
+
+fn row(p: &Plugin, registry: &Registry) -> String {
     let m = p.metadata();
+    let reference = reference(p, registry);
+    // A library may call itself something else than its file; say so, not hide it.
+    let calls_itself = match p.origin() {
+        Origin::Library { .. } if m.name != reference => format!(" (calls itself {})", m.name),
+        _ => String::new(),
+    };
     format!(
-        "{:<16} {:<9} {:<4} {:<26} {}\n",
-        m.name,
+        "{:<24} {:<9} {:<4} {:<26} {}{calls_itself}\n",
+        reference,
         m.version,
         m.api_major,
         m.kind_names().join(","),
@@ -26,33 +72,101 @@ fn row(p: &Plugin) -> String {
     )
 }
 
-pub fn list(paths: &[PathBuf]) -> u8 {
-    let registry = Registry::new();
-    let mut out = format!(
-        "{:<16} {:<9} {:<4} {:<26} {}\n",
-        "NAME", "VERSION", "API", "KINDS", "SOURCE"
+fn plugin_json(p: &Plugin, registry: &Registry) -> Object {
+    let m = p.metadata();
+    let mut o = Object::new();
+    o.insert("name", reference(p, registry));
+    o.insert("plugin", m.name.as_str());
+    o.insert("version", m.version.as_str());
+    o.insert("api_major", m.api_major);
+    o.insert(
+        "kinds",
+        m.kind_names()
+            .into_iter()
+            .map(Value::from)
+            .collect::<Vec<Value>>(),
     );
+    match p.origin() {
+        Origin::Builtin => {
+            o.insert("source", "builtin");
+        }
+        Origin::Library { path, sha256 } => {
+            o.insert("source", path.display().to_string());
+            o.insert("sha256", aegis_record::digest::encode_hex(sha256));
+        }
+    }
+    o
+}
+
+fn json_line(o: &Object) -> String {
+    let mut line = String::from_utf8_lossy(&o.to_canonical()).into_owned();
+    line.push('\n');
+    line
+}
+
+pub fn list(paths: &[PathBuf], json: bool) -> u8 {
+    let registry = Registry::new();
+    let mut code = crate::exit::OK;
+    // A directory that is not there is a typo more often than not: say so.
+    for dir in paths {
+        if let Err(e) = std::fs::read_dir(dir) {
+            crate::error(format_args!("--path {}: {e}", dir.display()));
+            code = crate::exit::UNREADABLE;
+        }
+    }
+    let mut out = if json {
+        String::new()
+    } else {
+        format!(
+            "{:<24} {:<9} {:<4} {:<26} {}\n",
+            "NAME", "VERSION", "API", "KINDS", "SOURCE"
+        )
+    };
     for p in registry.builtins() {
-        out.push_str(&row(p));
+        if json {
+            out.push_str(&json_line(&plugin_json(p, &registry)));
+        } else {
+            out.push_str(&row(p, &registry));
+        }
     }
     let dirs = (!paths.is_empty()).then_some(paths);
     for (path, loaded) in registry.discover(dirs) {
         match loaded {
-            Ok(p) => out.push_str(&row(&p)),
+            Ok(p) if json => out.push_str(&json_line(&plugin_json(&p, &registry))),
+            Ok(p) => out.push_str(&row(&p, &registry)),
+            Err(e) if json => {
+                let mut o = Object::new();
+                o.insert("source", path.display().to_string());
+                o.insert("refused", e.to_string());
+                out.push_str(&json_line(&o));
+            }
             Err(e) => {
-                let _ = (
-                    path,
-                    writeln!(
-                        out,
-                        "{:<16} {:<9} {:<4} {:<26} refused: {e}",
-                        "-", "-", "-", "-"
-                    ),
+                let _ = writeln!(
+                    out,
+                    "{:<24} {:<9} {:<4} {:<26} refused: {e}",
+                    "-", "-", "-", "-"
                 );
             }
         }
     }
-    let _ = crate::print(shown(&out).as_bytes());
-    crate::exit::OK
+    if json {
+        let _ = crate::print(out.as_bytes());
+    } else {
+        let _ = crate::print(shown(&out).as_bytes());
+    }
+    code
+}
+
+/// The name `--profile` finds a listed profile by: its file's stem (`NAME.toml`), or an
+/// embedded profile's name.
+fn lookup_name(p: &Profile) -> String {
+    match &p.source {
+        ProfileSource::File(f) => f
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        ProfileSource::Embedded => p.name.clone(),
+    }
 }
 
 pub fn list_profiles() -> u8 {
@@ -60,10 +174,18 @@ pub fn list_profiles() -> u8 {
     for p in Profile::list() {
         match p {
             Ok(p) => {
+                let name = lookup_name(&p);
+                // The file's own `name` is what the record's provenance says: show it
+                // when it differs from the name --profile takes.
+                let also = if p.name == name {
+                    String::new()
+                } else {
+                    format!(" (name = {:?} inside)", p.name)
+                };
                 let _ = writeln!(
                     out,
-                    "{:<16} {:<40} {}",
-                    p.name,
+                    "{:<16} {:<40} {}{also}",
+                    name,
                     p.source.to_string(),
                     p.description
                 );
@@ -77,7 +199,48 @@ pub fn list_profiles() -> u8 {
     crate::exit::OK
 }
 
-pub fn show_profile(name: &str) -> u8 {
+/// What building a station's plugin from its config, as `run` would, came to.
+enum Built {
+    /// Accepted its config.
+    Ok,
+    /// A sink another process holds: its config is fine, and the record is in use.
+    Busy(String),
+    /// Refused: the one-line reason.
+    Refused(String),
+}
+
+/// Builds the station's object from its config and drops it at once: a config `run`
+/// would refuse is refused here too. A sink may create its record when built (the
+/// file and SQLite sinks do); a record at the config's `path` that was not there
+/// before is removed again, so showing leaves nothing behind.
+fn build(profile: &Profile, station: &'static str, choice: &PluginChoice, p: &Plugin) -> Built {
+    let built = match station {
+        "policy" => p.policy_evaluator(&choice.config).map(drop),
+        "sandbox.confinement" => p.confinement_backend(&choice.config).map(drop),
+        _ => {
+            let record =
+                config_path(&choice.config).filter(|path| std::fs::symlink_metadata(path).is_err());
+            let built = p.audit_sink(&choice.config).map(drop);
+            if let Some(path) = record
+                && std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file())
+            {
+                let _ = std::fs::remove_file(&path);
+            }
+            built
+        }
+    };
+    match built {
+        Ok(()) => Built::Ok,
+        Err(e) if e.kind == aegis_station_api::ErrorKind::BUSY => Built::Busy(e.to_string()),
+        Err(e) => Built::Refused(
+            profile
+                .plugin_error(station, choice, e.to_string())
+                .to_string(),
+        ),
+    }
+}
+
+pub fn show_profile(name: &str, json: bool) -> u8 {
     let profile = match crate::use_profile(name) {
         Ok(p) => p,
         Err(code) => return code,
@@ -85,34 +248,59 @@ pub fn show_profile(name: &str) -> u8 {
     let registry = Registry::new();
     let sha = aegis_record::digest::encode_hex(&profile.sha256);
     let mut out = String::new();
+    let mut doc = Object::new();
+    doc.insert("name", profile.name.as_str());
+    doc.insert("description", profile.description.as_str());
+    doc.insert("source", profile.source.to_string());
+    doc.insert("sha256", sha.as_str());
     let _ = writeln!(out, "name         {}", profile.name);
     let _ = writeln!(out, "description  {}", profile.description);
     let _ = writeln!(out, "source       {}", profile.source);
     let _ = writeln!(out, "sha256       {sha}");
-    let mut refused = false;
-    let mut station =
-        |out: &mut String, label: &str, key: &'static str, choice: &aegis_runtime::PluginChoice| {
-            match profile.resolve(&registry, key, choice) {
-                Ok(p) => {
-                    let m = p.metadata();
-                    let _ = writeln!(
-                        out,
-                        "{label:<12} {} {} from {}",
-                        m.name,
-                        m.version,
-                        origin(&p)
-                    );
-                    for line in choice.config.lines() {
-                        let _ = writeln!(out, "{:<12}   {line}", "");
+    let mut refusals = Vec::new();
+    let mut station = |out: &mut String,
+                       doc: &mut Object,
+                       label: &str,
+                       key: &'static str,
+                       choice: &PluginChoice| {
+        let mut o = Object::new();
+        match profile.resolve(&registry, key, choice) {
+            Ok(p) => {
+                let m = p.metadata();
+                o.insert("plugin", m.name.as_str());
+                o.insert("version", m.version.as_str());
+                o.insert("source", origin(&p));
+                o.insert("config", choice.config.as_str());
+                let _ = writeln!(
+                    out,
+                    "{label:<12} {} {} from {}",
+                    m.name,
+                    m.version,
+                    origin(&p)
+                );
+                for line in choice.config.lines() {
+                    let _ = writeln!(out, "{:<12}   {line}", "");
+                }
+                match build(&profile, key, choice, &p) {
+                    Built::Ok => {}
+                    Built::Busy(why) => {
+                        o.insert("busy", why.as_str());
+                        let _ = writeln!(out, "{:<12}   (in use: {why})", "");
+                    }
+                    Built::Refused(why) => {
+                        o.insert("refused", why.as_str());
+                        refusals.push(why);
                     }
                 }
-                Err(e) => {
-                    refused = true;
-                    let _ = writeln!(out, "{label:<12} refused: {e}");
-                }
             }
-        };
-    station(&mut out, "policy", "policy", &profile.policy);
+            Err(e) => {
+                o.insert("refused", e.to_string());
+                refusals.push(e.to_string());
+            }
+        }
+        doc.insert(key, o);
+    };
+    station(&mut out, &mut doc, "policy", "policy", &profile.policy);
     let _ = writeln!(
         out,
         "capability   host (default-deny grants; never a plugin)"
@@ -125,25 +313,37 @@ pub fn show_profile(name: &str) -> u8 {
             );
         }
         Some(c) => {
+            let level = if c.best_effort {
+                "best-effort"
+            } else {
+                "required"
+            };
             let _ = writeln!(
                 out,
-                "sandbox      host wasmtime sandbox; native programs confined ({}):",
-                if c.best_effort {
-                    "best-effort"
-                } else {
-                    "required"
-                }
+                "sandbox      host wasmtime sandbox; native programs confined ({level}):"
             );
-            station(&mut out, "  confinement", "sandbox.confinement", &c.plugin);
+            station(
+                &mut out,
+                &mut doc,
+                "  confinement",
+                "sandbox.confinement",
+                &c.plugin,
+            );
         }
     }
-    station(&mut out, "audit", "audit", &profile.audit);
-    let _ = crate::print(shown(&out).as_bytes());
-    if refused {
-        crate::exit::REFUSED
-    } else {
-        crate::exit::OK
+    station(&mut out, &mut doc, "audit", "audit", &profile.audit);
+    // A refused profile is one line on stderr, as `run` says it; nothing on stdout.
+    // The first, as `run` stops at the first.
+    if let Some(why) = refusals.first() {
+        crate::error(aegis_record::text::escape(why));
+        return crate::exit::REFUSED;
     }
+    if json {
+        let _ = crate::print(json_line(&doc).as_bytes());
+    } else {
+        let _ = crate::print(shown(&out).as_bytes());
+    }
+    crate::exit::OK
 }
 
 pub fn export(profile: &str, out: &std::path::Path, force: bool) -> u8 {
@@ -159,6 +359,17 @@ pub fn export(profile: &str, out: &std::path::Path, force: bool) -> u8 {
             return crate::exit::REFUSED;
         }
     };
+    // Building a sink may create its record (the file and SQLite sinks do): export
+    // reads, so a record that is not there is said, never made.
+    if let Some(path) = config_path(&profile.audit.config)
+        && std::fs::symlink_metadata(&path).is_err()
+    {
+        crate::error(format_args!(
+            "{}: no record there to export (the sink has never written one)",
+            path.display()
+        ));
+        return crate::exit::UNREADABLE;
+    }
     let sink = match plugin.audit_sink(&profile.audit.config) {
         Ok(s) => s,
         Err(e) => {
@@ -211,7 +422,7 @@ pub fn export(profile: &str, out: &std::path::Path, force: bool) -> u8 {
     let mut writer = std::io::BufWriter::new(file);
     match aegis_runtime::export(&sink, &mut writer) {
         Ok(n) => {
-            crate::say(format_args!(
+            crate::note(format_args!(
                 "exported {n} lines from {} to {}",
                 sink.location(),
                 out.display()
@@ -223,6 +434,13 @@ pub fn export(profile: &str, out: &std::path::Path, force: bool) -> u8 {
             crate::exit::UNREADABLE
         }
     }
+}
+
+/// The `path` a plugin's config names, by the convention the file and SQLite sinks
+/// share; `None` when it names none.
+fn config_path(config: &str) -> Option<PathBuf> {
+    let table: toml::Table = toml::from_str(config).ok()?;
+    table.get("path")?.as_str().map(PathBuf::from)
 }
 
 /// A listing as it may reach a terminal: plugin metadata, profile descriptions and

@@ -4,6 +4,7 @@
 //! names the class of the ending (see [`crate::exit`]).
 
 use aegis_record::ExecutionOutcome;
+use aegis_record::text::escape;
 use aegis_runtime::Host;
 use aegis_runtime::capability::{DEFAULT_LIMITS, Limits, ToolKind, ToolManifest, ToolRegistry};
 use aegis_runtime::pipeline::{CallClass, CallRecord, CallRequest};
@@ -46,33 +47,65 @@ pub struct RunArgs {
     /// The capability the call names (fs.read, fs.write, net.http); it gets only that.
     #[arg(long, value_name = "NAME")]
     capability: Option<String>,
-    /// The role the caller asserts, for policy rules.
-    #[arg(long, value_name = "ROLE")]
-    role: Option<String>,
-    /// A policy YAML file, instead of the profile's policy station.
-    #[arg(long, value_name = "FILE")]
-    policy: Option<PathBuf>,
-    /// Append the record to this file (a durable file sink) instead of the profile's.
-    #[arg(long, value_name = "PATH", requires = "signing_key")]
-    audit: Option<PathBuf>,
-    /// The signing key (`aegis keygen`); required by a durable sink.
-    #[arg(long, value_name = "PATH")]
-    signing_key: Option<PathBuf>,
-    /// Fail at once (exit 5) when another process is writing the record, instead of
-    /// waiting for it to finish.
+    #[command(flatten)]
+    host: crate::HostFlags,
+    /// Print one JSON object on stdout instead of the tool's output: the verdict, the
+    /// class, the exit code, the call's place on the record, the output and stderr.
     #[arg(long)]
-    no_wait: bool,
+    json: bool,
     /// Arguments for a command component, after `--`.
     #[arg(last = true, value_name = "ARGS")]
     args: Vec<String>,
 }
 
-/// Where compiled components are cached between runs, if the environment names a home.
+/// Where compiled components are cached between runs, if the environment names a home
+/// and the directory can be written: a cache that cannot be written weakens nothing, so
+/// the tool runs uncached, with one warning, instead of being refused.
 pub(crate) fn cache_dir() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("aegis").join("wasmtime"))
+    let dir = base.join("aegis").join("wasmtime");
+    match usable_cache(&dir) {
+        Ok(()) => {
+            crate::detail(format_args!("aegis: compilation cache {}", dir.display()));
+            Some(dir)
+        }
+        Err(e) => {
+            crate::say(format_args!(
+                "warning: the compilation cache {} cannot be used ({e}); running uncached",
+                dir.display()
+            ));
+            None
+        }
+    }
+}
+
+/// Whether the sandbox can use `dir` as its cache: made (0700, as the sandbox makes
+/// it), writable (a scratch file, removed at once), and private, by the sandbox's own
+/// rule (cached code runs as native code): owned by this user, no access for others.
+/// The sandbox checks the last again; here a failure only means running uncached.
+fn usable_cache(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let scratch = tempfile::tempfile_in(dir)?;
+    let (meta, mine) = (std::fs::metadata(dir)?, scratch.metadata()?);
+    if meta.uid() != mine.uid() {
+        return Err(std::io::Error::other(format!(
+            "owned by uid {}, not by this user",
+            meta.uid()
+        )));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(std::io::Error::other(format!(
+            "mode {mode:o} lets others in (cached code runs as native code; use mode 700)"
+        )));
+    }
+    Ok(())
 }
 
 fn read_input(a: &RunArgs) -> Result<Vec<u8>, String> {
@@ -124,12 +157,7 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let builder = match crate::with_overrides(
-        Host::builder(profile).tool_registry(tools),
-        a.policy.as_deref(),
-        a.audit.as_deref(),
-        a.signing_key.as_deref(),
-    ) {
+    let builder = match a.host.apply(Host::builder(profile).tool_registry(tools)) {
         Ok(b) => b,
         Err(code) => return code,
     };
@@ -147,15 +175,31 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
             return exit::REFUSED;
         }
     };
-    let host = match crate::open_host(builder, a.no_wait, &interrupts) {
+    let host = match crate::open_host(builder, a.host.no_wait, &interrupts) {
         Ok(h) => h,
         Err(code) => return code,
     };
+    let roots = |dirs: &[PathBuf]| {
+        if dirs.is_empty() {
+            "nothing".to_owned()
+        } else {
+            dirs.iter()
+                .map(|d| escape(&d.display().to_string()).into_owned())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    crate::detail(format_args!(
+        "aegis: {} may read {}, and write {}",
+        escape(&a.id),
+        roots(&a.allow_read),
+        roots(&a.allow_write)
+    ));
     let args: Vec<&str> = a.args.iter().map(String::as_str).collect();
     let request = CallRequest {
         args: &args,
         capability: a.capability.as_deref(),
-        role: a.role.as_deref(),
+        role: a.host.role.as_deref(),
         cancel: Some(interrupts.token()),
         ..CallRequest::new(&a.id, &input)
     };
@@ -173,7 +217,13 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
             return exit::RECORD_FAILED;
         }
     };
-    show(&a.id, &record, &notice);
+    if a.json {
+        show_json(&a.id, &record);
+        crate::say(format_args!("aegis: {}", escape(&describe(&record))));
+        crate::note(format_args!("aegis: {notice}"));
+    } else {
+        show(&a.id, &record, &notice);
+    }
     if let Err(e) = closed {
         crate::error(format_args!(
             "the session's close line could not be written: {e}"
@@ -192,7 +242,7 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
 /// a file gets the exact bytes). So a tool can neither forge the verdict line with a
 /// carriage return nor hide it behind an escape sequence.
 fn show(tool_id: &str, record: &CallRecord, notice: &str) {
-    use aegis_record::text::{escape, escape_keeping_lines};
+    use aegis_record::text::escape_keeping_lines;
     use std::io::IsTerminal as _;
     let stdout_is_terminal = std::io::stdout().is_terminal();
     if let Some(output) = &record.output {
@@ -213,7 +263,61 @@ fn show(tool_id: &str, record: &CallRecord, notice: &str) {
         crate::say(format_args!("{tool}: {}", escape(line)));
     }
     crate::say(format_args!("aegis: {}", escape(&describe(record))));
-    crate::say(format_args!("aegis: {notice}"));
+    if record.class() == CallClass::PendingApproval {
+        crate::say(format_args!("aegis: {NOTHING_APPROVES}"));
+    }
+    crate::note(format_args!("aegis: {notice}"));
+}
+
+/// What a parked call's operator is told to do next, until approvals exist.
+pub const NOTHING_APPROVES: &str = "nothing can approve a parked call yet (approvals are \
+     not built): it was not run and never will be; to run it, change the policy rule \
+     that parks it (action: allow), or pass a --policy that allows it";
+
+/// `run --json`: one object on stdout for the whole call. The output is a string when
+/// it is UTF-8, else `output_hex`; nothing the tool wrote reaches stdout raw.
+fn show_json(tool_id: &str, record: &CallRecord) {
+    use aegis_record::json::Object;
+    let class = record.class();
+    let mut o = Object::new();
+    o.insert("tool", tool_id);
+    o.insert("call_id", record.outcome.call_id.to_string());
+    if let Ok(seq) = aegis_record::json::SafeInt::try_from(record.seq) {
+        o.insert("seq", seq);
+    }
+    o.insert("class", class_name(class));
+    o.insert("exit_code", u32::from(code(class)));
+    o.insert("verdict", verdict(record));
+    if class == CallClass::PendingApproval {
+        o.insert("next", NOTHING_APPROVES);
+    }
+    if let Some(output) = &record.output {
+        match std::str::from_utf8(output) {
+            Ok(text) => o.insert("output", text),
+            Err(_) => o.insert("output_hex", aegis_record::digest::encode_hex(output)),
+        };
+    }
+    o.insert(
+        "stderr",
+        String::from_utf8_lossy(&record.stderr).into_owned(),
+    );
+    let mut line = o.to_canonical();
+    line.push(b'\n');
+    let _ = crate::print(&line);
+}
+
+/// A class as `run --json` names it.
+fn class_name(class: CallClass) -> &'static str {
+    match class {
+        CallClass::Success => "success",
+        CallClass::PolicyDenied => "policy_denied",
+        CallClass::RateLimited => "rate_limited",
+        CallClass::PendingApproval => "pending_approval",
+        CallClass::CapabilityDenied => "capability_denied",
+        CallClass::Trap => "trap",
+        CallClass::ResourceExceeded => "resource_exceeded",
+        CallClass::HostDenied => "host_denied",
+    }
 }
 
 /// The exit code of each ending; documented in `aegis run --help`.

@@ -25,23 +25,8 @@ use crate::exit;
 /// `aegis wrap`'s arguments.
 #[derive(clap::Args)]
 pub struct WrapArgs {
-    /// A policy YAML file, instead of the profile's policy station. Rules name tools by
-    /// the name the server lists them under.
-    #[arg(long, value_name = "FILE")]
-    policy: Option<PathBuf>,
-    /// Append the record to this file (a durable file sink) instead of the profile's.
-    #[arg(long, value_name = "PATH", requires = "signing_key")]
-    audit: Option<PathBuf>,
-    /// The signing key (`aegis keygen`); required by a durable sink.
-    #[arg(long, value_name = "PATH")]
-    signing_key: Option<PathBuf>,
-    /// Fail at once (exit 5) when another process is writing the record, instead of
-    /// waiting for it to finish (the server is not started while wrap waits).
-    #[arg(long)]
-    no_wait: bool,
-    /// The role every call asserts, for policy rules.
-    #[arg(long, value_name = "ROLE")]
-    role: Option<String>,
+    #[command(flatten)]
+    host: crate::HostFlags,
     /// The longest line relayed either way; longer lines are dropped and logged.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_FRAME)]
     max_frame: usize,
@@ -72,7 +57,7 @@ pub struct WrapArgs {
 /// what it did, `error: …` for failures, escaped (the relay's lines quote peers' bytes).
 fn stderr_sink() -> Sink {
     Arc::new(|notice: Notice<'_>| match notice {
-        Notice::Note(line) => crate::say(format_args!("aegis: {}", escape(line))),
+        Notice::Note(line) => crate::note(format_args!("aegis: {}", escape(line))),
         Notice::Error(line) => crate::error(escape(line)),
     })
 }
@@ -110,12 +95,10 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
         crate::error("--max-frame must be at least 1");
         return exit::TAMPERED_OR_USAGE;
     }
-    let builder = match crate::with_overrides(
-        Host::builder(profile.clone()).tool_registry(host_gate::tool_registry()),
-        a.policy.as_deref(),
-        a.audit.as_deref(),
-        a.signing_key.as_deref(),
-    ) {
+    let builder = match a
+        .host
+        .apply(Host::builder(profile.clone()).tool_registry(host_gate::tool_registry()))
+    {
         Ok(b) => b,
         Err(code) => return code,
     };
@@ -167,12 +150,12 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
         None => builder,
     };
     // Nothing is recorded and no server started until the host is open.
-    let host = match crate::open_host(builder, a.no_wait, &interrupts) {
+    let host = match crate::open_host(builder, a.host.no_wait, &interrupts) {
         Ok(h) => h,
         Err(code) => return code,
     };
-    crate::say(format_args!("aegis: {}", host.notice()));
-    let gate = HostGate::new(host.pipeline().clone(), a.role.clone(), sink);
+    crate::note(format_args!("aegis: {}", host.notice()));
+    let gate = HostGate::new(host.pipeline().clone(), a.host.role.clone(), sink);
     let health = gate.health();
     let config = RelayConfig {
         pin_mode: if a.pins_record_only {

@@ -3,7 +3,7 @@
 //! `--no-wait` a busy record fails at once with its own exit code (5), not the one for a
 //! refused configuration (4).
 
-use std::io::{BufRead as _, BufReader, Read as _};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -222,5 +222,97 @@ fn a_held_record_makes_wrap_wait_before_starting_its_server() {
     let status = waiting.wait().unwrap();
     assert_eq!(status.code(), Some(0), "{rest}");
     assert!(mark.exists(), "the server never started: {rest}");
+    assert!(verify_pinned(&record, &key_id).starts_with("Verified"));
+}
+
+/// `aegis gateway` over stdio on the fixture manifest into `record`, with stdin piped
+/// (the client) and stderr piped.
+fn start_gateway(record: &Path, key: &Path, extra: &[&str]) -> Child {
+    let tools =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gateway/tools.toml");
+    aegis()
+        .arg("gateway")
+        .arg("--tools")
+        .arg(tools)
+        .arg("--audit")
+        .arg(record)
+        .arg("--signing-key")
+        .arg(key)
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// `gateway` takes its turn like run and wrap: `--no-wait` exits 5 and serves nothing;
+/// without it, the notice comes, nothing is served while the record is held, and once
+/// the lock is let go it serves, and ends cleanly when its client leaves.
+#[test]
+fn a_held_record_makes_gateway_wait_before_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, key_id) = keygen(dir.path());
+    let record = dir.path().join("held.aarl");
+    let holder = std::fs::File::create(&record).unwrap();
+    holder.lock().unwrap();
+
+    let out = start_gateway(&record, &key, &["--no-wait"])
+        .wait_with_output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("another process is writing this record"),
+        "{err}"
+    );
+    assert!(!err.contains("gateway serving"), "{err}");
+    assert!(out.stdout.is_empty());
+
+    let mut waiting = start_gateway(&record, &key, &[]);
+    let mut stderr = BufReader::new(waiting.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "gateway ended without waiting: {seen}"
+        );
+        assert!(!line.contains("gateway serving"), "served on a held record");
+        if line.starts_with("aegis: waiting for the record: ") {
+            break;
+        }
+        seen.push_str(&line);
+    }
+    drop(holder);
+    // It serves once it holds the record; then the client leaves (stdin closed).
+    loop {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "gateway ended without serving"
+        );
+        assert!(!line.contains("waiting"), "the notice is said once: {line}");
+        if line.contains("gateway serving") {
+            break;
+        }
+    }
+    // A client that initializes and leaves: the gateway closes its record and exits 0.
+    let mut stdin = waiting.stdin.take().unwrap();
+    stdin
+        .write_all(
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"t\",\"version\":\"0\"}}}\n{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n",
+        )
+        .unwrap();
+    let mut answer = String::new();
+    BufReader::new(waiting.stdout.take().unwrap())
+        .read_line(&mut answer)
+        .unwrap();
+    assert!(answer.contains("\"id\":1"), "{answer}");
+    drop(stdin);
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    let status = waiting.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{rest}");
     assert!(verify_pinned(&record, &key_id).starts_with("Verified"));
 }

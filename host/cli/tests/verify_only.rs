@@ -85,3 +85,49 @@ fn aegis_verify_and_the_verify_only_build_print_the_same_bytes() {
         assert!(a.stdout.is_empty() && b.stdout.is_empty());
     }
 }
+
+/// `verify -` reads the record from stdin: both binaries print, for every committed
+/// vector, what they print for the file itself (the report names no path).
+#[test]
+fn verify_dash_reads_stdin_in_both_binaries_with_the_same_report() {
+    let bin = aegis_test_support::verify_only_binary();
+    let manifest = std::fs::read_to_string(vectors().join("manifest.jsonl")).unwrap();
+    let piped = |program: &Path, first: Option<&str>, args: &[String], file: &Path| {
+        Command::new(program)
+            .args(first)
+            .args(args)
+            .arg("-")
+            .stdin(std::fs::File::open(file).unwrap())
+            .output()
+            .unwrap()
+    };
+    let aegis = Path::new(env!("CARGO_BIN_EXE_aegis"));
+    let mut compared = 0;
+    for line in manifest.lines() {
+        let Value::Object(entry) = json::parse(line.as_bytes()).unwrap() else {
+            panic!("manifest line is an object");
+        };
+        let file = vectors().join(entry.get("file").unwrap().as_str().unwrap());
+        let args: Vec<String> = entry
+            .get("args")
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect();
+        let mut by_path = args.clone();
+        by_path.push(file.to_str().unwrap().to_owned());
+        let expected = full(&by_path);
+        for out in [
+            piped(aegis, Some("verify"), &args, &file),
+            piped(&bin, None, &args, &file),
+        ] {
+            assert_eq!(out.status.code(), expected.status.code(), "{file:?}");
+            assert_eq!(out.stdout, expected.stdout, "{file:?}");
+            assert_eq!(out.stderr, expected.stderr, "{file:?}");
+        }
+        compared += 1;
+    }
+    assert!(compared >= 30, "{compared} vectors");
+}

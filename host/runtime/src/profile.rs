@@ -21,9 +21,13 @@
 //!   [`Profile::resolve`] refuses a plugin that does not provide its station's kind
 //!   before anything is built from it.
 //!
+//! - A relative `path` in a station's config (the file and SQLite sinks' record, by
+//!   their shared convention) is taken relative to the profile file's directory too;
+//!   in an embedded profile it stays relative to the working directory.
+//!
 //! # Non-guarantees
-//! - Plugin config sections are passed to the plugin as TOML text; their contents are
-//!   the plugin's to check (a relative `path` in a sink's config is the sink's business).
+//! - Plugin config sections are passed to the plugin as TOML text; apart from `path`
+//!   above, their contents are the plugin's to check.
 //! - The profile file itself is read by its path; who may write it is not checked. The
 //!   plugins it names are (see [`crate::plugin`]), and the profile's SHA-256 is recorded.
 
@@ -254,7 +258,26 @@ fn plugin_choice(
     };
     let config = match config {
         None => String::new(),
-        Some(table) => {
+        Some(mut table) => {
+            // A relative `path` (a sink's record, a policy file) means the same file
+            // wherever the command runs: the profile file's directory, as for a plugin
+            // path. An embedded profile's stays relative to the working directory
+            // (`durable-file`'s ./aegis-audit.aarl).
+            if let ProfileSource::File(f) = source
+                && let Some(toml::Value::String(path)) = table.get("path")
+                && Path::new(path).is_relative()
+            {
+                let joined = profile_dir(f).join(path);
+                let Some(joined) = joined.to_str() else {
+                    return Err(invalid(
+                        line,
+                        format!(
+                            "{station}.config.path: the profile's directory is not UTF-8, so a relative path cannot be resolved; give it absolute"
+                        ),
+                    ));
+                };
+                table.insert("path".to_owned(), toml::Value::String(joined.to_owned()));
+            }
             toml::to_string(&table).map_err(|e| invalid(line, format!("{station}.config: {e}")))?
         }
     };
@@ -775,6 +798,29 @@ mod tests {
         assert!(e.contains("network"), "{e}");
         let e = err("not toml at all [");
         assert!(e.starts_with("p.toml:1: "), "{e}");
+    }
+
+    /// Before, a sink's relative `path` was opened against the working directory, so
+    /// one profile meant a different record in each directory it ran from.
+    #[test]
+    fn a_relative_config_path_is_taken_from_the_profile_files_directory() {
+        let text = GOOD.replace(
+            "plugin = \"builtin:memory-sink\"",
+            "plugin = \"builtin:file-sink\"\nconfig = { path = \"records/a.aarl\" }",
+        );
+        let file =
+            Profile::parse(&text, "p.toml", ProfileSource::File("/etc/x/p.toml".into())).unwrap();
+        assert_eq!(file.audit.config.trim(), "path = \"/etc/x/records/a.aarl\"");
+        let absolute = text.replace("records/a.aarl", "/var/a.aarl");
+        let file = Profile::parse(
+            &absolute,
+            "p.toml",
+            ProfileSource::File("/etc/x/p.toml".into()),
+        )
+        .unwrap();
+        assert_eq!(file.audit.config.trim(), "path = \"/var/a.aarl\"");
+        let embedded = Profile::parse(&text, "p.toml", ProfileSource::Embedded).unwrap();
+        assert_eq!(embedded.audit.config.trim(), "path = \"records/a.aarl\"");
     }
 
     #[test]

@@ -27,6 +27,27 @@ pub mod exit {
     pub const INDETERMINATE: u8 = 3;
 }
 
+/// The EXIT STATUS section of `verify`'s help, in both binaries.
+pub const EXIT_STATUS: &str = "  0  Verified
+  1  Tampered, or a usage error
+  2  the record or the trust store could not be read, or the report not written
+  3  Indeterminate";
+
+/// The EXAMPLES and EXIT STATUS sections of `verify`'s help, for the command
+/// `binary` (`aegis verify` or `aegis-verify`).
+pub fn after_help(binary: &str) -> String {
+    format!(
+        "EXAMPLES:
+  {binary} aegis-audit.aarl
+  {binary} --key KEY_ID aegis-audit.aarl
+  {binary} --trust-store keys.txt --json aegis-audit.aarl
+  cat aegis-audit.aarl | {binary} -
+
+EXIT STATUS:
+{EXIT_STATUS}"
+    )
+}
+
 /// `verify`'s arguments.
 #[derive(clap::Args, Debug)]
 pub struct VerifyArgs {
@@ -42,7 +63,7 @@ pub struct VerifyArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
-    /// The record file (any name).
+    /// The record file (any name), or `-` for standard input.
     pub path: PathBuf,
 }
 
@@ -75,17 +96,28 @@ pub fn run(args: &VerifyArgs) -> u8 {
         }
     }
     let path = &args.path;
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) => {
-            error(format_args!("{}: {e}", path.display()));
-            return exit::UNREADABLE;
+    let options = Options { trust, threads: 0 };
+    // `-` is standard input (a file named `-` is `./-`), read as a stream like a file.
+    let report = if path.as_os_str() == "-" {
+        verify(std::io::stdin().lock(), &options)
+    } else {
+        match std::fs::File::open(path) {
+            Ok(file) => verify(file, &options),
+            Err(e) => {
+                error(format_args!("{}: {e}", path.display()));
+                return exit::UNREADABLE;
+            }
         }
     };
-    let report = match verify(file, &Options { trust, threads: 0 }) {
+    let report = match report {
         Ok(r) => r,
         Err(e) => {
-            error(format_args!("{}: {e}", path.display()));
+            let name = if path.as_os_str() == "-" {
+                "standard input".into()
+            } else {
+                path.display().to_string()
+            };
+            error(format_args!("{name}: {e}"));
             return exit::UNREADABLE;
         }
     };

@@ -6,11 +6,8 @@ use std::process::ExitCode;
 /// Check an Aegis record file offline: Verified, Indeterminate or Tampered.
 ///
 /// The same report, byte for byte, and the same exit code as `aegis verify`.
-///
-/// Exit codes: 0 Verified, 1 Tampered or a usage error, 2 the record or the trust
-/// store could not be read (or the report could not be written), 3 Indeterminate.
 #[derive(Parser)]
-#[command(name = "aegis-verify", version)]
+#[command(name = "aegis-verify", version, after_help = aegis_verify::after_help("aegis-verify"))]
 struct Cli {
     #[command(flatten)]
     args: aegis_verify::VerifyArgs,

@@ -160,7 +160,9 @@ impl FileSink {
     /// A missing or unknown key, or the file cannot be opened or locked.
     pub fn from_config(config: &str) -> Result<FileSink, PluginError> {
         let config: Config = toml::from_str(config)
-            .map_err(|e| PluginError::new(ErrorKind::CONFIG, e.to_string().trim().to_owned()))?;
+            // The message alone: the rendered error quotes the config over several lines,
+            // and a refusal is one line.
+            .map_err(|e| PluginError::new(ErrorKind::CONFIG, e.message().trim().to_owned()))?;
         FileSink::open(&config.path)
     }
 

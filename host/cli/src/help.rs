@@ -1,0 +1,253 @@
+//! The EXAMPLES and EXIT STATUS sections of each command's help (clap `after_help`),
+//! and through clap the man page and the completions.
+//!
+//! Each EXIT STATUS line starts with its code (or codes, `a/b/c`) after two spaces: the
+//! README, `tests/exit_codes.rs` and the code agree on these lists, and the test reads
+//! them from `--help` and triggers every code listed against the built binary.
+
+/// `aegis --help`: every code any command uses, and the environment it reads.
+pub const TOP: &str = "\
+EXAMPLES:
+  aegis keygen --out ~/.config/aegis/signing.key
+  aegis run --component tool.wasm --id echo --input hello
+  aegis --profile durable-file run --signing-key KEY --component tool.wasm --id echo
+  aegis verify --key KEY_ID aegis-audit.aarl
+  aegis demo
+
+EXIT STATUS:
+  0    success (verify: Verified)
+  1    a usage error (verify: Tampered)
+  2    a file could not be read or written
+  3    verify: Indeterminate
+  4    a profile, plugin, key or sink was refused
+  5    the record is busy: another process is writing it
+  10   run: refused by policy
+  11   run: rate limited
+  12   run: parked for approval (not run)
+  13   run: refused by the capability station
+  14   run: the tool trapped or exited non-zero
+  15   run: a ceiling (memory, wall time, output) stopped the tool
+  16   run: the host could not start the tool
+  17   run, wrap, gateway: the record could not be written
+  18   gateway: the transport could not be bound or failed
+  125  wrap, confine: the program could not be confined as required (not started)
+  127  wrap, confine: the confined program could not be executed
+  129/130/143  stopped by SIGHUP/SIGINT/SIGTERM (run: after recording the outcome)
+Each command's --help lists the codes it uses. wrap exits with its server's status,
+confine with its command's.
+
+ENVIRONMENT:
+  NO_COLOR            set and not empty: no colour (as --color never)
+  AEGIS_PROFILE_PATH  directories searched first for a profile given by name
+  AEGIS_PLUGIN_PATH   directories searched first for a plugin given by name
+  XDG_CACHE_HOME      the compilation cache is under $XDG_CACHE_HOME/aegis/wasmtime";
+
+pub const KEYGEN: &str = "\
+EXAMPLES:
+  aegis keygen --out ~/.config/aegis/signing.key
+  aegis keygen --out ./signing.key --force
+
+EXIT STATUS:
+  0  written
+  1  a usage error; the file exists (without --force) or is not a regular file
+  2  a directory, the key or its public half could not be written";
+
+pub const KEY_SHOW: &str = "\
+EXAMPLES:
+  aegis key show ~/.config/aegis/signing.key
+
+EXIT STATUS:
+  0  printed
+  1  a usage error
+  2  the file could not be read (or the output written)
+  4  the file is not a seed file, or group or others can access it";
+
+pub const RUN: &str = "\
+EXAMPLES:
+  aegis run --component echo.wasm --id echo --input hello
+  echo hello | aegis run --component echo.wasm --id echo
+  aegis run --component read-file.wasm --id read --allow-read /srv/notes -- /srv/notes/a.md
+  aegis run --policy policy.yaml --audit record.aarl --signing-key KEY \\
+      --component echo.wasm --id echo --input hi
+  aegis run --json --component echo.wasm --id echo --input hi
+
+Rate limits count per process: one run makes one call, so a policy's rate_limit never
+stops it; for a limit across calls, send them through one `aegis wrap` or `aegis gateway`
+session. Nothing can approve a parked call yet: exit 12 means it was not run.
+
+EXIT STATUS:
+  0    success
+  1    a usage error
+  2    the input, the component or a root could not be read
+  4    the profile, a plugin, the key or the sink was refused
+  5    the record is busy (--no-wait; without it run waits its turn)
+  10   refused by policy
+  11   rate limited (see above: not in one run)
+  12   parked for approval, and not run
+  13   refused by the capability station
+  14   the tool trapped or exited non-zero
+  15   a ceiling (memory, wall time, output) stopped it
+  16   the host could not start it
+  17   the record could not be written (output withheld)
+  129/130/143  stopped by SIGHUP/SIGINT/SIGTERM (outcome and close line written)";
+
+pub const WRAP: &str = "\
+EXAMPLES:
+  aegis wrap -- python3 server.py
+  aegis wrap --policy policy.yaml --audit record.aarl --signing-key KEY -- npx server
+  aegis wrap --write-pins pins.json -- ./server
+  aegis wrap --pins pins.json -- ./server
+  aegis --profile linux-confined wrap --allow-write ~/project -- ./server ~/project
+
+Policy rules name tools by the name the server lists them under. While another process
+writes the record, wrap waits and starts no server until it holds the record.
+
+EXIT STATUS:
+  N    the server's exit status, or 128+N when signal N ended it (137 after SIGKILL)
+  1    a usage error
+  2    the server could not be started or the pins file read
+  4    the profile, a plugin, the key or the sink was refused
+  5    the record is busy (--no-wait; without it wrap waits its turn)
+  17   an intent, an outcome or the close line could not be written
+  125  the profile confines native programs and the server could not be confined as
+       required (it was not started)
+  127  the confined server could not be executed
+A server exiting with one of these codes itself looks the same.";
+
+pub const CONFINE: &str = "\
+EXAMPLES:
+  aegis confine --allow-read ~/notes -- python3 summarize.py ~/notes
+  aegis confine --allow-write /tmp/out --report - -- ./tool
+  aegis confine --allow-net api.example.com:443 -- node client.js
+  aegis --profile linux-confined confine --best-effort -- ./tool
+
+The backend is the profile's [sandbox] confinement, or confine-landlock when the profile
+names none. Landlock's network rules are ports: --allow-net opens the port on every host.
+
+EXIT STATUS:
+  N    the command's own status, or 128+N when signal N ended it (159, SIGSYS, is how
+       the seccomp filter kills a foreign-architecture or x32 system call)
+  1    a usage error
+  4    the profile was refused
+  125  the command could not be confined as required (it was not started)
+  127  the command could not be found or executed";
+
+pub const GATEWAY: &str = "\
+EXAMPLES:
+  aegis gateway --tools tools.toml
+  aegis gateway --tools tools.toml --http 127.0.0.1:8765 --token-file token.txt
+  aegis gateway --tools tools.toml --policy policy.yaml --audit record.aarl --signing-key KEY
+
+While another process writes the record, gateway waits and serves nothing until it
+holds the record.
+
+EXIT STATUS:
+  0    served, and the record closed
+  1    a usage error
+  2    the manifest, a component, a root or the token file could not be read or was refused
+  4    the profile, a plugin, the key or the sink was refused
+  5    the record is busy (--no-wait; without it gateway waits its turn)
+  17   an intent, an outcome or the close line could not be written
+  18   the address could not be bound, the transport failed or the sandbox not built
+  130/143  SIGINT/SIGTERM ended the wait for a busy record (while serving, they stop it: 0)";
+
+pub const DEMO: &str = "\
+EXAMPLES:
+  aegis demo
+  aegis --color never demo | less
+
+EXIT STATUS:
+  0  every call and every verdict came out as promised
+  1  a usage error, or something differed (a bug)
+  2  the demo's files could not be written
+  130/143  SIGINT/SIGTERM stopped it (its temporary directory and key removed)";
+
+pub const PLUGINS_LIST: &str = "\
+EXAMPLES:
+  aegis plugins list
+  aegis plugins list --path ./target/release
+  aegis plugins list --json
+
+The NAME column is what a profile's `plugin =` takes.
+
+EXIT STATUS:
+  0  listed (a refused library is listed with the reason)
+  1  a usage error
+  2  a --path directory does not exist or cannot be read (the rest is listed)";
+
+pub const PROFILES_LIST: &str = "\
+EXAMPLES:
+  aegis profiles list
+
+The NAME column is what --profile takes.
+
+EXIT STATUS:
+  0  listed (a refused profile is listed with the reason)
+  1  a usage error";
+
+pub const PROFILES_SHOW: &str = "\
+EXAMPLES:
+  aegis profiles show durable-file
+  aegis --profile ./profiles/mine.toml profiles show
+  aegis profiles show --json default
+
+EXIT STATUS:
+  0  shown, and every station's plugin accepted its config
+  1  a usage error
+  4  the profile was refused, or a plugin (or its config) was";
+
+pub const EXPORT: &str = "\
+EXAMPLES:
+  aegis --profile durable-file export --out record.aarl
+  aegis --profile ./mine.toml export --out record.aarl --force
+
+EXIT STATUS:
+  0  written
+  1  a usage error, or the output exists (without --force) or is not a regular file
+  2  the sink holds no record, or the sink or the output could not be read or written
+  4  the profile, its audit plugin or the sink's config was refused
+  5  the sink is busy: another process is writing the record (try again)";
+
+pub const COMPLETIONS: &str = "\
+EXAMPLES:
+  aegis completions bash > ~/.local/share/bash-completion/completions/aegis
+  aegis completions zsh > ~/.zfunc/_aegis
+  aegis completions fish > ~/.config/fish/completions/aegis.fish
+
+EXIT STATUS:
+  0  written
+  1  a usage error (an unknown shell)
+  2  the output could not be written";
+
+pub const MAN: &str = "\
+EXAMPLES:
+  aegis man > aegis.1 && man ./aegis.1
+  aegis man | gzip > /usr/local/share/man/man1/aegis.1.gz
+
+EXIT STATUS:
+  0  written
+  1  a usage error
+  2  the output could not be written";
+
+pub const KEY: &str = "\
+EXAMPLES:
+  aegis key show ~/.config/aegis/signing.key
+
+EXIT STATUS:
+  1  a usage error (no such subcommand); `aegis key show --help` lists its codes";
+
+pub const PLUGINS: &str = "\
+EXAMPLES:
+  aegis plugins list
+  aegis plugins list --path ./target/release --json
+
+EXIT STATUS:
+  1  a usage error (no such subcommand); `aegis plugins list --help` lists its codes";
+
+pub const PROFILES: &str = "\
+EXAMPLES:
+  aegis profiles list
+  aegis profiles show durable-file
+
+EXIT STATUS:
+  1  a usage error (no such subcommand); each subcommand's --help lists its codes";
