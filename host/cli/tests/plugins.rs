@@ -353,7 +353,7 @@ fn commands_that_use_a_profile_name_it_on_stderr() {
 fn unwired_or_wrong_kind_stations_are_refused_by_show_and_run() {
     let dir = tempfile::tempdir().unwrap();
     let echo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/wasm/echo.wasm");
-    let base = "name = \"p\"\ndescription = \"d\"\n[policy]\nplugin = \"builtin:policy-static\"\n[capability]\n[sandbox]\n[audit]\nplugin = \"builtin:memory-sink\"\n";
+    let base = "name = \"p\"\ndescription = \"d\"\n[policy]\nplugin = \"builtin:policy-static\"\nconfig = { verdict = \"allow\" }\n[capability]\n[sandbox]\n[audit]\nplugin = \"builtin:memory-sink\"\n";
     write_profile(
         dir.path(),
         "confined",
@@ -392,11 +392,13 @@ fn unwired_or_wrong_kind_stations_are_refused_by_show_and_run() {
     // shown as the backend.
     let o = run("profiles/confined.toml", &["profiles", "show"]);
     assert_eq!(o.status.code(), Some(4));
-    let out = text(&o.stdout);
+    assert!(o.stdout.is_empty(), "{}", text(&o.stdout));
+    let err = text(&o.stderr);
+    let last = err.lines().last().unwrap_or_default();
     assert!(
-        out.contains("confinement refused: profiles/confined.toml:7: [sandbox.confinement] ")
-            && out.contains("provides policy, not confinement"),
-        "{out}"
+        last.starts_with("error: profiles/confined.toml:8: [sandbox.confinement] ")
+            && last.contains("provides policy, not confinement"),
+        "{err}"
     );
     let o = run("profiles/confined.toml", &run_echo);
     assert_eq!(o.status.code(), Some(4), "{}", text(&o.stderr));
