@@ -125,7 +125,7 @@ fuzz_target!(|data: &[u8]| {
             continue;
         };
         if kind & 3 == 2 {
-            relay.server_exited();
+            relay.server_exited("exited");
             continue;
         }
         let from_client = kind & 3 == 0;
