@@ -107,7 +107,20 @@ pub fn gateway(profile_name: &str, a: &GatewayArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let builder = match a.host.apply(Host::builder(profile)) {
+    // What the record should say about how the calls came in.
+    let mut serving = aegis_record::json::Object::new();
+    serving.insert("command", "gateway");
+    match &transport {
+        Transport::Stdio => serving.insert("transport", "stdio"),
+        Transport::Http(h) => {
+            serving.insert("bind", h.addr.to_string());
+            serving.insert("allow_non_loopback", h.allow_non_loopback);
+            serving.insert("bearer_token", h.token.is_some());
+            serving.insert("transport", "http")
+        }
+    };
+    serving.insert("max_calls", a.max_calls);
+    let builder = match a.host.apply(Host::builder(profile).serving(serving)) {
         Ok(b) => b,
         Err(code) => return code,
     };

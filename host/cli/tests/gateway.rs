@@ -16,7 +16,7 @@ mod common;
 mod peers;
 
 use aegis_record::json::{Object, Value};
-use common::{field, object, text};
+use common::{at, field, object, text};
 use rmcp::RoleClient;
 use rmcp::ServiceExt as _;
 use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
@@ -117,6 +117,24 @@ impl Setup {
                 .cloned()
                 .collect()
         };
+        // The open line says how the calls came in.
+        let open = of_type("open");
+        assert_eq!(
+            at(&open[0], &["provenance", "serving", "command"]),
+            "gateway"
+        );
+        let transport = at(&open[0], &["provenance", "serving", "transport"]);
+        assert!(transport == "stdio" || transport == "http", "{transport}");
+        let serving = open[0]
+            .get("provenance")
+            .and_then(Value::as_object)
+            .and_then(|p| p.get("serving"))
+            .and_then(Value::as_object)
+            .expect("provenance.serving");
+        assert!(serving.get("max_calls").and_then(Value::as_int).is_some());
+        if transport == "http" {
+            assert_eq!(serving.get("allow_non_loopback"), Some(&Value::Bool(false)));
+        }
         let (intents, outcomes) = (of_type("intent"), of_type("outcome"));
         assert_eq!(intents.len(), calls, "one intent per tools/call");
         assert_eq!(outcomes.len(), calls, "one outcome per tools/call");

@@ -200,6 +200,9 @@ pub struct ProvenanceExtra {
     /// program this session started (spec/SPEC.md, "Confinement"); left out when the
     /// profile names none.
     pub confinement: Option<Object>,
+    /// How a long-lived host serves its calls (`aegis gateway`: transport, address,
+    /// concurrency cap, whether non-loopback clients were allowed); left out otherwise.
+    pub serving: Option<Object>,
 }
 
 /// The provenance object, with the [`ProvenanceExtra`] members.
@@ -212,6 +215,7 @@ fn provenance_with(
     let ProvenanceExtra {
         overrides,
         confinement,
+        serving,
     } = extra;
     let mut p = Object::new();
     p.insert("aegis_version", env!("CARGO_PKG_VERSION"));
@@ -243,6 +247,7 @@ fn provenance_with(
         );
     }
     p.insert_opt("confinement", confinement);
+    p.insert_opt("serving", serving);
     p
 }
 

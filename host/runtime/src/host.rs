@@ -175,6 +175,7 @@ pub struct HostBuilder {
     sandbox: SandboxSource,
     busy: Option<WaitWhenBusy>,
     confined: Option<Object>,
+    serving: Option<Object>,
 }
 
 /// What [`HostBuilder::open`] does while the audit sink says it is busy: wait, telling
@@ -208,6 +209,7 @@ impl Host {
             sandbox: SandboxSource::Build(Options::default()),
             busy: None,
             confined: None,
+            serving: None,
         }
     }
 
@@ -379,6 +381,13 @@ impl HostBuilder {
         self
     }
 
+    /// Records how this host serves its calls (a gateway's transport, address and
+    /// limits) in the open line's provenance, under `serving`.
+    pub fn serving(mut self, how: Object) -> HostBuilder {
+        self.serving = Some(how);
+        self
+    }
+
     /// Use a sandbox shared with other hosts instead of building one.
     pub fn sandbox(mut self, sandbox: Arc<Sandbox>) -> HostBuilder {
         self.sandbox = SandboxSource::Shared(sandbox);
@@ -404,6 +413,7 @@ impl HostBuilder {
             sandbox,
             busy,
             confined,
+            serving,
         } = self;
         for m in manifests {
             tools.register(m).map_err(OpenError::Tool)?;
@@ -417,6 +427,7 @@ impl HostBuilder {
             audit,
             busy,
             confined,
+            serving,
         };
         let pipeline = assemble(
             &profile, &registry, overrides, key, tools, handlers, sandbox,
@@ -433,6 +444,7 @@ struct Overrides {
     audit: Option<Override>,
     busy: Option<WaitWhenBusy>,
     confined: Option<Object>,
+    serving: Option<Object>,
 }
 
 /// The one assembly: resolves and builds the policy and audit stations (the
@@ -451,6 +463,7 @@ fn assemble(
         audit,
         busy,
         confined,
+        serving,
     } = overrides;
     // The confinement backend is resolved and built with its config whatever the
     // command, so a profile that `wrap` would refuse is refused everywhere.
@@ -531,6 +544,7 @@ fn assemble(
         ProvenanceExtra {
             overrides: recorded,
             confinement,
+            serving,
         },
     )?;
     Ok(Pipeline::from_parts(
