@@ -31,7 +31,7 @@ pub struct GrantArgs {
 }
 
 impl GrantArgs {
-    fn grants(&self) -> Grants {
+    pub fn grants(&self) -> Grants {
         Grants {
             read: self.read.clone(),
             write: self.write.clone(),

@@ -136,7 +136,7 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
             Err(code) => return code,
         }
     } else {
-        if a.grant.read.len() + a.grant.write.len() + a.grant.net.len() > 0 || a.grant.best_effort {
+        if !a.grant.grants().is_empty() {
             crate::error(format_args!(
                 "--allow-read, --allow-write, --allow-net and --best-effort confine the server, but profile {} names no confinement backend; use --profile linux-confined",
                 escape(&profile.name)

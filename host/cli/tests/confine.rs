@@ -568,6 +568,8 @@ fn what_landlock_does_not_cover_is_refused_by_the_filter() {
             ("setxattr_outside", "EPERM"),
             ("prlimit_parent", "EPERM"),
             ("setpriority_parent", "EPERM"),
+            ("setpriority_group", "EPERM"),
+            ("setpriority_user", "EPERM"),
             ("affinity_parent", "EPERM"),
             ("prlimit_self", "ok"),
             ("shmget", "EPERM"),

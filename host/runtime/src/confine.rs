@@ -374,10 +374,8 @@ impl Confined {
         // Empty when the exec succeeded (the channel closed with it); one line when not.
         if let Some(Ok(line)) = channel.split(b'\n').next() {
             let failure = match parse_message(&line) {
-                Message::ExecFailed(why) => ConfineError::Exec(why),
-                Message::Refused(why) => ConfineError::Refused(why),
                 Message::Report(_) => ConfineError::Helper("a second report".into()),
-                Message::Garbled(why) => ConfineError::Helper(why),
+                other => other.into_error(),
             };
             let _ = child.wait();
             return Err(failure);
@@ -444,9 +442,7 @@ pub fn spawn(
                 channel,
             });
         }
-        Message::Refused(why) => ConfineError::Refused(why),
-        Message::ExecFailed(why) => ConfineError::Exec(why),
-        Message::Garbled(why) => ConfineError::Helper(why),
+        other => other.into_error(),
     };
     drop(go);
     let status = child.wait();
@@ -464,6 +460,18 @@ enum Message {
     Refused(String),
     ExecFailed(String),
     Garbled(String),
+}
+
+impl Message {
+    /// The error a message other than a report stands for.
+    fn into_error(self) -> ConfineError {
+        match self {
+            Message::Refused(why) => ConfineError::Refused(why),
+            Message::ExecFailed(why) => ConfineError::Exec(why),
+            Message::Garbled(why) => ConfineError::Helper(why),
+            Message::Report(_) => ConfineError::Helper("an unexpected report".into()),
+        }
+    }
 }
 
 fn parse_message(line: &[u8]) -> Message {

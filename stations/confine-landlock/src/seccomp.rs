@@ -28,7 +28,9 @@
 //!   these are refused on every path, `*at` and descriptor forms included. Timestamps
 //!   (`utimensat`) stay allowed: `touch` needs them, and they grant nothing.
 //! - Acting on other processes by pid: `prlimit64`, `setpriority`, `sched_set*`,
-//!   `ioprio_set`, `migrate_pages`, `move_pages` with a pid other than 0 (self).
+//!   `ioprio_set`, `migrate_pages`, `move_pages` with a pid other than 0 (self), and
+//!   `setpriority`/`ioprio_set` on a process group or a user (id 0 there means the
+//!   caller's group, or root).
 //! - System V IPC (`shm*`, `msg*`, `sem*`), which is shared with every process of the
 //!   IPC namespace, the host included.
 //! - With network granted, only what Landlock's TCP port rules can see: inet sockets
@@ -235,6 +237,19 @@ pub fn build(plan: FilterPlan) -> Result<Filter, FilterError> {
         );
         denied.push(name);
     }
+    // Two of them also take a scope before the id: a process group or a user with id 0
+    // means the caller's group or root's processes, the host's among them. Only the
+    // process scope stays (PRIO_PROCESS = 0, IOPRIO_WHO_PROCESS = 1).
+    for (nr, process_scope) in [(libc::SYS_setpriority, 0), (libc::SYS_ioprio_set, 1)] {
+        if let Some(rules) = rules.get_mut(&nr) {
+            rules.push(SeccompRule::new(vec![arg(
+                0,
+                SeccompCmpOp::Ne,
+                process_scope,
+            )?])?);
+        }
+    }
+    denied.push("setpriority, ioprio_set on a process group or user");
     rules.insert(
         libc::SYS_clone,
         CLONE_NEW_FLAGS
