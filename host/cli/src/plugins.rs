@@ -39,18 +39,8 @@ fn reference(p: &Plugin, registry: &Registry) -> String {
 
 /// The file a bare plugin name resolves to, as [`Registry::resolve`] looks for it.
 fn first_on_path(registry: &Registry, name: &str) -> Option<PathBuf> {
-    let underscored = name.replace('-', "_");
-    let candidates = [
-        format!("lib{name}.so"),
-        format!("{name}.so"),
-        format!("lib{underscored}.so"),
-        format!("{underscored}.so"),
-    ];
     registry
-        .search_path()
-        .iter()
-        .flat_map(|dir| candidates.iter().map(move |c| dir.join(c)))
-        .find(|p| p.is_file())
+        .find(name)
         .map(|p| std::path::absolute(&p).unwrap_or(p))
 }
 

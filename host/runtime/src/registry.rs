@@ -160,7 +160,9 @@ impl Registry {
         }
     }
 
-    fn find(&self, name: &str) -> Option<PathBuf> {
+    /// The file a bare plugin name (`PluginSpec::Name`) resolves to: the first of
+    /// `libNAME.so`, `NAME.so` (and both with `-` read as `_`) in the search path.
+    pub fn find(&self, name: &str) -> Option<PathBuf> {
         let underscored = name.replace('-', "_");
         let candidates = [
             format!("lib{name}.so"),
