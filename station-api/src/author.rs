@@ -6,7 +6,7 @@
 //! panic can reach abi_stable's wrappers.
 
 use crate::{
-    AuditSink, AuditSink_TO, AuditSinkBox, ConfinementBackend, ConfinementBackend_TO,
+    AuditSink, AuditSink_TO, AuditSinkBox, CallAnswer, ConfinementBackend, ConfinementBackend_TO,
     ConfinementBackendBox, ConfinementReport, ConfinementRequest, IndexedAnswer, IndexedDecision,
     PluginError, PolicyDecision, PolicyEvaluator, PolicyEvaluator_TO, PolicyEvaluatorBox,
     PolicyRequest, Retention, Tail, each_axis, guard, index_decisions,
@@ -58,6 +58,25 @@ pub trait Policy: Send + Sync + 'static {
         out: &mut [IndexedDecision],
     ) -> Result<IndexedAnswer, PluginError> {
         index_decisions(self.evaluate_axes(request, axes)?, out)
+    }
+
+    /// [`Policy::evaluate_axes_indexed`] with the call's arguments (RFC 8785 canonical
+    /// JSON of its arguments object; `None` when unknown): see
+    /// [`PolicyEvaluator::evaluate_call`], which the host asks. The default ignores the
+    /// arguments, which is right for an evaluator without rules over them.
+    ///
+    /// # Errors
+    /// When the call cannot be decided; the host then refuses it.
+    fn evaluate_call(
+        &self,
+        request: &PolicyRequest<'_>,
+        arguments: Option<&str>,
+        axes: &[RStr<'_>],
+        out: &mut [IndexedDecision],
+    ) -> Result<CallAnswer, PluginError> {
+        let _ = arguments;
+        self.evaluate_axes_indexed(request, axes, out)
+            .map(CallAnswer::from)
     }
 }
 
@@ -133,6 +152,21 @@ impl<T: Policy> PolicyEvaluator for Guarded<T> {
         guard(|| {
             self.0
                 .evaluate_axes_indexed(request, axes.as_slice(), out.as_mut_slice())
+        })
+    }
+
+    #[cfg(not(aegis_api_before_indexed))]
+    fn evaluate_call(
+        &self,
+        request: &PolicyRequest<'_>,
+        arguments: RStr<'_>,
+        axes: RSlice<'_, RStr<'_>>,
+        mut out: RSliceMut<'_, IndexedDecision>,
+    ) -> RResult<CallAnswer, PluginError> {
+        guard(|| {
+            let arguments = Some(arguments.as_str()).filter(|a| !a.is_empty());
+            self.0
+                .evaluate_call(request, arguments, axes.as_slice(), out.as_mut_slice())
         })
     }
 }

@@ -491,7 +491,64 @@ pub trait PolicyEvaluator: Send + Sync {
             Err(e) => RResult::RErr(e),
         }
     }
+
+    /// [`PolicyEvaluator::evaluate_axes_indexed`] with the call's arguments: what the
+    /// host asks when it has them to give. `arguments` is the RFC 8785 canonical JSON of
+    /// the call's arguments object, or empty when the caller's arguments are unknown
+    /// (not the same as `{}`, a call with none).
+    ///
+    /// An evaluator with rules over arguments must decide an unknown argument the way
+    /// that cannot widen authority: a rule that restricts applies, a rule that allows
+    /// does not. It then sets [`CallAnswer::arguments_needed`], so a replay can say the
+    /// decision was not really made. It reports the argument values its deciding rule
+    /// compared in [`CallAnswer::arguments_read`], which the host records.
+    ///
+    /// Added after `evaluate_axes_indexed`, with a default body that ignores the
+    /// arguments: an evaluator without argument rules answers exactly as before. Like
+    /// the methods before it, it makes the vtable longer, so a library built before it
+    /// is refused at load (`spec/PLUGINS.md`).
+    fn evaluate_call(
+        &self,
+        request: &PolicyRequest<'_>,
+        arguments: RStr<'_>,
+        axes: RSlice<'_, RStr<'_>>,
+        out: RSliceMut<'_, IndexedDecision>,
+    ) -> RResult<CallAnswer, PluginError> {
+        let _ = arguments;
+        match self.evaluate_axes_indexed(request, axes, out) {
+            RResult::ROk(answer) => RResult::ROk(CallAnswer::from(answer)),
+            RResult::RErr(e) => RResult::RErr(e),
+        }
+    }
     // previous-api: end of cut.
+}
+
+/// What [`PolicyEvaluator::evaluate_call`] returns: the answer of
+/// [`PolicyEvaluator::evaluate_axes_indexed`] and what the decision made of the call's
+/// arguments.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug)]
+pub struct CallAnswer {
+    /// The decisions, as `evaluate_axes_indexed` answers them.
+    pub answer: IndexedAnswer,
+    /// The argument values the deciding rule compared, as the text of one JSON object
+    /// (values as compared, e.g. a path after normalisation); empty when the decision
+    /// read no argument. The host records it under `decision_axes.arguments`.
+    pub arguments_read: RString,
+    /// The decision would have turned on arguments that were not given, and was made
+    /// the way that cannot widen authority instead.
+    pub arguments_needed: bool,
+}
+
+impl From<IndexedAnswer> for CallAnswer {
+    /// An answer that read no argument.
+    fn from(answer: IndexedAnswer) -> CallAnswer {
+        CallAnswer {
+            answer,
+            arguments_read: RString::new(),
+            arguments_needed: false,
+        }
+    }
 }
 
 /// Moves owned decisions into a [`DecisionTable`] made for them alone and writes their

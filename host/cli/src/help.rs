@@ -74,6 +74,8 @@ EXAMPLES:
 Rate limits count per process: one run makes one call, so a policy's rate_limit never
 stops it; for a limit across calls, send them through one `aegis wrap` or `aegis gateway`
 session. Nothing can approve a parked call yet: exit 12 means it was not run.
+Input that is one JSON object is the call's arguments, which policy rules over
+arguments read; any other input leaves them unknown, and such rules then refuse.
 
 EXIT STATUS:
   0    success

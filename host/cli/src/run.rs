@@ -196,8 +196,11 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
         roots(&a.allow_write)
     ));
     let args: Vec<&str> = a.args.iter().map(String::as_str).collect();
+    // A tool given a JSON object on stdin is given arguments: the policy may read them.
+    let arguments = json_object_arguments(&input);
     let request = CallRequest {
         args: &args,
+        arguments: arguments.as_deref(),
         capability: a.capability.as_deref(),
         role: a.host.role.as_deref(),
         cancel: Some(interrupts.token()),
@@ -368,5 +371,15 @@ pub fn verdict(record: &CallRecord) -> String {
             format!("stopped by the {kind} ceiling; no output returned")
         }
         ExecutionOutcome::HostDenied { reason } => format!("not run: {reason}"),
+    }
+}
+
+/// `input` as RFC 8785 canonical JSON when it is one JSON object (the arguments of a
+/// tool that reads JSON on stdin); `None` otherwise, so argument rules treat the call's
+/// arguments as unknown.
+fn json_object_arguments(input: &[u8]) -> Option<String> {
+    match serde_json::from_slice::<serde_json::Value>(input).ok()? {
+        value @ serde_json::Value::Object(_) => serde_json_canonicalizer::to_string(&value).ok(),
+        _ => None,
     }
 }

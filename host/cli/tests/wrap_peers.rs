@@ -402,6 +402,69 @@ rules:
     assert!(at(write[0], &["policy", "reason"]).contains("read-only"));
 }
 
+/// A rule over the `path` argument holds against the real filesystem server: a read
+/// under the granted directory runs, and the same directory with `..` (plain, or
+/// hidden in a longer path) reaching a file the server itself would serve is refused
+/// before the server sees it. The record names what the rule compared.
+#[test]
+fn a_path_rule_refuses_traversal_the_server_would_have_served() {
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    std::fs::create_dir(root_path.join("pub")).unwrap();
+    std::fs::write(root_path.join("pub/notes.txt"), "public notes\n").unwrap();
+    std::fs::write(root_path.join("secret.txt"), "secret\n").unwrap();
+    let dir = root_path.to_str().unwrap();
+    let policy = format!(
+        "version: 1
+default: deny
+rules:
+  - id: read-pub
+    action: allow
+    tool: read_text_file
+    arguments:
+      path: {{ under: {dir}/pub }}
+"
+    );
+    let plan = format!(
+        r#"[{{"tool":"read_text_file","arguments":{{"path":"{dir}/pub/notes.txt"}}}},
+            {{"tool":"read_text_file","arguments":{{"path":"{dir}/pub/../secret.txt"}}}},
+            {{"tool":"read_text_file","arguments":{{"path":"{dir}/pub/./x/../../secret.txt"}}}}]"#
+    );
+    let server = server_js("server-filesystem");
+    let s = Session::run(
+        "legacy",
+        Via::Wrap { policy: &policy },
+        &plan,
+        &[],
+        &[&server, &root_path],
+    );
+    let calls = s.calls();
+    assert!(!is_error(&calls[0]), "{calls:?}");
+    assert!(field(&calls[0], "text").contains("public notes"));
+    for refused in &calls[1..] {
+        assert!(is_error(refused), "{calls:?}");
+        assert_eq!(field(&refusal(refused), "station"), "policy");
+        assert!(!field(refused, "text").contains("secret"), "{refused:?}");
+    }
+    assert!(!text(&s.file("server.in")).contains("secret.txt"));
+
+    let outcomes = s.record();
+    let reads: Vec<&Object> = outcomes
+        .iter()
+        .filter(|o| field(o, "tool_id") == "read_text_file")
+        .collect();
+    assert_eq!(reads.len(), 3);
+    assert_eq!(at(reads[0], &["policy", "status"]), "allowed");
+    assert_eq!(at(reads[0], &["decision_axes", "matched_rule"]), "read-pub");
+    assert_eq!(
+        at(reads[0], &["decision_axes", "arguments"]),
+        format!(r#"{{"path":"{dir}/pub/notes.txt"}}"#)
+    );
+    for r in &reads[1..] {
+        assert_eq!(at(r, &["policy", "status"]), "denied");
+    }
+}
+
 /// The reference filesystem server, confined by `--profile linux-confined` and given
 /// `/` as its own allow-list (so only the confinement stands in the way): it serves
 /// files in its granted directory through a real client, and its own `read_text_file`

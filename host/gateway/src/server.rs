@@ -197,6 +197,8 @@ pub fn request_frame(name: &str, arguments: &JsonObject) -> Vec<u8> {
 struct Invocation {
     input: Vec<u8>,
     args: Vec<String>,
+    /// The arguments object as RFC 8785 canonical JSON, for the policy.
+    arguments: String,
 }
 
 /// An argument's value as one argv element or input: strings as they are, numbers
@@ -213,13 +215,17 @@ fn scalar(arguments: &JsonObject, name: &str) -> Result<String, String> {
 }
 
 fn invocation(delivery: &Delivery, arguments: &JsonObject) -> Result<Invocation, String> {
+    let canonical =
+        serde_json_canonicalizer::to_string(&serde_json::Value::Object(arguments.clone()))
+            .map_err(|e| e.to_string())?;
     match delivery {
         Delivery::Json => Ok(Invocation {
-            input: serde_json_canonicalizer::to_vec(&serde_json::Value::Object(arguments.clone()))
-                .map_err(|e| e.to_string())?,
+            input: canonical.clone().into_bytes(),
             args: Vec::new(),
+            arguments: canonical,
         }),
         Delivery::Argv { argv, stdin } => Ok(Invocation {
+            arguments: canonical,
             args: argv
                 .iter()
                 .map(|n| scalar(arguments, n))
@@ -406,6 +412,10 @@ impl GatewayServer {
             let nothing = Invocation {
                 input: Vec::new(),
                 args: Vec::new(),
+                arguments: serde_json_canonicalizer::to_string(&serde_json::Value::Object(
+                    arguments.clone(),
+                ))
+                .unwrap_or_default(),
             };
             let record = match self.run(name.clone(), frame, nothing, ct).await? {
                 Ran::Recorded(record) => record,
@@ -485,6 +495,7 @@ impl GatewayServer {
                 frame: Some(&frame),
                 args: &args,
                 role: role.as_deref(),
+                arguments: Some(&invocation.arguments),
                 cancel: Some(&running),
                 ..CallRequest::new(&name, &invocation.input)
             };

@@ -288,3 +288,60 @@ async fn content_blocks_are_served_checked_and_refused_with_the_reason() {
         "{outcomes:?}"
     );
 }
+
+/// The policy sees each call's arguments: a rule over one argument allows the call
+/// that matches and refuses the one that does not, before the sandbox, and the record
+/// names the value the rule compared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_over_arguments_decides_each_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "version: 1\ndefault: deny\nrules:\n  - id: greet-only\n    action: allow\n    \
+         tool: echo\n    arguments:\n      message: { equals: hello }\n",
+    )
+    .unwrap();
+    let record = dir.path().join("record.jsonl");
+    let builder = Host::builder(Profile::find("default").unwrap())
+        .policy_file("the test's policy", &policy)
+        .audit_file("the test's record", &record)
+        .signing_key(SigningKey::generate().unwrap());
+    let gateway = Gateway::open(builder, &manifest(), &GatewayOptions::default(), quiet()).unwrap();
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    let server = gateway.server().clone();
+    let serving = tokio::spawn(async move {
+        let running = server.serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let client = ().serve(client_io).await.unwrap();
+    let call = |v: serde_json::Value| {
+        let peer = client.peer().clone();
+        async move {
+            peer.call_tool(CallToolRequestParams::new("echo").with_arguments(args(v)))
+                .await
+                .unwrap()
+        }
+    };
+    let ok = call(serde_json::json!({"message": "hello"})).await;
+    assert_eq!(ok.is_error, Some(false), "{ok:?}");
+    let refused = call(serde_json::json!({"message": "hello there"})).await;
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    let text = refused.content[0].as_text().unwrap().text.clone();
+    assert!(text.starts_with("aegis policy:"), "{text}");
+    wait_for(&record, &serving, "both outcomes", |r| {
+        of_type(r, "outcome").len() == 2
+    })
+    .await;
+    let outcomes = of_type(&record, "outcome");
+    assert_eq!(outcomes[0]["policy"]["status"], "allowed");
+    assert_eq!(outcomes[0]["decision_axes"]["matched_rule"], "greet-only");
+    assert_eq!(
+        outcomes[0]["decision_axes"]["arguments"],
+        r#"{"message":"hello"}"#
+    );
+    assert_eq!(outcomes[1]["policy"]["status"], "denied");
+    assert_eq!(outcomes[1]["execution"]["status"], "host_denied");
+    drop(client);
+    serving.abort();
+}

@@ -91,11 +91,17 @@ impl HostGate {
         self.health.clone()
     }
 
-    fn request<'a>(&'a self, frame: &'a [u8], tool: &'a str) -> CallRequest<'a> {
+    fn request<'a>(
+        &'a self,
+        frame: &'a [u8],
+        tool: &'a str,
+        arguments: Option<&'a str>,
+    ) -> CallRequest<'a> {
         CallRequest {
             // The digest is over the tools/call message exactly as the client sent it.
             frame: Some(frame),
             role: self.role.as_deref(),
+            arguments,
             ..CallRequest::new(tool, b"")
         }
     }
@@ -110,7 +116,8 @@ impl Gate for HostGate {
     type Pending = Pending;
 
     fn open(&self, call: &ToolCall<'_>) -> Result<Pending, Refusal> {
-        let request = self.request(call.frame, call.name);
+        let arguments = canonical_arguments(call.arguments);
+        let request = self.request(call.frame, call.name, Some(&arguments));
         let mut owned = match self.pipeline.begin_owned(&request) {
             Ok(c) => c,
             Err(e) => {
@@ -185,7 +192,7 @@ impl Gate for HostGate {
     fn refused(&self, call: &RefusedCall<'_>) -> Option<String> {
         // The relay refused before the stations: an intent, then an outcome whose
         // stations say "not reached" and whose execution names the relay's reason.
-        let request = self.request(call.frame, call.name.unwrap_or("(unreadable)"));
+        let request = self.request(call.frame, call.name.unwrap_or("(unreadable)"), None);
         let owned = match self.pipeline.begin_owned(&request) {
             Ok(c) => c,
             Err(e) => {
@@ -249,5 +256,23 @@ fn ending_of(end: CallEnd<'_>) -> (Ending, Option<Vec<u8>>) {
             Ending::Cancelled("not sent: another call in its batch was refused".into()),
             None,
         ),
+    }
+}
+
+/// A call's `params.arguments` as the policy is given them: RFC 8785 canonical JSON,
+/// `{}` when absent (MCP's meaning of no arguments). Text the relay accepted but no
+/// canonical form exists for stays as sent; an evaluator that cannot read it treats
+/// the arguments as unknown.
+fn canonical_arguments(text: Option<&str>) -> String {
+    let Some(text) = text else {
+        return "{}".to_owned();
+    };
+    match crate::json::parse(text.as_bytes()) {
+        Ok(node) => {
+            let mut out = String::with_capacity(text.len());
+            crate::json::write_canonical(node, &mut out);
+            out
+        }
+        Err(_) => text.to_owned(),
     }
 }

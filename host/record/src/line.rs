@@ -702,6 +702,10 @@ pub struct DecisionAxes {
     pub fs: Option<FsAxis>,
     /// The grant's single host and port, when it has exactly one.
     pub net: Option<NetAxis>,
+    /// The call's argument values the deciding rule compared, as the RFC 8785
+    /// canonical JSON text of one object (a string, because arguments may hold values
+    /// the record's own value space does not: negative numbers, fractions, `null`).
+    pub arguments: Option<String>,
 }
 
 impl DecisionAxes {
@@ -712,6 +716,7 @@ impl DecisionAxes {
         o.insert_opt("session", self.session.as_deref().map(text_value));
         o.insert_opt("matched_rule", self.matched_rule.as_deref().map(text_value));
         o.insert_opt("approval_ref", self.approval_ref.as_deref().map(text_value));
+        o.insert_opt("arguments", self.arguments.as_deref().map(text_value));
         if let Some(fs) = &self.fs {
             let mut f = Object::new();
             f.insert("path_raw", text_value(&fs.path_raw));
@@ -761,6 +766,7 @@ impl DecisionAxes {
             approval_ref: f.opt_string("approval_ref")?,
             fs,
             net,
+            arguments: f.opt_string("arguments")?,
         })
     }
 }

@@ -156,6 +156,7 @@ fn write(f: &Fields) -> Vec<u8> {
             path_canonical: path_canonical.unwrap_or_default(),
         }),
         net: host.map(|host| NetAxis { host, port: 443 }),
+        arguments: None,
     };
     let granted = OutcomeLine {
         call_id: f.call_id.clone(),

@@ -71,7 +71,7 @@ use aegis_record::{
 };
 use aegis_station_api::abi_stable::std_types::{RArc, ROption, RSlice, RSliceMut, RStr, RString};
 use aegis_station_api::{
-    DecisionTable, IndexedDecision, PolicyEvaluatorBox, PolicyRequest, Verdict,
+    CallAnswer, DecisionTable, IndexedDecision, PolicyEvaluatorBox, PolicyRequest, Verdict,
 };
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -115,6 +115,11 @@ pub struct CallRequest<'a> {
     pub role: Option<&'a str>,
     /// The policy session scope.
     pub session: Option<&'a str>,
+    /// The call's arguments object as RFC 8785 canonical JSON, for policy rules over
+    /// arguments; `None` when the caller has none to state (not the same as `{}`).
+    /// Evaluators decide rules over unknown arguments the way that cannot widen
+    /// authority.
+    pub arguments: Option<&'a str>,
     /// Stops the tool from another thread (an operator's Ctrl-C, a client's
     /// `notifications/cancelled`). A cancelled wasm call ends recorded as a trap,
     /// `cancelled: <why>`; one cancelled before it starts runs no guest code. Host
@@ -134,6 +139,7 @@ impl<'a> CallRequest<'a> {
             capability: None,
             role: None,
             session: None,
+            arguments: None,
             cancel: None,
         }
     }
@@ -461,7 +467,7 @@ impl Pipeline {
                 &as_named
             }
         };
-        let answer = match ask_policy(&self.policy, call, axes) {
+        let mut answer = match ask_policy(&self.policy, call, axes) {
             Ok(answer) => answer,
             Err(why) => {
                 let reason = format!("the policy station failed, so the call is refused: {why}");
@@ -471,6 +477,7 @@ impl Pipeline {
         };
         // The one string an allow builds: the record owns its matched rule.
         d.matched_rule = answer.matched_rule().map(str::to_owned);
+        d.arguments_read = answer.arguments_read.take();
         // A refusal names the grant axis it was about; a name the caller made up is
         // already on the record as decision_axes.capability and is not repeated. An
         // allow records no reason, so none is built for it.
@@ -676,6 +683,7 @@ struct Stated {
     capability: Option<String>,
     role: Option<String>,
     session: Option<String>,
+    arguments: Option<String>,
 }
 
 impl Stated {
@@ -688,6 +696,7 @@ impl Stated {
             capability: request.capability.map(str::to_owned),
             role: request.role.map(str::to_owned),
             session: request.session.map(str::to_owned),
+            arguments: request.arguments.map(str::to_owned),
         }
     }
 }
@@ -699,6 +708,8 @@ impl Stated {
 struct Decisions {
     policy: Option<PolicyOutcome>,
     matched_rule: Option<String>,
+    /// The argument values the deciding rule compared (canonical JSON text).
+    arguments_read: Option<String>,
     capability: Option<CapabilityOutcome>,
     grant_id: Option<String>,
     fs: Option<FsAxis>,
@@ -800,6 +811,7 @@ fn outcome_line(stated: Stated, d: Decisions, ended: Ended) -> OutcomeLine {
             matched_rule: d.matched_rule,
             fs: d.fs,
             net: d.net,
+            arguments: d.arguments_read,
             ..DecisionAxes::default()
         },
     }
@@ -1029,6 +1041,9 @@ struct PolicyAnswer<'a> {
     axis: &'a str,
     /// The narrowest of every answer's limits.
     narrowing: NarrowingLimits,
+    /// The argument values the deciding rule compared, as canonical JSON text; `None`
+    /// when it compared none.
+    arguments_read: Option<String>,
 }
 
 impl PolicyAnswer<'_> {
@@ -1046,8 +1061,9 @@ impl PolicyAnswer<'_> {
 /// The most axes a call is asked about: one slot each, on the stack.
 const MAX_AXES: usize = Capability::ALL.len();
 
-/// Asks `policy` about each of `axes` (in order) for the call as stated, as one call
-/// through [`PolicyEvaluator::evaluate_axes_indexed`](aegis_station_api::PolicyEvaluator):
+/// Asks `policy` about each of `axes` (in order) for the call as stated, with its
+/// arguments, as one call through
+/// [`PolicyEvaluator::evaluate_call`](aegis_station_api::PolicyEvaluator):
 /// the plugin counts the call once and names its rule and reason by position in a table
 /// it shares, so the ask allocates nothing here.
 ///
@@ -1077,10 +1093,27 @@ fn ask_policy<'a>(
             axes.len()
         ));
     };
-    let answer = policy
-        .evaluate_axes_indexed(&ask, RSlice::from(axes), RSliceMut::from(out))
+    let arguments = call.arguments.as_deref().unwrap_or("");
+    let CallAnswer {
+        answer,
+        arguments_read,
+        arguments_needed: _,
+    } = policy
+        .evaluate_call(
+            &ask,
+            arguments.into(),
+            RSlice::from(axes),
+            RSliceMut::from(out),
+        )
         .into_result()
         .map_err(|e| e.to_string())?;
+    // What the record holds must be one JSON object: anything else is a station fault.
+    let arguments_read = match arguments_read.as_str() {
+        "" => None,
+        text => Some(canonical_object(text).ok_or_else(|| {
+            "it reported the arguments it read as something other than one JSON object".to_owned()
+        })?),
+    };
     let shape = || {
         format!(
             "it answered {} decisions for {} axes asked",
@@ -1123,7 +1156,17 @@ fn ask_policy<'a>(
         approval_id: answer.approval_id,
         axis: axes[decided].as_str(),
         narrowing,
+        arguments_read,
     })
+}
+
+/// `text` as RFC 8785 canonical JSON, if it is one JSON object.
+fn canonical_object(text: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    if !value.is_object() {
+        return None;
+    }
+    serde_json_canonicalizer::to_string(&value).ok()
 }
 
 /// The names the policy is asked about for a grant carrying `axes` (a subset of
@@ -1247,6 +1290,7 @@ mod tests {
             capability: None,
             role: None,
             session: None,
+            arguments: None,
         };
         let axes: Vec<RStr<'static>> = axes.iter().map(|a| RStr::from(*a)).collect();
         let a = ask_policy(&policy, &call, &axes)?;

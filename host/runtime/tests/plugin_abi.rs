@@ -475,6 +475,64 @@ fn host_with(policy: Plugin, config: &str, dir: &std::path::Path) -> aegis_runti
     builder.open().unwrap()
 }
 
+/// The call's arguments cross the boundary: the YAML station loaded from its cdylib
+/// decides a rule over a path argument through `evaluate_call`, normalising the path,
+/// reports the value it compared, and refuses when the arguments are not given.
+#[test]
+fn a_loaded_policy_plugin_decides_on_arguments() {
+    use aegis_station_api::IndexedDecision;
+    use aegis_station_api::abi_stable::std_types::RSliceMut;
+
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "version: 1\ndefault: deny\nrules:\n  - id: data-only\n    action: allow\n    \
+         tool: notes\n    arguments:\n      path: { under: /data }\n",
+    )
+    .unwrap();
+    let config = format!("path = {:?}", policy.display().to_string());
+    let plugin = Plugin::load(&cdylib("aegis-policy-yaml-plugin"), None).unwrap();
+    let evaluator = plugin.policy_evaluator(&config).unwrap();
+    let axes = [RStr::from("fs.read")];
+    let ask = |arguments: &str| {
+        let mut slot = [IndexedDecision::default(); 1];
+        let a = evaluator
+            .evaluate_call(
+                &request("notes"),
+                RStr::from(arguments),
+                RSlice::from_slice(&axes),
+                RSliceMut::from(&mut slot[..]),
+            )
+            .into_result()
+            .unwrap();
+        (
+            slot[0].verdict,
+            a.answer.table.rule(slot[0].rule).map(str::to_owned),
+            a.arguments_read.to_string(),
+            a.arguments_needed,
+        )
+    };
+    assert_eq!(
+        ask(r#"{"path":"/data/./a"}"#),
+        (
+            PolicyVerdict::ALLOW,
+            Some("data-only".into()),
+            r#"{"path":"/data/a"}"#.into(),
+            false
+        )
+    );
+    assert_eq!(
+        ask(r#"{"path":"/data/../etc/passwd"}"#),
+        (PolicyVerdict::DENY, None, String::new(), false)
+    );
+    let (verdict, rule, _, needed) = ask("");
+    assert_eq!(
+        (verdict, rule.as_deref(), needed),
+        (PolicyVerdict::DENY, Some("data-only"), true)
+    );
+}
+
 /// What happens to an older policy plugin. The YAML station built against the station
 /// API as it was before `evaluate_axes_indexed` (tests/plugin-abi/previous-api) is
 /// refused at load: abi_stable 0.11's layout check refuses a library whose trait vtable
@@ -499,7 +557,7 @@ fn a_policy_plugin_built_before_indexed_answers_is_refused_and_the_current_build
     };
     assert!(!older.contains('\n'), "{older}");
     assert!(
-        older.ends_with("first difference: VTable: too many fields (expected 6, found 5)"),
+        older.ends_with("first difference: VTable: too many fields (expected 7, found 5)"),
         "{older}"
     );
     let current = Plugin::load(&cdylib("aegis-policy-yaml-plugin"), None).unwrap();

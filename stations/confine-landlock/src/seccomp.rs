@@ -352,34 +352,62 @@ pub fn build(plan: FilterPlan) -> Result<Filter, FilterError> {
         ARCH,
     )?;
     let mut program: BpfProgram = filter.try_into()?;
-    refuse_x32(&mut program);
     // clone3 takes its flags in memory the filter cannot read: ENOSYS, so a C library
-    // falls back to clone, whose flags the first program checks.
-    let mut clone3: BpfProgram = SeccompFilter::new(
-        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        ARCH,
-    )?
-    .try_into()?;
-    refuse_x32(&mut clone3);
+    // falls back to clone, whose flags the program checks. Checked first, in the same
+    // program: each program attached is one more seccomp(2) and one more filter every
+    // later syscall runs through.
+    splice_after_arch_check(&mut program, clone3_enosys());
+    refuse_x32(&mut program);
     denied.push("clone3 (ENOSYS)");
     Ok(Filter {
-        programs: vec![program, clone3],
+        programs: vec![program],
         denied,
     })
 }
 
-/// After seccompiler's architecture check (load arch; equal: skip; else kill), kill any
-/// syscall number with the x32 bit set.
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JMP_JEQ_K: u16 = 0x15;
+const BPF_RET_K: u16 = 0x06;
+
+/// Load the syscall number (seccomp_data.nr, offset 0); if it is clone3, ENOSYS.
+fn clone3_enosys() -> [sock_filter; 3] {
+    [
+        sock_filter {
+            code: BPF_LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        sock_filter {
+            code: BPF_JMP_JEQ_K,
+            jt: 0,
+            jf: 1,
+            // Syscall numbers are small and positive.
+            k: libc::SYS_clone3 as u32,
+        },
+        sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        },
+    ]
+}
+
+/// Inserts `check` right after seccompiler's three-instruction architecture check
+/// (load arch; equal: skip; else kill), whose jumps stay inside it: everything after
+/// is reached by falling through to index 3, so code put there runs first.
+fn splice_after_arch_check<const N: usize>(program: &mut BpfProgram, check: [sock_filter; N]) {
+    let at = 3.min(program.len());
+    program.splice(at..at, check);
+}
+
+/// After the architecture check, kill any syscall number with the x32 bit set.
 #[cfg(target_arch = "x86_64")]
 fn refuse_x32(program: &mut BpfProgram) {
-    const BPF_LD_W_ABS: u16 = 0x20;
     const BPF_JMP_JGE_K: u16 = 0x35;
-    const BPF_RET_K: u16 = 0x06;
     const X32_SYSCALL_BIT: u32 = 0x4000_0000;
     let check = [
-        // seccomp_data.nr is at offset 0.
         sock_filter {
             code: BPF_LD_W_ABS,
             jt: 0,
@@ -399,10 +427,7 @@ fn refuse_x32(program: &mut BpfProgram) {
             k: libc::SECCOMP_RET_KILL_PROCESS,
         },
     ];
-    // seccompiler's program opens with its three-instruction architecture check, whose
-    // jumps stay inside it; everything after is reached by falling through to index 3.
-    let at = 3.min(program.len());
-    program.splice(at..at, check);
+    splice_after_arch_check(program, check);
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -413,7 +438,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_program_opens_with_the_arch_check_then_the_x32_kill() {
+    fn the_program_opens_with_the_arch_check_the_x32_kill_then_clone3() {
         let f = build(FilterPlan {
             net: false,
             landlock_restricts_unix: false,
@@ -430,7 +455,15 @@ mod tests {
                 assert_eq!(program[4].k, 0x4000_0000);
                 assert_eq!(program[5].k, libc::SECCOMP_RET_KILL_PROCESS);
             }
+            let c = if cfg!(target_arch = "x86_64") { 6 } else { 3 };
+            assert_eq!((program[c].code, program[c].k), (0x20, 0));
+            assert_eq!(program[c + 1].k, libc::SYS_clone3 as u32);
+            assert_eq!(
+                program[c + 2].k,
+                libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
+            );
         }
+        assert_eq!(f.programs.len(), 1);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The YAML policy station: rules over tool id, capability and role.
+//! The YAML policy station: rules over tool id, capability, role and call arguments.
 //!
 //! A policy file is parsed once into an immutable [`PolicySet`] held behind an
 //! `ArcSwap`: evaluation never parses, and [`PolicyEngine::reload`] swaps the whole set
@@ -19,18 +19,20 @@
 //!   channel for load diagnostics.
 //!
 //! # Non-guarantees
-//! - Rules never look at call arguments; they match tool identity, capability and role.
+//! - Rules over arguments compare what the client sent, lexically; see [`arguments`].
 //! - The role is asserted by the caller and not authenticated here; see [`set`].
 //! - Rate-limit state lives in the process: a restart refills every bucket.
 
+pub mod arguments;
 pub mod set;
 
 use aegis_station_api::abi_stable::std_types::{ROption, RStr, RString};
 use aegis_station_api::{
-    ErrorKind, IndexedAnswer, IndexedDecision, Limits, PluginError, Policy, PolicyDecision,
-    PolicyRequest, Verdict,
+    CallAnswer, ErrorKind, IndexedAnswer, IndexedDecision, Limits, PluginError, Policy,
+    PolicyDecision, PolicyRequest, Verdict,
 };
 use arc_swap::ArcSwap;
+use arguments::{CallArguments, Fit};
 use set::{Action, Rate};
 pub use set::{PolicyError, PolicySet, PolicyWarning, Rule};
 use std::collections::HashMap;
@@ -143,7 +145,8 @@ impl PolicyEngine {
     /// Decides one call that names `capability` (asked alone).
     pub fn decide(&self, tool: &str, capability: &str, role: &str) -> PolicyDecision {
         let set = self.set.load();
-        let d = self.decide_in(&set, tool, capability, role, &mut Vec::new());
+        let mut call = CallState::new(CallArguments::Unknown);
+        let d = self.decide_in(&set, tool, capability, role, &mut call);
         owned(&set, d)
     }
 
@@ -163,10 +166,10 @@ impl PolicyEngine {
         role: &str,
     ) -> Vec<PolicyDecision> {
         let set = self.set.load();
-        let mut counted = Vec::new();
+        let mut call = CallState::new(CallArguments::Unknown);
         let mut answers = Vec::with_capacity(axes.len());
         for axis in axes {
-            let d = self.decide_in(&set, tool, axis, role, &mut counted);
+            let d = self.decide_in(&set, tool, axis, role, &mut call);
             let allowed = d.verdict == Verdict::ALLOW;
             answers.push(owned(&set, d));
             if !allowed {
@@ -193,6 +196,25 @@ impl PolicyEngine {
         role: &str,
         out: &mut [IndexedDecision],
     ) -> Result<IndexedAnswer, PluginError> {
+        self.decide_call(tool, axes, role, None, out)
+            .map(|answer| answer.answer)
+    }
+
+    /// [`PolicyEngine::decide_axes_indexed`] with the call's arguments (canonical JSON
+    /// of its arguments object; `None` when not given), for rules over them
+    /// ([`arguments`]). The answer also names the argument values the deciding rule
+    /// compared, and whether it needed arguments it was not given.
+    ///
+    /// # Errors
+    /// More axes than `out` has slots.
+    pub fn decide_call<'a>(
+        &self,
+        tool: &str,
+        axes: impl ExactSizeIterator<Item = &'a str>,
+        role: &str,
+        arguments: Option<&str>,
+        out: &mut [IndexedDecision],
+    ) -> Result<CallAnswer, PluginError> {
         if axes.len() > out.len() {
             return Err(PluginError::new(
                 ErrorKind::OTHER,
@@ -204,11 +226,16 @@ impl PolicyEngine {
             ));
         }
         let set = self.set.load();
-        let mut counted = Vec::new();
+        // Arguments are parsed once per call, and only for a set with rules over them.
+        let args = match set.reads_arguments() {
+            true => CallArguments::parse(arguments),
+            false => CallArguments::Unknown,
+        };
+        let mut call = CallState::new(args);
         let mut answered = 0u32;
         let mut approval_id = ROption::RNone;
         for (axis, slot) in axes.zip(out.iter_mut()) {
-            let d = self.decide_in(&set, tool, axis, role, &mut counted);
+            let d = self.decide_in(&set, tool, axis, role, &mut call);
             answered += 1;
             *slot = IndexedDecision {
                 verdict: d.verdict,
@@ -223,34 +250,53 @@ impl PolicyEngine {
                 break;
             }
         }
-        Ok(IndexedAnswer {
+        let answer = IndexedAnswer {
             table: set.decision_table().clone(),
             answered,
             approval_id,
+        };
+        let arguments_read = match call.read {
+            Some(read) if !read.is_empty() => serde_json::Value::Object(read).to_string().into(),
+            _ => RString::new(),
+        };
+        Ok(CallAnswer {
+            answer,
+            arguments_read,
+            arguments_needed: call.needed,
         })
     }
 
-    /// Decides one ask against `set`. `counted` holds each rate_limit rule already
-    /// charged for this call (by position in the set), with whether it had a token:
-    /// such a rule is not charged again.
+    /// Decides one ask against `set`, keeping in `call` what spans the call's axes.
     fn decide_in(
         &self,
         set: &PolicySet,
         tool: &str,
         capability: &str,
         role: &str,
-        counted: &mut Vec<(u32, bool)>,
+        call: &mut CallState,
     ) -> Decided {
-        let Some(at) = set.select_position(tool, capability, role) else {
+        let Some(selected) = set.select_call(tool, capability, role, &call.args) else {
             let (verdict, reason) = match set.default {
                 Action::Deny => (Verdict::DENY, set::reason::DEFAULT_DENY),
                 _ => (Verdict::ALLOW, set::reason::DEFAULT_ALLOW),
             };
             return Decided::new(verdict, None, reason);
         };
+        let at = selected.position;
         let rule = &set.rules()[at as usize];
+        if selected.fit == Fit::Unknown && matches!(call.args, CallArguments::Unknown) {
+            call.needed = true;
+        }
+        if !rule.arguments.is_empty() {
+            call.read = Some(selected.read);
+        }
+        if selected.fit == Fit::Unknown && rule.can_allow() {
+            // Allowing on what could not be compared would widen authority.
+            return Decided::new(Verdict::DENY, Some(at), set::reason::ARGUMENTS_UNKNOWN);
+        }
         // Every selected position is a rule's, so it has reasons.
         let reason = |over_limit| set.reason_position(at, over_limit).unwrap_or(u32::MAX);
+        let counted = &mut call.counted;
         match rule.action {
             Action::Allow => Decided::new(Verdict::ALLOW, Some(at), reason(false)),
             Action::Deny => Decided::new(Verdict::DENY, Some(at), reason(false)),
@@ -288,6 +334,30 @@ impl PolicyEngine {
             *bucket = Bucket::new(rate, now); // the rule changed on reload
         }
         bucket.take(now)
+    }
+}
+
+/// What one call's asks share across its axes.
+struct CallState {
+    /// The call's arguments, parsed once.
+    args: CallArguments,
+    /// Each rate_limit rule already charged for this call (by position in the set),
+    /// with whether it had a token: such a rule is not charged again.
+    counted: Vec<(u32, bool)>,
+    /// The argument values the last deciding rule with matchers compared.
+    read: Option<serde_json::Map<String, serde_json::Value>>,
+    /// A decision turned on arguments that were not given.
+    needed: bool,
+}
+
+impl CallState {
+    fn new(args: CallArguments) -> CallState {
+        CallState {
+            args,
+            counted: Vec::new(),
+            read: None,
+            needed: false,
+        }
     }
 }
 
@@ -384,6 +454,22 @@ impl Policy for PolicyEngine {
             request.tool_id.as_str(),
             axes.iter().map(RStr::as_str),
             request.role.as_str(),
+            out,
+        )
+    }
+
+    fn evaluate_call(
+        &self,
+        request: &PolicyRequest<'_>,
+        arguments: Option<&str>,
+        axes: &[RStr<'_>],
+        out: &mut [IndexedDecision],
+    ) -> Result<CallAnswer, PluginError> {
+        self.decide_call(
+            request.tool_id.as_str(),
+            axes.iter().map(RStr::as_str),
+            request.role.as_str(),
+            arguments,
             out,
         )
     }

@@ -33,6 +33,7 @@
 //!   first that matches: a call that many tool-less rules fail to match still costs
 //!   what scanning them costs.
 
+use crate::arguments::{self, ArgumentMatcher, CallArguments, Fit, Matcher};
 use aegis_record::PolicySetHash;
 use aegis_record::json::{Object, Value, quote};
 use aegis_station_api::abi_stable::std_types::{RArc, RString, RVec};
@@ -104,20 +105,31 @@ pub struct Rule {
     pub rate: Option<Rate>,
     /// Ceilings; each only narrows a grant.
     pub limits: NarrowingLimits,
+    /// Matchers over the call's arguments, sorted by name; all must hold.
+    pub arguments: Vec<ArgumentMatcher>,
     /// The line the rule starts on, for messages.
     pub line: usize,
 }
 
 impl Rule {
+    /// Each named axis and each argument matcher counts one.
     fn specificity(&self) -> usize {
         [&self.tool, &self.capability, &self.role]
             .iter()
             .filter(|a| a.is_some())
             .count()
+            + self.arguments.len()
     }
 
-    fn matches(&self, tool: &str, capability: &str, role: &str) -> bool {
-        axis_matches(&self.tool, tool) && self.matches_beyond_tool(capability, role)
+    /// Whether the rule can allow a call (so an unknown argument must not select it).
+    pub fn can_allow(&self) -> bool {
+        matches!(self.action, Action::Allow | Action::RateLimit)
+    }
+
+    fn matches(&self, tool: &str, capability: &str, role: &str, args: &CallArguments) -> bool {
+        axis_matches(&self.tool, tool)
+            && self.matches_beyond_tool(capability, role)
+            && arguments::fit(&self.arguments, args, &mut serde_json::Map::new()) != Fit::NoMatch
     }
 
     /// [`Rule::matches`] for a rule whose tool axis is already known to match.
@@ -144,6 +156,8 @@ pub struct PolicySet {
     index: RuleIndex,
     /// The rule ids and reasons decisions name, built once at load.
     names: Names,
+    /// Some rule has argument matchers.
+    reads_arguments: bool,
     hash: PolicySetHash,
     warnings: Vec<PolicyWarning>,
 }
@@ -154,14 +168,18 @@ pub(crate) mod reason {
     pub const DEFAULT_DENY: u32 = 0;
     /// No rule matched and the default is allow.
     pub const DEFAULT_ALLOW: u32 = 1;
+    /// A rule that can allow needed arguments it could not compare.
+    pub const ARGUMENTS_UNKNOWN: u32 = 6;
     /// The fixed texts, in position order.
-    pub(super) const FIXED: [&str; 6] = [
+    pub(super) const FIXED: [&str; 7] = [
         "no rule matched; the policy's default is deny",
         "no rule matched; the policy's default is allow",
         "allowed by rule",
         "denied by rule",
         "needs a human's approval",
         "within its rate limit",
+        "refused: the rule that would decide compares arguments that are missing, \
+         relative or of another type",
     ];
 }
 
@@ -565,11 +583,13 @@ impl PolicySet {
         let warnings = rules.iter().filter_map(|r| role_warning(file, r)).collect();
         let index = RuleIndex::build(&rules);
         let names = Names::build(&rules);
+        let reads_arguments = rules.iter().any(|r| !r.arguments.is_empty());
         Ok(PolicySet {
             default,
             rules,
             index,
             names,
+            reads_arguments,
             hash,
             warnings,
         })
@@ -590,7 +610,8 @@ impl PolicySet {
         &self.rules
     }
 
-    /// The rule that decides a call, or `None` for the set's default.
+    /// The rule that decides a call whose arguments are not given, or `None` for the
+    /// set's default.
     ///
     /// Looks only at the rules the tool index gives for `tool`, in precedence order, and
     /// stops at the first that matches (see `RuleIndex`); the answer is the one
@@ -602,12 +623,52 @@ impl PolicySet {
 
     /// [`PolicySet::select`], answering the rule's position in [`PolicySet::rules`].
     pub fn select_position(&self, tool: &str, capability: &str, role: &str) -> Option<u32> {
-        self.index
-            .candidates(tool)
-            .iter()
-            .copied()
+        self.select_call(tool, capability, role, &CallArguments::Unknown)
+            .map(|s| s.position)
+    }
+
+    /// Whether any rule reads arguments (when none does, a call's are never parsed).
+    pub fn reads_arguments(&self) -> bool {
+        self.reads_arguments
+    }
+
+    /// The rule that decides a call with `args`, and how its argument matchers fit: the
+    /// first candidate in precedence order whose axes match and whose arguments do not
+    /// plainly miss. An [`Fit::Unknown`] selects the rule too; the caller refuses the
+    /// call when that rule can allow.
+    pub fn select_call(
+        &self,
+        tool: &str,
+        capability: &str,
+        role: &str,
+        args: &CallArguments,
+    ) -> Option<Selected> {
+        for &i in self.index.candidates(tool) {
+            let rule = &self.rules[i as usize];
             // Every candidate names `tool` or no tool (`RuleIndex::candidates`).
-            .find(|&i| self.rules[i as usize].matches_beyond_tool(capability, role))
+            if !rule.matches_beyond_tool(capability, role) {
+                continue;
+            }
+            if rule.arguments.is_empty() {
+                return Some(Selected {
+                    position: i,
+                    fit: Fit::Match,
+                    read: serde_json::Map::new(),
+                });
+            }
+            let mut read = serde_json::Map::new();
+            match arguments::fit(&rule.arguments, args, &mut read) {
+                Fit::NoMatch => continue,
+                fit => {
+                    return Some(Selected {
+                        position: i,
+                        fit,
+                        read,
+                    });
+                }
+            }
+        }
+        None
     }
 
     /// The rule ids and reasons this set's decisions name: rule ids in file order
@@ -628,8 +689,30 @@ impl PolicySet {
     /// [`PolicySet::select`] by scanning every rule in file order, without the index:
     /// the definition the index is tested against.
     pub fn select_linear(&self, tool: &str, capability: &str, role: &str) -> Option<&Rule> {
-        best_of(self.rules.iter(), tool, capability, role)
+        self.select_linear_call(tool, capability, role, &CallArguments::Unknown)
     }
+
+    /// [`PolicySet::select_call`]'s rule, by scanning every rule in file order.
+    pub fn select_linear_call(
+        &self,
+        tool: &str,
+        capability: &str,
+        role: &str,
+        args: &CallArguments,
+    ) -> Option<&Rule> {
+        best_of(self.rules.iter(), tool, capability, role, args)
+    }
+}
+
+/// The rule [`PolicySet::select_call`] chose.
+#[derive(Clone, Debug)]
+pub struct Selected {
+    /// Its position in [`PolicySet::rules`].
+    pub position: u32,
+    /// How its argument matchers fit ([`Fit::Match`] for a rule without any).
+    pub fit: Fit,
+    /// The argument values its matchers compared, as compared.
+    pub read: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Among `rules` (in file order), the one that decides the call: any matching deny
@@ -639,9 +722,10 @@ fn best_of<'r>(
     tool: &str,
     capability: &str,
     role: &str,
+    args: &CallArguments,
 ) -> Option<&'r Rule> {
     let mut best: Option<&Rule> = None;
-    for rule in rules.filter(|r| r.matches(tool, capability, role)) {
+    for rule in rules.filter(|r| r.matches(tool, capability, role, args)) {
         let better = match best {
             None => true,
             Some(b) => precedence(rule) > precedence(b),
@@ -737,6 +821,7 @@ fn parse_rule(ctx: &Ctx<'_>, node: &Node) -> Result<Rule, PolicyError> {
             "reason",
             "rate",
             "limits",
+            "arguments",
         ],
     )?;
     let id = match map.get_node("id") {
@@ -829,7 +914,12 @@ fn parse_rule(ctx: &Ctx<'_>, node: &Node) -> Result<Rule, PolicyError> {
             }
         }
     };
+    let arguments = match map.get_node("arguments") {
+        None => Vec::new(),
+        Some(n) => parse_arguments(ctx, n)?,
+    };
     Ok(Rule {
+        arguments,
         tool: axis(ctx, map.get_node("tool"), "tool")?,
         capability: axis(ctx, map.get_node("capability"), "capability")?,
         role: axis(ctx, map.get_node("role"), "role")?,
@@ -882,9 +972,122 @@ fn projection(default: Action, rules: &[Rule]) -> Object {
             if !l.is_empty() {
                 o.insert("limits", l);
             }
+            if !r.arguments.is_empty() {
+                let mut a = Object::new();
+                for m in &r.arguments {
+                    let mut q = Object::new();
+                    match &m.matcher {
+                        Matcher::Equals(v) => {
+                            q.insert("equals", v.as_str());
+                        }
+                        Matcher::Under(root) => {
+                            q.insert("under", root.as_str());
+                        }
+                        Matcher::Bounds { min, max } => {
+                            q.insert_opt("min", min.map(number_text));
+                            q.insert_opt("max", max.map(number_text));
+                        }
+                    }
+                    a.insert(m.name.as_str(), q);
+                }
+                o.insert("arguments", a);
+            }
             Value::Object(o)
         })
         .collect();
     set.insert("rules", Value::Array(rules));
     set
+}
+
+/// A bound as the hash sees it: the shortest text that reads back as the same `f64`.
+fn number_text(x: f64) -> String {
+    format!("{x:?}")
+}
+
+/// The `arguments:` block of a rule: a mapping of argument name (or JSON Pointer) to
+/// one matcher (`equals`, `under`, or `min`/`max`).
+fn parse_arguments(ctx: &Ctx<'_>, node: &Node) -> Result<Vec<ArgumentMatcher>, PolicyError> {
+    let map = node.as_mapping().ok_or_else(|| {
+        ctx.err(
+            line_of(node),
+            "arguments: expected a mapping of argument name to matcher",
+        )
+    })?;
+    if map.is_empty() {
+        return Err(ctx.err(
+            line_of(node),
+            "arguments: empty; omit it to match any arguments",
+        ));
+    }
+    let mut out = Vec::with_capacity(map.len());
+    for (key, value) in map.iter() {
+        let name = key.as_str();
+        let field = format!("arguments.{name}");
+        if name.is_empty() {
+            return Err(ctx.err(key_line(key), "arguments: an empty argument name"));
+        }
+        let m = value.as_mapping().ok_or_else(|| {
+            ctx.err(
+                line_of(value),
+                format!("{field}: expected `{{ equals: … }}`, `{{ under: … }}` or `{{ min: …, max: … }}`"),
+            )
+        })?;
+        only(ctx, m, &field, &["equals", "under", "min", "max"])?;
+        let number = |k: &str| -> Result<Option<f64>, PolicyError> {
+            m.get_node(k)
+                .map(|n| {
+                    let text = scalar(ctx, n, &format!("{field}.{k}"))?.as_str();
+                    text.parse::<f64>()
+                        .ok()
+                        .filter(|x| x.is_finite())
+                        .ok_or_else(|| {
+                            ctx.err(
+                                line_of(n),
+                                format!("{field}.{k}: expected a number, found {}", quote(text)),
+                            )
+                        })
+                })
+                .transpose()
+        };
+        let (equals, under) = (m.get_node("equals"), m.get_node("under"));
+        let (min, max) = (number("min")?, number("max")?);
+        let matcher = match (equals, under, min.is_some() || max.is_some()) {
+            (Some(e), None, false) => Matcher::Equals(string(ctx, e, &format!("{field}.equals"))?),
+            (None, Some(u), false) => {
+                let raw = string(ctx, u, &format!("{field}.under"))?;
+                let root = arguments::normalise(&raw)
+                    .filter(|_| raw.starts_with('/'))
+                    .ok_or_else(|| {
+                        ctx.err(
+                            line_of(u),
+                            format!(
+                                "{field}.under: expected an absolute path, found {}",
+                                quote(&raw)
+                            ),
+                        )
+                    })?;
+                Matcher::Under(root)
+            }
+            (None, None, true) => {
+                if let (Some(lo), Some(hi)) = (min, max)
+                    && lo > hi
+                {
+                    return Err(ctx.err(line_of(value), format!("{field}: min is above max")));
+                }
+                Matcher::Bounds { min, max }
+            }
+            _ => {
+                return Err(ctx.err(
+                    line_of(value),
+                    format!("{field}: expected exactly one of `equals`, `under`, or `min`/`max`"),
+                ));
+            }
+        };
+        out.push(ArgumentMatcher {
+            name: name.to_owned(),
+            matcher,
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
 }

@@ -68,6 +68,50 @@ proptest! {
     }
 }
 
+const ROOTS: [&str; 3] = ["", "/a", "/a/b"];
+const ARGUMENTS: [Option<&str>; 7] = [
+    None,
+    Some("{}"),
+    Some(r#"{"path":"/a/x"}"#),
+    Some(r#"{"path":"/a/b/x"}"#),
+    Some(r#"{"path":"/a/b/../../c"}"#),
+    Some(r#"{"path":"rel"}"#),
+    Some(r#"{"path":["/a/b","/c"]}"#),
+];
+
+proptest! {
+    /// With rules over a `path` argument mixed in (none, or `under` one of two nested
+    /// roots), the index still selects what the scan selects, for calls whose
+    /// arguments are unknown, absent, inside either root, escaping by `..`, relative,
+    /// or a list half inside.
+    #[test]
+    fn the_index_selects_what_the_linear_scan_selects_with_argument_rules(
+        rules in prop::collection::vec((0..4usize, [0..5usize, 0..5usize, 0..5usize], -1..2i64, 0..3usize), 0..16)
+    ) {
+        let mut y = String::from("version: 1\ndefault: deny\n");
+        y += if rules.is_empty() { "rules: []\n" } else { "rules:\n" };
+        for (i, (action, axes, priority, root)) in rules.iter().enumerate() {
+            y += &rule_yaml(i, *action, *axes, *priority);
+            if *root > 0 {
+                y += &format!("    arguments:\n      path: {{ under: {} }}\n", ROOTS[*root]);
+            }
+        }
+        let set = PolicySet::parse(&y, "prop.yaml").unwrap();
+        for tool in TOOLS.iter().chain(&["unnamed"]) {
+            for role in ROLES {
+                for arguments in ARGUMENTS {
+                    let args = aegis_policy_yaml::arguments::CallArguments::parse(arguments);
+                    let indexed = set
+                        .select_call(tool, "fs.read", role, &args)
+                        .map(|s| set.rules()[s.position as usize].id.clone());
+                    let linear = set.select_linear_call(tool, "fs.read", role, &args).map(|r| r.id.clone());
+                    prop_assert_eq!(indexed, linear, "tool {:?} role {:?} arguments {:?}", tool, role, arguments);
+                }
+            }
+        }
+    }
+}
+
 /// The axis lists the host asks about (a subset of `fs.read`, `fs.write`, `net.http` in
 /// that order, or one name), including ones past a refusal.
 const AXES: [&[&str]; 5] = [

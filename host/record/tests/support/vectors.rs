@@ -95,6 +95,7 @@ fn axes(rule: &str) -> DecisionAxes {
             path_canonical: "/srv/notes".into(),
         }),
         net: None,
+        arguments: None,
     }
 }
 
