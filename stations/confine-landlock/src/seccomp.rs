@@ -58,7 +58,7 @@ pub struct FilterPlan {
 /// The built filters and what they say.
 #[derive(Debug)]
 pub struct Filter {
-    /// The BPF programs, installed in order (`EPERM` rules, then `clone3` → `ENOSYS`).
+    /// The BPF programs, installed in order (today one: see [`build`]).
     pub programs: Vec<BpfProgram>,
     /// The names of the calls it refuses (some only for some arguments).
     pub denied: Vec<&'static str>,
@@ -106,8 +106,14 @@ const CLONE_NEW_FLAGS: [u64; 8] = [
 
 /// Errors building the filter (a bug here, never the program's fault).
 #[derive(Debug, thiserror::Error)]
-#[error("seccomp filter: {0}")]
-pub struct FilterError(#[from] seccompiler::BackendError);
+pub enum FilterError {
+    /// seccompiler refused the rules.
+    #[error("seccomp filter: {0}")]
+    Backend(#[from] seccompiler::BackendError),
+    /// A syscall number outside what a filter compares.
+    #[error("seccomp filter: syscall number {0} is out of range")]
+    Number(i64),
+}
 
 #[cfg(target_arch = "x86_64")]
 const ARCH: TargetArch = TargetArch::x86_64;
@@ -223,6 +229,18 @@ fn by_pid() -> Vec<(&'static str, i64, u8)> {
 /// # Errors
 /// Only if seccompiler refuses a rule written here (a bug).
 pub fn build(plan: FilterPlan) -> Result<Filter, FilterError> {
+    let (chain, numbers, mut denied) = compile(plan)?;
+    let program = assemble(chain, &numbers);
+    denied.push("clone3 (ENOSYS)");
+    Ok(Filter {
+        programs: vec![program],
+        denied,
+    })
+}
+
+/// seccompiler's program for `plan` (its architecture check, then the rule chain), the
+/// syscall numbers the chain names, and what it denies.
+fn compile(plan: FilterPlan) -> Result<(BpfProgram, Vec<u32>, Vec<&'static str>), FilterError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     let mut denied = Vec::new();
     for (name, nr) in always_denied() {
@@ -346,28 +364,105 @@ pub fn build(plan: FilterPlan) -> Result<Filter, FilterError> {
     }
 
     let filter = SeccompFilter::new(
-        rules,
+        rules.clone(),
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
         ARCH,
     )?;
-    let mut program: BpfProgram = filter.try_into()?;
-    // clone3 takes its flags in memory the filter cannot read: ENOSYS, so a C library
-    // falls back to clone, whose flags the program checks. Checked first, in the same
-    // program: each program attached is one more seccomp(2) and one more filter every
-    // later syscall runs through.
-    splice_after_arch_check(&mut program, clone3_enosys());
-    refuse_x32(&mut program);
-    denied.push("clone3 (ENOSYS)");
-    Ok(Filter {
-        programs: vec![program],
-        denied,
-    })
+    let numbers: Vec<u32> = rules
+        .keys()
+        .map(|&nr| u32::try_from(nr).map_err(|_| FilterError::Number(nr)))
+        .collect::<Result<_, _>>()?;
+    let chain: BpfProgram = filter.try_into()?;
+    Ok((chain, numbers, denied))
 }
 
 const BPF_LD_W_ABS: u16 = 0x20;
 const BPF_JMP_JEQ_K: u16 = 0x15;
 const BPF_RET_K: u16 = 0x06;
+
+/// The program attached: seccompiler's `chain` (its architecture check, then one
+/// comparison per syscall it names, in turn) with checks put after the architecture
+/// check, in this order: the x32 kill, `clone3` → ENOSYS, and a binary search over
+/// `numbers` (the syscalls the chain names) that allows every other syscall at once.
+///
+/// Why the search: attaching a filter makes the kernel run it for every syscall number
+/// to cache the ones it always allows, and a chain of ~100 comparisons made that cost
+/// ~0.5 ms per confined start (measured: ~2.8 µs per comparison). Searching first,
+/// an unnamed syscall is decided in about seven comparisons; a named one then walks
+/// the chain as before. One program, not two: each attach is one more seccomp(2).
+fn assemble(chain: BpfProgram, numbers: &[u32]) -> BpfProgram {
+    let at = 3.min(chain.len());
+    let mut sorted = numbers.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut program: BpfProgram = chain[..at].to_vec();
+    program.extend(x32_kill());
+    program.extend(clone3_enosys());
+    program.push(load_nr());
+    program.extend(search(&sorted));
+    program.extend_from_slice(&chain[at..]);
+    program
+}
+
+const BPF_JMP_JA: u16 = 0x05;
+const BPF_JMP_JGE_K: u16 = 0x35;
+/// Marks a jump to the chain while the search is emitted; resolved by [`search`].
+const TO_CHAIN: u32 = u32::MAX;
+
+fn load_nr() -> sock_filter {
+    // seccomp_data.nr is at offset 0.
+    sock_filter {
+        code: BPF_LD_W_ABS,
+        jt: 0,
+        jf: 0,
+        k: 0,
+    }
+}
+
+/// A binary search over sorted `numbers`, with the syscall number in A: a number in
+/// the list jumps to what follows the search (the chain), any other returns ALLOW.
+/// Conditional jumps only ever skip one instruction; the long jumps are `JA`, whose
+/// offset is 32 bits, so no size of list overflows a jump.
+fn search(numbers: &[u32]) -> Vec<sock_filter> {
+    fn node(numbers: &[u32], out: &mut Vec<sock_filter>) {
+        if numbers.len() <= 3 {
+            for &nr in numbers {
+                out.push(jump(BPF_JMP_JEQ_K, nr, 0, 1));
+                out.push(jump(BPF_JMP_JA, TO_CHAIN, 0, 0));
+            }
+            out.push(sock_filter {
+                code: BPF_RET_K,
+                jt: 0,
+                jf: 0,
+                k: libc::SECCOMP_RET_ALLOW,
+            });
+            return;
+        }
+        let (low, high) = numbers.split_at(numbers.len() / 2);
+        let mut left = Vec::new();
+        node(low, &mut left);
+        // A >= first of the upper half: over the lower half's code.
+        out.push(jump(BPF_JMP_JGE_K, high[0], 0, 1));
+        let skip = u32::try_from(left.len()).unwrap_or(u32::MAX);
+        out.push(jump(BPF_JMP_JA, skip, 0, 0));
+        out.extend(left);
+        node(high, out);
+    }
+    let mut out = Vec::new();
+    node(numbers, &mut out);
+    let len = out.len();
+    for (i, ins) in out.iter_mut().enumerate() {
+        if ins.code == BPF_JMP_JA && ins.k == TO_CHAIN {
+            ins.k = u32::try_from(len - i - 1).unwrap_or(u32::MAX);
+        }
+    }
+    out
+}
+
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
+    sock_filter { code, jt, jf, k }
+}
 
 /// Load the syscall number (seccomp_data.nr, offset 0); if it is clone3, ENOSYS.
 fn clone3_enosys() -> [sock_filter; 3] {
@@ -394,44 +489,26 @@ fn clone3_enosys() -> [sock_filter; 3] {
     ]
 }
 
-/// Inserts `check` right after seccompiler's three-instruction architecture check
-/// (load arch; equal: skip; else kill), whose jumps stay inside it: everything after
-/// is reached by falling through to index 3, so code put there runs first.
-fn splice_after_arch_check<const N: usize>(program: &mut BpfProgram, check: [sock_filter; N]) {
-    let at = 3.min(program.len());
-    program.splice(at..at, check);
-}
-
-/// After the architecture check, kill any syscall number with the x32 bit set.
+/// On x86_64, kill any syscall number with the x32 bit set (loads the number first).
 #[cfg(target_arch = "x86_64")]
-fn refuse_x32(program: &mut BpfProgram) {
-    const BPF_JMP_JGE_K: u16 = 0x35;
+fn x32_kill() -> Vec<sock_filter> {
     const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-    let check = [
-        sock_filter {
-            code: BPF_LD_W_ABS,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        sock_filter {
-            code: BPF_JMP_JGE_K,
-            jt: 0,
-            jf: 1,
-            k: X32_SYSCALL_BIT,
-        },
+    vec![
+        load_nr(),
+        jump(BPF_JMP_JGE_K, X32_SYSCALL_BIT, 0, 1),
         sock_filter {
             code: BPF_RET_K,
             jt: 0,
             jf: 0,
             k: libc::SECCOMP_RET_KILL_PROCESS,
         },
-    ];
-    splice_after_arch_check(program, check);
+    ]
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn refuse_x32(_: &mut BpfProgram) {}
+fn x32_kill() -> Vec<sock_filter> {
+    Vec::new()
+}
 
 #[cfg(test)]
 mod tests {
@@ -464,6 +541,117 @@ mod tests {
             );
         }
         assert_eq!(f.programs.len(), 1);
+    }
+
+    /// A classic BPF interpreter for what these programs use, returning the action.
+    fn run(program: &[sock_filter], data: &[u8; 64]) -> u32 {
+        run_counting(program, data).0
+    }
+
+    /// [`run`], also answering how many instructions ran.
+    fn run_counting(program: &[sock_filter], data: &[u8; 64]) -> (u32, usize) {
+        let (mut a, mut pc, mut steps) = (0u32, 0usize, 0usize);
+        loop {
+            steps += 1;
+            let i = &program[pc];
+            pc += 1;
+            match i.code {
+                0x20 => {
+                    let at = i.k as usize;
+                    a = u32::from_le_bytes(data[at..at + 4].try_into().unwrap());
+                }
+                0x54 => a &= i.k,           // ALU AND K
+                0x05 => pc += i.k as usize, // JA
+                0x15 | 0x25 | 0x35 | 0x45 => {
+                    let taken = match i.code {
+                        0x15 => a == i.k,
+                        0x25 => a > i.k,
+                        0x35 => a >= i.k,
+                        _ => a & i.k != 0,
+                    };
+                    pc += usize::from(if taken { i.jt } else { i.jf });
+                }
+                0x06 => return (i.k, steps),
+                other => panic!("instruction {other:#x} not interpreted"),
+            }
+        }
+    }
+
+    fn data(nr: u32, args: [u64; 6]) -> [u8; 64] {
+        let mut d = [0u8; 64];
+        d[..4].copy_from_slice(&nr.to_le_bytes());
+        #[cfg(target_arch = "x86_64")]
+        d[4..8].copy_from_slice(&0xC000_003Eu32.to_le_bytes()); // AUDIT_ARCH_X86_64
+        for (i, v) in args.iter().enumerate() {
+            d[16 + 8 * i..24 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
+        d
+    }
+
+    /// The search in front changes no decision: for every syscall number up to 1023
+    /// (and x32 ones), under argument values made of every constant either program
+    /// compares, the attached program answers what the plain chain (with the same
+    /// prelude) answers, for every plan. The search is also much shorter to walk for a
+    /// syscall the chain does not name, which is the point of it.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_search_decides_exactly_what_the_chain_decides() {
+        for net in [false, true] {
+            for unix in [false, true] {
+                let plan = FilterPlan {
+                    net,
+                    landlock_restricts_unix: unix,
+                };
+                let (chain, numbers, _) = compile(plan).unwrap();
+                let program = assemble(chain.clone(), &numbers);
+                let mut reference: BpfProgram = chain[..3].to_vec();
+                reference.extend(x32_kill());
+                reference.extend(clone3_enosys());
+                reference.extend_from_slice(&chain[3..]);
+                let mut constants: Vec<u64> = vec![0, 1, u64::MAX, 0xffff_ffff, 1 << 32];
+                for i in &chain {
+                    constants.extend([u64::from(i.k), u64::from(i.k) | (1 << 32)]);
+                }
+                constants.sort_unstable();
+                constants.dedup();
+                let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+                let mut next = || {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed
+                };
+                let nrs = (0..1024u32).chain([0x4000_0000, 0x4000_0001, 0x4000_0000 + 435]);
+                for nr in nrs {
+                    for round in 0..48 {
+                        let args: [u64; 6] = std::array::from_fn(|_| {
+                            let pick = next() as usize;
+                            if round == 0 {
+                                0
+                            } else {
+                                constants[pick % constants.len()]
+                            }
+                        });
+                        let d = data(nr, args);
+                        assert_eq!(
+                            run(&program, &d),
+                            run(&reference, &d),
+                            "net {net} unix {unix} nr {nr} args {args:x?}"
+                        );
+                    }
+                }
+                // An unnamed syscall (getpid, 39) is allowed within the prelude and the
+                // search: far fewer instructions than the chain's length.
+                let (action, steps) = run_counting(&program, &data(39, [0; 6]));
+                assert_eq!(action, libc::SECCOMP_RET_ALLOW);
+                assert!(!numbers.contains(&39));
+                assert!(
+                    steps < 30 && chain.len() > 200,
+                    "{steps} steps, chain {}",
+                    chain.len()
+                );
+            }
+        }
     }
 
     #[test]
