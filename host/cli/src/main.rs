@@ -375,7 +375,8 @@ fn man(command: Option<&str>) -> u8 {
         None => top,
         Some(name) => match top.find_subcommand(name) {
             // Built, a subcommand is displayed as `aegis-NAME`, the page's title.
-            Some(sub) => sub.clone(),
+            // A subcommand carries no version of its own; its page names aegis's.
+            Some(sub) => sub.clone().version(env!("CARGO_PKG_VERSION")),
             None => {
                 error(format_args!(
                     "no command {:?} (one of: {})",
@@ -409,9 +410,11 @@ fn open_host(
     no_wait: bool,
     interrupts: &interrupt::Interrupts,
 ) -> Result<aegis_runtime::Host, u8> {
-    waiting(builder, no_wait, interrupts)
+    let host = waiting(builder, no_wait, interrupts)
         .open()
-        .map_err(|e| open_failed(e, interrupts))
+        .map_err(|e| open_failed(e, interrupts))?;
+    detail(format_args!("aegis: record open; {}", host.notice()));
+    Ok(host)
 }
 
 /// `builder`, set to wait its turn on a busy record unless `no_wait` (see [`open_host`]):

@@ -666,6 +666,18 @@ fn completions_and_man_codes_are_documented_and_produced() {
     t.run(1, "no such command", aegis().args(["man", "nope"]));
     t.run(2, "output not written", aegis().arg("man").stdout(full()));
     t.done();
+
+    // A subcommand's page names the version, as the top page does.
+    let page = aegis().args(["man", "verify"]).output().unwrap();
+    let title = String::from_utf8_lossy(&page.stdout)
+        .lines()
+        .find(|l| l.starts_with(".TH"))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        title.contains(env!("CARGO_PKG_VERSION")),
+        "no version in {title:?}"
+    );
 }
 
 /// The commands that only group others document and give their usage error.
