@@ -33,6 +33,8 @@
 //!   a server that follows links.
 //! - Numbers are compared as `f64`: integers beyond 2^53 lose precision.
 
+pub use aegis_policy_arguments::Arguments as CallArguments;
+use aegis_policy_arguments::{is_under, normalise};
 use serde_json::{Map, Value};
 
 /// How one argument is compared.
@@ -72,70 +74,6 @@ pub enum Fit {
     NoMatch,
     /// Some matcher could not compare, and none failed outright.
     Unknown,
-}
-
-/// A call's arguments as the evaluator sees them.
-#[derive(Clone, Debug)]
-pub enum CallArguments {
-    /// The caller did not give them.
-    Unknown,
-    /// The call's arguments object.
-    Known(Map<String, Value>),
-}
-
-impl CallArguments {
-    /// Parses the canonical JSON the host passes; `None` is unknown. Text that is not
-    /// one JSON object is treated as unknown too, so a rule over it cannot allow.
-    pub fn parse(text: Option<&str>) -> CallArguments {
-        match text.map(serde_json::from_str::<Value>) {
-            Some(Ok(Value::Object(map))) => CallArguments::Known(map),
-            _ => CallArguments::Unknown,
-        }
-    }
-
-    /// The value named `name` (a key, or a JSON Pointer): `None` when it cannot be
-    /// known, `Some(None)` when the call has no such argument.
-    fn get(&self, name: &str) -> Option<Option<&Value>> {
-        let CallArguments::Known(map) = self else {
-            return None;
-        };
-        if !name.starts_with('/') {
-            return member(map, name);
-        }
-        let mut at: Option<&Value> = None;
-        for (i, token) in name.split('/').skip(1).enumerate() {
-            let token = token.replace("~1", "/").replace("~0", "~");
-            at = match (i, at) {
-                (0, _) => member(map, &token)?,
-                (_, Some(Value::Object(o))) => member(o, &token)?,
-                (_, Some(Value::Array(a))) => token.parse::<usize>().ok().and_then(|k| a.get(k)),
-                _ => None,
-            };
-            if at.is_none() {
-                break;
-            }
-        }
-        Some(at)
-    }
-}
-
-/// `map[key]`, or `None` (unknown) when another key folds to the same name: a server
-/// in Go matches JSON keys case-insensitively (`"PATH"` fills a `path` field), so a
-/// rule reading `path` cannot tell which one the server will read.
-fn member<'m>(map: &'m Map<String, Value>, key: &str) -> Option<Option<&'m Value>> {
-    let folded = fold(key);
-    if map.keys().any(|k| k != key && fold(k) == folded) {
-        return None;
-    }
-    Some(map.get(key))
-}
-
-/// Lowercase, with `ſ` read as `s` (the folding the relay's collision check uses).
-fn fold(s: &str) -> String {
-    s.chars()
-        .flat_map(char::to_lowercase)
-        .map(|c| if c == '\u{17f}' { 's' } else { c })
-        .collect()
 }
 
 /// Compares every matcher of a rule against `args`. Collects into `read` the value
@@ -220,104 +158,9 @@ fn yes(b: bool) -> Fit {
     if b { Fit::Match } else { Fit::NoMatch }
 }
 
-/// Whether normalised `path` is `root` or beneath it, component by component.
-fn is_under(path: &str, root: &str) -> bool {
-    root == "/"
-        || path == root
-        || (path.starts_with(root) && path.as_bytes().get(root.len()) == Some(&b'/'))
-}
-
-/// `raw` as an absolute path with `.`, `..` and repeated slashes resolved lexically;
-/// a `file://` URI is percent-decoded first. `None` when that cannot be done honestly:
-/// a relative path, `~`, a NUL, a URI with a host or an invalid escape.
-pub fn normalise(raw: &str) -> Option<String> {
-    let decoded;
-    let path = match raw.strip_prefix("file://") {
-        Some(rest) => {
-            let rest = rest.strip_prefix("localhost").unwrap_or(rest);
-            decoded = percent_decode(rest)?;
-            decoded.as_str()
-        }
-        None => raw,
-    };
-    if !path.starts_with('/') || path.contains('\0') {
-        return None;
-    }
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    let mut out = String::with_capacity(path.len());
-    for p in &parts {
-        out.push('/');
-        out.push_str(p);
-    }
-    if out.is_empty() {
-        out.push('/');
-    }
-    Some(out)
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn normalisation_resolves_dots_lexically_and_refuses_what_it_cannot_place() {
-        for (raw, want) in [
-            ("/data/x", Some("/data/x")),
-            ("/data/../etc/passwd", Some("/etc/passwd")),
-            ("/data/./../etc", Some("/etc")),
-            ("//data//x/", Some("/data/x")),
-            ("/../../etc", Some("/etc")),
-            ("/", Some("/")),
-            ("/data/..", Some("/")),
-            ("file:///data/%2e%2e/etc", Some("/etc")),
-            ("file://localhost/data/a%20b", Some("/data/a b")),
-            ("data/x", None),
-            ("../etc", None),
-            ("~/secrets", None),
-            ("", None),
-            ("/data/\0x", None),
-            ("file://host.example/data", None),
-            ("file:///data/%zz", None),
-            ("file:///data/%ff", None),
-        ] {
-            assert_eq!(normalise(raw).as_deref(), want, "{raw:?}");
-        }
-    }
-
-    #[test]
-    fn under_compares_whole_components() {
-        assert!(is_under("/data", "/data"));
-        assert!(is_under("/data/x", "/data"));
-        assert!(!is_under("/database", "/data"));
-        assert!(!is_under("/dat", "/data"));
-        assert!(is_under("/anything", "/"));
-    }
 
     fn args(json: &str) -> CallArguments {
         CallArguments::parse(Some(json))

@@ -1055,7 +1055,7 @@ fn parse_arguments(ctx: &Ctx<'_>, node: &Node) -> Result<Vec<ArgumentMatcher>, P
             (Some(e), None, false) => Matcher::Equals(string(ctx, e, &format!("{field}.equals"))?),
             (None, Some(u), false) => {
                 let raw = string(ctx, u, &format!("{field}.under"))?;
-                let root = arguments::normalise(&raw)
+                let root = aegis_policy_arguments::normalise(&raw)
                     .filter(|_| raw.starts_with('/'))
                     .ok_or_else(|| {
                         ctx.err(
