@@ -14,7 +14,10 @@
 //!   given, the value has another type than the matcher reads, or a path is not
 //!   absolute after decoding. A rule that can only refuse (deny, pending_approval)
 //!   applies on an unknown; a rule that can allow (allow, rate_limit) refuses the call
-//!   instead. An unknown never widens what a call may do.
+//!   instead; and no decision allows while any rule that applies to the call by tool,
+//!   capability and role has an unknown (it might have decided otherwise). An unknown
+//!   never widens what a call may do. (The Cedar station refuses on any policy that
+//!   fails to evaluate, which is the same rule.)
 //! - An argument that is absent from the call is a [`Fit::NoMatch`]: the rule is about
 //!   calls that pass it. A key that differs from the name only in case (or `ſ` for
 //!   `s`) makes it unknown, since a server may read that key for it.

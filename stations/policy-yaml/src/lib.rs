@@ -275,7 +275,21 @@ impl PolicyEngine {
         role: &str,
         call: &mut CallState,
     ) -> Decided {
-        let Some(selected) = set.select_call(tool, capability, role, &call.args) else {
+        let selected = set.select_call(tool, capability, role, &call.args);
+        let would_allow = match &selected {
+            None => set.default != Action::Deny,
+            Some(s) => s.fit == Fit::Match && set.rules()[s.position as usize].can_allow(),
+        };
+        // What would allow cannot stand while any rule that applies to the call reads an
+        // argument it cannot compare: that rule might have decided otherwise.
+        if would_allow
+            && set.reads_arguments()
+            && let Some(unknown) = set.first_unknown(tool, capability, role, &call.args)
+        {
+            call.needed |= matches!(call.args, CallArguments::Unknown);
+            return Decided::new(Verdict::DENY, Some(unknown), set::reason::ARGUMENTS_UNKNOWN);
+        }
+        let Some(selected) = selected else {
             let (verdict, reason) = match set.default {
                 Action::Deny => (Verdict::DENY, set::reason::DEFAULT_DENY),
                 _ => (Verdict::ALLOW, set::reason::DEFAULT_ALLOW),

@@ -686,6 +686,24 @@ impl PolicySet {
         Some(if over_limit { over } else { selected })
     }
 
+    /// The first rule (in precedence order) that applies to a call by tool, capability
+    /// and role and reads an argument `args` cannot give a comparable value for.
+    pub fn first_unknown(
+        &self,
+        tool: &str,
+        capability: &str,
+        role: &str,
+        args: &CallArguments,
+    ) -> Option<u32> {
+        self.index.candidates(tool).iter().copied().find(|&i| {
+            let rule = &self.rules[i as usize];
+            !rule.arguments.is_empty()
+                && rule.matches_beyond_tool(capability, role)
+                && arguments::fit(&rule.arguments, args, &mut serde_json::Map::new())
+                    == Fit::Unknown
+        })
+    }
+
     /// [`PolicySet::select`] by scanning every rule in file order, without the index:
     /// the definition the index is tested against.
     pub fn select_linear(&self, tool: &str, capability: &str, role: &str) -> Option<&Rule> {

@@ -322,3 +322,63 @@ rules:
     );
     assert_eq!(out[0].verdict, Verdict::ALLOW);
 }
+
+/// An allow that decides without reading arguments still cannot stand while another
+/// rule that applies to the call reads one it cannot compare: that rule might have
+/// refused. A deny stands regardless.
+#[test]
+fn no_allow_while_an_applicable_rule_cannot_compare() {
+    let set = PolicySet::parse(
+        r#"version: 1
+default: deny
+rules:
+  - id: writer-ok
+    action: allow
+    tool: write
+    role: ops
+  - id: small-writes
+    action: allow
+    tool: write
+    arguments:
+      size: { max: 10 }
+  - id: never-etc
+    action: deny
+    tool: write
+    arguments:
+      path: { under: /etc }
+"#,
+        "p.yaml",
+    )
+    .unwrap();
+    let e = PolicyEngine::new(set);
+    let ask = |role: &str, args: Option<&str>| {
+        let mut out = [IndexedDecision::default(); 1];
+        let a = e
+            .decide_call("write", [""].into_iter(), role, args, &mut out)
+            .unwrap();
+        (
+            out[0].verdict,
+            a.answer.table.rule(out[0].rule).map(str::to_owned),
+            a.arguments_needed,
+        )
+    };
+    // Known, comparable: the most specific allow decides.
+    assert_eq!(
+        ask("ops", Some(r#"{"size":50,"path":"/tmp/x"}"#)),
+        (Verdict::ALLOW, Some("writer-ok".into()), false)
+    );
+    // A size of another type: small-writes cannot compare, so writer-ok cannot allow.
+    assert_eq!(
+        ask("ops", Some(r#"{"size":"50","path":"/tmp/x"}"#)),
+        (Verdict::DENY, Some("small-writes".into()), false)
+    );
+    // Unknown arguments: never-etc applies first (a deny), and says they were needed.
+    assert_eq!(
+        ask("ops", None),
+        (Verdict::DENY, Some("never-etc".into()), true)
+    );
+    assert_eq!(
+        ask("ops", Some(r#"{"path":"/etc/x"}"#)),
+        (Verdict::DENY, Some("never-etc".into()), false)
+    );
+}
