@@ -18,10 +18,11 @@
 //!   relay cannot classify.
 //! - Lone surrogate escapes (`"\ud800"`) are accepted, as JavaScript and Python accept
 //!   them; the decoded text holds U+FFFD in their place and [`Str::exact`] is false.
-//! - Two keys of one object *collide* when they are equal after Unicode lowercasing with
-//!   `ſ` (U+017F) read as `s`. That is wider than equality on purpose: Go's
-//!   `encoding/json` matches struct fields that way, so `"Name"` or `"nameſ"`-style keys
-//!   can override `"name"` in a Go server.
+//! - Two keys of one object *collide* when they are equal after Go's folding (each
+//!   character through simple lowercase, then simple uppercase): so `K`, `k` and the
+//!   Kelvin sign are one, as are `s` and `ſ`, and `i`, `ı` and `İ`. That is wider than
+//!   equality on purpose: Go's `encoding/json` matches struct fields that way, so
+//!   `"Name"`, `"nameſ"` or `"fıle"`-style keys can override another in a Go server.
 //! - A `__proto__` key counts as a collision too: JavaScript code that copies a parsed
 //!   object member by member turns it into the copy's prototype, and a field the relay did
 //!   not see (`arguments`) can then be read through it.
@@ -274,16 +275,9 @@ impl<'a> Iterator for Members<'a> {
     }
 }
 
-/// The folding used to decide that two keys collide.
-fn fold(key: &str) -> String {
-    folded(key).collect()
-}
-
-fn folded(key: &str) -> impl Iterator<Item = char> + '_ {
-    key.chars()
-        .flat_map(char::to_lowercase)
-        .map(|c| if c == '\u{17f}' { 's' } else { c })
-}
+// The folding used to decide that two keys collide: Go's, shared with the policy
+// stations so that a key the relay lets through is one they read the same way.
+use aegis_policy_arguments::{fold, folded};
 
 /// Why a document was not read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -790,6 +784,8 @@ mod tests {
             r#"{"a":1,"a":2}"#,
             r#"{"name":1,"NAME":2}"#,
             r#"{"params":1,"paramſ":2}"#,
+            "{\"file\":1,\"f\u{131}le\":2}",
+            "{\"file\":1,\"f\u{130}le\":2}",
             r#"{"x":[{"k":1,"\u212a":2}]}"#,
             r#"{"\ud800":1}"#,
             r#"{"name":"a","__proto__":{"arguments":{}}}"#,
@@ -811,8 +807,8 @@ mod tests {
         /// collide exactly when they fold equal, and then neither can be looked up.
         #[test]
         fn collisions_agree_with_folding(
-            a in "[aAsSkK\u{17f}\u{212a}\u{e9}\u{c9}]{0,3}",
-            b in "[aAsSkK\u{17f}\u{212a}\u{e9}\u{c9}]{0,3}",
+            a in "[aAsSkKiI\u{17f}\u{212a}\u{e9}\u{c9}\u{131}\u{130}]{0,3}",
+            b in "[aAsSkKiI\u{17f}\u{212a}\u{e9}\u{c9}\u{131}\u{130}]{0,3}",
         ) {
             let mut text = String::from("{");
             write_string(&a, &mut text);

@@ -56,8 +56,13 @@ impl Arguments {
             at = match (i, at) {
                 (0, _) => member(map, &token)?,
                 (_, Some(Value::Object(o))) => member(o, &token)?,
-                (_, Some(Value::Array(a))) => token.parse::<usize>().ok().and_then(|k| a.get(k)),
-                _ => None,
+                (_, Some(Value::Array(a))) => a.get(token.parse::<usize>().ok()?),
+                // A step into null is a miss. A step into a string, number or bool is
+                // not: servers parse a string that holds JSON (the Python SDK does for
+                // parameters that are not strings), so what is inside cannot be known.
+                (_, Some(Value::Null)) => None,
+                (_, Some(_)) => return None,
+                (_, None) => None,
             };
             if at.is_none() {
                 break;
@@ -67,10 +72,15 @@ impl Arguments {
     }
 }
 
-/// `map[key]`, or `None` (unknown) when another key folds to the same name: a server
-/// in Go matches JSON keys case-insensitively (`"PATH"` fills a `path` field), so a
-/// rule reading `path` cannot tell which one the server will read.
+/// `map[key]`, or `None` (unknown) when another key folds to the same name (a server
+/// in Go matches JSON keys case-insensitively: `"PATH"` fills a `path` field, so a rule
+/// reading `path` cannot tell which one the server will read), or when the object has
+/// a `__proto__` key (JavaScript that merges an object member by member makes it the
+/// copy's prototype, through which any name can then be read).
 fn member<'m>(map: &'m Map<String, Value>, key: &str) -> Option<Option<&'m Value>> {
+    if map.contains_key("__proto__") {
+        return None;
+    }
     let folded = fold(key);
     if map.keys().any(|k| k != key && fold(k) == folded) {
         return None;
@@ -78,12 +88,34 @@ fn member<'m>(map: &'m Map<String, Value>, key: &str) -> Option<Option<&'m Value
     Some(map.get(key))
 }
 
-/// Lowercase, with `ſ` read as `s` (the folding the relay's collision check uses).
-pub fn fold(s: &str) -> String {
-    s.chars()
-        .flat_map(char::to_lowercase)
-        .map(|c| if c == '\u{17f}' { 's' } else { c })
-        .collect()
+/// `key` as Go's `encoding/json` compares field names: each character through
+/// `unicode.ToUpper(unicode.ToLower(r))`, with simple (one-character) case mappings.
+/// So `k`, `K` and the Kelvin sign are one, as are `s`, `S` and `ſ`, and `i`, `I`,
+/// `ı` (dotless) and `İ` (dotted capital). The relay of `aegis wrap` counts two keys
+/// that fold equal as colliding; a policy station treats such a key as unknown.
+pub fn fold(key: &str) -> String {
+    folded(key).collect()
+}
+
+/// [`fold`], one character at a time.
+pub fn folded(key: &str) -> impl Iterator<Item = char> + '_ {
+    key.chars().map(|c| simple_upper(simple_lower(c)))
+}
+
+/// The one-character lowercase of `c`. Only U+0130 (`İ`) lowercases to more than one
+/// character (`i` and a combining dot); its simple mapping, Go's, is the first: `i`.
+fn simple_lower(c: char) -> char {
+    c.to_lowercase().next().unwrap_or(c)
+}
+
+/// The one-character uppercase of `c`, or `c` when it has none (`ß` uppercases to
+/// `SS`, which is not a simple mapping; Go leaves it).
+fn simple_upper(c: char) -> char {
+    let mut upper = c.to_uppercase();
+    match (upper.next(), upper.next()) {
+        (Some(u), None) => u,
+        _ => c,
+    }
 }
 
 /// Whether normalised `path` is `root` or beneath it, component by component.
@@ -95,11 +127,19 @@ pub fn is_under(path: &str, root: &str) -> bool {
 
 /// `raw` as an absolute path with `.`, `..` and repeated slashes resolved lexically;
 /// a `file://` URI is percent-decoded first. `None` when that cannot be done honestly:
-/// a relative path, `~`, a NUL, a URI with a host or an invalid escape.
+/// a relative path, `~`, a NUL, a URI with a host or an invalid escape, and a URI that
+/// URL parsers read differently from its characters: one with a query or fragment
+/// (`?`, `#`, which they drop, so `file:///etc/x#/../../data` opens `/etc/x`), a
+/// backslash (a separator to the WHATWG parser Node uses), a control character (which
+/// it deletes), or a space at either end (which it trims).
 pub fn normalise(raw: &str) -> Option<String> {
     let decoded;
     let path = match raw.strip_prefix("file://") {
         Some(rest) => {
+            let read_otherwise = |c: char| matches!(c, '?' | '#' | '\\') || c.is_control();
+            if rest.chars().any(read_otherwise) || rest.ends_with(' ') {
+                return None;
+            }
             let rest = rest.strip_prefix("localhost").unwrap_or(rest);
             decoded = percent_decode(rest)?;
             decoded.as_str()
@@ -171,6 +211,14 @@ mod tests {
             ("file://host.example/data", None),
             ("file:///data/%zz", None),
             ("file:///data/%ff", None),
+            ("file:///etc/shadow#/../../data/x", None),
+            ("file:///etc/shadow?/../../data/x", None),
+            ("file://localhost/etc/x#/../../data", None),
+            ("file:///data/..\\..\\etc\\passwd", None),
+            ("file:///data/.\t./etc/passwd", None),
+            ("file:///data/..\n/etc", None),
+            ("file:///data/.. ", None),
+            ("/data/#/../x", Some("/data/x")),
         ] {
             assert_eq!(normalise(raw).as_deref(), want, "{raw:?}");
         }
@@ -194,6 +242,23 @@ mod tests {
         assert_eq!(a.get("missing"), Some(None));
         let k = Arguments::parse(Some("{\"\u{212a}ey\":1}"));
         assert_eq!(k.get("key"), None, "the Kelvin sign lowercases to k");
+        for spoof in ["f\u{131}le", "f\u{130}le", "FILE", "fil\u{c9}"] {
+            let a = Arguments::Known(Map::from_iter([(spoof.to_owned(), Value::from(1))]));
+            let same = spoof != "fil\u{c9}";
+            assert_eq!(a.get("file").is_none(), same, "{spoof:?}");
+        }
+        let proto = Arguments::parse(Some(r#"{"__proto__":{"path":"/etc"},"mode":"r"}"#));
+        assert_eq!(proto.get("path"), None);
+        assert_eq!(proto.get("mode"), None);
+        let typed = Arguments::parse(Some(
+            r#"{"s":"{\"path\":\"/etc\"}","n":null,"a":[{"path":"/etc"}],"b":true}"#,
+        ));
+        assert_eq!(typed.get("/s/path"), None, "inside a string: unknown");
+        assert_eq!(typed.get("/b/path"), None);
+        assert_eq!(typed.get("/a/path"), None, "a name into a list: unknown");
+        assert_eq!(typed.get("/a/0/path"), Some(Some(&Value::from("/etc"))));
+        assert_eq!(typed.get("/a/1/path"), Some(None));
+        assert_eq!(typed.get("/n/path"), Some(None), "inside null: a miss");
         assert_eq!(Arguments::parse(None).get("path"), None);
         assert_eq!(Arguments::parse(Some("[1]")).get("path"), None);
         let p = Arguments::parse(Some(r#"{"a/b":{"~c":[10,20]}}"#));

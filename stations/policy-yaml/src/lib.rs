@@ -234,8 +234,15 @@ impl PolicyEngine {
         let mut call = CallState::new(args);
         let mut answered = 0u32;
         let mut approval_id = ROption::RNone;
+        // What the rule the host records compared: the first axis's while every axis
+        // allows (the host records the first allow), else the refusing axis's.
+        let mut recorded_read = None;
         for (axis, slot) in axes.zip(out.iter_mut()) {
             let d = self.decide_in(&set, tool, axis, role, &mut call);
+            let read = call.read.take();
+            if answered == 0 || d.verdict != Verdict::ALLOW {
+                recorded_read = read;
+            }
             answered += 1;
             *slot = IndexedDecision {
                 verdict: d.verdict,
@@ -255,7 +262,7 @@ impl PolicyEngine {
             answered,
             approval_id,
         };
-        let arguments_read = match call.read {
+        let arguments_read = match recorded_read {
             Some(read) if !read.is_empty() => serde_json::Value::Object(read).to_string().into(),
             _ => RString::new(),
         };
@@ -358,7 +365,8 @@ struct CallState {
     /// Each rate_limit rule already charged for this call (by position in the set),
     /// with whether it had a token: such a rule is not charged again.
     counted: Vec<(u32, bool)>,
-    /// The argument values the last deciding rule with matchers compared.
+    /// The argument values the rule deciding the current axis compared, if it has
+    /// matchers; taken after each axis.
     read: Option<serde_json::Map<String, serde_json::Value>>,
     /// A decision turned on arguments that were not given.
     needed: bool,

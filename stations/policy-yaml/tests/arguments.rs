@@ -198,8 +198,15 @@ fn unknown_arguments_never_widen_and_are_reported_as_needed() {
     let (v, rule, _, needed) = decide("search", Some(r#"{"query":"x"}"#));
     assert_eq!((v, needed), (Verdict::DENY, false));
     assert_eq!(
-        rule, None,
-        "no scope: the rate_limit rule does not apply, default deny"
+        rule.as_deref(),
+        Some("search-slowly"),
+        "a string may hold JSON a server parses: the scope inside is unknown"
+    );
+    let (v, rule, _, _) = decide("search", Some(r#"{"query":{}}"#));
+    assert_eq!(
+        (v, rule),
+        (Verdict::DENY, None),
+        "no scope: a miss, default deny"
     );
     let (v, rule, _, _) = decide("search", Some(r#"{"query":{"scope":1}}"#));
     assert_eq!((v, rule.as_deref()), (Verdict::DENY, Some("search-slowly")));
