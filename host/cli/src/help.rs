@@ -12,6 +12,7 @@ EXAMPLES:
   aegis run --component tool.wasm --id echo --input hello
   aegis --profile durable-file run --signing-key KEY --component tool.wasm --id echo
   aegis verify --key KEY_ID aegis-audit.aarl
+  aegis recheck --policy stricter.yaml --key KEY_ID aegis-audit.aarl
   aegis demo
 
 EXIT STATUS:
@@ -21,6 +22,9 @@ EXIT STATUS:
   3    verify: Indeterminate
   4    a profile, plugin, key or sink was refused
   5    the record is busy: another process is writing it
+  6    recheck: the new policy decides some recorded calls otherwise
+  7    recheck: nothing decided changes, but some calls are undecidable
+  8    recheck: the record is Tampered (nothing replayed)
   10   run: refused by policy
   11   run: rate limited
   12   run: parked for approval (not run)
@@ -61,6 +65,28 @@ EXIT STATUS:
   1  a usage error
   2  the file could not be read (or the output written)
   4  the file is not a seed file, or group or others can access it";
+
+pub const RECHECK: &str = "\
+EXAMPLES:
+  aegis recheck --policy stricter.yaml aegis-audit.aarl
+  aegis --profile cedar-example recheck --key KEY_ID aegis-audit.aarl
+  aegis recheck --policy policy.yaml --json aegis-audit.aarl
+  cat aegis-audit.aarl | aegis recheck --policy policy.yaml -
+
+Replays each recorded call's policy decision and prints the calls decided otherwise,
+grouped as newly refused, allowed, parked or rate-limited, then the undecidable ones,
+then a summary line. The record holds no call times, so a rate limit's verdict is not
+replayed as a fact: a call a rate rule governs is undecidable unless the record says
+the same policy set decided it.
+
+EXIT STATUS:
+  0  every call decided, and none differently
+  1  a usage error
+  2  the record or the trust store could not be read (or the report written)
+  4  the profile or the policy could not be loaded
+  6  at least one call is decided differently
+  7  none decided differently, but some calls are undecidable
+  8  the record is Tampered: nothing was replayed";
 
 pub const RUN: &str = "\
 EXAMPLES:

@@ -15,6 +15,7 @@ mod help;
 mod interrupt;
 mod key;
 mod plugins;
+mod recheck;
 mod run;
 mod style;
 mod wrap;
@@ -54,6 +55,15 @@ mod exit {
     pub const RECORD_FAILED: u8 = 17;
     /// gateway: the transport could not be bound or failed, or the sandbox not built.
     pub const SERVE_FAILED: u8 = 18;
+    // recheck's own outcomes take codes no other command uses: 1 stays every command's
+    // usage error and 3 verify's Indeterminate, so a script cannot mistake a change
+    // for a typo or a record verify would not call Tampered.
+    /// recheck: the new policy decides at least one recorded call otherwise.
+    pub const RECHECK_CHANGED: u8 = 6;
+    /// recheck: no decided call changes, but some calls could not be decided.
+    pub const RECHECK_UNDECIDABLE: u8 = 7;
+    /// recheck: the record is Tampered; nothing was replayed.
+    pub const RECHECK_TAMPERED: u8 = 8;
 }
 
 const _: () = assert!(
@@ -70,7 +80,7 @@ const _: () = assert!(
     after_help = help::TOP
 )]
 struct Cli {
-    /// The profile to run with (run, wrap, gateway, export, profiles show; the other
+    /// The profile to run with (run, wrap, gateway, recheck, export, profiles show; the other
     /// commands refuse it): a name ($AEGIS_PROFILE_PATH, the user and system config
     /// dirs, then the embedded ones; never the working directory) or a path to a
     /// profile file (anything containing `/` or ending in `.toml`, e.g.
@@ -95,6 +105,17 @@ enum Command {
     /// Check a record file offline: Verified, Indeterminate or Tampered.
     #[command(after_help = aegis_verify::after_help("aegis verify"))]
     Verify(aegis_verify::VerifyArgs),
+    /// Replay a record's policy decisions under another policy (the profile's, or
+    /// --policy) and list the calls it would decide otherwise. Runs nothing.
+    ///
+    /// The record is verified first, as `aegis verify` does: a Tampered record is
+    /// refused; an Indeterminate one (or one not pinned with --key) is rechecked after a
+    /// warning. Each call's recorded tool, role, session and capability axes are asked
+    /// of the new station; a call whose record does not state what the policy needs
+    /// (no outcome, axes not recorded, a rate limit whose budget depends on times the
+    /// record does not hold) is listed as undecidable, with why, never guessed.
+    #[command(after_help = help::RECHECK)]
+    Recheck(Box<recheck::RecheckArgs>),
     /// Write a fresh ed25519 signing key (mode 0600) and print its public key and key_id.
     ///
     /// Missing directories on the way are created with mode 0700; existing ones are
@@ -232,6 +253,7 @@ impl Command {
     fn name(&self) -> &'static str {
         match self {
             Command::Verify(_) => "verify",
+            Command::Recheck(_) => "recheck",
             Command::Keygen { .. } => "keygen",
             Command::Key { .. } => "key show",
             Command::Run(_) => "run",
@@ -257,6 +279,7 @@ impl Command {
         matches!(
             self,
             Command::Run(_)
+                | Command::Recheck(_)
                 | Command::Wrap(_)
                 | Command::Gateway(_)
                 | Command::Confine(_)
@@ -320,6 +343,7 @@ fn main() -> ExitCode {
     let profile = cli.profile.as_deref().unwrap_or("default");
     let code = match cli.command {
         Command::Verify(args) => aegis_verify::run(&args),
+        Command::Recheck(args) => recheck::recheck(profile, &args),
         Command::Keygen { out, force } => key::keygen(&out, force),
         Command::Key {
             command: key::KeyCommand::Show { keyfile },

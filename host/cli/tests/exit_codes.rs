@@ -227,6 +227,60 @@ fn verify_codes_are_documented_and_produced() {
 }
 
 #[test]
+fn recheck_codes_are_documented_and_produced() {
+    let dir = tempfile::tempdir().unwrap();
+    let vectors = root().join("spec/vectors");
+    let key = keygen(dir.path());
+    let allow = dir.path().join("allow.yaml");
+    std::fs::write(&allow, "version: 1\ndefault: allow\nrules: []\n").unwrap();
+    let deny = dir.path().join("deny.yaml");
+    std::fs::write(&deny, "version: 1\ndefault: deny\nrules: []\n").unwrap();
+    // One call, allowed and recorded.
+    let record = dir.path().join("r.aarl");
+    let out = run(
+        "echo",
+        "echo",
+        &["--policy", allow.to_str().unwrap(), "--audit"],
+    )
+    .arg(&record)
+    .arg("--signing-key")
+    .arg(&key)
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let recheck = |policy: &Path, record: &Path| {
+        let mut c = aegis();
+        c.args(["recheck", "--policy"]).arg(policy).arg(record);
+        c
+    };
+    let mut t = Table::new("recheck");
+    t.run(0, "unchanged", &mut recheck(&allow, &record));
+    t.run(1, "usage", aegis().arg("recheck"));
+    t.run(
+        2,
+        "unreadable",
+        &mut recheck(&allow, Path::new("/nonexistent/r.aarl")),
+    );
+    t.run(
+        4,
+        "policy refused",
+        &mut recheck(Path::new("/nonexistent/p.yaml"), &record),
+    );
+    t.run(6, "changed", &mut recheck(&deny, &record));
+    t.run(
+        7,
+        "undecidable (a call in flight)",
+        &mut recheck(&allow, &vectors.join("indeterminate/unanchored_tail.aarl")),
+    );
+    t.run(
+        8,
+        "tampered",
+        &mut recheck(&allow, &vectors.join("tampered/chain_break.aarl")),
+    );
+    t.done();
+}
+
+#[test]
 fn keygen_and_key_show_codes_are_documented_and_produced() {
     let dir = tempfile::tempdir().unwrap();
     let mut t = Table::new("keygen");
@@ -713,6 +767,7 @@ fn the_top_level_help_lists_every_code() {
         .collect();
     for command in [
         "verify",
+        "recheck",
         "keygen",
         "key show",
         "run",

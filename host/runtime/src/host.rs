@@ -153,6 +153,35 @@ fn station_plugin(
     Ok((choice, plugin))
 }
 
+/// The policy station a host opened on `profile` would ask — the profile's, or with
+/// `policy_file` the YAML evaluator over that file, resolved exactly as
+/// [`HostBuilder::policy_file`] resolves it — built alone: no audit session, no sandbox,
+/// no tools, nothing written (`aegis recheck`). Also returns the plugin that built it.
+///
+/// # Errors
+/// As [`HostBuilder::open`] for the policy station: the plugin cannot be resolved or
+/// loaded, provides no policy evaluator, or refuses its config (a policy file that
+/// does not parse). The error names the profile line or the `--policy` flag.
+pub fn policy_station(
+    profile: &Profile,
+    registry: &Registry,
+    policy_file: Option<&Path>,
+) -> Result<(Plugin, aegis_station_api::PolicyEvaluatorBox), ProfileError> {
+    let replaced =
+        policy_file.map(|path| Override::file("policy", "--policy", "builtin:policy-yaml", path));
+    let (choice, plugin) = station_plugin(
+        profile,
+        registry,
+        "policy",
+        &profile.policy,
+        replaced.as_ref(),
+    )?;
+    let evaluator = plugin
+        .policy_evaluator(&choice.config)
+        .map_err(|e| profile.plugin_error("policy", &choice, e.to_string()))?;
+    Ok((plugin, evaluator))
+}
+
 /// A `path = "…"` config section, quoted by the toml crate.
 fn path_config(path: &Path) -> String {
     let mut table = toml::Table::new();

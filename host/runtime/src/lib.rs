@@ -5,7 +5,8 @@
 //! capability station ([`capability`]), the wasmtime sandbox ([`sandbox`], Model A) or a
 //! checked host handler ([`handler`], Model B), and the audit session opened under the
 //! retention rule ([`audit`]). Plugins are loaded by [`plugin`] and found by
-//! [`registry`]; [`profile`] says which fills each station.
+//! [`registry`]; [`profile`] says which fills each station. [`recheck`] replays a
+//! record's decisions under another policy station, running nothing.
 
 pub mod audit;
 pub mod capability;
@@ -16,6 +17,7 @@ pub mod outcome;
 pub mod pipeline;
 pub mod plugin;
 pub mod profile;
+pub mod recheck;
 pub mod registry;
 pub mod sandbox;
 

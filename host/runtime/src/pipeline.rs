@@ -467,57 +467,24 @@ impl Pipeline {
                 &as_named
             }
         };
-        let mut answer = match ask_policy(&self.policy, call, axes) {
-            Ok(answer) => answer,
-            Err(why) => {
-                let reason = format!("the policy station failed, so the call is refused: {why}");
-                d.refuse_before_capability(PolicyOutcome::Denied { reason }, NOT_EXECUTED);
-                return (d, None);
-            }
-        };
-        // The one string an allow builds: the record owns its matched rule.
-        d.matched_rule = answer.matched_rule().map(str::to_owned);
-        d.arguments_read = answer.arguments_read.take();
-        // A refusal names the grant axis it was about; a name the caller made up is
-        // already on the record as decision_axes.capability and is not repeated. An
-        // allow records no reason, so none is built for it.
-        let refusal = || match (&planned, answer.axis) {
-            (Ok(_), axis) if !axis.is_empty() => format!("{axis}: {}", answer.reason()),
-            _ => answer.reason().to_owned(),
-        };
-        match answer.decision.verdict {
-            Verdict::ALLOW => d.policy = Some(PolicyOutcome::Allowed),
-            Verdict::DENY => {
-                let reason = refusal();
-                d.refuse_before_capability(PolicyOutcome::Denied { reason }, NOT_EXECUTED);
-                return (d, None);
-            }
-            Verdict::RATE_LIMIT => {
-                let reason = refusal();
-                d.refuse_before_capability(PolicyOutcome::RateLimited { reason }, NOT_EXECUTED);
-                return (d, None);
-            }
-            Verdict::PENDING_APPROVAL => {
-                let Some(approval_id) = answer.approval_id.into_option() else {
-                    let reason = "pending_approval without an approval id".to_owned();
-                    d.refuse_before_capability(PolicyOutcome::Denied { reason }, NOT_EXECUTED);
-                    return (d, None);
+        let decided = decide_policy(&self.policy, &call.ask(), axes, planned.is_ok());
+        d.matched_rule = decided.matched_rule;
+        d.arguments_read = decided.arguments_read;
+        match decided.policy {
+            PolicyOutcome::Allowed => d.policy = Some(PolicyOutcome::Allowed),
+            refused => {
+                let why = match refused {
+                    PolicyOutcome::PendingApproval { .. } => PARKED,
+                    _ => NOT_EXECUTED,
                 };
-                let approval_id = approval_id.into_string();
-                d.refuse_before_capability(PolicyOutcome::PendingApproval { approval_id }, PARKED);
-                return (d, None);
-            }
-            Verdict(other) => {
-                let reason =
-                    format!("the policy station answered verdict {other}, unknown to this host");
-                d.refuse_before_capability(PolicyOutcome::Denied { reason }, NOT_EXECUTED);
+                d.refuse_before_capability(refused, why);
                 return (d, None);
             }
         }
         let resolved = planned.and_then(|asked| {
             let grant = self
                 .tools
-                .resolve(&call.tool_id, named, &answer.narrowing)?;
+                .resolve(&call.tool_id, named, &decided.narrowing)?;
             // Fail closed should the grant ever carry an axis the policy was not asked
             // about: the two come from one computation over an immutable registry.
             match grant.axes().iter().find(|c| !asked.contains(c)) {
@@ -687,6 +654,16 @@ struct Stated {
 }
 
 impl Stated {
+    /// What the policy station is asked about this call.
+    fn ask(&self) -> PolicyAsk<'_> {
+        PolicyAsk {
+            tool_id: &self.tool_id,
+            role: self.role.as_deref(),
+            session: self.session.as_deref(),
+            arguments: self.arguments.as_deref(),
+        }
+    }
+
     fn of(call_id: String, request: &CallRequest<'_>, pipeline: &Pipeline) -> Stated {
         Stated {
             call_id,
@@ -1044,6 +1021,8 @@ struct PolicyAnswer<'a> {
     /// The argument values the deciding rule compared, as canonical JSON text; `None`
     /// when it compared none.
     arguments_read: Option<String>,
+    /// The decision turned on arguments that were not given.
+    arguments_needed: bool,
 }
 
 impl PolicyAnswer<'_> {
@@ -1076,14 +1055,14 @@ const MAX_AXES: usize = Capability::ALL.len();
 /// A one-line reason the station failed.
 fn ask_policy<'a>(
     policy: &PolicyEvaluatorBox,
-    call: &Stated,
+    call: &PolicyAsk<'_>,
     axes: &[RStr<'a>],
 ) -> Result<PolicyAnswer<'a>, String> {
     let ask = PolicyRequest {
-        tool_id: call.tool_id.as_str().into(),
+        tool_id: call.tool_id.into(),
         capability: "".into(),
-        role: call.role.as_deref().unwrap_or("").into(),
-        session: call.session.as_deref().unwrap_or("").into(),
+        role: call.role.unwrap_or("").into(),
+        session: call.session.unwrap_or("").into(),
     };
     let mut slots = [IndexedDecision::default(); MAX_AXES];
     let Some(out) = slots.get_mut(..axes.len()) else {
@@ -1093,11 +1072,11 @@ fn ask_policy<'a>(
             axes.len()
         ));
     };
-    let arguments = call.arguments.as_deref().unwrap_or("");
+    let arguments = call.arguments.unwrap_or("");
     let CallAnswer {
         answer,
         arguments_read,
-        arguments_needed: _,
+        arguments_needed,
     } = policy
         .evaluate_call(
             &ask,
@@ -1157,6 +1136,7 @@ fn ask_policy<'a>(
         axis: axes[decided].as_str(),
         narrowing,
         arguments_read,
+        arguments_needed,
     })
 }
 
@@ -1167,6 +1147,130 @@ fn canonical_object(text: &str) -> Option<String> {
         return None;
     }
     serde_json_canonicalizer::to_string(&value).ok()
+}
+
+/// What the policy station is asked about a call besides its axes: the call as its
+/// caller stated it, or as a record states it ([`replay_policy`]).
+#[derive(Clone, Copy, Debug)]
+pub struct PolicyAsk<'a> {
+    /// The tool called.
+    pub tool_id: &'a str,
+    /// The role the caller asserted (asked as the empty role when `None`).
+    pub role: Option<&'a str>,
+    /// The policy session scope (asked as the empty scope when `None`).
+    pub session: Option<&'a str>,
+    /// The call's arguments as RFC 8785 canonical JSON, or `None` when unknown (a
+    /// replay has none: records keep what a rule compared, not the arguments).
+    pub arguments: Option<&'a str>,
+}
+
+/// The policy station's decision on one call, as the record states it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyDecided {
+    /// `Allowed`, or the refusal the outcome records (a station failure or an
+    /// unknown verdict is a `Denied` that says so).
+    pub policy: PolicyOutcome,
+    /// The rule that decided: `None` for the policy's default, or when the station
+    /// failed.
+    pub matched_rule: Option<String>,
+    /// The narrowest of every axis's limits (what an allow narrows the grant by).
+    narrowing: NarrowingLimits,
+    /// The argument values the deciding rule compared (canonical JSON text), for
+    /// `decision_axes.arguments`.
+    pub arguments_read: Option<String>,
+    /// The station said the decision turned on arguments it was not given (it decided
+    /// the way that cannot widen): a replay cannot know what the call would get.
+    pub arguments_needed: bool,
+}
+
+/// Asks `policy` about `axes` for the call `ask` and reads the answer exactly as a live
+/// call's is read: one ask for the whole call ([`ask_policy`]), the first refusal
+/// recorded with its axis when `grant_axes` (the axes are the grant's, not a name the
+/// caller made up), a station failure or an unknown verdict refused.
+fn decide_policy(
+    policy: &PolicyEvaluatorBox,
+    ask: &PolicyAsk<'_>,
+    axes: &[RStr<'_>],
+    grant_axes: bool,
+) -> PolicyDecided {
+    let refused = |policy| PolicyDecided {
+        policy,
+        matched_rule: None,
+        narrowing: NarrowingLimits::default(),
+        arguments_read: None,
+        arguments_needed: false,
+    };
+    let mut answer = match ask_policy(policy, ask, axes) {
+        Ok(answer) => answer,
+        Err(why) => {
+            let reason = format!("the policy station failed, so the call is refused: {why}");
+            return refused(PolicyOutcome::Denied { reason });
+        }
+    };
+    // A refusal names the grant axis it was about; a name the caller made up is
+    // already on the record as decision_axes.capability and is not repeated. An allow
+    // records no reason, so none is built for it.
+    let refusal = || match answer.axis {
+        axis if grant_axes && !axis.is_empty() => format!("{axis}: {}", answer.reason()),
+        _ => answer.reason().to_owned(),
+    };
+    let policy = match answer.decision.verdict {
+        Verdict::ALLOW => PolicyOutcome::Allowed,
+        Verdict::DENY => PolicyOutcome::Denied { reason: refusal() },
+        Verdict::RATE_LIMIT => PolicyOutcome::RateLimited { reason: refusal() },
+        Verdict::PENDING_APPROVAL => match answer.approval_id.clone().into_option() {
+            Some(approval_id) => PolicyOutcome::PendingApproval {
+                approval_id: approval_id.into_string(),
+            },
+            None => PolicyOutcome::Denied {
+                reason: "pending_approval without an approval id".to_owned(),
+            },
+        },
+        Verdict(other) => PolicyOutcome::Denied {
+            reason: format!("the policy station answered verdict {other}, unknown to this host"),
+        },
+    };
+    PolicyDecided {
+        policy,
+        // The one string an allow builds: the record owns its matched rule.
+        matched_rule: answer.matched_rule().map(str::to_owned),
+        narrowing: answer.narrowing,
+        arguments_read: answer.arguments_read.take(),
+        arguments_needed: answer.arguments_needed,
+    }
+}
+
+/// What `policy` decides about a call a record states, read exactly as the pipeline
+/// reads a live answer ([`Pipeline`] asks through the same code): `aegis recheck`'s
+/// replay. Nothing is recorded, granted or run.
+///
+/// `axes` are the names the live call was asked about, in order (one empty name for a
+/// grant that carries none); `grant_axes` says they were the grant's axes, so a refusal
+/// is prefixed with its axis as the live record would be. More than three axes is a
+/// station failure, as it would be live.
+///
+/// A rate_limit rule's budget is the station's state: each replayed ask spends it as a
+/// live call would.
+pub fn replay_policy(
+    policy: &PolicyEvaluatorBox,
+    ask: &PolicyAsk<'_>,
+    axes: &[&str],
+    grant_axes: bool,
+) -> PolicyDecided {
+    let mut names = [RStr::from(""); MAX_AXES];
+    match names.get_mut(..axes.len()) {
+        Some(slots) => {
+            for (slot, axis) in slots.iter_mut().zip(axes) {
+                *slot = RStr::from(*axis);
+            }
+            decide_policy(policy, ask, slots, grant_axes)
+        }
+        // More than a call is ever asked about: `ask_policy` refuses them, as live.
+        None => {
+            let all: Vec<RStr<'_>> = axes.iter().map(|a| RStr::from(*a)).collect();
+            decide_policy(policy, ask, &all, grant_axes)
+        }
+    }
 }
 
 /// The names the policy is asked about for a grant carrying `axes` (a subset of
@@ -1293,7 +1397,7 @@ mod tests {
             arguments: None,
         };
         let axes: Vec<RStr<'static>> = axes.iter().map(|a| RStr::from(*a)).collect();
-        let a = ask_policy(&policy, &call, &axes)?;
+        let a = ask_policy(&policy, &call.ask(), &axes)?;
         Ok((a.matched_rule().map(str::to_owned), a.reason().to_owned()))
     }
 

@@ -76,25 +76,31 @@ fn error(message: impl std::fmt::Display) {
     let _ = writeln!(std::io::stderr().lock(), "error: {message}");
 }
 
-/// Checks the record `args` names and prints the report; returns the exit code.
-pub fn run(args: &VerifyArgs) -> u8 {
+/// The trust slice `args` name: `None` (an unpinned walk) when they give neither
+/// `--key` nor `--trust-store`; `Some`, possibly empty, otherwise.
+///
+/// # Errors
+/// `<trust store>: <cause>`, one line: the trust store could not be read or parsed.
+pub fn trust_slice(args: &VerifyArgs) -> Result<Option<Vec<TrustAnchor>>, String> {
     let mut trust = (!args.keys.is_empty()).then(|| args.keys.clone());
     if let Some(store) = &args.trust_store {
-        let text = match std::fs::read_to_string(store) {
-            Ok(t) => t,
-            Err(e) => {
-                error(format_args!("{}: {e}", store.display()));
-                return exit::UNREADABLE;
-            }
-        };
-        match parse_trust_store(&text) {
-            Ok(found) => trust.get_or_insert_with(Vec::new).extend(found),
-            Err(e) => {
-                error(format_args!("{}: {e}", store.display()));
-                return exit::UNREADABLE;
-            }
-        }
+        let text =
+            std::fs::read_to_string(store).map_err(|e| format!("{}: {e}", store.display()))?;
+        let found = parse_trust_store(&text).map_err(|e| format!("{}: {e}", store.display()))?;
+        trust.get_or_insert_with(Vec::new).extend(found);
     }
+    Ok(trust)
+}
+
+/// Checks the record `args` names and prints the report; returns the exit code.
+pub fn run(args: &VerifyArgs) -> u8 {
+    let trust = match trust_slice(args) {
+        Ok(trust) => trust,
+        Err(e) => {
+            error(e);
+            return exit::UNREADABLE;
+        }
+    };
     let path = &args.path;
     let options = Options { trust, threads: 0 };
     // `-` is standard input (a file named `-` is `./-`), read as a stream like a file.

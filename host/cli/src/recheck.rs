@@ -1,0 +1,271 @@
+//! `aegis recheck`: replay a record's policy decisions under another policy station and
+//! print what would change. The record is verified first, with `aegis verify`'s code;
+//! the replay itself is [`aegis_runtime::recheck`]. Nothing runs and nothing is written:
+//! no sandbox is built and no audit session opened.
+
+use crate::{error, exit, note, print};
+use aegis_record::json::{Object, SafeInt};
+use aegis_record::text::escape;
+use aegis_record::verify::{Options, Trust, Verdict as RecordVerdict, verify};
+use aegis_runtime::recheck::{Recheck, RecheckedCall, Replayed, Verdict};
+use std::fmt::Write as _;
+use std::io::Read as _;
+use std::path::PathBuf;
+
+/// `recheck`'s arguments: verify's (the record and the keys it is pinned to) and the
+/// policy to replay under.
+#[derive(clap::Args)]
+pub struct RecheckArgs {
+    /// A policy YAML file to replay under, instead of the profile's policy station.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    #[command(flatten)]
+    record: aegis_verify::VerifyArgs,
+}
+
+/// The groups a change is listed under, by the new verdict, in the order printed.
+const GROUPS: [(Verdict, &str, &str); 4] = [
+    (Verdict::Denied, "newly refused", "newly_refused"),
+    (Verdict::Allowed, "newly allowed", "newly_allowed"),
+    (Verdict::PendingApproval, "newly parked", "newly_parked"),
+    (
+        Verdict::RateLimited,
+        "newly rate-limited (allowed or limited by the rule's budget; not refused)",
+        "newly_rate_limited",
+    ),
+];
+
+pub fn recheck(profile: &str, args: &RecheckArgs) -> u8 {
+    // The station first: a policy that does not load is a config error, whatever the
+    // record holds.
+    let profile = match crate::use_profile(profile) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let registry = aegis_runtime::Registry::new();
+    let (plugin, policy) =
+        match aegis_runtime::host::policy_station(&profile, &registry, args.policy.as_deref()) {
+            Ok(built) => built,
+            Err(e) => {
+                error(e);
+                return exit::REFUSED;
+            }
+        };
+    let trust = match aegis_verify::trust_slice(&args.record) {
+        Ok(trust) => trust,
+        Err(e) => {
+            error(e);
+            return exit::UNREADABLE;
+        }
+    };
+    // Read once: the bytes verified are the bytes replayed, whatever happens to the file.
+    let path = &args.record.path;
+    let stdin = path.as_os_str() == "-";
+    let name = if stdin {
+        "standard input".to_owned()
+    } else {
+        path.display().to_string()
+    };
+    let mut bytes = Vec::new();
+    let read = if stdin {
+        std::io::stdin().lock().read_to_end(&mut bytes).map(drop)
+    } else {
+        std::fs::read(path).map(|b| bytes = b)
+    };
+    if let Err(e) = read {
+        error(format_args!("{name}: {e}"));
+        return exit::UNREADABLE;
+    }
+    let report = match verify(bytes.as_slice(), &Options { trust, threads: 0 }) {
+        Ok(r) => r,
+        Err(e) => {
+            error(format_args!("{name}: {e}"));
+            return exit::UNREADABLE;
+        }
+    };
+    match report.verdict() {
+        RecordVerdict::Tampered(_) => {
+            error(format_args!(
+                "{name}: the record is {}; nothing was replayed",
+                report.headline()
+            ));
+            return exit::RECHECK_TAMPERED;
+        }
+        RecordVerdict::Indeterminate(_) => note(format_args!(
+            "aegis: warning: the record is {}; rechecking the calls it holds",
+            report.headline()
+        )),
+        RecordVerdict::Verified(Trust::Unpinned) => note(
+            "aegis: warning: the record is Verified (unpinned): consistent, but no --key or \
+             --trust-store says whose it is",
+        ),
+        RecordVerdict::Verified(_) => {}
+    }
+    let m = plugin.metadata();
+    note(format_args!(
+        "aegis: rechecking under policy station {} {}",
+        escape(&m.name),
+        escape(&m.version)
+    ));
+    let rechecked = match aegis_runtime::recheck::recheck(&bytes, &policy) {
+        Ok(r) => r,
+        Err(e) => {
+            error(format_args!("{name}: {e}"));
+            return exit::UNREADABLE;
+        }
+    };
+    let out = if args.record.json {
+        let mut b = json(&rechecked, &report.headline()).to_canonical();
+        b.push(b'\n');
+        b
+    } else {
+        text(&rechecked).into_bytes()
+    };
+    if print(&out).is_err() {
+        return exit::UNREADABLE;
+    }
+    let counts = rechecked.counts();
+    if counts.changed > 0 {
+        exit::RECHECK_CHANGED
+    } else if counts.undecidable > 0 {
+        exit::RECHECK_UNDECIDABLE
+    } else {
+        exit::OK
+    }
+}
+
+/// `rule R`, or `the default` when no rule decided.
+fn rule_words(rule: Option<&str>) -> String {
+    match rule {
+        Some(r) => format!("rule {}", escape(r)),
+        None => "the default".to_owned(),
+    }
+}
+
+/// The text report: one section per group that has calls, then the undecidable calls,
+/// then the summary line.
+fn text(r: &Recheck) -> String {
+    let mut s = String::new();
+    for (group, title, _) in GROUPS {
+        let mut calls = changes(r, group).peekable();
+        if calls.peek().is_none() {
+            continue;
+        }
+        let _ = writeln!(s, "{title}:");
+        // The new reason is in --json; a line says who decides, not every word of why.
+        for (call, old, rule, _) in calls {
+            let _ = writeln!(
+                s,
+                "  {}  {}  {} → {}  {}",
+                escape(&call.call_id),
+                escape(&call.tool_id),
+                old.as_str(),
+                group.as_str(),
+                rule_words(rule)
+            );
+        }
+    }
+    let mut undecidable = r
+        .calls
+        .iter()
+        .filter_map(|c| match &c.replayed {
+            Replayed::Undecidable(why) => Some((c, why)),
+            _ => None,
+        })
+        .peekable();
+    if undecidable.peek().is_some() {
+        s.push_str("undecidable:\n");
+        for (call, why) in undecidable {
+            let _ = writeln!(
+                s,
+                "  {}  {}  {}",
+                escape(&call.call_id),
+                escape(&call.tool_id),
+                escape(&why.to_string())
+            );
+        }
+    }
+    let c = r.counts();
+    let n = r.calls.len();
+    let _ = writeln!(
+        s,
+        "{n} {}: {} unchanged, {} changed, {} undecidable",
+        if n == 1 { "call" } else { "calls" },
+        c.unchanged,
+        c.changed,
+        c.undecidable
+    );
+    s
+}
+
+/// The changed calls whose new verdict is `group`: the call, its old verdict, the rule
+/// and reason that decide now.
+fn changes(
+    r: &Recheck,
+    group: Verdict,
+) -> impl Iterator<Item = (&RecheckedCall, Verdict, Option<&str>, Option<&str>)> {
+    r.calls.iter().filter_map(move |c| match &c.replayed {
+        Replayed::Changed {
+            old,
+            new,
+            rule,
+            reason,
+        } if *new == group => Some((c, *old, rule.as_deref(), reason.as_deref())),
+        _ => None,
+    })
+}
+
+/// The `--json` report: one object (see the README's recheck section for its members).
+fn json(r: &Recheck, headline: &str) -> Object {
+    let c = r.counts();
+    let mut o = Object::new();
+    o.insert("record", headline);
+    o.insert_opt("policy_set_hash", r.policy_set_hash);
+    o.insert("calls", int(r.calls.len() as u64));
+    o.insert("unchanged", int(c.unchanged));
+    o.insert("changed", int(c.changed));
+    o.insert("undecidable", int(c.undecidable));
+    let mut changed: Vec<aegis_record::json::Value> = Vec::new();
+    for (group, _, token) in GROUPS {
+        for (call, old, rule, reason) in changes(r, group) {
+            let mut e = call_object(call);
+            e.insert("group", token);
+            e.insert("old", old.as_str());
+            e.insert("new", group.as_str());
+            e.insert_opt("rule", rule);
+            e.insert_opt("reason", reason);
+            changed.push(e.into());
+        }
+    }
+    o.insert("changed_calls", changed);
+    let undecidable = r
+        .calls
+        .iter()
+        .filter_map(|call| match &call.replayed {
+            Replayed::Undecidable(why) => {
+                let mut e = call_object(call);
+                e.insert_opt("old", call.recorded.map(Verdict::as_str));
+                e.insert("code", why.code());
+                e.insert("reason", why.to_string());
+                Some(e.into())
+            }
+            _ => None,
+        })
+        .collect::<Vec<aegis_record::json::Value>>();
+    o.insert("undecidable_calls", undecidable);
+    o
+}
+
+/// A count for the JSON report: a record never holds 2^53 calls, so never clamped in
+/// practice.
+fn int(n: u64) -> SafeInt {
+    SafeInt::new(n.min(aegis_record::json::MAX_SAFE_INTEGER)).unwrap_or_default()
+}
+
+fn call_object(call: &RecheckedCall) -> Object {
+    let mut e = Object::new();
+    e.insert("call_id", call.call_id.as_str());
+    e.insert("tool_id", call.tool_id.as_str());
+    e.insert("session", int(call.session));
+    e
+}
