@@ -833,6 +833,21 @@ mod tests {
         assert_eq!(embedded.audit.config.trim(), "path = \"records/a.aarl\"");
     }
 
+    /// The Cedar station's two files resolve as `path` does; other keys are left alone.
+    #[test]
+    fn relative_cedar_files_are_taken_from_the_profile_files_directory() {
+        let text = GOOD.replace(
+            "plugin = \"builtin:memory-sink\"",
+            "plugin = \"builtin:memory-sink\"\nconfig = { policies = \"c/p.cedar\", schema = \"/abs/s.cedarschema\", other = \"o\" }",
+        );
+        let file =
+            Profile::parse(&text, "p.toml", ProfileSource::File("/etc/x/p.toml".into())).unwrap();
+        let config: toml::Table = toml::from_str(&file.audit.config).unwrap();
+        assert_eq!(config["policies"].as_str(), Some("/etc/x/c/p.cedar"));
+        assert_eq!(config["schema"].as_str(), Some("/abs/s.cedarschema"));
+        assert_eq!(config["other"].as_str(), Some("o"));
+    }
+
     #[test]
     fn a_bad_pin_is_named() {
         let e = err(&GOOD.replace(
