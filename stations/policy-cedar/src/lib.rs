@@ -28,7 +28,8 @@
 //!   keeps the old set in force.
 //! - Deciding names rules and reasons by position in a [`DecisionTable`] built per set
 //!   (the shared-table form the host asks for); only a park (its approval id) and a
-//!   call refused by several forbids at once (its reason names them all) build strings.
+//!   call refused by several forbids at once (its reason names them all) add strings
+//!   to the answer. The Cedar request itself (its uids and context) is built per axis.
 //!
 //! # Non-guarantees
 //! - Roles are self-asserted, as for every policy station: a forbid keyed on a role is
