@@ -22,11 +22,13 @@
 //!   before anything is built from it.
 //!
 //! - A relative `path` in a station's config (the file and SQLite sinks' record, by
-//!   their shared convention) is taken relative to the profile file's directory too;
+//!   their shared convention; the YAML policy file), or a relative `policies` or
+//!   `schema` (the Cedar station's files), is taken relative to the profile file's
+//!   directory too;
 //!   in an embedded profile it stays relative to the working directory.
 //!
 //! # Non-guarantees
-//! - Plugin config sections are passed to the plugin as TOML text; apart from `path`
+//! - Plugin config sections are passed to the plugin as TOML text; apart from the paths
 //!   above, their contents are the plugin's to check.
 //! - The profile file itself is read by its path; who may write it is not checked. The
 //!   plugins it names are (see [`crate::plugin`]), and the profile's SHA-256 is recorded.
@@ -227,6 +229,11 @@ pub enum ProfileError {
     },
 }
 
+/// The keys of a station's config whose relative string value is a file taken against
+/// the profile's directory: every station's `path`, and the Cedar station's `policies`
+/// and `schema`.
+const CONFIG_PATH_KEYS: [&str; 3] = ["path", "policies", "schema"];
+
 /// One station's plugin choice as the profile wrote it: the spec (a relative path taken
 /// against the profile's directory), the pin and the config section.
 fn plugin_choice(
@@ -262,21 +269,24 @@ fn plugin_choice(
             // A relative `path` (a sink's record, a policy file) means the same file
             // wherever the command runs: the profile file's directory, as for a plugin
             // path. An embedded profile's stays relative to the working directory
-            // (`durable-file`'s ./aegis-audit.aarl).
-            if let ProfileSource::File(f) = source
-                && let Some(toml::Value::String(path)) = table.get("path")
-                && Path::new(path).is_relative()
-            {
-                let joined = profile_dir(f).join(path);
-                let Some(joined) = joined.to_str() else {
-                    return Err(invalid(
-                        line,
-                        format!(
-                            "{station}.config.path: the profile's directory is not UTF-8, so a relative path cannot be resolved; give it absolute"
-                        ),
-                    ));
-                };
-                table.insert("path".to_owned(), toml::Value::String(joined.to_owned()));
+            // (`durable-file`'s ./aegis-audit.aarl). The Cedar station's two files,
+            // `policies` and `schema`, follow the same rule.
+            for key in CONFIG_PATH_KEYS {
+                if let ProfileSource::File(f) = source
+                    && let Some(toml::Value::String(path)) = table.get(key)
+                    && Path::new(path).is_relative()
+                {
+                    let joined = profile_dir(f).join(path);
+                    let Some(joined) = joined.to_str() else {
+                        return Err(invalid(
+                            line,
+                            format!(
+                                "{station}.config.{key}: the profile's directory is not UTF-8, so a relative path cannot be resolved; give it absolute"
+                            ),
+                        ));
+                    };
+                    table.insert(key.to_owned(), toml::Value::String(joined.to_owned()));
+                }
             }
             toml::to_string(&table).map_err(|e| invalid(line, format!("{station}.config: {e}")))?
         }
@@ -821,6 +831,21 @@ mod tests {
         assert_eq!(file.audit.config.trim(), "path = \"/var/a.aarl\"");
         let embedded = Profile::parse(&text, "p.toml", ProfileSource::Embedded).unwrap();
         assert_eq!(embedded.audit.config.trim(), "path = \"records/a.aarl\"");
+    }
+
+    /// The Cedar station's two files resolve as `path` does; other keys are left alone.
+    #[test]
+    fn relative_cedar_files_are_taken_from_the_profile_files_directory() {
+        let text = GOOD.replace(
+            "plugin = \"builtin:memory-sink\"",
+            "plugin = \"builtin:memory-sink\"\nconfig = { policies = \"c/p.cedar\", schema = \"/abs/s.cedarschema\", other = \"o\" }",
+        );
+        let file =
+            Profile::parse(&text, "p.toml", ProfileSource::File("/etc/x/p.toml".into())).unwrap();
+        let config: toml::Table = toml::from_str(&file.audit.config).unwrap();
+        assert_eq!(config["policies"].as_str(), Some("/etc/x/c/p.cedar"));
+        assert_eq!(config["schema"].as_str(), Some("/abs/s.cedarschema"));
+        assert_eq!(config["other"].as_str(), Some("o"));
     }
 
     #[test]
