@@ -44,8 +44,8 @@ pub mod set;
 
 use aegis_station_api::abi_stable::std_types::{RArc, ROption, RStr, RString};
 use aegis_station_api::{
-    DecisionTable, ErrorKind, IndexedAnswer, IndexedDecision, NarrowingLimits, PluginError, Policy,
-    PolicyDecision, PolicyRequest, Verdict,
+    CallAnswer, DecisionTable, ErrorKind, IndexedAnswer, IndexedDecision, NarrowingLimits,
+    PluginError, Policy, PolicyDecision, PolicyRequest, Verdict,
 };
 use arc_swap::ArcSwap;
 use cedar_policy::{
@@ -107,6 +107,10 @@ impl Bucket {
 struct Config {
     policies: PathBuf,
     schema: PathBuf,
+    /// Argument names (or JSON Pointers) holding paths, normalised before Cedar sees
+    /// them (Cedar's `like` is a raw string match).
+    #[serde(default)]
+    path_arguments: Vec<String>,
 }
 
 /// A Cedar set in force, with its rate-limit state.
@@ -116,6 +120,8 @@ pub struct CedarEngine {
     buckets: Mutex<HashMap<String, Bucket>>,
     /// Where [`CedarEngine::reload_files`] reads from, when built from a config.
     files: Option<(PathBuf, PathBuf)>,
+    /// Arguments holding paths, normalised before Cedar sees them.
+    path_arguments: Vec<String>,
     authorizer: Authorizer,
 }
 
@@ -139,8 +145,19 @@ impl CedarEngine {
             set: ArcSwap::from_pointee(set),
             buckets: Mutex::new(HashMap::new()),
             files: None,
+            path_arguments: Vec::new(),
             authorizer: Authorizer::new(),
         }
+    }
+
+    /// The engine with `names` (argument names or JSON Pointers) read as paths: each
+    /// value there (a string, or a list of strings) is normalised lexically before
+    /// Cedar sees it, so `like "/data/*"` compares where the path leads. A value with
+    /// no normal form makes the arguments uncomparable (see [`Policy::evaluate_call`]).
+    #[must_use]
+    pub fn with_path_arguments(mut self, names: Vec<String>) -> CedarEngine {
+        self.path_arguments = names;
+        self
     }
 
     /// Builds the engine from its config section:
@@ -155,7 +172,7 @@ impl CedarEngine {
         let set = load_files(&c.policies, &c.schema)?;
         Ok(CedarEngine {
             files: Some((c.policies, c.schema)),
-            ..CedarEngine::new(set)
+            ..CedarEngine::new(set).with_path_arguments(c.path_arguments)
         })
     }
 
@@ -405,7 +422,11 @@ impl CedarEngine {
         arguments: Option<&serde_json::Value>,
     ) -> Result<Vec<PolicyDecision>, PluginError> {
         let mut out = vec![IndexedDecision::default(); axes.len()];
-        let answer = self.decide(request, axes, arguments, &mut out)?;
+        let answer = match arguments {
+            Some(value) => self.decide(request, axes, Some(value), &mut out)?,
+            // Asked without arguments: as the host's ask with them unknown.
+            None => self.evaluate_call(request, None, axes, &mut out)?.answer,
+        };
         let table = &answer.table;
         let answered = usize::try_from(answer.answered).unwrap_or(usize::MAX);
         let last = answered.saturating_sub(1);
@@ -561,15 +582,176 @@ impl Policy for CedarEngine {
         self.decide_owned(request, axes, None)
     }
 
-    // TODO(arguments): when station-api's policy call carries the call's canonical
-    // JSON arguments, answer it with `self.decide(request, axes, Some(&arguments), out)`.
-    // Paths in them must already be normalised by the host (`like` is a raw match).
     fn evaluate_axes_indexed(
         &self,
         request: &PolicyRequest<'_>,
         axes: &[RStr<'_>],
         out: &mut [IndexedDecision],
     ) -> Result<IndexedAnswer, PluginError> {
-        self.decide(request, axes, None, out)
+        self.evaluate_call(request, None, axes, out)
+            .map(|a| a.answer)
+    }
+
+    /// The arguments are read through `aegis-policy-arguments`: configured path
+    /// arguments are normalised, and a key another key folds to, a `__proto__` key, or
+    /// a path with no normal form makes them uncomparable. Arguments unknown or
+    /// uncomparable refuse the call on the first axis where a policy that reads them
+    /// applies (by principal, action and resource): Cedar would otherwise skip a
+    /// `forbid` guarded by `context has arguments`. No policy reading them applies:
+    /// decided as usual, with no `arguments` in the context.
+    fn evaluate_call(
+        &self,
+        request: &PolicyRequest<'_>,
+        arguments: Option<&str>,
+        axes: &[RStr<'_>],
+        out: &mut [IndexedDecision],
+    ) -> Result<CallAnswer, PluginError> {
+        let given = arguments.is_some();
+        let readable = match aegis_policy_arguments::Arguments::parse(arguments) {
+            aegis_policy_arguments::Arguments::Known(map) => self.comparable(map),
+            aegis_policy_arguments::Arguments::Unknown => None,
+        };
+        match readable {
+            Some(value) => Ok(CallAnswer::from(self.decide(
+                request,
+                axes,
+                Some(&value),
+                out,
+            )?)),
+            None => {
+                if let Some(answer) = self.refuse_if_read(request, axes, out)? {
+                    return Ok(CallAnswer {
+                        answer,
+                        arguments_read: RString::new(),
+                        arguments_needed: !given,
+                    });
+                }
+                Ok(CallAnswer::from(self.decide(request, axes, None, out)?))
+            }
+        }
+    }
+}
+
+impl CedarEngine {
+    /// `map` with its path arguments normalised, or `None` when it cannot be compared.
+    fn comparable(
+        &self,
+        map: serde_json::Map<String, serde_json::Value>,
+    ) -> Option<serde_json::Value> {
+        use serde_json::Value;
+        if colliding(&map) {
+            return None;
+        }
+        let mut value = Value::Object(map);
+        for name in &self.path_arguments {
+            let args = aegis_policy_arguments::Arguments::Known(value.as_object()?.clone());
+            let normal = match args.get(name)? {
+                None => continue,
+                Some(Value::String(s)) => Value::String(aegis_policy_arguments::normalise(s)?),
+                Some(Value::Array(items)) => Value::Array(
+                    items
+                        .iter()
+                        .map(|i| i.as_str().and_then(aegis_policy_arguments::normalise))
+                        .map(|p| p.map(Value::String))
+                        .collect::<Option<Vec<_>>>()?,
+                ),
+                Some(_) => return None,
+            };
+            let slot = if name.starts_with('/') {
+                value.pointer_mut(name)?
+            } else {
+                value.as_object_mut()?.get_mut(name)?
+            };
+            *slot = normal;
+        }
+        Some(value)
+    }
+
+    /// When a policy that reads arguments applies to the call on one of `axes` (asked
+    /// in order), refuses the call there: the answer, with one decision per axis up to
+    /// that one. `None` when none applies.
+    fn refuse_if_read(
+        &self,
+        request: &PolicyRequest<'_>,
+        axes: &[RStr<'_>],
+        out: &mut [IndexedDecision],
+    ) -> Result<Option<IndexedAnswer>, PluginError> {
+        let set = self.set.load();
+        let Some(scopes) = set.argument_scopes() else {
+            return Ok(None);
+        };
+        let principal = set::entity_uid(&set::ROLE, request.role.as_str());
+        let resource = set::entity_uid(&set::TOOL, request.tool_id.as_str());
+        for (i, axis) in axes.iter().enumerate() {
+            let action = set::action_uid(match axis.as_str() {
+                "" => set::CALL_ACTION,
+                named => named,
+            });
+            let Ok(asked) = Request::new(
+                principal.clone(),
+                action,
+                resource.clone(),
+                Context::empty(),
+                None,
+            ) else {
+                continue;
+            };
+            let response = self
+                .authorizer
+                .is_authorized(&asked, scopes, set.entities());
+            let Some(at) = response
+                .diagnostics()
+                .reason()
+                .filter_map(|id| set.position(id))
+                .min()
+            else {
+                continue;
+            };
+            // The axes before were asked the same way and no reader applied: the
+            // answer is this axis's refusal after theirs, so decide them normally.
+            let before = self.decide(request, &axes[..i], None, out)?;
+            let refused_before = out[..i].iter().any(|d| d.verdict != Verdict::ALLOW);
+            if before.answered as usize != i || refused_before {
+                return Ok(Some(before));
+            }
+            let Some(slot) = out.get_mut(i) else {
+                return Ok(None);
+            };
+            *slot = IndexedDecision {
+                verdict: Verdict::DENY,
+                rule: at,
+                reason: reason::ARGUMENTS_UNKNOWN,
+                limits: Default::default(),
+            };
+            return Ok(Some(IndexedAnswer {
+                table: set.decision_table().clone(),
+                answered: u32::try_from(i + 1).unwrap_or(u32::MAX),
+                approval_id: ROption::RNone,
+            }));
+        }
+        Ok(None)
+    }
+}
+
+/// Whether any object in `map` (nested included) holds two keys that fold equal, or a
+/// `__proto__` key: a server may read another key than the one Cedar compares.
+fn colliding(map: &serde_json::Map<String, serde_json::Value>) -> bool {
+    let mut seen = std::collections::HashSet::with_capacity(map.len());
+    for (key, value) in map {
+        if key == "__proto__" || !seen.insert(aegis_policy_arguments::fold(key)) {
+            return true;
+        }
+        if value_colliding(value) {
+            return true;
+        }
+    }
+    false
+}
+
+fn value_colliding(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::Object(o) => colliding(o),
+        serde_json::Value::Array(items) => items.iter().any(value_colliding),
+        _ => false,
     }
 }

@@ -122,11 +122,15 @@ pub(crate) mod reason {
     pub const BAD_ARGUMENTS: u32 = 1;
     /// The request could not be built.
     pub const BAD_REQUEST: u32 = 2;
+    /// A policy that applies reads arguments that are unknown or cannot be compared.
+    pub const ARGUMENTS_UNKNOWN: u32 = 3;
     /// The fixed texts, in position order.
-    pub(super) const FIXED: [&str; 3] = [
+    pub(super) const FIXED: [&str; 4] = [
         "no policy permits the call; Cedar's default is deny",
         "the call's arguments cannot be given to Cedar, so the call is refused",
         "the request cannot be put to Cedar, so the call is refused",
+        "refused: a policy that applies reads the call's arguments, which are unknown or \
+         cannot be compared (a path with no normal form, a key another key folds to)",
     ];
 }
 
@@ -145,6 +149,10 @@ pub(crate) struct Reasons {
 #[derive(Debug)]
 pub struct CedarSet {
     policies: PolicySet,
+    /// The scope of every policy whose conditions read `context.arguments`, as a permit
+    /// with no conditions (same id): asked when the arguments are not known, to find
+    /// a policy that might have decided otherwise. `None` when no policy reads them.
+    argument_scopes: Option<PolicySet>,
     /// By position: sorted by id. A policy's position is its position in the table.
     meta: Vec<PolicyMeta>,
     positions: HashMap<PolicyId, u32>,
@@ -343,6 +351,8 @@ impl CedarSet {
             .action_entities()
             .map_err(|e| err(schema_file, 0, format!("schema: actions: {e}")))?;
 
+        let argument_scopes =
+            argument_scopes(metas.iter().map(|(_, p)| p)).map_err(|e| err(policies_file, 0, e))?;
         let hash = hash_of(&metas, schema_json, policies_file)?;
         let (table, reasons) = build_table(&metas);
         let positions = metas
@@ -352,6 +362,7 @@ impl CedarSet {
             .collect();
         Ok(CedarSet {
             policies: set,
+            argument_scopes,
             meta: metas.into_iter().map(|(m, _)| m).collect(),
             positions,
             reasons,
@@ -360,6 +371,12 @@ impl CedarSet {
             hash,
             warnings,
         })
+    }
+
+    /// The scopes of the policies that read `context.arguments`, as condition-free
+    /// permits with the same ids; `None` when no policy reads them.
+    pub fn argument_scopes(&self) -> Option<&PolicySet> {
+        self.argument_scopes.as_ref()
     }
 
     /// SHA-256 of the canonical form of the parsed set: RFC 8785 canonical JSON of
@@ -634,4 +651,40 @@ fn build_table(metas: &[(PolicyMeta, Policy)]) -> (RArc<DecisionTable>, Vec<Reas
         reasons: RVec::from(texts),
     };
     (RArc::new(table), reasons)
+}
+
+/// The policies among `policies` whose conditions read the call's arguments, each as
+/// a permit with its scope and no conditions, under its own id. A policy reads them
+/// when the JSON form of its conditions names `arguments` anywhere (a string literal
+/// `"arguments"` counts too: the test errs toward asking).
+fn argument_scopes<'p>(
+    policies: impl Iterator<Item = &'p Policy>,
+) -> Result<Option<PolicySet>, String> {
+    let mut scopes = Vec::new();
+    for policy in policies {
+        let mut json = policy
+            .to_json()
+            .map_err(|e| format!("policy {}: {e}", policy.id()))?;
+        let Some(fields) = json.as_object_mut() else {
+            continue;
+        };
+        let reads = fields
+            .get("conditions")
+            .is_some_and(|c| c.to_string().contains("\"arguments\""));
+        if !reads {
+            continue;
+        }
+        fields.insert("effect".into(), serde_json::Value::from("permit"));
+        fields.insert("conditions".into(), serde_json::Value::Array(Vec::new()));
+        fields.remove("annotations");
+        let scope = Policy::from_json(Some(policy.id().clone()), json)
+            .map_err(|e| format!("policy {}: its scope: {e}", policy.id()))?;
+        scopes.push(scope);
+    }
+    if scopes.is_empty() {
+        return Ok(None);
+    }
+    PolicySet::from_policies(scopes)
+        .map(Some)
+        .map_err(|e| format!("the scopes of the policies that read arguments: {e}"))
 }
