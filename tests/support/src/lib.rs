@@ -20,6 +20,7 @@ pub const PLUGIN_PACKAGES: &[&str] = &[
     "aegis-sink-sqlite",
     "aegis-policy-static-plugin",
     "aegis-policy-yaml-plugin",
+    "aegis-policy-cedar-plugin",
     "aegis-confine-landlock-plugin",
     "aegis-test-plugin-misbehaving",
     "aegis-test-plugin-incompatible-layout",
