@@ -142,3 +142,92 @@ fn a_cedar_profile_whose_policy_does_not_validate_is_refused_with_its_line() {
     assert!(err.contains(&at), "{err}");
     assert!(err.contains("does not validate"), "{err}");
 }
+
+/// `aegis recheck` under either engine: one record, written under a policy that allows
+/// everything, rechecked under examples/policy.yaml and under the Cedar example that
+/// means the same thing. Both name the same calls as changed, with the same verdicts,
+/// and the same as undecidable.
+#[test]
+fn recheck_under_yaml_and_under_cedar_names_the_same_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::copy(
+        aegis_test_support::cdylib("aegis-policy-cedar-plugin"),
+        plugins.join("libaegis_policy_cedar_plugin.so"),
+    )
+    .unwrap();
+    let key = dir.path().join("k");
+    let o = aegis(dir.path(), &plugins)
+        .args(["keygen", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let open = dir.path().join("open.yaml");
+    std::fs::write(&open, "version: 1\ndefault: allow\n").unwrap();
+    let record = dir.path().join("r.aarl");
+    let echo = repo().join("tests/fixtures/wasm/echo.wasm");
+    for id in ["echo", "read-notes", "shell", "deploy", "other"] {
+        let o = aegis(dir.path(), &plugins)
+            .args(["run", "--policy"])
+            .arg(&open)
+            .arg("--component")
+            .arg(&echo)
+            .args(["--id", id, "--input", "hi", "--audit"])
+            .arg(&record)
+            .arg("--signing-key")
+            .arg(&key)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{id}: {}", text(&o.stderr));
+    }
+    let recheck = |how: &[&std::ffi::OsStr]| -> serde_json::Value {
+        let o = aegis(dir.path(), &plugins)
+            .args(["recheck", "--json"])
+            .args(how)
+            .arg(&record)
+            .output()
+            .unwrap();
+        serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}{}", text(&o.stdout), text(&o.stderr)))
+    };
+    let yaml_policy = repo().join("examples/policy.yaml");
+    let by_yaml = recheck(&["--policy".as_ref(), yaml_policy.as_os_str()]);
+    let by_cedar = recheck(&["--profile".as_ref(), "cedar-example".as_ref()]);
+    let summary = |v: &serde_json::Value, key: &str| -> Vec<(String, String)> {
+        v[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("{key} in {v}"))
+            .iter()
+            .map(|c| {
+                (
+                    c["call_id"].as_str().unwrap_or_default().to_owned(),
+                    c["new"]
+                        .as_str()
+                        .or(c["code"].as_str())
+                        .unwrap_or_default()
+                        .to_owned(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        by_yaml["changed"], by_cedar["changed"],
+        "{by_yaml}\n{by_cedar}"
+    );
+    assert_eq!(
+        summary(&by_yaml, "changed_calls"),
+        summary(&by_cedar, "changed_calls")
+    );
+    assert_eq!(
+        summary(&by_yaml, "undecidable_calls"),
+        summary(&by_cedar, "undecidable_calls")
+    );
+    // shell is refused now, deploy parked, other refused by default: three changes.
+    let changed: Vec<String> = summary(&by_cedar, "changed_calls")
+        .into_iter()
+        .map(|(_, new)| new)
+        .collect();
+    assert_eq!(changed.len(), 3, "{by_cedar}");
+}
