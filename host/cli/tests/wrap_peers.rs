@@ -37,6 +37,12 @@ enum Via<'a> {
         read: &'a [&'a Path],
         write: &'a [&'a Path],
     },
+    /// `aegis --profile PROFILE wrap`: a profile naming the Cedar station's cdylib by
+    /// path (the SDK's client gives the server a clean environment, so no plugin path
+    /// variable reaches `aegis`).
+    Cedar {
+        profile: &'a Path,
+    },
 }
 
 /// One finished client session and its files.
@@ -69,7 +75,10 @@ impl Session {
                 read,
                 write,
             } => (Some(policy), Some((read, write))),
+            // The profile names the policy; the file written below is not used.
+            Via::Cedar { .. } => (Some(""), None),
         };
+        let cedar = matches!(via, Via::Cedar { .. });
         if let Some(policy) = policy {
             let key = dir.path().join("k");
             let out = Command::new(env!("CARGO_BIN_EXE_aegis"))
@@ -93,12 +102,15 @@ impl Session {
                 for w in write {
                     cmd.arg("--allow-write").arg(w);
                 }
+            } else if let Via::Cedar { profile } = via {
+                cmd.arg("--profile").arg(profile).arg("wrap");
             } else {
                 cmd.arg("wrap");
             }
-            cmd.arg("--policy")
-                .arg(dir.path().join("policy.yaml"))
-                .arg("--audit")
+            if !cedar {
+                cmd.arg("--policy").arg(dir.path().join("policy.yaml"));
+            }
+            cmd.arg("--audit")
                 .arg(dir.path().join("record.jsonl"))
                 .arg("--signing-key")
                 .arg(&key)
@@ -400,6 +412,61 @@ rules:
     assert_eq!(write.len(), 1);
     assert_eq!(at(write[0], &["policy", "status"]), "denied");
     assert!(at(write[0], &["policy", "reason"]).contains("read-only"));
+}
+
+/// `aegis wrap` deciding with the Cedar station loaded from its cdylib: the Cedar
+/// example permits `echo` and nothing the everything server offers beside it, so
+/// `get-env` is refused before the server sees it, and the record says Cedar decided.
+#[test]
+fn wrap_decides_with_the_cedar_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("cedar.toml");
+    let examples = repo().join("examples/cedar");
+    std::fs::write(
+        &profile,
+        format!(
+            "name = \"cedar\"\ndescription = \"the Cedar example, by path\"\n[policy]\n\
+             plugin = {:?}\nconfig = {{ policies = {:?}, schema = {:?} }}\n\
+             [capability]\n[sandbox]\n[audit]\nplugin = \"builtin:memory-sink\"\n",
+            aegis_test_support::cdylib("aegis-policy-cedar-plugin")
+                .display()
+                .to_string(),
+            examples.join("policy.cedar").display().to_string(),
+            examples.join("schema.cedarschema").display().to_string(),
+        ),
+    )
+    .unwrap();
+    let server = server_js("server-everything");
+    let s = Session::run(
+        "legacy",
+        Via::Cedar { profile: &profile },
+        r#"[{"tool":"echo","arguments":{"message":"hi"}},{"tool":"get-env"}]"#,
+        &[SECRET],
+        &[&server, Path::new("stdio")],
+    );
+    let calls = s.calls();
+    assert!(!is_error(&calls[0]), "{calls:?}");
+    assert_eq!(field(&calls[0], "text"), "Echo: hi");
+    assert!(is_error(&calls[1]));
+    assert_eq!(field(&refusal(&calls[1]), "station"), "policy");
+    assert!(!text(&s.file("server.in")).contains("get-env\""));
+    let outcomes = s.record();
+    let by_tool = |t: &str| {
+        outcomes
+            .iter()
+            .find(|o| field(o, "tool_id") == t)
+            .unwrap_or_else(|| panic!("no outcome for {t}"))
+    };
+    assert_eq!(
+        at(by_tool("echo"), &["decision_axes", "matched_rule"]),
+        "echo"
+    );
+    assert_eq!(at(by_tool("get-env"), &["policy", "status"]), "denied");
+    let record = text(&s.file("record.jsonl"));
+    assert!(
+        record.contains("libaegis_policy_cedar_plugin.so"),
+        "{record}"
+    );
 }
 
 /// A rule over the `path` argument holds against the real filesystem server: a read
