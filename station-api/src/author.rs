@@ -15,6 +15,9 @@ use abi_stable::sabi_trait::TD_Opaque;
 #[cfg(not(aegis_api_before_indexed))]
 use abi_stable::std_types::RSliceMut;
 use abi_stable::std_types::{RResult, RSlice, RStr, RString, RVec};
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
 
 /// A policy evaluator, in plain Rust.
 pub trait Policy: Send + Sync + 'static {
@@ -115,6 +118,55 @@ pub trait Sink: Send + Sync + 'static {
     /// # Errors
     /// When the store cannot be read.
     fn read_lines(&self, start: u64, max: u32) -> Result<Vec<Vec<u8>>, PluginError>;
+}
+
+/// Token buckets for rate-limited rules, one per rule id, shared by every thread that
+/// evaluates: what a policy station keeps to answer a rate limit. A bucket starts full
+/// (`max` tokens) and refills at `max` per `per_seconds`; a rule whose rate changes (a
+/// reload) starts a fresh bucket.
+#[derive(Debug, Default)]
+pub struct RateLimits {
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    rate: (u64, u64),
+    tokens: f64,
+    last: Instant,
+}
+
+impl RateLimits {
+    /// No bucket yet.
+    pub fn new() -> RateLimits {
+        RateLimits::default()
+    }
+
+    /// Takes one token from rule `id`'s bucket (at most `max` calls per `per_seconds`);
+    /// whether there was one.
+    pub fn take(&self, id: &str, max: u64, per_seconds: u64) -> bool {
+        let now = Instant::now();
+        let fresh = || Bucket {
+            rate: (max, per_seconds),
+            tokens: max as f64,
+            last: now,
+        };
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        let bucket = buckets.entry(id.to_owned()).or_insert_with(fresh);
+        if bucket.rate != (max, per_seconds) {
+            *bucket = fresh();
+        }
+        let per_second = max as f64 / per_seconds.max(1) as f64;
+        let elapsed = now.saturating_duration_since(bucket.last).as_secs_f64();
+        bucket.tokens = (bucket.tokens + elapsed * per_second).min(max as f64);
+        bucket.last = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// Wraps an author's value so that every boundary method is guarded against panics.

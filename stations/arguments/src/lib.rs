@@ -44,31 +44,54 @@ impl Arguments {
     /// The value named `name` (a key, or a JSON Pointer): `None` when it cannot be
     /// known, `Some(None)` when the call has no such argument.
     pub fn get(&self, name: &str) -> Option<Option<&Value>> {
-        let Arguments::Known(map) = self else {
-            return None;
+        match self {
+            Arguments::Known(map) => lookup(map, name),
+            Arguments::Unknown => None,
+        }
+    }
+}
+
+/// [`Arguments::get`] on an arguments object held elsewhere: the value named `name` (a
+/// key, or a JSON Pointer), `None` when it cannot be known, `Some(None)` when absent.
+pub fn lookup<'m>(map: &'m Map<String, Value>, name: &str) -> Option<Option<&'m Value>> {
+    if !name.starts_with('/') {
+        return member(map, name);
+    }
+    let mut at: Option<&Value> = None;
+    for (i, token) in name.split('/').skip(1).enumerate() {
+        let token = token.replace("~1", "/").replace("~0", "~");
+        at = match (i, at) {
+            (0, _) => member(map, &token)?,
+            (_, Some(Value::Object(o))) => member(o, &token)?,
+            (_, Some(Value::Array(a))) => a.get(token.parse::<usize>().ok()?),
+            // A step into null is a miss. A step into a string, number or bool is
+            // not: servers parse a string that holds JSON (the Python SDK does for
+            // parameters that are not strings), so what is inside cannot be known.
+            (_, Some(Value::Null)) => None,
+            (_, Some(_)) => return None,
+            (_, None) => None,
         };
-        if !name.starts_with('/') {
-            return member(map, name);
+        if at.is_none() {
+            break;
         }
-        let mut at: Option<&Value> = None;
-        for (i, token) in name.split('/').skip(1).enumerate() {
-            let token = token.replace("~1", "/").replace("~0", "~");
-            at = match (i, at) {
-                (0, _) => member(map, &token)?,
-                (_, Some(Value::Object(o))) => member(o, &token)?,
-                (_, Some(Value::Array(a))) => a.get(token.parse::<usize>().ok()?),
-                // A step into null is a miss. A step into a string, number or bool is
-                // not: servers parse a string that holds JSON (the Python SDK does for
-                // parameters that are not strings), so what is inside cannot be known.
-                (_, Some(Value::Null)) => None,
-                (_, Some(_)) => return None,
-                (_, None) => None,
-            };
-            if at.is_none() {
-                break;
-            }
-        }
-        Some(at)
+    }
+    Some(at)
+}
+
+/// Whether any object in `map`, nested ones included, holds two keys that fold equal
+/// or a `__proto__` key: then some name cannot be known (see [`Arguments::get`]).
+pub fn has_ambiguous_keys(map: &Map<String, Value>) -> bool {
+    let mut seen = std::collections::HashSet::with_capacity(map.len());
+    map.iter().any(|(key, value)| {
+        key == "__proto__" || !seen.insert(fold(key)) || value_has_ambiguous_keys(value)
+    })
+}
+
+fn value_has_ambiguous_keys(value: &Value) -> bool {
+    match value {
+        Value::Object(o) => has_ambiguous_keys(o),
+        Value::Array(items) => items.iter().any(value_has_ambiguous_keys),
+        _ => false,
     }
 }
 
@@ -259,6 +282,19 @@ mod tests {
         assert_eq!(typed.get("/a/0/path"), Some(Some(&Value::from("/etc"))));
         assert_eq!(typed.get("/a/1/path"), Some(None));
         assert_eq!(typed.get("/n/path"), Some(None), "inside null: a miss");
+        let map = |t: &str| match Arguments::parse(Some(t)) {
+            Arguments::Known(m) => m,
+            Arguments::Unknown => panic!("{t}"),
+        };
+        assert!(!has_ambiguous_keys(&map(r#"{"a":{"a":1},"b":[{"a":2}]}"#)));
+        for t in [
+            r#"{"path":1,"PATH":2}"#,
+            r#"{"x":[{"k":1,"\u212a":2}]}"#,
+            r#"{"o":{"__proto__":{}}}"#,
+            "{\"file\":1,\"f\u{131}le\":2}",
+        ] {
+            assert!(has_ambiguous_keys(&map(t)), "{t}");
+        }
         assert_eq!(Arguments::parse(None).get("path"), None);
         assert_eq!(Arguments::parse(Some("[1]")).get("path"), None);
         let p = Arguments::parse(Some(r#"{"a/b":{"~c":[10,20]}}"#));

@@ -45,7 +45,7 @@ pub mod set;
 use aegis_station_api::abi_stable::std_types::{RArc, ROption, RStr, RString};
 use aegis_station_api::{
     CallAnswer, DecisionTable, ErrorKind, IndexedAnswer, IndexedDecision, NarrowingLimits,
-    PluginError, Policy, PolicyDecision, PolicyRequest, Verdict,
+    PluginError, Policy, PolicyDecision, PolicyRequest, RateLimits, Verdict,
 };
 use arc_swap::ArcSwap;
 use cedar_policy::{
@@ -53,11 +53,9 @@ use cedar_policy::{
 };
 pub use set::{CedarSet, LoadError, LoadWarning, PolicyMeta};
 use set::{Rate, reason};
-use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::sync::Arc;
 
 aegis_station_api::plugin_module! {
     pub fn plugin_module {
@@ -70,37 +68,6 @@ aegis_station_api::plugin_module! {
 /// The deepest nesting of arguments given to Cedar; deeper arguments refuse the call.
 /// Bounds the recursion that converts them.
 pub const MAX_ARGUMENT_DEPTH: usize = 32;
-
-/// One rate-limited permit's token bucket.
-#[derive(Debug)]
-struct Bucket {
-    rate: Rate,
-    tokens: f64,
-    last: Instant,
-}
-
-impl Bucket {
-    fn new(rate: Rate, now: Instant) -> Bucket {
-        Bucket {
-            rate,
-            tokens: rate.max as f64,
-            last: now,
-        }
-    }
-
-    fn take(&mut self, now: Instant) -> bool {
-        let per_second = self.rate.max as f64 / self.rate.per_seconds as f64;
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * per_second).min(self.rate.max as f64);
-        self.last = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
 
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -117,7 +84,7 @@ struct Config {
 #[derive(Debug)]
 pub struct CedarEngine {
     set: ArcSwap<CedarSet>,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    buckets: RateLimits,
     /// Where [`CedarEngine::reload_files`] reads from, when built from a config.
     files: Option<(PathBuf, PathBuf)>,
     /// Arguments holding paths, normalised before Cedar sees them.
@@ -143,7 +110,7 @@ impl CedarEngine {
     pub fn new(set: CedarSet) -> CedarEngine {
         CedarEngine {
             set: ArcSwap::from_pointee(set),
-            buckets: Mutex::new(HashMap::new()),
+            buckets: RateLimits::new(),
             files: None,
             path_arguments: Vec::new(),
             authorizer: Authorizer::new(),
@@ -403,15 +370,7 @@ impl CedarEngine {
 
     /// Takes one token from policy `id`'s bucket; whether there was one.
     fn take(&self, id: &str, rate: Rate) -> bool {
-        let now = Instant::now();
-        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
-        let bucket = buckets
-            .entry(id.to_owned())
-            .or_insert_with(|| Bucket::new(rate, now));
-        if bucket.rate != rate {
-            *bucket = Bucket::new(rate, now); // the policy's rate changed on reload
-        }
-        bucket.take(now)
+        self.buckets.take(id, rate.max, rate.per_seconds)
     }
 
     /// [`CedarEngine::decide`] in the owned form: one [`PolicyDecision`] per axis asked.
@@ -639,13 +598,12 @@ impl CedarEngine {
         map: serde_json::Map<String, serde_json::Value>,
     ) -> Option<serde_json::Value> {
         use serde_json::Value;
-        if colliding(&map) {
+        if aegis_policy_arguments::has_ambiguous_keys(&map) {
             return None;
         }
         let mut value = Value::Object(map);
         for name in &self.path_arguments {
-            let args = aegis_policy_arguments::Arguments::Known(value.as_object()?.clone());
-            let normal = match args.get(name)? {
+            let normal = match aegis_policy_arguments::lookup(value.as_object()?, name)? {
                 None => continue,
                 Some(Value::String(s)) => Value::String(aegis_policy_arguments::normalise(s)?),
                 Some(Value::Array(items)) => Value::Array(
@@ -730,28 +688,5 @@ impl CedarEngine {
             }));
         }
         Ok(None)
-    }
-}
-
-/// Whether any object in `map` (nested included) holds two keys that fold equal, or a
-/// `__proto__` key: a server may read another key than the one Cedar compares.
-fn colliding(map: &serde_json::Map<String, serde_json::Value>) -> bool {
-    let mut seen = std::collections::HashSet::with_capacity(map.len());
-    for (key, value) in map {
-        if key == "__proto__" || !seen.insert(aegis_policy_arguments::fold(key)) {
-            return true;
-        }
-        if value_colliding(value) {
-            return true;
-        }
-    }
-    false
-}
-
-fn value_colliding(value: &serde_json::Value) -> bool {
-    match value {
-        serde_json::Value::Object(o) => colliding(o),
-        serde_json::Value::Array(items) => items.iter().any(value_colliding),
-        _ => false,
     }
 }

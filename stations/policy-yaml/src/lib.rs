@@ -29,17 +29,15 @@ pub mod set;
 use aegis_station_api::abi_stable::std_types::{ROption, RStr, RString};
 use aegis_station_api::{
     CallAnswer, ErrorKind, IndexedAnswer, IndexedDecision, Limits, PluginError, Policy,
-    PolicyDecision, PolicyRequest, Verdict,
+    PolicyDecision, PolicyRequest, RateLimits, Verdict,
 };
 use arc_swap::ArcSwap;
 use arguments::{CallArguments, Fit};
 use set::{Action, Rate};
 pub use set::{PolicyError, PolicySet, PolicyWarning, Rule};
-use std::collections::HashMap;
 use std::io::Read;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::sync::Arc;
 
 aegis_station_api::plugin_module! {
     pub fn plugin_module {
@@ -49,42 +47,11 @@ aegis_station_api::plugin_module! {
     }
 }
 
-/// One rule's token bucket.
-#[derive(Debug)]
-struct Bucket {
-    rate: Rate,
-    tokens: f64,
-    last: Instant,
-}
-
-impl Bucket {
-    fn new(rate: Rate, now: Instant) -> Bucket {
-        Bucket {
-            rate,
-            tokens: rate.max as f64,
-            last: now,
-        }
-    }
-
-    fn take(&mut self, now: Instant) -> bool {
-        let per_second = self.rate.max as f64 / self.rate.per_seconds as f64;
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * per_second).min(self.rate.max as f64);
-        self.last = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 /// A policy set in force, with its rate-limit state.
 #[derive(Debug)]
 pub struct PolicyEngine {
     set: ArcSwap<PolicySet>,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    buckets: RateLimits,
 }
 
 #[derive(serde::Deserialize)]
@@ -98,7 +65,7 @@ impl PolicyEngine {
     pub fn new(set: PolicySet) -> PolicyEngine {
         PolicyEngine {
             set: ArcSwap::from_pointee(set),
-            buckets: Mutex::new(HashMap::new()),
+            buckets: RateLimits::new(),
         }
     }
 
@@ -346,15 +313,7 @@ impl PolicyEngine {
 
     /// Takes one token from rule `id`'s bucket; whether there was one.
     fn take(&self, id: &str, rate: Rate) -> bool {
-        let now = Instant::now();
-        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
-        let bucket = buckets
-            .entry(id.to_owned())
-            .or_insert_with(|| Bucket::new(rate, now));
-        if bucket.rate != rate {
-            *bucket = Bucket::new(rate, now); // the rule changed on reload
-        }
-        bucket.take(now)
+        self.buckets.take(id, rate.max, rate.per_seconds)
     }
 }
 
