@@ -4,9 +4,10 @@
 //! Landlock, capabilities, seccomp — reports, waits for the go and execs).
 //!
 //! - `start/bare`: `Command::new("/bin/true").status()`.
-//! - `start/bare_fd_mapped`: the same with one descriptor mapped into the child, as the
-//!   helper's report channel is (`command-fds`, whose `pre_exec` hook makes std fork
-//!   instead of `posix_spawn`): what the mapping alone costs.
+//! - `start/bare_fd_mapped`: the same with one descriptor mapped into the child
+//!   (`command-fds`, whose `pre_exec` hook makes std fork instead of `posix_spawn`): what
+//!   handing the helper its report channel as a descriptor would cost. The helper
+//!   connects to an abstract socket instead, and is started with `posix_spawn`.
 //! - `start/confined`: `confine::spawn` through `aegis-confine-helper` (what `aegis`
 //!   starts) with the exec-support plan `aegis confine` uses, `Confined::start`, wait
 //!   [confined − bare ≤ 3 ms].
