@@ -16,6 +16,10 @@
 //!   directory the durable record lives in; measured right before the durable calls, and
 //!   again right after them as `floor/two_fsyncs_after`. `floor/two_fsyncs_sink` (and
 //!   `…_after_sink`) append and sync the same two lines through the file sink itself.
+//!   `floor/two_fsyncs_handoff` (and `…_after_handoff`) syncs the same two lines the way
+//!   a call does: from two threads, each woken through a pipe by the one before (the
+//!   intent on one reader thread, the outcome on the other). Reported beside the
+//!   target's floor, never instead of it.
 //!
 //! Each floor runs next to the calls it is the floor of: seal floors, volatile calls,
 //! fsync floor, durable calls, fsync floor again.
@@ -715,6 +719,39 @@ fn fsync_floor(c: &mut Criterion, fx: &Fixture, name: &str) {
             }
         });
     });
+    // Shaped like a call: the first line synced on one thread, which then wakes a
+    // second thread through a pipe; that one syncs the second line and wakes the first.
+    let file = std::sync::Arc::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(fx.path(&format!("{name}-handoff.aarl")))
+            .expect("the hand-off floor's file"),
+    );
+    let (mut second_wakes, mut wake_second) = std::io::pipe().expect("a pipe");
+    let (mut first_wakes, mut wake_first) = std::io::pipe().expect("a pipe");
+    let second = {
+        let (file, line) = (file.clone(), line.clone());
+        std::thread::spawn(move || {
+            let mut byte = [0u8; 1];
+            while std::io::Read::read(&mut second_wakes, &mut byte).is_ok_and(|n| n == 1) {
+                (&*file).write_all(&line).expect("append");
+                file.sync_data().expect("fdatasync");
+                wake_first.write_all(&byte).expect("wake the first thread");
+            }
+        })
+    };
+    g.bench_function(format!("{name}_handoff"), |b| {
+        b.iter(|| {
+            let mut byte = [0u8; 1];
+            (&*file).write_all(&line).expect("append");
+            file.sync_data().expect("fdatasync");
+            wake_second.write_all(b"x").expect("wake the second thread");
+            std::io::Read::read_exact(&mut first_wakes, &mut byte).expect("woken");
+        });
+    });
+    drop(wake_second);
+    second.join().expect("the second thread");
     g.finish();
 }
 
