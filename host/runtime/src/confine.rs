@@ -569,9 +569,7 @@ pub fn helper_main() -> Option<u8> {
         .next()
         .and_then(|name| SocketAddr::from_abstract_name(name.as_encoded_bytes()).ok())
         .and_then(|addr| UnixStream::connect_addr(&addr).ok());
-    let Some((mut channel, mut go)) =
-        channel.and_then(|c| c.try_clone().ok().map(|reader| (c, reader)))
-    else {
+    let Some(channel) = channel else {
         eprintln!(
             "aegis {HELPER_ARG}: no report channel to connect to; this mode is started by aegis itself"
         );
@@ -580,7 +578,7 @@ pub fn helper_main() -> Option<u8> {
     let mut say = |o: Object| {
         let mut line = Value::Object(o).to_canonical();
         line.push(b'\n');
-        let _ = channel.write_all(&line);
+        let _ = (&channel).write_all(&line);
     };
     let refuse = |say: &mut dyn FnMut(Object), why: String| {
         let mut o = Object::new();
@@ -610,10 +608,9 @@ pub fn helper_main() -> Option<u8> {
     // The host records the report before the program may run; without its go (the host
     // gave up, e.g. the record could not be opened) nothing is started.
     let mut byte = [0u8; 1];
-    if !matches!(std::io::Read::read(&mut go, &mut byte), Ok(1)) || byte[0] != b'g' {
+    if !matches!(std::io::Read::read(&mut &channel, &mut byte), Ok(1)) || byte[0] != b'g' {
         return Some(EXIT_REFUSED);
     }
-    drop(go);
     // Nothing the helper or the host holds reaches the program: the channel, the
     // plugin's descriptor, anything inherited. stdio stays.
     close_fds::CloseFdsBuilder::new().cloexecfrom(3);
