@@ -77,6 +77,8 @@
 //!   costs tens of microseconds per warm call (`benches/results/sandbox.md`, run 5).
 //! - Stderr: the lower of the grant's output ceiling and 64 KiB per call; past it the
 //!   guest's stderr is a closed stream (its writes fail), nothing more reaches the host.
+//! - The epoch ticker: one thread per sandbox, ticking only while a call runs
+//!   (`ticker.rs`); an idle sandbox wakes no thread.
 //! - The runtime: one tokio worker thread per sandbox (timers), plus tokio's blocking
 //!   pool for wasmtime-wasi's file operations.
 //! - Cache: wasmtime's own worker trims the directory (its default soft limits on
@@ -85,6 +87,7 @@
 
 mod cancel;
 pub mod limiter;
+mod ticker;
 
 pub use cancel::CancelToken;
 
@@ -96,10 +99,10 @@ use std::future::{Future, poll_fn};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::task::Poll;
 use std::time::{Duration, Instant};
+use ticker::Ticker;
 use wasmtime::component::types::{ComponentItem, Type};
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker, ResourceTable};
 use wasmtime::{
@@ -325,7 +328,7 @@ pub struct Sandbox {
     /// Each component prepared so far, with the digest of the bytes compiled.
     ready: Mutex<HashMap<PathBuf, (Prepared, ComponentDigest)>>,
     cache: Option<Cache>,
-    stop: Arc<AtomicBool>,
+    ticker: Ticker,
     /// Drives every call's future (timers, wasmtime-wasi's tasks); `None` only once
     /// dropped.
     runtime: Option<tokio::runtime::Runtime>,
@@ -339,7 +342,6 @@ impl std::fmt::Debug for Sandbox {
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
         // Without waiting: a blocking thread abandoned by a stopped call may never
         // return (see the non-guarantees), and dropping would wait for it.
         if let Some(runtime) = self.runtime.take() {
@@ -451,23 +453,15 @@ impl Sandbox {
             .enable_all()
             .build()
             .map_err(|e| SandboxError::Engine(format!("tokio runtime: {e}")))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ticking, flag) = (engine.clone(), stop.clone());
-        std::thread::Builder::new()
-            .name("aegis-epoch".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    std::thread::sleep(TICK);
-                    ticking.increment_epoch();
-                }
-            })
+        let ticking = engine.clone();
+        let ticker = Ticker::start(move || ticking.increment_epoch())
             .map_err(|e| SandboxError::Engine(e.to_string()))?;
         Ok(Sandbox {
             engine,
             linker,
             ready: Mutex::new(HashMap::new()),
             cache,
-            stop,
+            ticker,
             runtime: Some(runtime),
         })
     }
@@ -604,6 +598,7 @@ impl Sandbox {
         store.epoch_deadline_async_yield_and_update(1);
 
         let started = Instant::now();
+        let _ticking = self.ticker.enter();
         let deadline = started.checked_add(Duration::from_millis(limits.max_wall_ms));
         // What the guest's own code decided, before the ceilings are consulted. The
         // call's future borrows the store; whichever branch wins, it is dropped (and
