@@ -10,9 +10,14 @@
 //!   over an in-memory pipe (the stdio transport's framing, no process boundary).
 //! - `round_trip/http`: the same over Streamable HTTP on a loopback socket (one
 //!   session, rmcp's reqwest client) [≤ 0.25 ms].
+//! - `round_trip/http_raw`: the same call over HTTP from a minimal client (one
+//!   keep-alive connection, the request's bytes built once, the response read whole
+//!   and checked): what the gateway costs without an SDK client's. rmcp's client opens
+//!   a new connection for most calls (it drops the event stream before its end).
 //! - `calls/{volatile,durable}/{1,16}`: calls per second with 1 and 16 concurrent
 //!   clients, each its own HTTP session, on the memory sink and on the durable file
 //!   sink (fdatasync, group commit) [volatile/16 ≥ 8,000 calls/s].
+//! - `calls/volatile_raw/{1,16}`: the volatile case with the minimal client.
 
 use aegis_gateway::http::HttpOptions;
 use aegis_gateway::{Gateway, GatewayOptions, Manifest};
@@ -29,6 +34,7 @@ use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
 
 type Client = RunningService<RoleClient, ()>;
@@ -105,6 +111,105 @@ async fn http_client(url: &str) -> Client {
         .unwrap()
 }
 
+/// A minimal MCP client over one keep-alive HTTP/1.1 connection, in a 2025-06-18
+/// session: it sends a `tools/call` whose bytes were built once and reads the
+/// response whole, chunked or not.
+struct RawClient {
+    stream: tokio::net::TcpStream,
+    authority: String,
+    session: String,
+    call: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl RawClient {
+    async fn connect(url: &str) -> RawClient {
+        let authority = url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap()
+            .to_owned();
+        let stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        let mut client = RawClient {
+            stream,
+            authority,
+            session: String::new(),
+            call: Vec::new(),
+            buf: Vec::with_capacity(8192),
+        };
+        let init = client.request(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}"#,
+        );
+        let head = client.send(&init).await;
+        client.session = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("mcp-session-id")
+                    .then(|| value.trim().to_owned())
+            })
+            .expect("a session id");
+        let initialized =
+            client.request(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        client.send(&initialized).await;
+        client.call = client.request(
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hello"}}}"#,
+        );
+        client
+    }
+
+    fn request(&self, body: &str) -> Vec<u8> {
+        let session = if self.session.is_empty() {
+            String::new()
+        } else {
+            format!("Mcp-Session-Id: {}\r\n", self.session)
+        };
+        format!(
+            "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
+             {session}Content-Length: {}\r\n\r\n{body}",
+            aegis_gateway::http::ENDPOINT,
+            self.authority,
+            body.len()
+        )
+        .into_bytes()
+    }
+
+    /// Sends `request`, reads one whole response; returns its text.
+    async fn send(&mut self, request: &[u8]) -> String {
+        self.stream.write_all(request).await.unwrap();
+        self.buf.clear();
+        loop {
+            let mut chunk = [0u8; 8192];
+            let n = self.stream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the gateway closed the connection");
+            self.buf.extend_from_slice(&chunk[..n]);
+            let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            let head = String::from_utf8_lossy(&self.buf[..end]).to_ascii_lowercase();
+            let body = &self.buf[end + 4..];
+            let complete = match head.lines().find_map(|l| l.strip_prefix("content-length:")) {
+                Some(len) => body.len() >= len.trim().parse::<usize>().unwrap(),
+                None => body.ends_with(b"\r\n0\r\n\r\n") || body == b"0\r\n\r\n",
+            };
+            if complete {
+                return String::from_utf8_lossy(&self.buf).into_owned();
+            }
+        }
+    }
+
+    async fn call(&mut self) {
+        let call = std::mem::take(&mut self.call);
+        let response = self.send(&call).await;
+        self.call = call;
+        assert!(response.contains(r#""isError":false"#), "{response}");
+        black_box(response);
+    }
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -160,6 +265,13 @@ fn round_trip(c: &mut Criterion) {
         client
     });
     g.bench_function("http", |b| b.iter(|| rt.block_on(call(&http))));
+    let mut raw = rt.block_on(async {
+        let mut client = RawClient::connect(&url).await;
+        client.call().await;
+        client
+    });
+    g.bench_function("http_raw", |b| b.iter(|| rt.block_on(raw.call())));
+    drop(raw);
     g.finish();
     rt.block_on(async {
         let _ = stdio.cancel().await;
@@ -221,6 +333,44 @@ fn calls(c: &mut Criterion) {
                     }
                 }
             });
+        }
+        if sink == "volatile" {
+            for clients in [1u64, 16] {
+                let mut raws: Vec<RawClient> = rt.block_on(async {
+                    let mut v = Vec::new();
+                    for _ in 0..clients {
+                        v.push(RawClient::connect(&url).await);
+                    }
+                    v
+                });
+                let id = BenchmarkId::new("volatile_raw", clients);
+                g.bench_with_input(id, &clients, |b, &n| {
+                    b.iter_custom(|iters| {
+                        let per = iters.div_ceil(n).max(1);
+                        let start = Instant::now();
+                        let taken = std::mem::take(&mut raws);
+                        raws = rt.block_on(async move {
+                            let tasks: Vec<_> = taken
+                                .into_iter()
+                                .map(|mut client| {
+                                    tokio::spawn(async move {
+                                        for _ in 0..per {
+                                            client.call().await;
+                                        }
+                                        client
+                                    })
+                                })
+                                .collect();
+                            let mut back = Vec::new();
+                            for t in tasks {
+                                back.push(t.await.unwrap());
+                            }
+                            back
+                        });
+                        start.elapsed().mul_f64(iters as f64 / (per * n) as f64)
+                    })
+                });
+            }
         }
         stop.cancel();
         drop(rt);

@@ -463,7 +463,7 @@ fn no_call_sees_memory_an_earlier_call_left_behind() {
         let out = run("world-remember", &g, secret.as_bytes(), &[]);
         assert_eq!(out.ending, Ending::Success);
         let seen = out.output.unwrap();
-        assert_eq!(seen.len(), 64);
+        assert_eq!(seen.len(), 128);
         assert!(
             seen.iter().all(|&b| b == 0),
             "call {i} saw {:?}",

@@ -77,6 +77,9 @@
 //!   costs tens of microseconds per warm call (`benches/results/sandbox.md`, run 5).
 //! - Stderr: the lower of the grant's output ceiling and 64 KiB per call; past it the
 //!   guest's stderr is a closed stream (its writes fail), nothing more reaches the host.
+//! - Resident memory: a pooled slot keeps up to 1 MiB of each linear memory and
+//!   64 KiB of each table resident after a call (zeroed in place, not given back),
+//!   for each of the warm slots wasmtime keeps (at most the pool's size).
 //! - The epoch ticker: one thread per sandbox, ticking only while a call runs
 //!   (`ticker.rs`); an idle sandbox wakes no thread.
 //! - The runtime: one tokio worker thread per sandbox (timers), plus tokio's blocking
@@ -106,8 +109,8 @@ use ticker::Ticker;
 use wasmtime::component::types::{ComponentItem, Type};
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker, ResourceTable};
 use wasmtime::{
-    Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolConcurrencyLimitError,
-    PoolingAllocationConfig, Store, Trap,
+    Cache, CacheConfig, Config, Enabled, Engine, InstanceAllocationStrategy,
+    PoolConcurrencyLimitError, PoolingAllocationConfig, Store, Trap,
 };
 use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
@@ -115,6 +118,13 @@ use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxView, WasiView};
 
 /// The epoch ticker's period: the resolution of the wall-clock ceiling.
 pub const TICK: Duration = Duration::from_millis(5);
+
+/// Bytes of each pooled linear memory that are zeroed in place, not given back, when
+/// a call ends (see `pooling`).
+const KEEP_RESIDENT_MEMORY: usize = 1 << 20;
+
+/// Bytes of each pooled table zeroed in place when a call ends.
+const KEEP_RESIDENT_TABLE: usize = 64 << 10;
 
 /// How many calls one [`Sandbox`] runs at once by default (see [`Options`]).
 pub const DEFAULT_CONCURRENT_CALLS: u32 = 64;
@@ -162,7 +172,17 @@ fn pooling(calls: u32) -> PoolingAllocationConfig {
         .total_stacks(calls)
         // The grant's limiter is the memory ceiling; the pool must not be a lower,
         // silent one. 4 GiB is all a 32-bit memory can address.
-        .max_memory_size(4 << 30);
+        .max_memory_size(4 << 30)
+        // Resetting a slot: the pages a call wrote, found with PAGEMAP_SCAN (Linux
+        // 6.7+; elsewhere the low bytes), are zeroed in place up to these sizes, and
+        // only the rest is given back with madvise. Either way the next call finds
+        // zeroes; in place it costs no system call, no TLB shootdown on the other
+        // CPUs and no page faults when the slot is used again (run 7 in
+        // benches/results/sandbox.md). The price is resident memory: up to these
+        // sizes for each warm slot.
+        .linear_memory_keep_resident(KEEP_RESIDENT_MEMORY)
+        .table_keep_resident(KEEP_RESIDENT_TABLE)
+        .pagemap_scan(Enabled::Auto);
     pool
 }
 

@@ -1,14 +1,14 @@
 //! The epoch ticker: advances the engine's epoch every [`super::TICK`] while at least
-//! one call runs, and sleeps (parked, no timer) while none does.
+//! one call runs, and sleeps (parked, no timer) once none has run for a while.
 //!
 //! # Guarantees
 //! - A call holds a [`Running`] for as long as it runs; while any is held the epoch
 //!   advances every tick, exactly as a ticker that never stops would advance it. A
 //!   call's epoch deadline is set when it starts, so ticks that did not happen while
 //!   nothing ran change no deadline.
-//! - The first [`Ticker::enter`] after an idle spell wakes the thread before it
-//!   returns: no call starts on a ticker that sleeps (a wake-up given before the
-//!   thread parks makes that park return at once).
+//! - A [`Ticker::enter`] that finds the thread parked wakes it before it returns: no
+//!   call runs on a ticker that sleeps (a wake-up given before the thread parks makes
+//!   that park return at once).
 //!
 //! # Why
 //! A host that never runs a WASM tool (`aegis wrap`, `aegis confine`) or sits idle
@@ -19,9 +19,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 
+/// Ticks with no call running before the thread parks: back-to-back calls find it
+/// awake and wake nobody (a wake-up costs a call several microseconds), and an idle
+/// host goes quiet within a quarter of a second.
+const IDLE_TICKS: u32 = 50;
+
 #[derive(Default)]
 struct Shared {
     running: AtomicUsize,
+    /// The thread is parked (or about to park) until a call starts.
+    parked: AtomicBool,
     stop: AtomicBool,
 }
 
@@ -43,16 +50,30 @@ impl Ticker {
         let handle: JoinHandle<()> = std::thread::Builder::new()
             .name("aegis-epoch".into())
             .spawn(move || {
-                while !seen.stop.load(Ordering::Acquire) {
-                    if seen.running.load(Ordering::Acquire) == 0 {
-                        std::thread::park();
-                        continue;
+                // Parked from the start: no call has run yet.
+                let mut idle = IDLE_TICKS;
+                while !seen.stop.load(Ordering::SeqCst) {
+                    if seen.running.load(Ordering::SeqCst) == 0 {
+                        idle += 1;
+                        if idle > IDLE_TICKS {
+                            // Said before looking again, so a call that starts now
+                            // either is seen here or sees `parked` and wakes us.
+                            seen.parked.store(true, Ordering::SeqCst);
+                            if seen.running.load(Ordering::SeqCst) == 0 {
+                                std::thread::park();
+                            }
+                            seen.parked.store(false, Ordering::SeqCst);
+                            idle = 0;
+                            continue;
+                        }
+                    } else {
+                        idle = 0;
                     }
                     // Not `sleep`: a drop must not wait out a tick. Woken early (by a
                     // call starting, or spuriously), it ticks early, which only makes
                     // running guests look at their deadline and cancel token sooner.
                     std::thread::park_timeout(super::TICK);
-                    if seen.stop.load(Ordering::Acquire) {
+                    if seen.stop.load(Ordering::SeqCst) {
                         break;
                     }
                     tick();
@@ -66,7 +87,8 @@ impl Ticker {
 
     /// Marks a call as running, waking the thread if it slept.
     pub(super) fn enter(&self) -> Running<'_> {
-        if self.shared.running.fetch_add(1, Ordering::AcqRel) == 0
+        self.shared.running.fetch_add(1, Ordering::SeqCst);
+        if self.shared.parked.load(Ordering::SeqCst)
             && let Some(thread) = &self.thread
         {
             thread.thread().unpark();
@@ -83,13 +105,13 @@ impl Ticker {
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        self.0.shared.running.fetch_sub(1, Ordering::AcqRel);
+        self.0.shared.running.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl Drop for Ticker {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
+        self.shared.stop.store(true, Ordering::SeqCst);
         if let Some(thread) = self.thread.take() {
             thread.thread().unpark();
             let _ = thread.join();
@@ -142,15 +164,28 @@ mod tests {
         drop(second);
         assert_eq!(ticker.running(), 0);
 
-        // Idle again: at most the tick already under way happens, then none.
-        std::thread::sleep(super::super::TICK * 2);
-        let settled = ticks.load(Ordering::Acquire);
+        // Idle again: it ticks a while longer, then parks and ticks no more.
+        let give_up = Instant::now() + Duration::from_secs(10);
+        let mut before = ticks.load(Ordering::Acquire);
+        loop {
+            std::thread::sleep(super::super::TICK * 10);
+            let now = ticks.load(Ordering::Acquire);
+            if now == before && ticker.shared.parked.load(Ordering::SeqCst) {
+                break;
+            }
+            assert!(
+                Instant::now() < give_up,
+                "still ticking with no call running"
+            );
+            before = now;
+        }
         std::thread::sleep(super::super::TICK * 10);
-        assert_eq!(
-            ticks.load(Ordering::Acquire),
-            settled,
-            "ticked after the calls ended"
-        );
+        assert_eq!(ticks.load(Ordering::Acquire), before, "ticked while parked");
+
+        // And a call wakes it again.
+        let third = ticker.enter();
+        assert!(passes(&ticks, before), "no tick after waking");
+        drop(third);
     }
 
     #[test]
