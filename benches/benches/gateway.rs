@@ -210,6 +210,55 @@ impl RawClient {
     }
 }
 
+/// A client the throughput bench can drive: one checked `tools/call` of `echo`.
+trait Caller: Send + 'static {
+    fn call_echo(&mut self) -> impl Future<Output = ()> + Send;
+}
+
+impl Caller for Client {
+    fn call_echo(&mut self) -> impl Future<Output = ()> + Send {
+        call(self)
+    }
+}
+
+impl Caller for RawClient {
+    fn call_echo(&mut self) -> impl Future<Output = ()> + Send {
+        self.call()
+    }
+}
+
+/// At least `iters` calls, spread evenly over `clients` running at once (each its own
+/// task); returns the time per call actually made, scaled to `iters`.
+fn all_at_once<C: Caller>(
+    rt: &tokio::runtime::Runtime,
+    clients: &mut Vec<C>,
+    iters: u64,
+) -> Duration {
+    let n = clients.len() as u64;
+    let per = iters.div_ceil(n).max(1);
+    let taken = std::mem::take(clients);
+    let start = Instant::now();
+    *clients = rt.block_on(async move {
+        let tasks: Vec<_> = taken
+            .into_iter()
+            .map(|mut client| {
+                tokio::spawn(async move {
+                    for _ in 0..per {
+                        client.call_echo().await;
+                    }
+                    client
+                })
+            })
+            .collect();
+        let mut back = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            back.push(t.await.unwrap());
+        }
+        back
+    });
+    start.elapsed().mul_f64(iters as f64 / (per * n) as f64)
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -293,44 +342,21 @@ fn calls(c: &mut Criterion) {
         let rt = runtime();
         let (url, stop) = rt.block_on(serve_http(&gw));
         for clients in [1u64, 16] {
-            let sessions: Vec<Arc<Client>> = rt.block_on(async {
+            let mut sessions: Vec<Client> = rt.block_on(async {
                 let mut v = Vec::new();
                 for _ in 0..clients {
                     let client = http_client(&url).await;
                     call(&client).await;
-                    v.push(Arc::new(client));
+                    v.push(client);
                 }
                 v
             });
-            g.bench_with_input(BenchmarkId::new(sink, clients), &clients, |b, &n| {
-                b.iter_custom(|iters| {
-                    let per = iters.div_ceil(n).max(1);
-                    let start = Instant::now();
-                    rt.block_on(async {
-                        let tasks: Vec<_> = sessions
-                            .iter()
-                            .map(|client| {
-                                let client = Arc::clone(client);
-                                tokio::spawn(async move {
-                                    for _ in 0..per {
-                                        call(&client).await;
-                                    }
-                                })
-                            })
-                            .collect();
-                        for t in tasks {
-                            t.await.unwrap();
-                        }
-                    });
-                    // The time per call actually made.
-                    start.elapsed().mul_f64(iters as f64 / (per * n) as f64)
-                })
+            g.bench_with_input(BenchmarkId::new(sink, clients), &clients, |b, _| {
+                b.iter_custom(|iters| all_at_once(&rt, &mut sessions, iters))
             });
             rt.block_on(async {
                 for client in sessions {
-                    if let Some(client) = Arc::into_inner(client) {
-                        let _ = client.cancel().await;
-                    }
+                    let _ = client.cancel().await;
                 }
             });
         }
@@ -344,31 +370,8 @@ fn calls(c: &mut Criterion) {
                     v
                 });
                 let id = BenchmarkId::new("volatile_raw", clients);
-                g.bench_with_input(id, &clients, |b, &n| {
-                    b.iter_custom(|iters| {
-                        let per = iters.div_ceil(n).max(1);
-                        let start = Instant::now();
-                        let taken = std::mem::take(&mut raws);
-                        raws = rt.block_on(async move {
-                            let tasks: Vec<_> = taken
-                                .into_iter()
-                                .map(|mut client| {
-                                    tokio::spawn(async move {
-                                        for _ in 0..per {
-                                            client.call().await;
-                                        }
-                                        client
-                                    })
-                                })
-                                .collect();
-                            let mut back = Vec::new();
-                            for t in tasks {
-                                back.push(t.await.unwrap());
-                            }
-                            back
-                        });
-                        start.elapsed().mul_f64(iters as f64 / (per * n) as f64)
-                    })
+                g.bench_with_input(id, &clients, |b, _| {
+                    b.iter_custom(|iters| all_at_once(&rt, &mut raws, iters))
                 });
             }
         }

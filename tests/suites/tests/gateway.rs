@@ -333,7 +333,7 @@ async fn one_calls_memory_and_files_are_not_the_next_ones() {
     let s = Served::new();
     let client = s.connect().await;
     // Memory: world-remember returns what it finds where the previous call left its
-    // input; each call must start from a fresh instance and find zeros.
+    // input; each call must start from a fresh instance and find the module's image.
     for i in 0..4 {
         let r = call(
             &client,
@@ -343,8 +343,9 @@ async fn one_calls_memory_and_files_are_not_the_next_ones() {
         .await;
         assert_eq!(r.is_error, Some(false), "{r:?}");
         let said = text_of(&r);
-        assert!(
-            said.bytes().all(|b| b == 0),
+        assert_eq!(
+            said.as_bytes(),
+            aegis_test_support::remember_fresh(),
             "call {i} saw an earlier call's memory: {said:?}"
         );
     }
@@ -455,7 +456,11 @@ async fn many_clients_at_once_get_their_own_answers_on_one_chain() {
                         _ => {
                             let r =
                                 call(&client, "remember", serde_json::json!({ "m": mark })).await;
-                            assert!(text_of(&r).bytes().all(|b| b == 0), "{mark}: {r:?}");
+                            assert_eq!(
+                                text_of(&r).as_bytes(),
+                                aegis_test_support::remember_fresh(),
+                                "{mark}: {r:?}"
+                            );
                         }
                     }
                 }

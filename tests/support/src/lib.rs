@@ -1,5 +1,5 @@
 //! Shared pieces of the workspace's tests and benches: building the plugin cdylibs the
-//! tests load, once per test binary.
+//! tests load, once per test binary, and what a fixture guest answers when all is well.
 //!
 //! `cargo test` builds library crates as test harnesses and does not produce the `.so`
 //! of a cdylib-only crate, so the tests ask cargo for them, in the profile the test
@@ -123,4 +123,13 @@ fn separate_workspace(dir: &str, target_sub: &str, lib: &str) -> PathBuf {
     let status = cmd.status().expect("cargo runs");
     assert!(status.success(), "building the plugin in {dir} failed");
     target.join(sub).join(format!("lib{lib}.so"))
+}
+
+/// What the fixture guest `world-remember` returns when no call's memory reached it:
+/// zeros where it looks at blank memory (at 32 KiB and at 2 MiB), then the 64 bytes of
+/// its own data segment (at 48 KiB) as the module's image holds them.
+pub fn remember_fresh() -> Vec<u8> {
+    let mut fresh = vec![0u8; 128];
+    fresh.extend_from_slice(b"the module's own data, as every call must find it, 64 bytes long");
+    fresh
 }

@@ -73,15 +73,17 @@
 //! - [`DEFAULT_CONCURRENT_CALLS`] (64) calls at once per sandbox. The pool reserves
 //!   address space (not memory) up front: 4 GiB plus guard pages per memory slot, two
 //!   slots per call, and one fiber stack per call (wasmtime's default size, 2 MiB).
-//! - Each call runs on a wasmtime fiber and is driven by the sandbox's runtime; that
-//!   costs tens of microseconds per warm call (`benches/results/sandbox.md`, run 5).
+//! - Each call runs on a wasmtime fiber and is driven by the sandbox's runtime. Run 5
+//!   of `benches/results/sandbox.md` put that at tens of microseconds per warm call;
+//!   run 6 found most of it was wasmtime's component-model-async machinery, now left
+//!   out of the build.
 //! - Stderr: the lower of the grant's output ceiling and 64 KiB per call; past it the
 //!   guest's stderr is a closed stream (its writes fail), nothing more reaches the host.
 //! - Resident memory: a pooled slot keeps up to 1 MiB of each linear memory and
 //!   64 KiB of each table resident after a call (zeroed in place, not given back),
 //!   for each of the warm slots wasmtime keeps (at most the pool's size).
-//! - The epoch ticker: one thread per sandbox, ticking only while a call runs
-//!   (`ticker.rs`); an idle sandbox wakes no thread.
+//! - The epoch ticker: one thread per sandbox, ticking while calls run and for 250 ms
+//!   after the last one (`ticker.rs`); a sandbox idle for longer wakes no thread.
 //! - The runtime: one tokio worker thread per sandbox (timers), plus tokio's blocking
 //!   pool for wasmtime-wasi's file operations.
 //! - Cache: wasmtime's own worker trims the directory (its default soft limits on
