@@ -18,6 +18,7 @@
 //!   anything else.
 
 use crate::GatewayError;
+use crate::direct::Direct;
 use crate::server::GatewayServer;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -28,11 +29,15 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// The default cap on a request body: 1 MiB, well above any tools/call a manifest's
 /// schemas describe, far below what would let a client make the host buffer much.
 pub const DEFAULT_MAX_BODY: usize = 1 << 20;
+
+/// How long an unused session stays open: 5 minutes, as rmcp's own default.
+pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(300);
 
 /// The MCP endpoint's path.
 pub const ENDPOINT: &str = "/mcp";
@@ -48,6 +53,9 @@ pub struct HttpOptions {
     pub token: Option<String>,
     /// The largest request body accepted ([`DEFAULT_MAX_BODY`] by default).
     pub max_body: usize,
+    /// A session with no request and no call running for this long is closed
+    /// ([`DEFAULT_SESSION_IDLE`] by default).
+    pub session_idle: Duration,
 }
 
 impl HttpOptions {
@@ -58,6 +66,7 @@ impl HttpOptions {
             allow_non_loopback: false,
             token: None,
             max_body: DEFAULT_MAX_BODY,
+            session_idle: DEFAULT_SESSION_IDLE,
         }
     }
 }
@@ -157,14 +166,30 @@ pub async fn serve(
     }
     let origins: Vec<String> = hosts.iter().map(|h| format!("http://{h}")).collect();
     let config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(hosts)
-        .with_allowed_origins(origins)
+        .with_allowed_hosts(hosts.clone())
+        .with_allowed_origins(origins.clone())
         .enforce_origin_validation()
         .with_max_request_body_bytes(options.max_body)
         .with_cancellation_token(stop.child_token());
+    // rmcp's idle timer sees only the requests that reach it; `direct` takes most
+    // tools/calls, so it keeps the time itself and closes idle sessions.
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = None;
+    let sessions = Arc::new(sessions);
+    let direct = Arc::new(Direct::new(
+        server.clone(),
+        Arc::clone(&sessions),
+        &hosts,
+        &origins,
+        options.max_body,
+        options.session_idle,
+    ));
+    tokio::spawn(Arc::clone(&direct).close_idle_sessions(stop.child_token()));
     let service: StreamableHttpService<GatewayServer, LocalSessionManager> =
-        StreamableHttpService::new(move || Ok(server.clone()), Default::default(), config);
-    let mut router = axum::Router::new().nest_service(ENDPOINT, service);
+        StreamableHttpService::new(move || Ok(server.clone()), sessions, config);
+    let mut router = axum::Router::new().nest_service(ENDPOINT, service).layer(
+        axum::middleware::from_fn_with_state(direct, crate::direct::route),
+    );
     if let Some(token) = &options.token {
         router = router.layer(axum::middleware::from_fn_with_state(
             Arc::<str>::from(token.as_str()),

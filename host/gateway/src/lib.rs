@@ -23,6 +23,7 @@
 //!   asserted for every call, as `aegis wrap` does.
 
 mod content;
+mod direct;
 pub mod http;
 pub mod manifest;
 pub mod server;

@@ -393,7 +393,8 @@ impl GatewayServer {
     }
 
     /// One `tools/call`, through the pipeline. `ct` is the request's cancellation
-    /// (rmcp cancels it on `notifications/cancelled` and when the session ends).
+    /// (rmcp, or the HTTP side's direct path, cancels it on `notifications/cancelled`
+    /// and when the session ends).
     ///
     /// # Errors
     /// A JSON-RPC error: an unknown tool, the gateway closed, or a record write failed.

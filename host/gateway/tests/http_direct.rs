@@ -1,0 +1,400 @@
+//! The session `tools/call` the HTTP side answers itself (`direct.rs`), from a raw
+//! HTTP/1.1 client: it is answered as JSON and recorded, cancelled by
+//! `notifications/cancelled` and by the session's end, refused for a foreign `Host` or
+//! `Origin` like every other request, and its session stays open while used and is
+//! closed when idle.
+
+use aegis_gateway::http::{ENDPOINT, HttpOptions};
+use aegis_gateway::{Gateway, GatewayOptions, Manifest, Notes};
+use aegis_record::key::SigningKey;
+use aegis_runtime::{Host, Profile};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio_util::sync::CancellationToken;
+
+fn open(record: &Path) -> Gateway {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gateway/tools.toml");
+    let builder = Host::builder(Profile::find("default").unwrap())
+        .audit_file("the test's record", record)
+        .signing_key(SigningKey::generate().unwrap());
+    let quiet: Notes = Arc::new(|_| {});
+    let options = GatewayOptions {
+        capacity: 4,
+        ..GatewayOptions::default()
+    };
+    Gateway::open(builder, &Manifest::load(&path).unwrap(), &options, quiet).unwrap()
+}
+
+fn of_type(record: &Path, t: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(record)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["line_type"] == t)
+        .collect()
+}
+
+struct Served {
+    gateway: Gateway,
+    record: PathBuf,
+    addr: SocketAddr,
+    stop: CancellationToken,
+    serving: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+async fn serve(session_idle: Duration) -> Served {
+    serve_with(session_idle, None).await
+}
+
+async fn serve_with(session_idle: Duration, token: Option<&str>) -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let gateway = open(&record);
+    let options = HttpOptions {
+        session_idle,
+        token: token.map(str::to_owned),
+        ..HttpOptions::new("127.0.0.1:0".parse().unwrap())
+    };
+    let listener = aegis_gateway::http::bind(&options).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let server = gateway.server().clone();
+    let stopping = stop.clone();
+    let serving = tokio::spawn(async move {
+        aegis_gateway::http::serve(server, listener, &options, stopping)
+            .await
+            .unwrap();
+    });
+    Served {
+        gateway,
+        record,
+        addr,
+        stop,
+        serving,
+        _dir: dir,
+    }
+}
+
+/// An HTTP answer: status, head (lower case), body.
+struct Answer {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+/// One POST (or other method) on its own connection, read to the end.
+async fn send(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut request = format!(
+        "{method} {ENDPOINT} HTTP/1.1\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        request.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    Answer {
+        status: head.split(' ').nth(1).unwrap().parse().unwrap(),
+        head: head.to_ascii_lowercase(),
+        body: body.to_owned(),
+    }
+}
+
+const V: (&str, &str) = ("MCP-Protocol-Version", "2025-06-18");
+
+/// Opens a session (initialize, initialized); returns its id.
+async fn session(addr: SocketAddr) -> String {
+    session_with(addr, &[]).await
+}
+
+async fn session_with(addr: SocketAddr, extra: &[(&str, &str)]) -> String {
+    let init = send(
+        addr,
+        "POST",
+        &[&[V], extra].concat(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
+    )
+    .await;
+    assert_eq!(init.status, 200, "{}", init.body);
+    let id = init
+        .head
+        .lines()
+        .find_map(|l| l.strip_prefix("mcp-session-id:"))
+        .expect("a session id")
+        .trim()
+        .to_owned();
+    let done = send(
+        addr,
+        "POST",
+        &[&[V, ("Mcp-Session-Id", &id)], extra].concat(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
+    assert_eq!(done.status, 202);
+    id
+}
+
+fn call(id: u32, tool: &str, arguments: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{arguments}}}}}"#
+    )
+}
+
+async fn wait_for(s: &Served, what: &str, ready: impl Fn(&Path) -> bool) {
+    while !ready(&s.record) {
+        assert!(
+            !s.serving.is_finished(),
+            "the gateway stopped before {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn close(s: Served) {
+    s.stop.cancel();
+    s.serving.await.unwrap();
+    s.gateway.close().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_call_is_answered_as_json_on_the_record() {
+    let s = serve(Duration::from_secs(300)).await;
+    let id = session(s.addr).await;
+    let answer = send(
+        s.addr,
+        "POST",
+        &[V, ("Mcp-Session-Id", &id)],
+        &call(7, "echo", r#"{"message":"hi"}"#),
+    )
+    .await;
+    assert_eq!(answer.status, 200);
+    assert!(
+        answer.head.contains("content-type: application/json"),
+        "{}",
+        answer.head
+    );
+    let message: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(message["id"], 7);
+    assert_eq!(message["result"]["isError"], false, "{message}");
+    assert_eq!(
+        message["result"]["content"][0]["text"],
+        r#"{"message":"hi"}"#
+    );
+
+    // An unknown tool is a JSON-RPC error naming the call, and on the record too.
+    let unknown = send(
+        s.addr,
+        "POST",
+        &[V, ("Mcp-Session-Id", &id)],
+        &call(8, "nope", "{}"),
+    )
+    .await;
+    let message: serde_json::Value = serde_json::from_str(&unknown.body).unwrap();
+    assert_eq!(message["id"], 8);
+    let said = message["error"]["message"].as_str().unwrap();
+    assert!(said.starts_with("unknown tool \"nope\""), "{said}");
+
+    // A session the server does not hold is not taken here: rmcp says 404.
+    let stranger = send(
+        s.addr,
+        "POST",
+        &[V, ("Mcp-Session-Id", "not-a-session")],
+        &call(9, "echo", "{}"),
+    )
+    .await;
+    assert_eq!(stranger.status, 404);
+    close(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_host_or_origin_is_refused_before_any_call() {
+    let s = serve(Duration::from_secs(300)).await;
+    let id = session(s.addr).await;
+    let body = call(2, "echo", "{}");
+    let session = ("Mcp-Session-Id", id.as_str());
+    for (headers, why) in [
+        (vec![V, session, ("Host", "evil.example")], "a rebound Host"),
+        (
+            vec![
+                V,
+                session,
+                ("Host", &format!("evil.example:{}", s.addr.port())),
+            ],
+            "a rebound Host with the port",
+        ),
+        (
+            vec![V, session, ("Origin", "http://evil.example")],
+            "a foreign Origin",
+        ),
+        (vec![V, session, ("Origin", "null")], "an opaque Origin"),
+    ] {
+        let answer = send(s.addr, "POST", &headers, &body).await;
+        assert_eq!(answer.status, 403, "{why}: {}", answer.body);
+    }
+    // Every check passed, the same call is taken: only that one is on the record.
+    let answer = send(s.addr, "POST", &[V, session], &body).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(of_type(&s.record, "intent").len(), 1);
+    close(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_cancelled_and_the_session_ending_stop_the_call() {
+    let s = serve(Duration::from_secs(300)).await;
+    let addr = s.addr;
+    for (n, how) in [(1, "notifications/cancelled"), (2, "DELETE")] {
+        let id = session(addr).await;
+        let sid = id.clone();
+        let sleeping = tokio::spawn(async move {
+            send(
+                addr,
+                "POST",
+                &[V, ("Mcp-Session-Id", &sid)],
+                &call(41, "sleep", r#"{"seconds":3600}"#),
+            )
+            .await
+        });
+        wait_for(&s, "the sleep call's intent", |r| {
+            of_type(r, "intent")
+                .iter()
+                .filter(|l| l["tool_id"] == "sleep")
+                .count()
+                == n
+        })
+        .await;
+        if n == 1 {
+            // The same id from another session cancels nothing here, and the same id
+            // again in this session, while the first runs, is refused unrecorded.
+            let other = session(addr).await;
+            let foreign = send(
+                addr,
+                "POST",
+                &[V, ("Mcp-Session-Id", &other)],
+                r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":41}}"#,
+            )
+            .await;
+            assert_eq!(foreign.status, 202);
+            let again = send(
+                addr,
+                "POST",
+                &[V, ("Mcp-Session-Id", &id)],
+                &call(41, "echo", "{}"),
+            )
+            .await;
+            let message: serde_json::Value = serde_json::from_str(&again.body).unwrap();
+            let said = message["error"]["message"].as_str().unwrap_or_default();
+            assert!(said.contains("already in use"), "{message}");
+            // A whole call later, the sleeping one is still running.
+            let echo = send(
+                addr,
+                "POST",
+                &[V, ("Mcp-Session-Id", &other)],
+                &call(41, "echo", "{}"),
+            )
+            .await;
+            assert_eq!(echo.status, 200);
+            let sleeps = |t| {
+                of_type(&s.record, t)
+                    .into_iter()
+                    .filter(|l| l["tool_id"] == "sleep")
+                    .count()
+            };
+            assert_eq!((sleeps("intent"), sleeps("outcome")), (1, 0));
+        }
+        let said = match how {
+            "DELETE" => send(addr, "DELETE", &[V, ("Mcp-Session-Id", &id)], "").await,
+            _ => {
+                send(
+                    addr,
+                    "POST",
+                    &[V, ("Mcp-Session-Id", &id)],
+                    r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":41,"reason":"done waiting"}}"#,
+                )
+                .await
+            }
+        };
+        assert!(said.status < 300, "{how}: {}", said.status);
+        let answer = sleeping.await.unwrap();
+        let message: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+        assert_eq!(message["result"]["isError"], true, "{how}: {message}");
+        let outcomes: Vec<_> = of_type(&s.record, "outcome")
+            .into_iter()
+            .filter(|l| l["tool_id"] == "sleep")
+            .collect();
+        assert_eq!(outcomes.len(), n);
+        let said = outcomes[n - 1]["execution"]["message"].as_str().unwrap();
+        assert!(
+            said.starts_with("cancelled: the client cancelled"),
+            "{how}: {said}"
+        );
+    }
+    close(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_in_use_stays_open_and_an_idle_one_is_closed() {
+    let idle = Duration::from_secs(1);
+    let s = serve(idle).await;
+    let used = session(s.addr).await;
+    let left = session(s.addr).await;
+    // Calls only (the path rmcp's own timer never sees), for three idle periods.
+    for n in 0..30 {
+        let answer = send(
+            s.addr,
+            "POST",
+            &[V, ("Mcp-Session-Id", &used)],
+            &call(100 + n, "echo", "{}"),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "call {n}: {}", answer.body);
+        tokio::time::sleep(idle / 10).await;
+    }
+    let answer = send(
+        s.addr,
+        "POST",
+        &[V, ("Mcp-Session-Id", &left)],
+        &call(200, "echo", "{}"),
+    )
+    .await;
+    assert_eq!(answer.status, 404, "the idle session was closed");
+    close(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bearer_token_guards_a_session_call_too() {
+    let s = serve_with(Duration::from_secs(300), Some("tok-2718")).await;
+    let bearer = ("Authorization", "Bearer tok-2718");
+    let id = session_with(s.addr, &[bearer]).await;
+    let body = call(3, "echo", "{}");
+    let session = ("Mcp-Session-Id", id.as_str());
+    let without = send(s.addr, "POST", &[V, session], &body).await;
+    assert_eq!(without.status, 401);
+    let wrong = send(
+        s.addr,
+        "POST",
+        &[V, session, ("Authorization", "Bearer tok-2719")],
+        &body,
+    )
+    .await;
+    assert_eq!(wrong.status, 401);
+    assert!(of_type(&s.record, "intent").is_empty());
+    let with = send(s.addr, "POST", &[V, session, bearer], &body).await;
+    assert_eq!(with.status, 200, "{}", with.body);
+    assert_eq!(of_type(&s.record, "intent").len(), 1);
+    close(s).await;
+}
