@@ -36,12 +36,14 @@
 //! - A client that disconnects mid-call does not cancel it: the call runs to its end
 //!   and its outcome is recorded (as on rmcp's path).
 
-use crate::server::GatewayServer;
+use crate::server::{CANCELLED, GatewayServer};
+use aegis_runtime::CancelToken;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::model::{
     ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorData, GetMeta as _, RequestId,
     ServerJsonRpcMessage, ServerResult,
@@ -64,7 +66,7 @@ struct SessionUse {
     /// The last request naming the session, or the last call here ending.
     last: Option<Instant>,
     /// Calls taken here and running, by their JSON-RPC id (as JSON text).
-    running: HashMap<String, CancellationToken>,
+    running: HashMap<String, CancelToken>,
 }
 
 /// The state behind the middleware [`route`].
@@ -123,16 +125,16 @@ impl Direct {
     /// Cancels every call taken here for `session`.
     fn end_session(&self, session: &str) {
         if let Some(u) = self.uses().remove(session) {
-            for ct in u.running.values() {
-                ct.cancel();
+            for token in u.running.values() {
+                token.cancel(CANCELLED);
             }
         }
     }
 
     fn cancel_call(&self, session: &str, id: &RequestId) {
         let key = id_key(id);
-        if let Some(ct) = self.uses().get(session).and_then(|u| u.running.get(&key)) {
-            ct.cancel();
+        if let Some(token) = self.uses().get(session).and_then(|u| u.running.get(&key)) {
+            token.cancel(CANCELLED);
         }
     }
 
@@ -235,6 +237,21 @@ fn accepts_json_and_stream(headers: &HeaderMap) -> bool {
 /// A request id as a map key: its JSON text, so `1` and `"1"` stay apart.
 fn id_key(id: &RequestId) -> String {
     serde_json::to_string(id).unwrap_or_default()
+}
+
+/// Runs a call on the blocking pool. (Running it on this worker under
+/// `block_in_place` was measured slower, at one client and at 16:
+/// `benches/results/gateway.md`, run 4.)
+async fn run_call(
+    server: &GatewayServer,
+    params: CallToolRequestParams,
+    token: &CancelToken,
+) -> Result<CallToolResult, ErrorData> {
+    let server = server.clone();
+    let token = token.clone();
+    tokio::task::spawn_blocking(move || server.call_here(params, &token))
+        .await
+        .map_err(|e| ErrorData::internal_error(format!("the gateway failed: {e}"), None))?
 }
 
 /// Removes a call's entry when its handler ends, however it ends.
@@ -347,7 +364,7 @@ pub(crate) async fn route(
             };
             let id = request.id;
             let key = id_key(&id);
-            let ct = CancellationToken::new();
+            let token = CancelToken::new();
             {
                 let mut uses = direct.uses();
                 let running = &mut uses.entry(Arc::from(session.as_str())).or_default().running;
@@ -361,14 +378,14 @@ pub(crate) async fn route(
                     );
                     return json_response(&ServerJsonRpcMessage::error(refused, Some(id)));
                 }
-                running.insert(key.clone(), ct.clone());
+                running.insert(key.clone(), token.clone());
             }
             let running = Running {
                 direct: &direct,
                 session: &session,
                 key,
             };
-            let answer = match direct.server.call(call.params, ct).await {
+            let answer = match run_call(&direct.server, call.params, &token).await {
                 Ok(result) => {
                     ServerJsonRpcMessage::response(ServerResult::CallToolResult(result), id)
                 }

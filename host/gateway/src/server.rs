@@ -171,6 +171,10 @@ impl Inner {
     }
 }
 
+/// What a cancelled call's outcome says stopped it.
+pub(crate) const CANCELLED: &str =
+    "the client cancelled the request (notifications/cancelled) or its session ended";
+
 /// What a refused or failed call is answered with.
 fn refusal(station: &str, what: &str, call_id: &str) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(format!(
@@ -182,15 +186,26 @@ fn refusal(station: &str, what: &str, call_id: &str) -> CallToolResult {
 /// of `{"arguments": <the call's arguments, {} when absent>, "name": <the tool>}`.
 /// Stdio lines and HTTP bodies frame one call differently; this does not.
 pub fn request_frame(name: &str, arguments: &JsonObject) -> Vec<u8> {
-    let mut call = JsonObject::new();
-    call.insert(
-        "arguments".into(),
-        serde_json::Value::Object(arguments.clone()),
-    );
-    call.insert("name".into(), serde_json::Value::String(name.to_owned()));
-    // Serializing a map of JSON values cannot fail; an empty frame would still be
-    // digested, never silently skipped.
-    serde_json_canonicalizer::to_vec(&serde_json::Value::Object(call)).unwrap_or_default()
+    // Serializing JSON values cannot fail; an empty frame would still be digested,
+    // never silently skipped.
+    serde_json_canonicalizer::to_string(&serde_json::Value::Object(arguments.clone()))
+        .map(|canonical| frame_of(name, &canonical))
+        .unwrap_or_default()
+}
+
+/// [`request_frame`] from the arguments' canonical JSON, already made for the policy
+/// and the tool's input. RFC 8785 writes an object as its members in key order, each
+/// key and value canonical, and `"arguments"` sorts before `"name"`.
+fn frame_of(name: &str, canonical_arguments: &str) -> Vec<u8> {
+    let name = serde_json_canonicalizer::to_string(&serde_json::Value::String(name.to_owned()))
+        .unwrap_or_default();
+    let mut frame = Vec::with_capacity(canonical_arguments.len() + name.len() + 24);
+    frame.extend_from_slice(b"{\"arguments\":");
+    frame.extend_from_slice(canonical_arguments.as_bytes());
+    frame.extend_from_slice(b",\"name\":");
+    frame.extend_from_slice(name.as_bytes());
+    frame.push(b'}');
+    frame
 }
 
 /// What a tool is given: its input bytes and its arguments.
@@ -203,7 +218,7 @@ struct Invocation {
 
 /// An argument's value as one argv element or input: strings as they are, numbers
 /// and booleans as their JSON text; anything else is refused.
-fn scalar(arguments: &JsonObject, name: &str) -> Result<String, String> {
+fn scalar(arguments: &serde_json::Value, name: &str) -> Result<String, String> {
     match arguments.get(name) {
         Some(serde_json::Value::String(s)) => Ok(s.clone()),
         Some(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => Ok(v.to_string()),
@@ -214,10 +229,12 @@ fn scalar(arguments: &JsonObject, name: &str) -> Result<String, String> {
     }
 }
 
-fn invocation(delivery: &Delivery, arguments: &JsonObject) -> Result<Invocation, String> {
-    let canonical =
-        serde_json_canonicalizer::to_string(&serde_json::Value::Object(arguments.clone()))
-            .map_err(|e| e.to_string())?;
+/// What the tool gets, from the arguments and their canonical JSON.
+fn invocation(
+    delivery: &Delivery,
+    arguments: &serde_json::Value,
+    canonical: String,
+) -> Result<Invocation, String> {
     match delivery {
         Delivery::Json => Ok(Invocation {
             input: canonical.clone().into_bytes(),
@@ -361,40 +378,34 @@ impl GatewayServer {
 
     /// Records a call the gateway refuses before the stations: an intent, then an
     /// outcome whose stations were not reached and whose execution gives `reason`.
-    async fn refuse(
+    fn refuse(
         &self,
-        pipeline: Arc<Pipeline>,
-        name: String,
-        frame: Vec<u8>,
-        reason: String,
+        pipeline: &Pipeline,
+        name: &str,
+        frame: &[u8],
+        reason: &str,
     ) -> Result<CallToolResult, McpError> {
-        let role = self.inner.role.clone();
-        let recorded = tokio::task::spawn_blocking(move || {
-            let request = CallRequest {
-                frame: Some(&frame),
-                role: role.as_deref(),
-                ..CallRequest::new(&name, b"")
-            };
-            let call = pipeline.begin_owned(&request)?;
+        let request = CallRequest {
+            frame: Some(frame),
+            role: self.inner.role.as_deref(),
+            ..CallRequest::new(name, b"")
+        };
+        let recorded = pipeline.begin(&request).and_then(|call| {
             let call_id = call.call_id().to_owned();
             call.finish(Executed::NotStarted {
                 reason: format!("refused by the gateway: {reason}"),
             })?;
-            Ok::<_, PipelineError>((call_id, reason))
-        })
-        .await
-        .map_err(|e| McpError::internal_error(format!("the gateway failed: {e}"), None))?;
+            Ok(call_id)
+        });
         match recorded {
-            Ok((call_id, reason)) => {
-                Ok(refusal("gateway", &format!("refused: {reason}"), &call_id))
-            }
+            Ok(call_id) => Ok(refusal("gateway", &format!("refused: {reason}"), &call_id)),
             Err(e) => Err(self.failed(&e)),
         }
     }
 
-    /// One `tools/call`, through the pipeline. `ct` is the request's cancellation
-    /// (rmcp, or the HTTP side's direct path, cancels it on `notifications/cancelled`
-    /// and when the session ends).
+    /// One `tools/call`, through the pipeline, on a blocking thread. `ct` is the
+    /// request's cancellation (rmcp, or the HTTP side's direct path, cancels it on
+    /// `notifications/cancelled` and when the session ends).
     ///
     /// # Errors
     /// A JSON-RPC error: an unknown tool, the gateway closed, or a record write failed.
@@ -403,9 +414,38 @@ impl GatewayServer {
         params: CallToolRequestParams,
         ct: CancellationToken,
     ) -> Result<CallToolResult, McpError> {
+        let token = CancelToken::new();
+        let running = token.clone();
+        let server = self.clone();
+        let mut job = tokio::task::spawn_blocking(move || server.call_here(params, &running));
+        let joined = tokio::select! {
+            joined = &mut job => joined,
+            () = ct.cancelled() => {
+                token.cancel(CANCELLED);
+                job.await
+            }
+        };
+        joined.map_err(|e| McpError::internal_error(format!("the gateway failed: {e}"), None))?
+    }
+
+    /// One `tools/call`, through the pipeline, on this thread (which it blocks until
+    /// the call has its outcome); `token` stops the tool.
+    ///
+    /// # Errors
+    /// As [`GatewayServer::call`].
+    pub fn call_here(
+        &self,
+        params: CallToolRequestParams,
+        token: &CancelToken,
+    ) -> Result<CallToolResult, McpError> {
         let name = params.name.to_string();
-        let arguments = params.arguments.unwrap_or_default();
-        let frame = request_frame(&name, &arguments);
+        let arguments = serde_json::Value::Object(params.arguments.unwrap_or_default());
+        // One canonical form serves the digest's frame, the policy and the tool's input.
+        let canonical = serde_json_canonicalizer::to_string(&arguments);
+        let frame = match &canonical {
+            Ok(c) => frame_of(&name, c),
+            Err(_) => Vec::new(),
+        };
         let closed = || McpError::internal_error("the gateway is shutting down", None);
         let Some(tool) = self.inner.tools.get(&name) else {
             // Through the stations all the same: the capability station refuses a tool
@@ -413,12 +453,9 @@ impl GatewayServer {
             let nothing = Invocation {
                 input: Vec::new(),
                 args: Vec::new(),
-                arguments: serde_json_canonicalizer::to_string(&serde_json::Value::Object(
-                    arguments.clone(),
-                ))
-                .unwrap_or_default(),
+                arguments: canonical.unwrap_or_default(),
             };
-            let record = match self.run(name.clone(), frame, nothing, ct).await? {
+            let record = match self.run(&name, &frame, &nothing, token)? {
                 Ran::Recorded(record) => record,
                 Ran::Refused(result) => return Ok(result),
             };
@@ -431,10 +468,9 @@ impl GatewayServer {
                 None,
             ));
         };
-        let checked = serde_json::Value::Object(arguments.clone());
         let mismatch: Vec<String> = tool
             .input
-            .iter_errors(&checked)
+            .iter_errors(&arguments)
             .take(3)
             .map(|e| format!("{} at {:?}", e, e.instance_path().to_string()))
             .collect();
@@ -444,32 +480,34 @@ impl GatewayServer {
                 "the arguments do not match the tool's input schema: {}",
                 mismatch.join("; ")
             );
-            return self.refuse(pipeline, name, frame, reason).await;
+            return self.refuse(&pipeline, &name, &frame, &reason);
         }
-        let invocation = match invocation(&tool.spec.delivery, &arguments) {
+        let made = canonical
+            .map_err(|e| e.to_string())
+            .and_then(|c| invocation(&tool.spec.delivery, &arguments, c));
+        let invocation = match made {
             Ok(i) => i,
             Err(reason) => {
                 let pipeline = self.pipeline().ok_or_else(closed)?;
-                return self.refuse(pipeline, name, frame, reason).await;
+                return self.refuse(&pipeline, &name, &frame, &reason);
             }
         };
-        match self.run(name, frame, invocation, ct).await? {
+        match self.run(&name, &frame, &invocation, token)? {
             Ran::Recorded(record) => Ok(self.result(tool, &record)),
             Ran::Refused(result) => Ok(result),
         }
     }
 
-    /// Runs a call through the pipeline on a blocking thread, cancelling it when `ct`
-    /// is cancelled; a call over capacity is refused and recorded instead.
-    async fn run(
+    /// Runs a call through the pipeline on this thread; a call over capacity is
+    /// refused and recorded instead.
+    fn run(
         &self,
-        name: String,
-        frame: Vec<u8>,
-        invocation: Invocation,
-        ct: CancellationToken,
+        name: &str,
+        frame: &[u8],
+        invocation: &Invocation,
+        token: &CancelToken,
     ) -> Result<Ran, McpError> {
-        let token = CancelToken::new();
-        let (ticket, pipeline) = match self.enter(&token) {
+        let (ticket, pipeline) = match self.enter(token) {
             Ok(entered) => entered,
             Err(NoSlot::Closed) => {
                 return Err(McpError::internal_error(
@@ -483,42 +521,24 @@ impl GatewayServer {
                      try again when one ends",
                     self.inner.capacity
                 );
-                return Ok(Ran::Refused(
-                    self.refuse(pipeline, name, frame, reason).await?,
-                ));
+                return Ok(Ran::Refused(self.refuse(&pipeline, name, frame, &reason)?));
             }
         };
-        let role = self.inner.role.clone();
-        let running = token.clone();
-        let mut job = tokio::task::spawn_blocking(move || {
-            let args: Vec<&str> = invocation.args.iter().map(String::as_str).collect();
-            let request = CallRequest {
-                frame: Some(&frame),
-                args: &args,
-                role: role.as_deref(),
-                arguments: Some(&invocation.arguments),
-                cancel: Some(&running),
-                ..CallRequest::new(&name, &invocation.input)
-            };
-            let result = pipeline.call(&request);
-            // The pipeline share goes before the slot: once every slot is free, the
-            // host's share is the only one left and the record can close.
-            drop(pipeline);
-            drop(ticket);
-            result
-        });
-        let joined = tokio::select! {
-            joined = &mut job => joined,
-            () = ct.cancelled() => {
-                token.cancel(
-                    "the client cancelled the request (notifications/cancelled) or its session ended",
-                );
-                job.await
-            }
+        let args: Vec<&str> = invocation.args.iter().map(String::as_str).collect();
+        let request = CallRequest {
+            frame: Some(frame),
+            args: &args,
+            role: self.inner.role.as_deref(),
+            arguments: Some(&invocation.arguments),
+            cancel: Some(token),
+            ..CallRequest::new(name, &invocation.input)
         };
-        let record = joined
-            .map_err(|e| McpError::internal_error(format!("the gateway failed: {e}"), None))?
-            .map_err(|e| self.failed(&e))?;
+        let result = pipeline.call(&request);
+        // The pipeline share goes before the slot: once every slot is free, the host's
+        // share is the only one left and the record can close.
+        drop(pipeline);
+        drop(ticket);
+        let record = result.map_err(|e| self.failed(&e))?;
         for line in String::from_utf8_lossy(&record.stderr).lines() {
             (self.inner.notes)(Note::ToolStderr {
                 tool: &record.outcome.tool_id,
@@ -642,36 +662,65 @@ mod tests {
         );
     }
 
+    /// The arguments as the gateway gets them, and their canonical JSON.
+    fn given(v: serde_json::Value) -> (serde_json::Value, String) {
+        let canonical = serde_json_canonicalizer::to_string(&v).unwrap();
+        (v, canonical)
+    }
+
+    #[test]
+    fn the_frame_from_canonical_arguments_is_the_whole_call_canonicalized() {
+        let names = [
+            "t",
+            "",
+            "quote\"back\\slash",
+            "ctl\u{1}\u{1f}\n\t\u{7f}",
+            "ünï\u{2028}cödé 🦀",
+        ];
+        let arguments = [
+            serde_json::json!({}),
+            serde_json::json!({"b": 1e21, "a": [null, -0.0, 1.5, "x\u{0}"], "é": {"z": true, "y": false}}),
+            serde_json::json!({"\u{10000}": 1, "\u{ffff}": 2}),
+        ];
+        for name in names {
+            for a in &arguments {
+                let (value, canonical) = given(a.clone());
+                let whole = serde_json::json!({"name": name, "arguments": value});
+                assert_eq!(
+                    frame_of(name, &canonical),
+                    serde_json_canonicalizer::to_vec(&whole).unwrap(),
+                    "{name:?} {a}"
+                );
+                assert_eq!(
+                    request_frame(name, &object(a.clone())),
+                    frame_of(name, &canonical)
+                );
+            }
+        }
+    }
+
     #[test]
     fn argv_delivery_passes_scalars_and_refuses_the_rest() {
         let d = Delivery::Argv {
             argv: vec!["path".into(), "n".into()],
             stdin: Some("text".into()),
         };
-        let i = invocation(
-            &d,
-            &object(serde_json::json!({"path": "/a b", "n": 3, "text": "hi"})),
-        )
-        .unwrap();
+        let (v, c) = given(serde_json::json!({"path": "/a b", "n": 3, "text": "hi"}));
+        let i = invocation(&d, &v, c).unwrap();
         assert_eq!(i.args, ["/a b", "3"]);
         assert_eq!(i.input, b"hi");
-        let e = invocation(&d, &object(serde_json::json!({"path": "/a", "n": [1]})))
-            .err()
-            .unwrap();
+        let (v, c) = given(serde_json::json!({"path": "/a", "n": [1]}));
+        let e = invocation(&d, &v, c).err().unwrap();
         assert!(e.contains("\"n\" must be a string"), "{e}");
-        let e = invocation(&d, &object(serde_json::json!({"path": "/a", "n": 1})))
-            .err()
-            .unwrap();
+        let (v, c) = given(serde_json::json!({"path": "/a", "n": 1}));
+        let e = invocation(&d, &v, c).err().unwrap();
         assert!(e.contains("\"text\" is missing"), "{e}");
     }
 
     #[test]
     fn json_delivery_gives_the_canonical_arguments() {
-        let i = invocation(
-            &Delivery::Json,
-            &object(serde_json::json!({"z": 1, "a": "b"})),
-        )
-        .unwrap();
+        let (v, c) = given(serde_json::json!({"z": 1, "a": "b"}));
+        let i = invocation(&Delivery::Json, &v, c).unwrap();
         assert_eq!(i.input, br#"{"a":"b","z":1}"#);
         assert!(i.args.is_empty());
     }
