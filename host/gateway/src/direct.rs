@@ -45,8 +45,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorData, GetMeta as _, RequestId,
-    ServerJsonRpcMessage, ServerResult,
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorData, GetMeta as _,
+    JsonRpcVersion2_0, RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use rmcp::transport::streamable_http_server::SessionManager as _;
@@ -239,6 +239,63 @@ fn id_key(id: &RequestId) -> String {
     serde_json::to_string(id).unwrap_or_default()
 }
 
+/// A `tools/call` in its plainest form: these members and no others (no `_meta`, so
+/// no per-request protocol version), each once. Parsed before rmcp's own message type,
+/// which costs several times as much; whatever this does not parse is parsed that way.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SessionCall {
+    #[expect(dead_code, reason = "checked by parsing: only \"2.0\" parses")]
+    jsonrpc: JsonRpcVersion2_0,
+    id: RequestId,
+    method: String,
+    params: PlainParams,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainParams {
+    name: String,
+    #[serde(default)]
+    arguments: Option<rmcp::model::JsonObject>,
+}
+
+/// Runs a call taken here and answers it; its id must not name a call still running
+/// in the session.
+async fn take_call(
+    direct: &Direct,
+    session: &str,
+    id: RequestId,
+    params: CallToolRequestParams,
+) -> Response {
+    let key = id_key(&id);
+    let token = CancelToken::new();
+    {
+        let mut uses = direct.uses();
+        let running = &mut uses.entry(Arc::from(session)).or_default().running;
+        if running.contains_key(&key) {
+            // Its cancellation would be ambiguous; JSON-RPC ids name one request.
+            let refused = ErrorData::invalid_request(
+                format!("request id {key} is already in use by a call running in this session"),
+                None,
+            );
+            return json_response(&ServerJsonRpcMessage::error(refused, Some(id)));
+        }
+        running.insert(key.clone(), token.clone());
+    }
+    let running = Running {
+        direct,
+        session,
+        key,
+    };
+    let answer = match run_call(&direct.server, params, &token).await {
+        Ok(result) => ServerJsonRpcMessage::response(ServerResult::CallToolResult(result), id),
+        Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
+    };
+    drop(running);
+    json_response(&answer)
+}
+
 /// Runs a call on the blocking pool. (Running it on this worker under
 /// `block_in_place` was measured slower, at one client and at 16:
 /// `benches/results/gateway.md`, run 4.)
@@ -343,9 +400,6 @@ pub(crate) async fn route(
         let request = Request::from_parts(parts, Body::from(bytes));
         next.run(request)
     };
-    let Ok(message) = serde_json::from_slice::<ClientJsonRpcMessage>(&bytes) else {
-        return pass(bytes, next).await;
-    };
     let known = direct
         .sessions
         .sessions
@@ -355,6 +409,16 @@ pub(crate) async fn route(
     if !known {
         return pass(bytes, next).await;
     }
+    if let Ok(call) = serde_json::from_slice::<SessionCall>(&bytes)
+        && call.method == "tools/call"
+    {
+        let mut params = CallToolRequestParams::new(call.params.name);
+        params.arguments = call.params.arguments;
+        return take_call(&direct, &session, call.id, params).await;
+    }
+    let Ok(message) = serde_json::from_slice::<ClientJsonRpcMessage>(&bytes) else {
+        return pass(bytes, next).await;
+    };
     match message {
         ClientJsonRpcMessage::Request(request)
             if request.request.get_meta().protocol_version().is_none() =>
@@ -362,37 +426,7 @@ pub(crate) async fn route(
             let ClientRequest::CallToolRequest(call) = request.request else {
                 return pass(bytes, next).await;
             };
-            let id = request.id;
-            let key = id_key(&id);
-            let token = CancelToken::new();
-            {
-                let mut uses = direct.uses();
-                let running = &mut uses.entry(Arc::from(session.as_str())).or_default().running;
-                if running.contains_key(&key) {
-                    // Its cancellation would be ambiguous; JSON-RPC ids name one request.
-                    let refused = ErrorData::invalid_request(
-                        format!(
-                            "request id {key} is already in use by a call running in this session"
-                        ),
-                        None,
-                    );
-                    return json_response(&ServerJsonRpcMessage::error(refused, Some(id)));
-                }
-                running.insert(key.clone(), token.clone());
-            }
-            let running = Running {
-                direct: &direct,
-                session: &session,
-                key,
-            };
-            let answer = match run_call(&direct.server, call.params, &token).await {
-                Ok(result) => {
-                    ServerJsonRpcMessage::response(ServerResult::CallToolResult(result), id)
-                }
-                Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
-            };
-            drop(running);
-            json_response(&answer)
+            take_call(&direct, &session, request.id, call.params).await
         }
         ClientJsonRpcMessage::Notification(n) => {
             if let ClientNotification::CancelledNotification(c) = &n.notification

@@ -196,6 +196,19 @@ async fn a_session_call_is_answered_as_json_on_the_record() {
         r#"{"message":"hi"}"#
     );
 
+    // With request metadata (here a progress token), the same answer.
+    let with_meta = send(
+        s.addr,
+        "POST",
+        &[V, ("Mcp-Session-Id", &id)],
+        r#"{"jsonrpc":"2.0","id":"m","method":"tools/call","params":{"_meta":{"progressToken":"p1"},"name":"echo","arguments":{"message":"hi"}}}"#,
+    )
+    .await;
+    assert!(with_meta.head.contains("content-type: application/json"));
+    let message: serde_json::Value = serde_json::from_str(&with_meta.body).unwrap();
+    assert_eq!(message["id"], "m");
+    assert_eq!(message["result"]["isError"], false, "{message}");
+
     // An unknown tool is a JSON-RPC error naming the call, and on the record too.
     let unknown = send(
         s.addr,
