@@ -106,19 +106,12 @@ impl Direct {
         self.uses.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Notes a request naming `session`. Only sessions already known here are noted
+    /// (the idle sweep and this module's calls add them, both for sessions rmcp holds),
+    /// so requests naming made-up ids add nothing to keep.
     fn touch(&self, session: &str) {
-        let mut uses = self.uses();
-        match uses.get_mut(session) {
-            Some(u) => u.last = Some(Instant::now()),
-            None => {
-                uses.insert(
-                    Arc::from(session),
-                    SessionUse {
-                        last: Some(Instant::now()),
-                        running: HashMap::new(),
-                    },
-                );
-            }
+        if let Some(u) = self.uses().get_mut(session) {
+            u.last = Some(Instant::now());
         }
     }
 
