@@ -20,21 +20,31 @@
 //!   the same stations, record, capacity and refusals. The answer is the JSON-RPC
 //!   response rmcp would put in its event stream, as an `application/json` body,
 //!   which Streamable HTTP lets a server choose for any request.
-//! - `notifications/cancelled` naming a call taken here, and the session's end
-//!   (a `DELETE` rmcp accepted, or closing it for idleness), cancel that call, as rmcp
-//!   does for its own. The notification still goes on to rmcp. A notification from
-//!   another session cancels nothing here.
+//! - The middleware wraps rmcp's service alone, so it sees every path rmcp serves
+//!   (`/mcp`, `/mcp/`, `/mcp/…`) and none that rmcp does not; the bearer-token layer
+//!   runs before it.
+//! - `notifications/cancelled` naming a call taken here, and the session's end (a
+//!   `DELETE`, or closing it for idleness), cancel that call, as rmcp does for its
+//!   own. The notification and the `DELETE` go to rmcp first, whatever their headers,
+//!   and act here only when rmcp accepted them: a refused request changes nothing. A
+//!   notification from another session cancels nothing here.
+//! - A call's entry lives as long as the call, not as long as its request: a call
+//!   whose client left can still be cancelled, and its id is still in use.
 //! - A `tools/call` reusing the id of a call still running in its session is refused
 //!   with a JSON-RPC error (its cancellation would be ambiguous); it is not a call, so
 //!   nothing is recorded for it.
-//! - A session stays open while it is used, whichever path its requests take: rmcp's
-//!   own idle timer cannot see calls taken here, so it is off and this module closes a
-//!   session after [`HttpOptions::session_idle`](crate::http::HttpOptions) with no
-//!   request and no call running.
+//! - rmcp's own idle timer cannot see calls taken here, so it is off, and this module
+//!   closes a session after [`HttpOptions::session_idle`](crate::http::HttpOptions)
+//!   with no accepted request starting and no call taken here running. Marked closing
+//!   under the lock calls register under, a session takes no new call while it closes.
 //!
 //! # Non-guarantees
 //! - A client that disconnects mid-call does not cancel it: the call runs to its end
 //!   and its outcome is recorded (as on rmcp's path).
+//! - A request that went to rmcp counts as use when it starts, not while it lasts:
+//!   a `tools/call` or an event stream on rmcp's path that outlasts the idle time may
+//!   see its session closed (as rmcp's own timer would).
+//! - No cap on sessions: rmcp has none, and each costs this module one small entry.
 
 use crate::server::{CANCELLED, GatewayServer};
 use aegis_runtime::CancelToken;
@@ -43,7 +53,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::model::CallToolRequestParams;
 use rmcp::model::{
     ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorData, GetMeta as _,
     JsonRpcVersion2_0, RequestId, ServerJsonRpcMessage, ServerResult,
@@ -51,7 +61,7 @@ use rmcp::model::{
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use rmcp::transport::streamable_http_server::SessionManager as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -67,6 +77,8 @@ struct SessionUse {
     last: Option<Instant>,
     /// Calls taken here and running, by their JSON-RPC id (as JSON text).
     running: HashMap<String, CancelToken>,
+    /// The idle sweep is closing the session: no call is taken here any more.
+    closing: bool,
 }
 
 /// The state behind the middleware [`route`].
@@ -140,7 +152,7 @@ impl Direct {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(period) => {}
             }
-            let open: Vec<Arc<str>> = self
+            let open: HashSet<Arc<str>> = self
                 .sessions
                 .sessions
                 .read()
@@ -156,21 +168,28 @@ impl Direct {
                 for id in open {
                     let u = uses.entry(id.clone()).or_default();
                     let last = *u.last.get_or_insert(now);
+                    // Marked under the lock that calls register under: from here on no
+                    // call is taken for it, so none can start in a closing session.
                     if u.running.is_empty() && now.duration_since(last) >= self.idle {
+                        u.closing = true;
                         idle.push(id);
                     }
                 }
             }
             for id in idle {
-                self.end_session(&id);
                 // A session already gone is what was wanted.
                 let _ = self.sessions.close_session(&id).await;
+                self.end_session(&id);
             }
         }
     }
 
-    /// The session id of a request this module may take, if its headers allow that.
-    fn session_of_takeable(&self, headers: &HeaderMap) -> Option<String> {
+    /// Whether a request with these headers may be taken here (its body decides the rest).
+    fn takeable(&self, headers: &HeaderMap) -> bool {
+        self.takeable_headers(headers).is_some()
+    }
+
+    fn takeable_headers(&self, headers: &HeaderMap) -> Option<()> {
         let one = |name: header::HeaderName| -> Option<Option<&str>> {
             let mut values = headers.get_all(name).iter();
             let first = values.next();
@@ -202,7 +221,12 @@ impl Direct {
         {
             return None;
         }
-        one(header::HeaderName::from_static("mcp-session-id"))?.map(str::to_owned)
+        one(header::HeaderName::from_static("mcp-session-id"))?.map(|_| ())
+    }
+
+    /// Whether rmcp holds `session`.
+    async fn holds(&self, session: &str) -> bool {
+        self.sessions.sessions.read().await.contains_key(session)
     }
 }
 
@@ -216,9 +240,14 @@ fn is_json(content_type: &str) -> bool {
 fn accepts_json_and_stream(headers: &HeaderMap) -> bool {
     let (mut json, mut stream) = (false, false);
     for value in headers.get_all(header::ACCEPT) {
+        // A quoted parameter may hold commas; rmcp splits around quotes, this does not
+        // try to, and leaves such a request to rmcp.
         let Ok(value) = value.to_str() else {
             return false;
         };
+        if value.contains('"') {
+            return false;
+        }
         for entry in value.split(',').map(str::trim) {
             json |= entry.eq_ignore_ascii_case("application/json");
             stream |= entry.eq_ignore_ascii_case("text/event-stream");
@@ -230,6 +259,128 @@ fn accepts_json_and_stream(headers: &HeaderMap) -> bool {
 /// A request id as a map key: its JSON text, so `1` and `"1"` stay apart.
 fn id_key(id: &RequestId) -> String {
     serde_json::to_string(id).unwrap_or_default()
+}
+
+fn json_response(message: &ServerJsonRpcMessage) -> Response {
+    match serde_json::to_vec(message) {
+        Ok(body) => {
+            let mut response = Response::new(Body::from(body));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        // Serializing rmcp's own message type does not fail; if it did, say so.
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("aegis gateway: the answer could not be serialized: {e}\n"),
+        )
+            .into_response(),
+    }
+}
+
+/// The middleware around rmcp's service (the endpoint's only one, so every path
+/// rmcp serves passes here): takes the requests the module's guarantees describe,
+/// passes on the rest (with the body it had to read).
+pub(crate) async fn route(
+    State(direct): State<Arc<Direct>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let session = request
+        .headers()
+        .get(HEADER_SESSION_ID)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let Some(session) = session else {
+        return next.run(request).await;
+    };
+    let response = match *request.method() {
+        Method::DELETE => {
+            // Only a deletion rmcp accepted (token, Host, Origin, a session it holds)
+            // ends the calls taken here: a refused request changes nothing.
+            let response = next.run(request).await;
+            if response.status().is_success() {
+                direct.end_session(&session);
+            }
+            response
+        }
+        Method::POST => post(&direct, &session, request, next).await,
+        _ => next.run(request).await,
+    };
+    // A request rmcp (or this module) accepted keeps its session open.
+    if response.status().is_success() {
+        direct.touch(&session);
+    }
+    response
+}
+
+/// A POST naming `session`.
+async fn post(direct: &Arc<Direct>, session: &str, request: Request, next: Next) -> Response {
+    let takeable = direct.takeable(request.headers());
+    let (parts, body) = request.into_parts();
+    let bytes: Bytes = match axum::body::to_bytes(body, direct.max_body).await {
+        Ok(b) => b,
+        Err(_) => {
+            return (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "aegis gateway: the request body is over {} bytes, or could not be read\n",
+                    direct.max_body
+                ),
+            )
+                .into_response();
+        }
+    };
+    let pass = |bytes: Bytes, next: Next| {
+        let request = Request::from_parts(parts, Body::from(bytes));
+        next.run(request)
+    };
+    if takeable
+        && let Ok(call) = serde_json::from_slice::<SessionCall>(&bytes)
+        && call.method == "tools/call"
+        && direct.holds(session).await
+    {
+        let mut params = CallToolRequestParams::new(call.params.name);
+        params.arguments = call.params.arguments;
+        return match take_call(direct, session, call.id, params).await {
+            Some(answer) => answer,
+            None => pass(bytes, next).await,
+        };
+    }
+    let Ok(message) = serde_json::from_slice::<ClientJsonRpcMessage>(&bytes) else {
+        return pass(bytes, next).await;
+    };
+    match message {
+        ClientJsonRpcMessage::Request(request)
+            if takeable && request.request.get_meta().protocol_version().is_none() =>
+        {
+            let ClientRequest::CallToolRequest(call) = request.request else {
+                return pass(bytes, next).await;
+            };
+            if !direct.holds(session).await {
+                return pass(bytes, next).await;
+            }
+            match take_call(direct, session, request.id, call.params).await {
+                Some(answer) => answer,
+                None => pass(bytes, next).await,
+            }
+        }
+        // Whatever its headers, a cancellation rmcp accepts also reaches the calls
+        // taken here (after rmcp said yes, as a DELETE does).
+        ClientJsonRpcMessage::Notification(n) => {
+            let response = pass(bytes, next).await;
+            if let ClientNotification::CancelledNotification(c) = &n.notification
+                && let Some(id) = &c.params.request_id
+                && response.status().is_success()
+            {
+                direct.cancel_call(session, id);
+            }
+            response
+        }
+        _ => pass(bytes, next).await,
+    }
 }
 
 /// A `tools/call` in its plainest form: these members and no others (no `_meta`, so
@@ -254,181 +405,73 @@ struct PlainParams {
 }
 
 /// Runs a call taken here and answers it; its id must not name a call still running
-/// in the session.
+/// in the session. None when the session is closing: rmcp answers for it.
 async fn take_call(
-    direct: &Direct,
+    direct: &Arc<Direct>,
     session: &str,
     id: RequestId,
     params: CallToolRequestParams,
-) -> Response {
+) -> Option<Response> {
     let key = id_key(&id);
     let token = CancelToken::new();
     {
         let mut uses = direct.uses();
-        let running = &mut uses.entry(Arc::from(session)).or_default().running;
-        if running.contains_key(&key) {
+        let u = uses.entry(Arc::from(session)).or_default();
+        if u.closing {
+            return None;
+        }
+        if u.running.contains_key(&key) {
             // Its cancellation would be ambiguous; JSON-RPC ids name one request.
             let refused = ErrorData::invalid_request(
                 format!("request id {key} is already in use by a call running in this session"),
                 None,
             );
-            return json_response(&ServerJsonRpcMessage::error(refused, Some(id)));
+            return Some(json_response(&ServerJsonRpcMessage::error(
+                refused,
+                Some(id),
+            )));
         }
-        running.insert(key.clone(), token.clone());
+        u.running.insert(key.clone(), token.clone());
     }
+    // The entry lives as long as the call, not as long as this request: a client that
+    // leaves mid-call leaves a call that can still be cancelled (and is not reused).
     let running = Running {
-        direct,
-        session,
+        direct: Arc::clone(direct),
+        session: Arc::from(session),
         key,
     };
-    let answer = match run_call(&direct.server, params, &token).await {
-        Ok(result) => ServerJsonRpcMessage::response(ServerResult::CallToolResult(result), id),
-        Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
+    let server = direct.server.clone();
+    let call = tokio::task::spawn_blocking(move || {
+        let answered = server.call_here(params, &token);
+        drop(running);
+        answered
+    });
+    let answer = match call.await {
+        Ok(Ok(result)) => ServerJsonRpcMessage::response(ServerResult::CallToolResult(result), id),
+        Ok(Err(error)) => ServerJsonRpcMessage::error(error, Some(id)),
+        Err(e) => ServerJsonRpcMessage::error(
+            ErrorData::internal_error(format!("the gateway failed: {e}"), None),
+            Some(id),
+        ),
     };
-    drop(running);
-    json_response(&answer)
+    Some(json_response(&answer))
 }
 
-/// Runs a call on the blocking pool. (Running it on this worker under
-/// `block_in_place` was measured slower, at one client and at 16:
-/// `benches/results/gateway.md`, run 4.)
-async fn run_call(
-    server: &GatewayServer,
-    params: CallToolRequestParams,
-    token: &CancelToken,
-) -> Result<CallToolResult, ErrorData> {
-    let server = server.clone();
-    let token = token.clone();
-    tokio::task::spawn_blocking(move || server.call_here(params, &token))
-        .await
-        .map_err(|e| ErrorData::internal_error(format!("the gateway failed: {e}"), None))?
-}
-
-/// Removes a call's entry when its handler ends, however it ends.
-struct Running<'a> {
-    direct: &'a Direct,
-    session: &'a str,
+/// A call's entry in [`SessionUse::running`]; dropped when the call ends, however it
+/// ends. (The call runs on the blocking pool: running it on the worker under
+/// `block_in_place` was measured slower, `benches/results/gateway.md` run 4.)
+struct Running {
+    direct: Arc<Direct>,
+    session: Arc<str>,
     key: String,
 }
 
-impl Drop for Running<'_> {
+impl Drop for Running {
     fn drop(&mut self) {
         let mut uses = self.direct.uses();
-        if let Some(u) = uses.get_mut(self.session) {
+        if let Some(u) = uses.get_mut(&*self.session) {
             u.running.remove(&self.key);
             u.last = Some(Instant::now());
         }
-    }
-}
-
-fn json_response(message: &ServerJsonRpcMessage) -> Response {
-    match serde_json::to_vec(message) {
-        Ok(body) => {
-            let mut response = Response::new(Body::from(body));
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            response
-        }
-        // Serializing rmcp's own message type does not fail; if it did, say so.
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("aegis gateway: the answer could not be serialized: {e}\n"),
-        )
-            .into_response(),
-    }
-}
-
-/// The middleware in front of rmcp's service: takes the requests the module's
-/// guarantees describe, passes on the rest (with the body it had to read).
-pub(crate) async fn route(
-    State(direct): State<Arc<Direct>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    if request.uri().path() != crate::http::ENDPOINT {
-        return next.run(request).await;
-    }
-    let session = request
-        .headers()
-        .get(HEADER_SESSION_ID)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    if let Some(s) = &session {
-        direct.touch(s);
-    }
-    if request.method() == Method::DELETE {
-        // Only a deletion rmcp accepted (token, Host, Origin, a session it holds) ends
-        // the calls taken here: a refused request changes nothing.
-        let response = next.run(request).await;
-        if let Some(s) = &session
-            && response.status().is_success()
-        {
-            direct.end_session(s);
-        }
-        return response;
-    }
-    if request.method() != Method::POST {
-        return next.run(request).await;
-    }
-    let Some(session) = direct.session_of_takeable(request.headers()) else {
-        return next.run(request).await;
-    };
-    let (parts, body) = request.into_parts();
-    let bytes: Bytes = match axum::body::to_bytes(body, direct.max_body).await {
-        Ok(b) => b,
-        Err(_) => {
-            return (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "aegis gateway: the request body is over {} bytes, or could not be read\n",
-                    direct.max_body
-                ),
-            )
-                .into_response();
-        }
-    };
-    let pass = |bytes: Bytes, next: Next| {
-        let request = Request::from_parts(parts, Body::from(bytes));
-        next.run(request)
-    };
-    let known = direct
-        .sessions
-        .sessions
-        .read()
-        .await
-        .contains_key(session.as_str());
-    if !known {
-        return pass(bytes, next).await;
-    }
-    if let Ok(call) = serde_json::from_slice::<SessionCall>(&bytes)
-        && call.method == "tools/call"
-    {
-        let mut params = CallToolRequestParams::new(call.params.name);
-        params.arguments = call.params.arguments;
-        return take_call(&direct, &session, call.id, params).await;
-    }
-    let Ok(message) = serde_json::from_slice::<ClientJsonRpcMessage>(&bytes) else {
-        return pass(bytes, next).await;
-    };
-    match message {
-        ClientJsonRpcMessage::Request(request)
-            if request.request.get_meta().protocol_version().is_none() =>
-        {
-            let ClientRequest::CallToolRequest(call) = request.request else {
-                return pass(bytes, next).await;
-            };
-            take_call(&direct, &session, request.id, call.params).await
-        }
-        ClientJsonRpcMessage::Notification(n) => {
-            if let ClientNotification::CancelledNotification(c) = &n.notification
-                && let Some(id) = &c.params.request_id
-            {
-                direct.cancel_call(&session, id);
-            }
-            pass(bytes, next).await
-        }
-        _ => pass(bytes, next).await,
     }
 }

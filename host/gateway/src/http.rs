@@ -31,6 +31,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+use tower_layer::Layer as _;
 
 /// The default cap on a request body: 1 MiB, well above any tools/call a manifest's
 /// schemas describe, far below what would let a client make the host buffer much.
@@ -187,9 +188,10 @@ pub async fn serve(
     tokio::spawn(Arc::clone(&direct).close_idle_sessions(stop.child_token()));
     let service: StreamableHttpService<GatewayServer, LocalSessionManager> =
         StreamableHttpService::new(move || Ok(server.clone()), sessions, config);
-    let mut router = axum::Router::new().nest_service(ENDPOINT, service).layer(
-        axum::middleware::from_fn_with_state(direct, crate::direct::route),
-    );
+    // Around rmcp's service itself, so it sees every path rmcp serves (`/mcp`, `/mcp/`,
+    // `/mcp/…`) and none that rmcp does not.
+    let direct = axum::middleware::from_fn_with_state(direct, crate::direct::route);
+    let mut router = axum::Router::new().nest_service(ENDPOINT, direct.layer(service));
     if let Some(token) = &options.token {
         router = router.layer(axum::middleware::from_fn_with_state(
             Arc::<str>::from(token.as_str()),

@@ -89,9 +89,20 @@ struct Answer {
 
 /// One POST (or other method) on its own connection, read to the end.
 async fn send(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    send_to(addr, ENDPOINT, method, headers, body).await
+}
+
+/// [`send`] to `path`.
+async fn send_to(
+    addr: SocketAddr,
+    path: &str,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut request = format!(
-        "{method} {ENDPOINT} HTTP/1.1\r\nContent-Type: application/json\r\n\
+        "{method} {path} HTTP/1.1\r\nContent-Type: application/json\r\n\
          Accept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
         body.len()
     );
@@ -270,7 +281,12 @@ async fn a_foreign_host_or_origin_is_refused_before_any_call() {
 async fn notifications_cancelled_and_the_session_ending_stop_the_call() {
     let s = serve(Duration::from_secs(300)).await;
     let addr = s.addr;
-    for (n, how) in [(1, "notifications/cancelled"), (2, "DELETE")] {
+    let slash = format!("{ENDPOINT}/");
+    for (n, how) in [
+        (1, "notifications/cancelled"),
+        (2, "DELETE"),
+        (3, "DELETE at /mcp/"),
+    ] {
         let id = session(addr).await;
         let sid = id.clone();
         let sleeping = tokio::spawn(async move {
@@ -331,11 +347,21 @@ async fn notifications_cancelled_and_the_session_ending_stop_the_call() {
         }
         let said = match how {
             "DELETE" => send(addr, "DELETE", &[V, ("Mcp-Session-Id", &id)], "").await,
+            // rmcp serves the endpoint's subpaths too; the session ends there as well.
+            "DELETE at /mcp/" => {
+                send_to(addr, &slash, "DELETE", &[V, ("Mcp-Session-Id", &id)], "").await
+            }
             _ => {
+                // Headers this module would not take a call with (a quoted Accept
+                // parameter), which rmcp accepts: the cancellation still reaches it.
                 send(
                     addr,
                     "POST",
-                    &[V, ("Mcp-Session-Id", &id)],
+                    &[
+                        V,
+                        ("Mcp-Session-Id", &id),
+                        ("Accept", r#"text/plain;p="x""#),
+                    ],
                     r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":41,"reason":"done waiting"}}"#,
                 )
                 .await
@@ -356,6 +382,58 @@ async fn notifications_cancelled_and_the_session_ending_stop_the_call() {
             "{how}: {said}"
         );
     }
+    close(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_client_left_can_still_be_cancelled() {
+    let s = serve(Duration::from_secs(300)).await;
+    let addr = s.addr;
+    let id = session(addr).await;
+    let sid = id.clone();
+    let leaving = tokio::spawn(async move {
+        send(
+            addr,
+            "POST",
+            &[V, ("Mcp-Session-Id", &sid)],
+            &call(51, "sleep", r#"{"seconds":3600}"#),
+        )
+        .await
+    });
+    wait_for(&s, "the sleep call's intent", |r| {
+        of_type(r, "intent").len() == 1
+    })
+    .await;
+    // The client goes away: its connection closes with the task.
+    leaving.abort();
+    let _ = leaving.await;
+    // The same id is still in use, and a cancellation still reaches the call.
+    let again = send(
+        addr,
+        "POST",
+        &[V, ("Mcp-Session-Id", &id)],
+        &call(51, "echo", "{}"),
+    )
+    .await;
+    assert!(again.body.contains("already in use"), "{}", again.body);
+    let said = send(
+        addr,
+        "POST",
+        &[V, ("Mcp-Session-Id", &id)],
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":51}}"#,
+    )
+    .await;
+    assert_eq!(said.status, 202);
+    wait_for(&s, "the sleep call's outcome", |r| {
+        of_type(r, "outcome").len() == 1
+    })
+    .await;
+    let outcome = &of_type(&s.record, "outcome")[0];
+    let message = outcome["execution"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("cancelled: the client cancelled"),
+        "{outcome}"
+    );
     close(s).await;
 }
 
