@@ -166,6 +166,20 @@ fn call(id: u32, tool: &str, arguments: &str) -> String {
     )
 }
 
+/// A `tools/call` of `sleep` for an hour, as call `n` of `session`, on its own task.
+fn start_sleep(addr: SocketAddr, session: &str, n: u32) -> tokio::task::JoinHandle<Answer> {
+    let session = session.to_owned();
+    tokio::spawn(async move {
+        send(
+            addr,
+            "POST",
+            &[V, ("Mcp-Session-Id", &session)],
+            &call(n, "sleep", r#"{"seconds":3600}"#),
+        )
+        .await
+    })
+}
+
 async fn wait_for(s: &Served, what: &str, ready: impl Fn(&Path) -> bool) {
     while !ready(&s.record) {
         assert!(
@@ -288,16 +302,7 @@ async fn notifications_cancelled_and_the_session_ending_stop_the_call() {
         (3, "DELETE at /mcp/"),
     ] {
         let id = session(addr).await;
-        let sid = id.clone();
-        let sleeping = tokio::spawn(async move {
-            send(
-                addr,
-                "POST",
-                &[V, ("Mcp-Session-Id", &sid)],
-                &call(41, "sleep", r#"{"seconds":3600}"#),
-            )
-            .await
-        });
+        let sleeping = start_sleep(addr, &id, 41);
         wait_for(&s, "the sleep call's intent", |r| {
             of_type(r, "intent")
                 .iter()
@@ -390,16 +395,7 @@ async fn a_call_whose_client_left_can_still_be_cancelled() {
     let s = serve(Duration::from_secs(300)).await;
     let addr = s.addr;
     let id = session(addr).await;
-    let sid = id.clone();
-    let leaving = tokio::spawn(async move {
-        send(
-            addr,
-            "POST",
-            &[V, ("Mcp-Session-Id", &sid)],
-            &call(51, "sleep", r#"{"seconds":3600}"#),
-        )
-        .await
-    });
+    let leaving = start_sleep(addr, &id, 51);
     wait_for(&s, "the sleep call's intent", |r| {
         of_type(r, "intent").len() == 1
     })
