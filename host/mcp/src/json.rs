@@ -196,30 +196,40 @@ impl<'a> Object<'a> {
 
     /// Finds `key`, refusing to choose when a colliding key also appears.
     pub fn lookup(&self, key: &str) -> Lookup<'a> {
-        let folded = fold(key);
-        let mut found = None;
-        let mut count = 0;
+        let [found] = self.lookup_each([key]);
+        found
+    }
+
+    /// [`Object::lookup`] of each of `keys`, in one pass over the members.
+    pub fn lookup_each<const N: usize>(&self, keys: [&str; N]) -> [Lookup<'a>; N] {
+        // Folded copies are built only when a key or a name is not ASCII (nearly never).
+        let mut folded_keys: [Option<String>; N] = std::array::from_fn(|_| None);
+        let mut found = [None; N];
+        let mut count = [0usize; N];
         for (name, node) in self.members() {
-            // ASCII keys (nearly all of them) compare without building a folded copy.
-            let collides = if name.text.is_ascii() && key.is_ascii() {
-                name.text.eq_ignore_ascii_case(key)
-            } else {
-                fold(&name.text) == folded
-            };
-            if collides {
-                count += 1;
-                if name.text == key && name.exact {
-                    found = Some(node);
+            let mut folded_name = None;
+            for (i, key) in keys.iter().enumerate() {
+                let collides = if name.text.is_ascii() && key.is_ascii() {
+                    name.text.eq_ignore_ascii_case(key)
+                } else {
+                    let folded_name = folded_name.get_or_insert_with(|| fold(&name.text));
+                    *folded_name == *folded_keys[i].get_or_insert_with(|| fold(key))
+                };
+                if collides {
+                    count[i] += 1;
+                    if name.text == *key && name.exact {
+                        found[i] = Some(node);
+                    }
                 }
             }
         }
-        match (count, found) {
+        std::array::from_fn(|i| match (count[i], found[i]) {
             (0, _) => Lookup::Absent,
             (1, Some(node)) => Lookup::One(node),
             // A single colliding key that is not exactly `key` ("Method") is ambiguous:
             // some servers read it as `key`.
             _ => Lookup::Ambiguous,
-        }
+        })
     }
 }
 
@@ -302,15 +312,26 @@ impl ParseError {
 
 /// Parses one JSON text; surrounding JSON whitespace is allowed, anything else is not.
 pub(crate) fn parse(bytes: &[u8]) -> Result<Node<'_>, ParseError> {
+    parse_with(bytes, None).map(|(node, _)| node)
+}
+
+/// [`parse`], and in the same pass whether any object in the text has colliding keys
+/// (as [`Node::has_colliding_keys`] would say after it).
+pub(crate) fn parse_noting_collisions(bytes: &[u8]) -> Result<(Node<'_>, bool), ParseError> {
+    parse_with(bytes, Some(RandomState::new()))
+}
+
+fn parse_with(bytes: &[u8], keys: Option<RandomState>) -> Result<(Node<'_>, bool), ParseError> {
     let text = std::str::from_utf8(bytes).map_err(|_| ParseError::NotUtf8)?;
     let mut scan = Scanner::new(text, MAX_VALUES);
+    scan.keys = keys;
     scan.skip_ws();
     let node = scan.node(0)?;
     scan.skip_ws();
     if scan.pos != text.len() {
         return Err(scan.err("data after the value"));
     }
-    Ok(node)
+    Ok((node, scan.colliding))
 }
 
 /// Reads as many members of the object at the start of `bytes` as are well formed, and
@@ -821,6 +842,74 @@ mod tests {
             let Value::Object(object) = node.value() else { unreachable!() };
             proptest::prop_assert_eq!(matches!(object.lookup(&a), Lookup::Ambiguous), same);
             proptest::prop_assert_eq!(matches!(object.lookup(&b), Lookup::One(_)), !same);
+        }
+    }
+
+    /// What [`Object::lookup`] must say, read the slow way: every member's key decoded
+    /// and folded, no shortcut.
+    fn lookup_by_folding<'a>(object: &Object<'a>, key: &str) -> Lookup<'a> {
+        let colliding: Vec<_> = object
+            .members()
+            .filter(|(name, _)| fold(&name.text) == fold(key))
+            .collect();
+        match colliding.as_slice() {
+            [] => Lookup::Absent,
+            [(name, node)] if name.text == key && name.exact => Lookup::One(*node),
+            _ => Lookup::Ambiguous,
+        }
+    }
+
+    fn same_lookup(a: &Lookup<'_>, b: &Lookup<'_>) -> bool {
+        match (a, b) {
+            (Lookup::Absent, Lookup::Absent) | (Lookup::Ambiguous, Lookup::Ambiguous) => true,
+            (Lookup::One(x), Lookup::One(y)) => x.raw() == y.raw(),
+            _ => false,
+        }
+    }
+
+    proptest::proptest! {
+        /// One pass for several keys finds what one lookup per key, done by folding every
+        /// key, finds; and the collisions noted while parsing are the ones a second pass
+        /// finds. Keys are written plain or with their first character escaped.
+        #[test]
+        fn lookup_each_and_parse_noting_collisions_agree_with_slow_reads(
+            members in proptest::collection::vec(
+                ("[aAsSkKiI\u{17f}\u{212a}\u{e9}\u{131}\u{130}]{0,2}", proptest::bool::ANY),
+                0..6,
+            ),
+            keys in proptest::array::uniform3("[aAsSkKiI\u{17f}\u{212a}\u{e9}\u{131}\u{130}]{0,2}"),
+        ) {
+            let mut text = String::from("{");
+            for (i, (key, escaped)) in members.iter().enumerate() {
+                if i > 0 {
+                    text.push(',');
+                }
+                match key.chars().next() {
+                    Some(first) if *escaped => {
+                        let mut units = [0u16; 2];
+                        text.push('"');
+                        for unit in first.encode_utf16(&mut units) {
+                            write!(text, "\\u{unit:04x}").unwrap();
+                        }
+                        let mut rest = String::new();
+                        write_string(&key[first.len_utf8()..], &mut rest);
+                        text.push_str(&rest[1..]);
+                    }
+                    _ => write_string(key, &mut text),
+                }
+                write!(text, ":{i}").unwrap();
+            }
+            text.push('}');
+            let node = parse(text.as_bytes()).unwrap();
+            let Value::Object(object) = node.value() else { unreachable!() };
+            let keys = [keys[0].as_str(), keys[1].as_str(), keys[2].as_str()];
+            let found = object.lookup_each(keys);
+            for (key, found) in keys.iter().zip(&found) {
+                let slow = lookup_by_folding(&object, key);
+                proptest::prop_assert!(same_lookup(found, &slow), "{text} {key:?}");
+            }
+            let (_, noted) = parse_noting_collisions(text.as_bytes()).unwrap();
+            proptest::prop_assert_eq!(noted, node.has_colliding_keys(), "{}", text);
         }
     }
 

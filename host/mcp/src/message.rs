@@ -160,11 +160,12 @@ pub fn classify(frame: &[u8]) -> Message<'_> {
             "a carriage return inside the line, where some readers split it".into(),
         );
     }
-    match json::parse(frame) {
+    // One pass checks the text and notes colliding keys anywhere in it.
+    match json::parse_noting_collisions(frame) {
         // Over a bound is not "not JSON": such a line must never be forwarded as one.
         Err(e) if e.is_bound() => Message::Invalid(e.to_string()),
         Err(_) => Message::NotJson,
-        Ok(node) => match node.value() {
+        Ok((node, duplicate_keys)) => match node.value() {
             Value::Array(array) => {
                 let batch = Batch { array };
                 if batch.is_empty() {
@@ -173,7 +174,7 @@ pub fn classify(frame: &[u8]) -> Message<'_> {
                     Message::Batch(batch)
                 }
             }
-            _ => classify_node(node),
+            _ => read_node(node, || duplicate_keys).unwrap_or_else(Message::Invalid),
         },
     }
 }
@@ -215,45 +216,46 @@ pub fn recoverable_ids(frame: &[u8], mut wanted: impl FnMut(&IdKey) -> bool) -> 
 /// The id of what reads as a response: one `id`, and no `method` (a request's id is
 /// not an answer to anything).
 fn unambiguous_id(object: Object<'_>) -> Option<RequestId> {
-    match (object.lookup("id"), object.lookup("method")) {
-        (Lookup::One(node), Lookup::Absent) => request_id(node).ok(),
+    match object.lookup_each(["id", "method"]) {
+        [Lookup::One(node), Lookup::Absent] => request_id(node).ok(),
         _ => None,
     }
 }
 
-fn one<'a>(object: &Object<'a>, key: &str) -> Result<Option<Node<'a>>, String> {
-    match object.lookup(key) {
+fn one<'a>(found: Lookup<'a>, key: &str) -> Result<Option<Node<'a>>, String> {
+    match found {
         Lookup::Absent => Ok(None),
         Lookup::One(node) => Ok(Some(node)),
         Lookup::Ambiguous => Err(format!("member {key:?} is ambiguous")),
     }
 }
 
+/// Classifies a batch element: its own colliding keys are looked for in a second pass
+/// over it, once it reads as a message.
 fn classify_node(node: Node<'_>) -> Message<'_> {
-    match read_node(node) {
-        Ok(message) => message,
-        Err(reason) => Message::Invalid(reason),
-    }
+    read_node(node, || node.has_colliding_keys()).unwrap_or_else(Message::Invalid)
 }
 
-fn read_node(node: Node<'_>) -> Result<Message<'_>, String> {
+/// Reads `node` as a message; `duplicate_keys` says whether keys collide anywhere in it.
+fn read_node(node: Node<'_>, duplicate_keys: impl FnOnce() -> bool) -> Result<Message<'_>, String> {
     let raw = node.raw();
     let Some(object) = node.object() else {
         return Err("not an object".into());
     };
-    let id = one(&object, "id")?.map(request_id).transpose()?;
-    let method = match one(&object, "method")? {
+    const MEMBERS: [&str; 5] = ["id", "method", "params", "result", "error"];
+    let [id, method, params, result, error] = object.lookup_each(MEMBERS);
+    let id = one(id, "id")?.map(request_id).transpose()?;
+    let method = match one(method, "method")? {
         None => None,
         Some(node) => match node.value() {
             Value::String(s) => Some(s.text.into_owned()),
             _ => return Err("method is not a string".into()),
         },
     };
-    let params = one(&object, "params")?;
-    let result = one(&object, "result")?;
-    let error = one(&object, "error")?;
-    // Last: the one pass that remembers keys, over a message already known to be one.
-    let duplicate_keys = node.has_colliding_keys();
+    let params = one(params, "params")?;
+    let result = one(result, "result")?;
+    let error = one(error, "error")?;
+    let duplicate_keys = duplicate_keys();
     Ok(match (method, id) {
         (Some(method), Some(id)) => Message::Request(Request {
             id,

@@ -122,7 +122,18 @@ pub fn fold(key: &str) -> String {
 
 /// [`fold`], one character at a time.
 pub fn folded(key: &str) -> impl Iterator<Item = char> + '_ {
-    key.chars().map(|c| simple_upper(simple_lower(c)))
+    key.chars().map(fold_char)
+}
+
+/// One character of [`fold`]. An ASCII character's simple lowercase and its uppercase
+/// are ASCII, so it folds to its ASCII uppercase; that skips the Unicode tables, which
+/// matters because keys are nearly all ASCII and the relay folds every key of a frame.
+fn fold_char(c: char) -> char {
+    if c.is_ascii() {
+        c.to_ascii_uppercase()
+    } else {
+        simple_upper(simple_lower(c))
+    }
 }
 
 /// The one-character lowercase of `c`. Only U+0130 (`İ`) lowercases to more than one
@@ -254,6 +265,14 @@ mod tests {
         assert!(!is_under("/database", "/data"));
         assert!(!is_under("/dat", "/data"));
         assert!(is_under("/anything", "/"));
+    }
+
+    #[test]
+    fn ascii_folds_as_the_unicode_tables_say() {
+        for c in (0..=0x7f_u8).map(char::from) {
+            assert_eq!(fold_char(c), simple_upper(simple_lower(c)), "{c:?}");
+        }
+        assert_eq!(fold("\u{212a}ey-\u{17f}"), "KEY-S");
     }
 
     #[test]
