@@ -18,6 +18,11 @@
 //!   clients, each its own HTTP session, on the memory sink and on the durable file
 //!   sink (fdatasync, group commit) [volatile/16 ≥ 8,000 calls/s].
 //! - `calls/volatile_raw/{1,16}`: the volatile case with the minimal client.
+//! - `control/http`, `control/http_raw`: the control. rmcp's own Streamable HTTP server
+//!   with an `echo` tool answered in its handler (no policy, no sandbox, no record, no
+//!   direct path), called by rmcp's client and by the minimal one: what a bare SDK tool
+//!   call costs on this machine, to read the published SDK figures against.
+//!   `control/calls/{rmcp,raw}/16`: its calls per second with 16 such clients.
 
 use aegis_gateway::http::HttpOptions;
 use aegis_gateway::{Gateway, GatewayOptions, Manifest};
@@ -27,8 +32,13 @@ use aegis_runtime::{Host, Profile};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_main};
 use rmcp::RoleClient;
 use rmcp::ServiceExt as _;
-use rmcp::model::{CallToolRequestParams, JsonObject};
-use rmcp::service::RunningService;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject,
+    ServerCapabilities, ServerConfig,
+};
+use rmcp::service::{RequestContext, RoleServer, RunningService};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::transport::StreamableHttpClientTransport;
 use std::hint::black_box;
 use std::path::Path;
@@ -103,6 +113,50 @@ async fn serve_http(gateway: &Gateway) -> (String, CancellationToken) {
             .unwrap();
     });
     (url, stop)
+}
+
+/// The control's server: an `echo` tool answered by rmcp's handler itself.
+#[derive(Clone)]
+struct BareEcho;
+
+impl rmcp::ServerHandler for BareEcho {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, rmcp::ErrorData> {
+        let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        let text = ContentBlock::text(arguments.to_string());
+        Ok(CallToolResult::success(vec![text]).into())
+    }
+}
+
+/// Serves [`BareEcho`] with rmcp's defaults (sessions, event streams) on a loopback
+/// port, with the gateway's Host and Origin checks and `TCP_NODELAY`; returns its URL.
+async fn serve_bare(stop: CancellationToken) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let authority = listener.local_addr().unwrap().to_string();
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(vec![authority.clone()])
+        .with_allowed_origins(vec![format!("http://{authority}")])
+        .with_cancellation_token(stop.child_token());
+    let service: StreamableHttpService<BareEcho, LocalSessionManager> =
+        StreamableHttpService::new(|| Ok(BareEcho), Default::default(), config);
+    let router = axum::Router::new().nest_service(aegis_gateway::http::ENDPOINT, service);
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move { stop.cancelled_owned().await })
+            .await
+            .unwrap();
+    });
+    format!("http://{authority}{}", aegis_gateway::http::ENDPOINT)
 }
 
 async fn http_client(url: &str) -> Client {
@@ -331,6 +385,62 @@ fn round_trip(c: &mut Criterion) {
     gw.close().unwrap();
 }
 
+fn control(c: &mut Criterion) {
+    let rt = runtime();
+    let mut g = c.benchmark_group("control");
+    let stop = CancellationToken::new();
+    let url = rt.block_on(serve_bare(stop.clone()));
+    let http = rt.block_on(async {
+        let client = http_client(&url).await;
+        call(&client).await;
+        client
+    });
+    g.bench_function("http", |b| b.iter(|| rt.block_on(call(&http))));
+    let mut raw = rt.block_on(async {
+        let mut client = RawClient::connect(&url).await;
+        client.call().await;
+        client
+    });
+    g.bench_function("http_raw", |b| b.iter(|| rt.block_on(raw.call())));
+    drop(raw);
+    rt.block_on(async {
+        let _ = http.cancel().await;
+    });
+
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(10));
+    g.throughput(Throughput::Elements(1));
+    let mut sessions: Vec<Client> = rt.block_on(async {
+        let mut v = Vec::new();
+        for _ in 0..16 {
+            let client = http_client(&url).await;
+            call(&client).await;
+            v.push(client);
+        }
+        v
+    });
+    g.bench_function("calls/rmcp/16", |b| {
+        b.iter_custom(|iters| all_at_once(&rt, &mut sessions, iters))
+    });
+    rt.block_on(async {
+        for client in sessions {
+            let _ = client.cancel().await;
+        }
+    });
+    let mut raws: Vec<RawClient> = rt.block_on(async {
+        let mut v = Vec::new();
+        for _ in 0..16 {
+            v.push(RawClient::connect(&url).await);
+        }
+        v
+    });
+    g.bench_function("calls/raw/16", |b| {
+        b.iter_custom(|iters| all_at_once(&rt, &mut raws, iters))
+    });
+    g.finish();
+    stop.cancel();
+}
+
 fn calls(c: &mut Criterion) {
     let mut g = c.benchmark_group("calls");
     g.sample_size(10);
@@ -386,6 +496,7 @@ fn calls(c: &mut Criterion) {
 fn benches() {
     let mut c = Criterion::default().configure_from_args();
     round_trip(&mut c);
+    control(&mut c);
     calls(&mut c);
 }
 
