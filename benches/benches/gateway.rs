@@ -37,9 +37,9 @@ use rmcp::model::{
     ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::transport::StreamableHttpClientTransport;
 use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;

@@ -12,6 +12,9 @@
 //!   first differing byte; one of another length is refused at once (its length is
 //!   all that timing could tell).
 //! - A request body over [`HttpOptions::max_body`] gets 413, however it is framed.
+//! - A request with more than one `Host`, `Origin` or `Authorization` field line gets
+//!   400 before any other check: the checks above read one value, and a proxy in front,
+//!   or rmcp, could act on another (HTTP/1.1 itself demands 400 for a second `Host`).
 //!
 //! # Non-guarantees
 //! - No TLS: the token crosses loopback in clear. Put a TLS proxy in front for
@@ -123,6 +126,24 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The header fields a check here decides on; each may appear once.
+const DECIDED_ONCE: [header::HeaderName; 3] = [header::HOST, header::ORIGIN, header::AUTHORIZATION];
+
+async fn refuse_repeated_fields(request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    if let Some(name) = DECIDED_ONCE
+        .iter()
+        .find(|name| headers.get_all(*name).iter().nth(1).is_some())
+    {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!("aegis gateway: more than one {name} header field\n"),
+        )
+            .into_response();
+    }
+    next.run(request).await
+}
+
 async fn require_token(State(token): State<Arc<str>>, request: Request, next: Next) -> Response {
     let given = request
         .headers()
@@ -198,6 +219,8 @@ pub async fn serve(
             require_token,
         ));
     }
+    // Outermost, so no check reads a field that has another value beside it.
+    let router = router.layer(axum::middleware::from_fn(refuse_repeated_fields));
     // Without TCP_NODELAY a streamed answer's second small write waits for the client's
     // delayed ACK: ~40 ms per call (measured on a debug build, sequential echo calls
     // from a Python client: 49.6 ms/call without it, 19.1 with it).

@@ -1,10 +1,11 @@
 //! The session `tools/call` the HTTP side answers itself (`direct.rs`), from a raw
 //! HTTP/1.1 client: it is answered as JSON and recorded, cancelled by
 //! `notifications/cancelled` and by the session's end, refused for a foreign `Host` or
-//! `Origin` like every other request, and its session stays open while used and is
-//! closed when idle.
+//! `Origin` like every other request (and for a repeated one, or a body over the
+//! bound, however framed), and its session stays open while used and is closed when
+//! idle.
 
-use aegis_gateway::http::{ENDPOINT, HttpOptions};
+use aegis_gateway::http::{DEFAULT_MAX_BODY, ENDPOINT, HttpOptions};
 use aegis_gateway::{Gateway, GatewayOptions, Manifest, Notes};
 use aegis_record::key::SigningKey;
 use aegis_runtime::{Host, Profile};
@@ -482,6 +483,110 @@ async fn the_bearer_token_guards_a_session_call_too() {
     assert!(of_type(&s.record, "intent").is_empty());
     let with = send(s.addr, "POST", &[V, session, bearer], &body).await;
     assert_eq!(with.status, 200, "{}", with.body);
+    assert_eq!(of_type(&s.record, "intent").len(), 1);
+    close(s).await;
+}
+
+/// One raw POST of `body` to the endpoint, framed by `Content-Length` or chunked (in
+/// 64 KiB chunks); returns the status. Writing may fail once the server has answered
+/// and closed: what it answered is what counts.
+async fn post_framed(addr: SocketAddr, session: &str, body: &[u8], chunked: bool) -> u16 {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let framing = if chunked {
+        "Transfer-Encoding: chunked".to_owned()
+    } else {
+        format!("Content-Length: {}", body.len())
+    };
+    let head = format!(
+        "POST {ENDPOINT} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
+         Mcp-Session-Id: {session}\r\n{framing}\r\nConnection: close\r\n\r\n"
+    );
+    let mut wire = head.into_bytes();
+    if chunked {
+        for chunk in body.chunks(64 << 10) {
+            wire.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+            wire.extend_from_slice(chunk);
+            wire.extend_from_slice(b"\r\n");
+        }
+        wire.extend_from_slice(b"0\r\n\r\n");
+    } else {
+        wire.extend_from_slice(body);
+    }
+    let _ = stream.write_all(&wire).await;
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer);
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {answer:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_call_over_the_body_bound_is_refused_and_not_recorded() {
+    let s = serve(Duration::from_secs(300)).await;
+    let id = session(s.addr).await;
+    let just_over = DEFAULT_MAX_BODY + 1;
+    let padding = "x".repeat(just_over);
+    let big = call(2, "echo", &format!(r#"{{"message":"{padding}"}}"#));
+    for chunked in [false, true] {
+        let status = post_framed(s.addr, &id, big.as_bytes(), chunked).await;
+        assert_eq!(status, 413, "chunked: {chunked}");
+    }
+    assert!(
+        of_type(&s.record, "intent").is_empty(),
+        "nothing was called"
+    );
+    // The bound is on the body, not the session: a call within it is taken.
+    let fits = call(3, "echo", r#"{"message":"hi"}"#);
+    for chunked in [false, true] {
+        assert_eq!(
+            post_framed(s.addr, &id, fits.as_bytes(), chunked).await,
+            200
+        );
+    }
+    assert_eq!(of_type(&s.record, "intent").len(), 2);
+    close(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_host_origin_or_authorization_field_is_refused() {
+    let s = serve_with(Duration::from_secs(300), Some("tok-2718")).await;
+    let bearer = ("Authorization", "Bearer tok-2718");
+    let id = session_with(s.addr, &[bearer]).await;
+    let own = s.addr.to_string();
+    let own_origin = format!("http://{own}");
+    let (own, own_origin) = (own.as_str(), own_origin.as_str());
+    let session = ("Mcp-Session-Id", id.as_str());
+    let body = call(2, "echo", "{}");
+    for (extra, why) in [
+        (
+            vec![("Host", own), ("Host", "evil.example")],
+            "our Host, then another",
+        ),
+        (
+            vec![("Host", "evil.example"), ("Host", own)],
+            "another Host, then ours",
+        ),
+        (vec![("Host", own), ("Host", own)], "our Host twice"),
+        (
+            vec![("Origin", own_origin), ("Origin", "http://evil.example")],
+            "our Origin, then another",
+        ),
+        (vec![("Authorization", "Bearer x")], "a second token"),
+    ] {
+        let headers = [&[V, session, bearer][..], &extra].concat();
+        let answer = send(s.addr, "POST", &headers, &body).await;
+        assert_eq!(answer.status, 400, "{why}: {}", answer.body);
+    }
+    assert!(
+        of_type(&s.record, "intent").is_empty(),
+        "nothing was called"
+    );
+    let answer = send(s.addr, "POST", &[V, session, bearer], &body).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
     assert_eq!(of_type(&s.record, "intent").len(), 1);
     close(s).await;
 }
