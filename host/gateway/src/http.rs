@@ -15,10 +15,16 @@
 //! - A request with more than one `Host`, `Origin` or `Authorization` field line gets
 //!   400 before any other check: the checks above read one value, and a proxy in front,
 //!   or rmcp, could act on another (HTTP/1.1 itself demands 400 for a second `Host`).
+//! - A body framed two ways hyper refuses (400): two different `Content-Length`s, or a
+//!   `Transfer-Encoding` whose last coding is not `chunked`.
 //!
 //! # Non-guarantees
 //! - No TLS: the token crosses loopback in clear. Put a TLS proxy in front for
 //!   anything else.
+//! - A request with both `Content-Length` and `Transfer-Encoding: chunked` is read by
+//!   the chunks, as hyper does (RFC 9112 allows it), not refused: hyper drops the
+//!   length before this code sees the request. A proxy in front must not forward
+//!   such a request (any that reads the length instead would be open to smuggling).
 
 use crate::GatewayError;
 use crate::direct::Direct;
@@ -129,6 +135,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 /// The header fields a check here decides on; each may appear once.
 const DECIDED_ONCE: [header::HeaderName; 3] = [header::HOST, header::ORIGIN, header::AUTHORIZATION];
 
+/// Refuses a request with a field of [`DECIDED_ONCE`] given twice.
 async fn refuse_repeated_fields(request: Request, next: Next) -> Response {
     let headers = request.headers();
     if let Some(name) = DECIDED_ONCE

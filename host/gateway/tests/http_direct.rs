@@ -488,10 +488,8 @@ async fn the_bearer_token_guards_a_session_call_too() {
 }
 
 /// One raw POST of `body` to the endpoint, framed by `Content-Length` or chunked (in
-/// 64 KiB chunks); returns the status. Writing may fail once the server has answered
-/// and closed: what it answered is what counts.
+/// 64 KiB chunks); returns the status.
 async fn post_framed(addr: SocketAddr, session: &str, body: &[u8], chunked: bool) -> u16 {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let framing = if chunked {
         "Transfer-Encoding: chunked".to_owned()
     } else {
@@ -513,15 +511,7 @@ async fn post_framed(addr: SocketAddr, session: &str, body: &[u8], chunked: bool
     } else {
         wire.extend_from_slice(body);
     }
-    let _ = stream.write_all(&wire).await;
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer).await;
-    let answer = String::from_utf8_lossy(&answer);
-    answer
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("no status line: {answer:?}"))
+    status_of(addr, &wire).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -588,5 +578,57 @@ async fn a_repeated_host_origin_or_authorization_field_is_refused() {
     let answer = send(s.addr, "POST", &[V, session, bearer], &body).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     assert_eq!(of_type(&s.record, "intent").len(), 1);
+    close(s).await;
+}
+
+/// The raw bytes of one request on its own connection; returns the status line's code.
+/// Writing may fail once the server has answered and closed: what it answered is what
+/// counts.
+async fn status_of(addr: SocketAddr, request: &[u8]) -> u16 {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = stream.write_all(request).await;
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer);
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {answer:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_framed_two_conflicting_ways_is_refused_and_not_recorded() {
+    let s = serve(Duration::from_secs(300)).await;
+    let id = session(s.addr).await;
+    let body = call(2, "echo", "{}");
+    let head = format!(
+        "POST {ENDPOINT} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
+         Mcp-Session-Id: {id}\r\nConnection: close\r\n",
+        s.addr
+    );
+    let len = body.len();
+    let chunked = format!("{len:x}\r\n{body}\r\n0\r\n\r\n");
+    for (framing, payload, why) in [
+        (
+            format!("Content-Length: {len}\r\nContent-Length: {}\r\n", len + 1),
+            body.clone(),
+            "two lengths",
+        ),
+        (
+            "Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n".to_owned(),
+            chunked,
+            "chunked, not last",
+        ),
+    ] {
+        let request = format!("{head}{framing}\r\n{payload}");
+        let status = status_of(s.addr, request.as_bytes()).await;
+        assert_eq!(status, 400, "{why}");
+    }
+    assert!(
+        of_type(&s.record, "intent").is_empty(),
+        "nothing was called"
+    );
     close(s).await;
 }
