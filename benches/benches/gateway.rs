@@ -18,6 +18,10 @@
 //!   clients, each its own HTTP session, on the memory sink and on the durable file
 //!   sink (fdatasync, group commit) [volatile/16 ≥ 8,000 calls/s].
 //! - `calls/volatile_raw/{1,16}`: the volatile case with the minimal client.
+//! - `round_trip/http_pooled`, `calls/volatile_pooled/16`: rmcp's client given a
+//!   reqwest client that keeps connections. rmcp's own default turns reqwest's pool off
+//!   (`pool_max_idle_per_host(0)`, against delayed-ACK stalls from servers without
+//!   `TCP_NODELAY`), so every call of `…/http` opens a connection.
 //! - `control/http`, `control/http_raw`: the control. rmcp's own Streamable HTTP server
 //!   with an `echo` tool answered in its handler (no policy, no sandbox, no record, no
 //!   direct path), called by rmcp's client and by the minimal one: what a bare SDK tool
@@ -38,6 +42,7 @@ use rmcp::model::{
 };
 use rmcp::service::{RequestContext, RoleServer, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use std::hint::black_box;
@@ -163,6 +168,13 @@ async fn http_client(url: &str) -> Client {
     ().serve(StreamableHttpClientTransport::from_uri(url.to_owned()))
         .await
         .unwrap()
+}
+
+/// rmcp's client over a reqwest client with its default pool (connections kept).
+async fn pooled_client(url: &str) -> Client {
+    let config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+    let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+    ().serve(transport).await.unwrap()
 }
 
 /// A minimal MCP client over one keep-alive HTTP/1.1 connection, in a 2025-06-18
@@ -368,6 +380,12 @@ fn round_trip(c: &mut Criterion) {
         client
     });
     g.bench_function("http", |b| b.iter(|| rt.block_on(call(&http))));
+    let pooled = rt.block_on(async {
+        let client = pooled_client(&url).await;
+        call(&client).await;
+        client
+    });
+    g.bench_function("http_pooled", |b| b.iter(|| rt.block_on(call(&pooled))));
     let mut raw = rt.block_on(async {
         let mut client = RawClient::connect(&url).await;
         client.call().await;
@@ -379,6 +397,7 @@ fn round_trip(c: &mut Criterion) {
     rt.block_on(async {
         let _ = stdio.cancel().await;
         let _ = http.cancel().await;
+        let _ = pooled.cancel().await;
     });
     stop.cancel();
     drop(rt);
@@ -471,6 +490,23 @@ fn calls(c: &mut Criterion) {
             });
         }
         if sink == "volatile" {
+            let mut pooled: Vec<Client> = rt.block_on(async {
+                let mut v = Vec::new();
+                for _ in 0..16 {
+                    let client = pooled_client(&url).await;
+                    call(&client).await;
+                    v.push(client);
+                }
+                v
+            });
+            g.bench_function("volatile_pooled/16", |b| {
+                b.iter_custom(|iters| all_at_once(&rt, &mut pooled, iters))
+            });
+            rt.block_on(async {
+                for client in pooled {
+                    let _ = client.cancel().await;
+                }
+            });
             for clients in [1u64, 16] {
                 let mut raws: Vec<RawClient> = rt.block_on(async {
                     let mut v = Vec::new();
