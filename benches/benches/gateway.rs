@@ -276,6 +276,43 @@ impl RawClient {
     }
 }
 
+/// `n` rmcp clients from `connect`, each after one checked call.
+fn rmcp_clients<F: Future<Output = Client>>(
+    rt: &tokio::runtime::Runtime,
+    n: u64,
+    connect: impl Fn() -> F,
+) -> Vec<Client> {
+    rt.block_on(async {
+        let mut clients = Vec::new();
+        for _ in 0..n {
+            let client = connect().await;
+            call(&client).await;
+            clients.push(client);
+        }
+        clients
+    })
+}
+
+/// `n` minimal clients, each in a session of its own.
+fn raw_clients(rt: &tokio::runtime::Runtime, url: &str, n: u64) -> Vec<RawClient> {
+    rt.block_on(async {
+        let mut clients = Vec::new();
+        for _ in 0..n {
+            clients.push(RawClient::connect(url).await);
+        }
+        clients
+    })
+}
+
+/// Ends each client's session.
+fn end_sessions(rt: &tokio::runtime::Runtime, clients: Vec<Client>) {
+    rt.block_on(async {
+        for client in clients {
+            let _ = client.cancel().await;
+        }
+    });
+}
+
 /// A client the throughput bench can drive: one checked `tools/call` of `echo`.
 trait Caller: Send + 'static {
     fn call_echo(&mut self) -> impl Future<Output = ()> + Send;
@@ -429,30 +466,12 @@ fn control(c: &mut Criterion) {
     g.sample_size(10);
     g.measurement_time(Duration::from_secs(10));
     g.throughput(Throughput::Elements(1));
-    let mut sessions: Vec<Client> = rt.block_on(async {
-        let mut v = Vec::new();
-        for _ in 0..16 {
-            let client = http_client(&url).await;
-            call(&client).await;
-            v.push(client);
-        }
-        v
-    });
+    let mut sessions = rmcp_clients(&rt, 16, || http_client(&url));
     g.bench_function("calls/rmcp/16", |b| {
         b.iter_custom(|iters| all_at_once(&rt, &mut sessions, iters))
     });
-    rt.block_on(async {
-        for client in sessions {
-            let _ = client.cancel().await;
-        }
-    });
-    let mut raws: Vec<RawClient> = rt.block_on(async {
-        let mut v = Vec::new();
-        for _ in 0..16 {
-            v.push(RawClient::connect(&url).await);
-        }
-        v
-    });
+    end_sessions(&rt, sessions);
+    let mut raws = raw_clients(&rt, &url, 16);
     g.bench_function("calls/raw/16", |b| {
         b.iter_custom(|iters| all_at_once(&rt, &mut raws, iters))
     });
@@ -471,50 +490,20 @@ fn calls(c: &mut Criterion) {
         let rt = runtime();
         let (url, stop) = rt.block_on(serve_http(&gw));
         for clients in [1u64, 16] {
-            let mut sessions: Vec<Client> = rt.block_on(async {
-                let mut v = Vec::new();
-                for _ in 0..clients {
-                    let client = http_client(&url).await;
-                    call(&client).await;
-                    v.push(client);
-                }
-                v
-            });
+            let mut sessions = rmcp_clients(&rt, clients, || http_client(&url));
             g.bench_with_input(BenchmarkId::new(sink, clients), &clients, |b, _| {
                 b.iter_custom(|iters| all_at_once(&rt, &mut sessions, iters))
             });
-            rt.block_on(async {
-                for client in sessions {
-                    let _ = client.cancel().await;
-                }
-            });
+            end_sessions(&rt, sessions);
         }
         if sink == "volatile" {
-            let mut pooled: Vec<Client> = rt.block_on(async {
-                let mut v = Vec::new();
-                for _ in 0..16 {
-                    let client = pooled_client(&url).await;
-                    call(&client).await;
-                    v.push(client);
-                }
-                v
-            });
+            let mut pooled = rmcp_clients(&rt, 16, || pooled_client(&url));
             g.bench_function("volatile_pooled/16", |b| {
                 b.iter_custom(|iters| all_at_once(&rt, &mut pooled, iters))
             });
-            rt.block_on(async {
-                for client in pooled {
-                    let _ = client.cancel().await;
-                }
-            });
+            end_sessions(&rt, pooled);
             for clients in [1u64, 16] {
-                let mut raws: Vec<RawClient> = rt.block_on(async {
-                    let mut v = Vec::new();
-                    for _ in 0..clients {
-                        v.push(RawClient::connect(&url).await);
-                    }
-                    v
-                });
+                let mut raws = raw_clients(&rt, &url, clients);
                 let id = BenchmarkId::new("volatile_raw", clients);
                 g.bench_with_input(id, &clients, |b, _| {
                     b.iter_custom(|iters| all_at_once(&rt, &mut raws, iters))
