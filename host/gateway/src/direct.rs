@@ -186,42 +186,42 @@ impl Direct {
 
     /// Whether a request with these headers may be taken here (its body decides the rest).
     fn takeable(&self, headers: &HeaderMap) -> bool {
-        self.takeable_headers(headers).is_some()
-    }
-
-    fn takeable_headers(&self, headers: &HeaderMap) -> Option<()> {
-        let one = |name: header::HeaderName| -> Option<Option<&str>> {
+        // `Absent`, or the one value as text; a repeated or non-text field is `Unusable`
+        // (rmcp would read one of the values, and the check another).
+        let one = |name: header::HeaderName| {
             let mut values = headers.get_all(name).iter();
-            let first = values.next();
-            if values.next().is_some() {
-                return None;
-            }
-            match first {
-                None => Some(None),
-                Some(v) => v.to_str().ok().map(Some),
+            match (values.next(), values.next()) {
+                (None, _) => Field::Absent,
+                (Some(v), None) => v.to_str().map_or(Field::Unusable, Field::One),
+                (Some(_), Some(_)) => Field::Unusable,
             }
         };
-        let host = one(header::HOST)??.to_ascii_lowercase();
-        if !self.hosts.contains(&host) {
-            return None;
+        let Field::One(host) = one(header::HOST) else {
+            return false;
+        };
+        if !self.hosts.contains(&host.to_ascii_lowercase()) {
+            return false;
         }
-        if let Some(origin) = one(header::ORIGIN)?
-            && !self.origins.contains(&origin.to_ascii_lowercase())
-        {
-            return None;
+        match one(header::ORIGIN) {
+            Field::Absent => {}
+            Field::One(origin) if self.origins.contains(&origin.to_ascii_lowercase()) => {}
+            _ => return false,
         }
-        if !one(header::CONTENT_TYPE)?.is_some_and(is_json) {
-            return None;
+        if !matches!(one(header::CONTENT_TYPE), Field::One(t) if is_json(t)) {
+            return false;
         }
         if !accepts_json_and_stream(headers) {
-            return None;
+            return false;
         }
-        if let Some(version) = one(header::HeaderName::from_static("mcp-protocol-version"))?
-            && !SESSION_REVISIONS.contains(&version)
-        {
-            return None;
+        match one(header::HeaderName::from_static("mcp-protocol-version")) {
+            Field::Absent => {}
+            Field::One(version) if SESSION_REVISIONS.contains(&version) => {}
+            _ => return false,
         }
-        one(header::HeaderName::from_static("mcp-session-id"))?.map(|_| ())
+        matches!(
+            one(header::HeaderName::from_static("mcp-session-id")),
+            Field::One(_)
+        )
     }
 
     /// Whether rmcp holds `session`.
@@ -381,6 +381,13 @@ async fn post(direct: &Arc<Direct>, session: &str, request: Request, next: Next)
         }
         _ => pass(bytes, next).await,
     }
+}
+
+/// A header field as [`Direct::takeable`] reads it.
+enum Field<'h> {
+    Absent,
+    One(&'h str),
+    Unusable,
 }
 
 /// A `tools/call` in its plainest form: these members and no others (no `_meta`, so
