@@ -15,6 +15,8 @@
 //! - A request with more than one `Host`, `Origin` or `Authorization` field line gets
 //!   400 before any other check: the checks above read one value, and a proxy in front,
 //!   or rmcp, could act on another (HTTP/1.1 itself demands 400 for a second `Host`).
+//!   So does an absolute-form target (`POST http://other/mcp`) whose authority is not
+//!   the `Host` field: HTTP/1.1 gives the target precedence, and the checks read `Host`.
 //! - A body framed two ways hyper refuses (400): two different `Content-Length`s, or a
 //!   `Transfer-Encoding` whose last coding is not `chunked`.
 //!
@@ -135,20 +137,28 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 /// The header fields a check here decides on; each may appear once.
 const DECIDED_ONCE: [header::HeaderName; 3] = [header::HOST, header::ORIGIN, header::AUTHORIZATION];
 
-/// Refuses a request with a field of [`DECIDED_ONCE`] given twice.
-async fn refuse_repeated_fields(request: Request, next: Next) -> Response {
+/// Refuses a request that names its host twice in ways that can differ: a field of
+/// [`DECIDED_ONCE`] given twice, or an absolute-form target (`POST http://a/mcp`)
+/// whose authority is not its `Host` (HTTP/1.1 says the target's authority wins; the
+/// checks read `Host`).
+async fn refuse_ambiguous_host(request: Request, next: Next) -> Response {
     let headers = request.headers();
-    if let Some(name) = DECIDED_ONCE
+    let why = if let Some(name) = DECIDED_ONCE
         .iter()
         .find(|name| headers.get_all(*name).iter().nth(1).is_some())
     {
-        return (
-            StatusCode::BAD_REQUEST,
-            format!("aegis gateway: more than one {name} header field\n"),
-        )
-            .into_response();
-    }
-    next.run(request).await
+        format!("more than one {name} header field")
+    } else if let Some(authority) = request.uri().authority()
+        && !headers.get(header::HOST).is_some_and(|host| {
+            host.as_bytes()
+                .eq_ignore_ascii_case(authority.as_str().as_bytes())
+        })
+    {
+        "the request target names another host than the Host field".to_owned()
+    } else {
+        return next.run(request).await;
+    };
+    (StatusCode::BAD_REQUEST, format!("aegis gateway: {why}\n")).into_response()
 }
 
 async fn require_token(State(token): State<Arc<str>>, request: Request, next: Next) -> Response {
@@ -227,7 +237,7 @@ pub async fn serve(
         ));
     }
     // Outermost, so no check reads a field that has another value beside it.
-    let router = router.layer(axum::middleware::from_fn(refuse_repeated_fields));
+    let router = router.layer(axum::middleware::from_fn(refuse_ambiguous_host));
     // Without TCP_NODELAY a streamed answer's second small write waits for the client's
     // delayed ACK: ~40 ms per call (measured on a debug build, sequential echo calls
     // from a Python client: 49.6 ms/call without it, 19.1 with it).

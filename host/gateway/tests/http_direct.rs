@@ -632,3 +632,36 @@ async fn a_body_framed_two_conflicting_ways_is_refused_and_not_recorded() {
     );
     close(s).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absolute_target_naming_another_host_is_refused() {
+    let s = serve(Duration::from_secs(300)).await;
+    let id = session(s.addr).await;
+    let body = call(2, "echo", "{}");
+    let request = |target: &str| {
+        format!(
+            "POST {target} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
+             Mcp-Session-Id: {id}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            s.addr,
+            body.len()
+        )
+    };
+    for target in [
+        "http://evil.example/mcp".to_owned(),
+        format!("http://evil.example:{}/mcp", s.addr.port()),
+        format!("http://localhost:{}/mcp", s.addr.port()),
+    ] {
+        let status = status_of(s.addr, request(&target).as_bytes()).await;
+        assert_eq!(status, 400, "{target}");
+    }
+    assert!(
+        of_type(&s.record, "intent").is_empty(),
+        "nothing was called"
+    );
+    // The same authority as Host is no ambiguity.
+    let own = format!("http://{}/mcp", s.addr);
+    assert_eq!(status_of(s.addr, request(&own).as_bytes()).await, 200);
+    assert_eq!(of_type(&s.record, "intent").len(), 1);
+    close(s).await;
+}
