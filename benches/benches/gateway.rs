@@ -293,15 +293,22 @@ fn rmcp_clients<F: Future<Output = Client>>(
     })
 }
 
-/// `n` minimal clients, each in a session of its own.
+/// `n` minimal clients, each in a session of its own and after one checked call.
 fn raw_clients(rt: &tokio::runtime::Runtime, url: &str, n: u64) -> Vec<RawClient> {
     rt.block_on(async {
         let mut clients = Vec::new();
         for _ in 0..n {
-            clients.push(RawClient::connect(url).await);
+            let mut client = RawClient::connect(url).await;
+            client.call().await;
+            clients.push(client);
         }
         clients
     })
+}
+
+/// The only client of `clients`.
+fn one<C>(mut clients: Vec<C>) -> C {
+    clients.pop().expect("one client")
 }
 
 /// Ends each client's session.
@@ -411,23 +418,11 @@ fn round_trip(c: &mut Criterion) {
     g.bench_function("stdio", |b| b.iter(|| rt.block_on(call(&stdio))));
 
     let (url, stop) = rt.block_on(serve_http(&gw));
-    let http = rt.block_on(async {
-        let client = http_client(&url).await;
-        call(&client).await;
-        client
-    });
+    let http = one(rmcp_clients(&rt, 1, || http_client(&url)));
     g.bench_function("http", |b| b.iter(|| rt.block_on(call(&http))));
-    let pooled = rt.block_on(async {
-        let client = pooled_client(&url).await;
-        call(&client).await;
-        client
-    });
+    let pooled = one(rmcp_clients(&rt, 1, || pooled_client(&url)));
     g.bench_function("http_pooled", |b| b.iter(|| rt.block_on(call(&pooled))));
-    let mut raw = rt.block_on(async {
-        let mut client = RawClient::connect(&url).await;
-        client.call().await;
-        client
-    });
+    let mut raw = one(raw_clients(&rt, &url, 1));
     g.bench_function("http_raw", |b| b.iter(|| rt.block_on(raw.call())));
     drop(raw);
     g.finish();
@@ -446,17 +441,9 @@ fn control(c: &mut Criterion) {
     let mut g = c.benchmark_group("control");
     let stop = CancellationToken::new();
     let url = rt.block_on(serve_bare(stop.clone()));
-    let http = rt.block_on(async {
-        let client = http_client(&url).await;
-        call(&client).await;
-        client
-    });
+    let http = one(rmcp_clients(&rt, 1, || http_client(&url)));
     g.bench_function("http", |b| b.iter(|| rt.block_on(call(&http))));
-    let mut raw = rt.block_on(async {
-        let mut client = RawClient::connect(&url).await;
-        client.call().await;
-        client
-    });
+    let mut raw = one(raw_clients(&rt, &url, 1));
     g.bench_function("http_raw", |b| b.iter(|| rt.block_on(raw.call())));
     drop(raw);
     rt.block_on(async {
