@@ -447,13 +447,7 @@ async fn take_call(
         session: Arc::from(session),
         key,
     };
-    let server = direct.server.clone();
-    let call = tokio::task::spawn_blocking(move || {
-        let answered = server.call_here(params, &token);
-        drop(running);
-        answered
-    });
-    let answer = match call.await {
+    let answer = match direct.server.spawn_call(params, token, running).await {
         Ok(Ok(result)) => ServerJsonRpcMessage::response(ServerResult::CallToolResult(result), id),
         Ok(Err(error)) => ServerJsonRpcMessage::error(error, Some(id)),
         Err(e) => ServerJsonRpcMessage::error(
@@ -465,8 +459,7 @@ async fn take_call(
 }
 
 /// A call's entry in [`SessionUse::running`]; dropped when the call ends, however it
-/// ends. (The call runs on the blocking pool: running it on the worker under
-/// `block_in_place` was measured slower, `benches/results/gateway.md` run 4.)
+/// ends.
 struct Running {
     direct: Arc<Direct>,
     session: Arc<str>,

@@ -21,6 +21,13 @@
 //! - The gateway serves tools only: no resources, prompts, sampling or elicitation.
 //! - Role and session are not taken from clients: the operator's `role` (if any) is
 //!   asserted for every call, as `aegis wrap` does.
+//!
+//! # Limits
+//! - With a volatile sink, a call runs in an async task on one of the serving
+//!   runtime's two workers (no thread hand-off per call): a guest computing holds
+//!   that worker for up to one epoch tick (5 ms) before it yields, so with both workers
+//!   in such guests a new request waits up to a tick. With a sink that syncs, each call
+//!   runs on tokio's blocking pool instead, so the fsyncs hold no worker.
 
 mod content;
 mod direct;
@@ -320,8 +327,8 @@ pub fn run(gateway: Gateway, transport: Transport, ready: Ready) -> Result<(), G
             }
         }
     });
-    // The calls still running finish (cancelled) on their blocking threads; the
-    // runtime is only dropped after the record is closed.
+    // The calls still running finish (cancelled) on the runtime's threads, which go on
+    // after `block_on`; the runtime is only dropped after the record is closed.
     let closed = gateway.close();
     drop(runtime);
     served.and(closed)

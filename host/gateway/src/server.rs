@@ -33,7 +33,7 @@
 use crate::manifest::{Delivery, OutputKind, ToolSpec};
 use aegis_record::ExecutionOutcome;
 use aegis_runtime::pipeline::{CallClass, CallRecord, CallRequest, stopped_before_the_stations};
-use aegis_runtime::{CancelToken, Executed, Pipeline, PipelineError};
+use aegis_runtime::{AuditNotice, CancelToken, Executed, Pipeline, PipelineError};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -123,6 +123,8 @@ struct Inner {
     role: Option<String>,
     state: Mutex<State>,
     idle: Condvar,
+    /// The audit sink syncs each line to its medium (see [`GatewayServer::spawn_call`]).
+    sink_syncs: bool,
     next: AtomicU64,
     record_failed: AtomicBool,
     notes: Notes,
@@ -294,6 +296,7 @@ impl GatewayServer {
         notes: Notes,
     ) -> GatewayServer {
         let listing = tools.iter().map(|t| t.listing.clone()).collect();
+        let sink_syncs = !matches!(pipeline.notice(), AuditNotice::Volatile);
         GatewayServer {
             inner: Arc::new(Inner {
                 tools: tools.into_iter().map(|t| (t.spec.id.clone(), t)).collect(),
@@ -305,6 +308,7 @@ impl GatewayServer {
                     running: HashMap::new(),
                 }),
                 idle: Condvar::new(),
+                sink_syncs,
                 next: AtomicU64::new(0),
                 record_failed: AtomicBool::new(false),
                 notes,
@@ -403,9 +407,10 @@ impl GatewayServer {
         }
     }
 
-    /// One `tools/call`, through the pipeline, on a blocking thread. `ct` is the
-    /// request's cancellation (rmcp, or the HTTP side's direct path, cancels it on
-    /// `notifications/cancelled` and when the session ends).
+    /// One `tools/call`, through the pipeline, in a task that owns it (see
+    /// [`GatewayServer::spawn_call`]). `ct` is the request's cancellation (rmcp, or
+    /// the HTTP side's direct path, cancels it on `notifications/cancelled` and when
+    /// the session ends).
     ///
     /// # Errors
     /// A JSON-RPC error: an unknown tool, the gateway closed, or a record write failed.
@@ -415,9 +420,7 @@ impl GatewayServer {
         ct: CancellationToken,
     ) -> Result<CallToolResult, McpError> {
         let token = CancelToken::new();
-        let running = token.clone();
-        let server = self.clone();
-        let mut job = tokio::task::spawn_blocking(move || server.call_here(params, &running));
+        let mut job = self.spawn_call(params, token.clone(), ());
         let joined = tokio::select! {
             joined = &mut job => joined,
             () = ct.cancelled() => {
@@ -428,12 +431,38 @@ impl GatewayServer {
         joined.map_err(|e| McpError::internal_error(format!("the gateway failed: {e}"), None))?
     }
 
-    /// One `tools/call`, through the pipeline, on this thread (which it blocks until
-    /// the call has its outcome); `token` stops the tool.
-    ///
-    /// # Errors
-    /// As [`GatewayServer::call`].
-    pub fn call_here(
+    /// Starts one `tools/call` in a task of its own, so it runs to its outcome whether
+    /// or not its handle is awaited (a client that leaves mid-call still leaves a
+    /// recorded call); `token` stops the tool, and `guard` is dropped once the call has
+    /// ended. On a volatile sink the task is an async one and the tool runs in it
+    /// ([`Pipeline::call_async`]): no thread hand-off. On a sink that syncs, the call
+    /// goes to the blocking pool, where waiting for the disk holds no worker.
+    pub(crate) fn spawn_call<G: Send + 'static>(
+        &self,
+        params: CallToolRequestParams,
+        token: CancelToken,
+        guard: G,
+    ) -> tokio::task::JoinHandle<Result<CallToolResult, McpError>> {
+        let server = self.clone();
+        if self.inner.sink_syncs {
+            let handle = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || {
+                let answered = handle.block_on(server.answer(params, &token));
+                drop(guard);
+                answered
+            })
+        } else {
+            tokio::spawn(async move {
+                let answered = server.answer(params, &token).await;
+                drop(guard);
+                answered
+            })
+        }
+    }
+
+    /// One `tools/call`, through the pipeline, driven by the task awaiting it;
+    /// `token` stops the tool.
+    async fn answer(
         &self,
         params: CallToolRequestParams,
         token: &CancelToken,
@@ -455,7 +484,7 @@ impl GatewayServer {
                 args: Vec::new(),
                 arguments: canonical.unwrap_or_default(),
             };
-            let record = match self.run(&name, &frame, &nothing, token)? {
+            let record = match self.run(&name, &frame, &nothing, token).await? {
                 Ran::Recorded(record) => record,
                 Ran::Refused(result) => return Ok(result),
             };
@@ -492,15 +521,15 @@ impl GatewayServer {
                 return self.refuse(&pipeline, &name, &frame, &reason);
             }
         };
-        match self.run(&name, &frame, &invocation, token)? {
+        match self.run(&name, &frame, &invocation, token).await? {
             Ran::Recorded(record) => Ok(self.result(tool, &record)),
             Ran::Refused(result) => Ok(result),
         }
     }
 
-    /// Runs a call through the pipeline on this thread; a call over capacity is
-    /// refused and recorded instead.
-    fn run(
+    /// Runs a call through the pipeline; a call over capacity is refused and recorded
+    /// instead.
+    async fn run(
         &self,
         name: &str,
         frame: &[u8],
@@ -533,7 +562,7 @@ impl GatewayServer {
             cancel: Some(token),
             ..CallRequest::new(name, &invocation.input)
         };
-        let result = pipeline.call(&request);
+        let result = pipeline.call_async(&request).await;
         // The pipeline share goes before the slot: once every slot is free, the host's
         // share is the only one left and the record can close.
         drop(pipeline);

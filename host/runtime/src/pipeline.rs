@@ -74,9 +74,12 @@ use aegis_station_api::{
     CallAnswer, DecisionTable, IndexedDecision, PolicyEvaluatorBox, PolicyRequest, Verdict,
 };
 use std::collections::BTreeMap;
+use std::future::{Future, poll_fn};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 
 /// The reason recorded for a station that never decided because the call stopped first.
 pub const NOT_REACHED: &str = "not reached: the call stopped before this station";
@@ -384,12 +387,48 @@ impl Pipeline {
     /// [`Executed::Failed`]. For a caller that drives a guard itself: hand the result
     /// to [`Call::finish`] or [`OwnedCall::finish`].
     pub fn run_tool(&self, request: &CallRequest<'_>, grant: &Grant) -> Executed {
-        match catch_unwind(AssertUnwindSafe(|| self.execute(request, grant))) {
-            Ok(executed) => executed,
-            Err(panic) => Executed::Failed {
-                message: format!("host panic: {}", panic_message(panic.as_ref())),
+        let ran = catch_unwind(AssertUnwindSafe(|| {
+            self.sandbox.block_on(self.execute(request, grant))
+        }));
+        match ran {
+            Ok(Some(executed)) => executed,
+            Ok(None) => Executed::NotStarted {
+                reason: "the sandbox is shutting down".into(),
             },
+            Err(panic) => host_panic(panic.as_ref()),
         }
+    }
+
+    /// [`Pipeline::call`] as a future, for a caller inside a tokio runtime (with its
+    /// timer on): the tool runs in the awaiting task ([`Sandbox::run_async`]) rather
+    /// than on a thread of the sandbox's own. The record's lines are written as in
+    /// [`Pipeline::call`], synchronously: on a sink that syncs, the task waits for the
+    /// disk, so such a caller should await this on a blocking thread
+    /// (`Handle::block_on` inside `spawn_blocking`). Dropped before it ends, the call
+    /// is abandoned: its guard records that, and the tool is stopped where it is.
+    ///
+    /// # Errors
+    /// As [`Pipeline::call`].
+    pub async fn call_async(&self, request: &CallRequest<'_>) -> Result<CallRecord, PipelineError> {
+        let mut call = self.begin(request)?;
+        let Some(grant) = call.authorize() else {
+            return call.finish(Executed::NotRun);
+        };
+        let executed = self.run_tool_async(request, &grant).await;
+        call.finish(executed)
+    }
+
+    /// [`Pipeline::run_tool`] as a future (see [`Pipeline::call_async`]): a panic
+    /// while it is polled is caught and reported as [`Executed::Failed`].
+    pub async fn run_tool_async(&self, request: &CallRequest<'_>, grant: &Grant) -> Executed {
+        let mut executing = pin!(self.execute(request, grant));
+        poll_fn(
+            |cx| match catch_unwind(AssertUnwindSafe(|| executing.as_mut().poll(cx))) {
+                Ok(polled) => polled,
+                Err(panic) => Poll::Ready(host_panic(panic.as_ref())),
+            },
+        )
+        .await
     }
 
     /// Opens a call: writes its intent line and returns the guard that owes its outcome.
@@ -526,7 +565,9 @@ impl Pipeline {
         }
     }
 
-    fn execute(&self, request: &CallRequest<'_>, grant: &Grant) -> Executed {
+    /// Runs the granted tool. A future so that one body serves both callers: the sync
+    /// API drives it on the sandbox's runtime, the async one in its own task.
+    async fn execute(&self, request: &CallRequest<'_>, grant: &Grant) -> Executed {
         // Never into the sandbox or a handler: the tool lives in the relayed server.
         if grant.is_relayed() {
             return Executed::NotStarted {
@@ -547,18 +588,12 @@ impl Pipeline {
         }
         match &manifest.kind {
             ToolKind::Wasm { component } => {
-                let run = match request.cancel {
-                    Some(token) => self.sandbox.run_cancellable(
-                        component,
-                        grant,
-                        request.input,
-                        request.args,
-                        token,
-                    ),
-                    None => self
-                        .sandbox
-                        .run(component, grant, request.input, request.args),
-                };
+                let never = CancelToken::new();
+                let cancel = request.cancel.unwrap_or(&never);
+                let run = self
+                    .sandbox
+                    .run_async(component, grant, request.input, request.args, cancel)
+                    .await;
                 match run {
                     Ok(run) => Executed::Ran {
                         // The sandbox returns output on success only.
@@ -1301,6 +1336,13 @@ fn axis_names(axes: &[Capability]) -> &'static [RStr<'static>] {
         // Not in `Capability::ALL` order: never built by the registry. Asking about
         // every axis keeps a mismatch failing closed (`CapabilityDenied::Unasked`).
         _ => RWN,
+    }
+}
+
+/// What a panic caught while running a tool becomes.
+fn host_panic(panic: &(dyn std::any::Any + Send)) -> Executed {
+    Executed::Failed {
+        message: format!("host panic: {}", panic_message(panic)),
     }
 }
 

@@ -71,6 +71,18 @@ pub fn plain_tool(id: &str, guest_name: &str) -> ToolManifest {
     wasm_tool(id, guest_name, &[], &[], DEFAULT_LIMITS)
 }
 
+/// A Model B tool (a host handler) with no roots and the default ceilings.
+pub fn host_tool(id: &str) -> ToolManifest {
+    ToolManifest {
+        id: id.into(),
+        kind: ToolKind::Host,
+        fs_read: vec![],
+        fs_write: vec![],
+        net: vec![],
+        limits: DEFAULT_LIMITS,
+    }
+}
+
 /// The guests that exhaust each ceiling, as `(tool id, guest, ceiling kind)`.
 pub const EXHAUSTERS: [(&str, &str, &str); 3] = [
     ("bomb", "memory-bomb", "memory"),

@@ -7,7 +7,7 @@ use aegis_runtime::handler::HostHandler;
 use aegis_runtime::pipeline::{
     ABANDONED, CallClass, CallRequest, HOST_PANIC, NOT_EXECUTED, PARKED, POLICY_BLOCKED,
 };
-use aegis_suites::{Harness, plain_tool, wasm_tool};
+use aegis_suites::{Harness, host_tool, plain_tool, wasm_tool};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -275,17 +275,6 @@ fn each_ceiling_trips_and_is_recorded_by_kind() {
         ));
     }
     h.finish();
-}
-
-fn host_tool(id: &str) -> ToolManifest {
-    ToolManifest {
-        id: id.into(),
-        kind: ToolKind::Host,
-        fs_read: vec![],
-        fs_write: vec![],
-        net: vec![],
-        limits: DEFAULT_LIMITS,
-    }
 }
 
 #[test]

@@ -9,25 +9,14 @@
 
 use aegis_record::digest::sha256;
 use aegis_record::{CapabilityOutcome, ExecutionOutcome, RequestDigest};
-use aegis_runtime::capability::{DEFAULT_LIMITS, ToolKind, ToolManifest};
+use aegis_runtime::capability::{ToolKind, ToolManifest};
 use aegis_runtime::handler::HostHandler;
 use aegis_runtime::pipeline::{CallClass, CallRequest};
-use aegis_suites::{Harness, guest, plain_tool};
+use aegis_suites::{Harness, guest, host_tool, plain_tool};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 const ALLOW_ALL: &str = "version: 1\ndefault: allow\n";
-
-fn host_tool(id: &str) -> ToolManifest {
-    ToolManifest {
-        id: id.into(),
-        kind: ToolKind::Host,
-        fs_read: vec![],
-        fs_write: vec![],
-        net: vec![],
-        limits: DEFAULT_LIMITS,
-    }
-}
 
 /// The reported failure, end to end: a tool's error of 200,000 U+0001 characters fits
 /// the output ceiling but escaped to a 1.2 MB outcome line, and `aegis verify` called

@@ -2,10 +2,10 @@
 //! interleaved. Every call gets exactly one intent and one outcome, and the whole
 //! session is one unforked chain that verifies.
 
-use aegis_runtime::capability::{DEFAULT_LIMITS, Limits, ToolKind, ToolManifest};
+use aegis_runtime::capability::{DEFAULT_LIMITS, Limits};
 use aegis_runtime::handler::HostHandler;
 use aegis_runtime::pipeline::{CallClass, CallRequest};
-use aegis_suites::{Harness, plain_tool, wasm_tool};
+use aegis_suites::{Harness, host_tool, plain_tool, wasm_tool};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -29,14 +29,7 @@ fn every_call_from_every_thread_is_recorded_once_on_one_chain() {
             plain_tool("shell", "echo"),
             plain_tool("panic", "panic"),
             wasm_tool("spin", "spin", &[], &[], tight),
-            ToolManifest {
-                id: "boom".into(),
-                kind: ToolKind::Host,
-                fs_read: vec![],
-                fs_write: vec![],
-                net: vec![],
-                limits: DEFAULT_LIMITS,
-            },
+            host_tool("boom"),
         ],
         handlers,
     );

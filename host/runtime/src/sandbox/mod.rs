@@ -51,7 +51,8 @@
 //!   kernel lets it go. The call has ended and its outcome is recorded; the thread is
 //!   the host's cost (tokio's blocking pool bounds how many there can be).
 //! - [`Sandbox::run`] blocks its thread on the sandbox's runtime: call it from a plain
-//!   thread (or `spawn_blocking`), not from inside an async task.
+//!   thread (or `spawn_blocking`), not from inside an async task. A caller already in a
+//!   tokio runtime awaits [`Sandbox::run_async`] instead; the guarantees are the same.
 //! - A guest with a write root can create a symlink there whose *relative* target
 //!   leads out (`link -> ../secret`). No call can follow it out (resolution stays
 //!   beneath the preopen, and a Model B context resolves through cap-std), but the
@@ -187,6 +188,9 @@ fn pooling(calls: u32) -> PoolingAllocationConfig {
         .pagemap_scan(Enabled::Auto);
     pool
 }
+
+/// Why a call cannot run while the sandbox is being dropped.
+const RUNTIME_GONE: &str = "the sandbox's runtime is shut down";
 
 /// The most stderr kept for diagnostics (less when the grant's output ceiling is lower).
 const STDERR_CAP: usize = 64 << 10;
@@ -561,6 +565,36 @@ impl Sandbox {
         args: &[&str],
         cancel: &CancelToken,
     ) -> Result<Execution, SandboxError> {
+        self.block_on(self.run_async(component, grant, input, args, cancel))
+            .unwrap_or_else(|| Err(SandboxError::Engine(RUNTIME_GONE.into())))
+    }
+
+    /// Drives `future` to its end on this thread, in the sandbox's own runtime (its
+    /// timers and wasmtime-wasi's blocking pool). `None` only while the sandbox is
+    /// being dropped. Like [`Sandbox::run`], not for use inside an async task.
+    pub fn block_on<F: Future>(&self, future: F) -> Option<F::Output> {
+        Some(self.runtime.as_ref()?.block_on(future))
+    }
+
+    /// [`Sandbox::run_cancellable`] as a future, for a caller already inside a tokio
+    /// runtime: the call is driven by the task that awaits it, so no thread hands it
+    /// over and none waits for it. The runtime must have its timer on (the deadline is
+    /// a tokio sleep) and its blocking pool serves wasmtime-wasi's file operations.
+    /// The guest hands control back at every epoch tick ([`TICK`]), so a guest
+    /// computing holds the awaiting task's worker for at most a tick at a time.
+    /// Dropping the future stops the call where it is, as a deadline would, and
+    /// produces no [`Execution`].
+    ///
+    /// # Errors
+    /// As [`Sandbox::run`].
+    pub async fn run_async(
+        &self,
+        component: &Path,
+        grant: &Grant,
+        input: &[u8],
+        args: &[&str],
+        cancel: &CancelToken,
+    ) -> Result<Execution, SandboxError> {
         let (prepared, digest) = self.prepared(component)?;
         // The grant names the component registered; running other bytes under it would
         // make the record name something that did not run.
@@ -575,10 +609,6 @@ impl Sandbox {
                 ),
             });
         }
-        let runtime = self
-            .runtime
-            .as_ref()
-            .ok_or_else(|| SandboxError::Engine("the sandbox's runtime is shut down".into()))?;
         let limits = grant.limits();
         let cap = usize::try_from(limits.max_output_bytes).unwrap_or(usize::MAX - 1);
         // One byte over the ceiling tells "exactly at the cap" from "tried to write more".
@@ -625,7 +655,7 @@ impl Sandbox {
         // What the guest's own code decided, before the ceilings are consulted. The
         // call's future borrows the store; whichever branch wins, it is dropped (and
         // with it any host call it was waiting in) before the store is read.
-        let (result, returned) = runtime.block_on(async {
+        let (result, returned) = {
             let mut cancelled = pin!(cancel.cancelled());
             let mut timeout = pin!(until(deadline));
             let mut call = pin!(guest_call(&prepared, &mut store, input, &stdout, cap));
@@ -643,7 +673,7 @@ impl Sandbox {
                     .map(|(said, returned)| (said, Some(returned)))
             })
             .await
-        });
+        };
         // A stopped command may already have written past the cap.
         let returned = returned.unwrap_or_else(|| stdout.contents().len());
         let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
