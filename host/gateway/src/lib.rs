@@ -40,7 +40,7 @@ pub use server::{GatewayServer, Note, Notes, request_frame};
 
 use aegis_runtime::capability::{RegistrationError, ToolKind, ToolManifest, ToolRegistry};
 use aegis_runtime::sandbox::{DEFAULT_CONCURRENT_CALLS, Options, Sandbox, Shape};
-use aegis_runtime::{AuditNotice, Host, HostBuilder, OpenError};
+use aegis_runtime::{AuditNotice, Host, HostBuilder, OpenError, OpenedAudit};
 use rmcp::ServiceExt as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -262,6 +262,30 @@ impl Gateway {
     /// [`GatewayError::Close`]: a call still holds the host, or the close line could
     /// not be written.
     pub fn close(self) -> Result<(), GatewayError> {
+        let (audit, record_failed) = self.stop()?;
+        audit
+            .session
+            .close()
+            .map_err(|e| GatewayError::Close(e.to_string()))?;
+        Gateway::closed(record_failed)
+    }
+
+    /// [`Gateway::close`], then the sink's whole record: the only way to see a volatile
+    /// sink's lines, which end with the process.
+    ///
+    /// # Errors
+    /// As [`Gateway::close`], or the sink could not be read.
+    pub fn close_and_export(self) -> Result<Vec<u8>, GatewayError> {
+        let (audit, record_failed) = self.stop()?;
+        let record = audit
+            .close_and_export()
+            .map_err(|e| GatewayError::Close(e.to_string()))?;
+        Gateway::closed(record_failed).map(|()| record)
+    }
+
+    /// Every call ended and no share of the host left but ours: the audit session, and
+    /// whether a line failed while serving.
+    fn stop(self) -> Result<(OpenedAudit, bool), GatewayError> {
         self.server.shut_down("the gateway is shutting down");
         let record_failed = self.server.record_failed();
         drop(self.server);
@@ -269,10 +293,10 @@ impl Gateway {
             .host
             .into_audit()
             .map_err(|_| GatewayError::Close("a call is still open".into()))?;
-        audit
-            .session
-            .close()
-            .map_err(|e| GatewayError::Close(e.to_string()))?;
+        Ok((audit, record_failed))
+    }
+
+    fn closed(record_failed: bool) -> Result<(), GatewayError> {
         if record_failed {
             return Err(GatewayError::Close(
                 "an intent or outcome could not be written while serving".into(),

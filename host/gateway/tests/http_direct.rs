@@ -16,12 +16,16 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
 
-fn open(record: &Path) -> Gateway {
+/// A gateway recording durably to `record`, or (`None`) on the volatile sink.
+fn open(record: Option<&Path>) -> Gateway {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gateway/tools.toml");
-    let builder = Host::builder(Profile::find("default").unwrap())
-        .audit_file("the test's record", record)
-        .signing_key(SigningKey::generate().unwrap());
+    let mut builder = Host::builder(Profile::find("default").unwrap());
+    if let Some(record) = record {
+        builder = builder
+            .audit_file("the test's record", record)
+            .signing_key(SigningKey::generate().unwrap());
+    }
     let quiet: Notes = Arc::new(|_| {});
     let options = GatewayOptions {
         capacity: 4,
@@ -53,9 +57,15 @@ async fn serve(session_idle: Duration) -> Served {
 }
 
 async fn serve_with(session_idle: Duration, token: Option<&str>) -> Served {
+    serve_on(session_idle, token, true).await
+}
+
+/// Served with a durable record, or on the volatile sink (whose lines only
+/// [`Gateway::close_and_export`] shows).
+async fn serve_on(session_idle: Duration, token: Option<&str>, durable: bool) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("record.jsonl");
-    let gateway = open(&record);
+    let gateway = open(durable.then_some(record.as_path()));
     let options = HttpOptions {
         session_idle,
         token: token.map(str::to_owned),
@@ -179,6 +189,16 @@ fn start_sleep(addr: SocketAddr, session: &str, n: u32) -> tokio::task::JoinHand
         )
         .await
     })
+}
+
+/// `notifications/cancelled` for request `n`, sent in `session`; the HTTP status.
+async fn cancel(addr: SocketAddr, session: &str, n: u32) -> u16 {
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{n}}}}}"#
+    );
+    send(addr, "POST", &[V, ("Mcp-Session-Id", session)], &body)
+        .await
+        .status
 }
 
 async fn wait_for(s: &Served, what: &str, ready: impl Fn(&Path) -> bool) {
@@ -316,14 +336,7 @@ async fn notifications_cancelled_and_the_session_ending_stop_the_call() {
             // The same id from another session cancels nothing here, and the same id
             // again in this session, while the first runs, is refused unrecorded.
             let other = session(addr).await;
-            let foreign = send(
-                addr,
-                "POST",
-                &[V, ("Mcp-Session-Id", &other)],
-                r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":41}}"#,
-            )
-            .await;
-            assert_eq!(foreign.status, 202);
+            assert_eq!(cancel(addr, &other, 41).await, 202);
             let again = send(
                 addr,
                 "POST",
@@ -413,14 +426,7 @@ async fn a_call_whose_client_left_can_still_be_cancelled() {
     )
     .await;
     assert!(again.body.contains("already in use"), "{}", again.body);
-    let said = send(
-        addr,
-        "POST",
-        &[V, ("Mcp-Session-Id", &id)],
-        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":51}}"#,
-    )
-    .await;
-    assert_eq!(said.status, 202);
+    assert_eq!(cancel(addr, &id, 51).await, 202);
     wait_for(&s, "the sleep call's outcome", |r| {
         of_type(r, "outcome").len() == 1
     })
@@ -664,4 +670,67 @@ async fn an_absolute_target_naming_another_host_is_refused() {
     assert_eq!(status_of(s.addr, request(&own).as_bytes()).await, 200);
     assert_eq!(of_type(&s.record, "intent").len(), 1);
     close(s).await;
+}
+
+/// On the volatile sink a session call runs in a task of its own (no blocking pool):
+/// answered, still running and cancellable after its client left, and every call on
+/// the exported record with its outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_volatile_sink_a_session_call_outlives_its_client_and_is_recorded() {
+    let s = serve_on(Duration::from_secs(300), None, false).await;
+    let addr = s.addr;
+    let id = session(addr).await;
+    let in_use = || async {
+        let probe = send(
+            addr,
+            "POST",
+            &[V, ("Mcp-Session-Id", &id)],
+            &call(61, "echo", "{}"),
+        )
+        .await;
+        probe.body.contains("already in use")
+    };
+    let answer = send(
+        addr,
+        "POST",
+        &[V, ("Mcp-Session-Id", &id)],
+        &call(60, "echo", r#"{"message":"volatile"}"#),
+    )
+    .await;
+    let message: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(
+        message["result"]["content"][0]["text"], r#"{"message":"volatile"}"#,
+        "{message}"
+    );
+    let leaving = start_sleep(addr, &id, 61);
+    // Time for the server to take the call (no probe before: a probe with the same id
+    // would take it first); the record cannot be read mid-run on this sink.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !leaving.is_finished(),
+        "the sleep call was answered at once"
+    );
+    leaving.abort();
+    let _ = leaving.await;
+    assert!(in_use().await, "the call ended with its client");
+    assert_eq!(cancel(addr, &id, 61).await, 202);
+    while in_use().await {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    s.stop.cancel();
+    s.serving.await.unwrap();
+    let record = s.gateway.close_and_export().unwrap();
+    let outcomes: Vec<serde_json::Value> = record
+        .split(|&b| b == b'\n')
+        .filter_map(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
+        .filter(|l| l["line_type"] == "outcome")
+        .collect();
+    // The first echo, the sleep, and the probe that finally found the id free.
+    assert_eq!(outcomes.len(), 3, "{outcomes:?}");
+    let sleep = outcomes.iter().find(|o| o["tool_id"] == "sleep").unwrap();
+    let message = sleep["execution"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("cancelled: the client cancelled"),
+        "{sleep}"
+    );
 }

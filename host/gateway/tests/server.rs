@@ -345,3 +345,165 @@ async fn a_rule_over_arguments_decides_each_call() {
     drop(client);
     serving.abort();
 }
+
+/// A gateway over the fixture manifest on the default profile's volatile sink, where
+/// each call runs in a task of its own on the serving runtime (no blocking pool).
+fn open_volatile(capacity: u32) -> Gateway {
+    let builder = Host::builder(Profile::find("default").unwrap());
+    let options = GatewayOptions {
+        capacity,
+        ..GatewayOptions::default()
+    };
+    let gateway = Gateway::open(builder, &manifest(), &options, quiet()).unwrap();
+    assert_eq!(*gateway.notice(), aegis_runtime::AuditNotice::Volatile);
+    gateway
+}
+
+/// The volatile sink's path keeps the durable path's promises: many clients at once
+/// each get their own answers, cancellation stops the guest and says so, the gateway
+/// at capacity refuses, a client that leaves mid-call leaves a call that still gets its
+/// outcome, and the exported record verifies with one outcome per intent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_volatile_sink_calls_run_in_their_own_tasks_and_each_is_recorded() {
+    const CLIENTS: usize = 8;
+    const EACH: usize = 5;
+    let gateway = open_volatile(2);
+    let connect = || {
+        let (client_io, server_io) = tokio::io::duplex(1 << 16);
+        let server = gateway.server().clone();
+        let serving = tokio::spawn(async move {
+            if let Ok(running) = server.serve(server_io).await {
+                let _ = running.waiting().await;
+            }
+        });
+        (client_io, serving)
+    };
+
+    // Clients at once; capacity 2, so some calls are refused, never mixed up.
+    let mut clients = Vec::new();
+    for c in 0..CLIENTS {
+        let (io, serving) = connect();
+        clients.push(tokio::spawn(async move {
+            let client = ().serve(io).await.unwrap();
+            let mut answered = (0, 0);
+            for i in 0..EACH {
+                let text = format!("client {c} call {i}");
+                let r = client
+                    .call_tool(
+                        CallToolRequestParams::new("echo")
+                            .with_arguments(args(serde_json::json!({ "text": text }))),
+                    )
+                    .await
+                    .unwrap();
+                let said = r.content[0].as_text().unwrap().text.clone();
+                if r.is_error == Some(true) {
+                    assert!(said.contains("at capacity"), "{said}");
+                    answered.1 += 1;
+                } else {
+                    assert!(said.contains(&text), "{c}/{i} got {said}");
+                    answered.0 += 1;
+                }
+            }
+            client.cancel().await.unwrap();
+            serving.await.unwrap();
+            answered
+        }));
+    }
+    let mut served = 0;
+    for c in clients {
+        let (ok, refused) = c.await.unwrap();
+        served += ok + refused;
+    }
+    assert_eq!(served, CLIENTS * EACH);
+
+    // A call cancelled while it sleeps in a host call.
+    let (io, serving) = connect();
+    let client = ().serve(io).await.unwrap();
+    let sleeping = client
+        .send_cancellable_request(
+            ClientRequest::CallToolRequest(CallToolRequest::new(
+                CallToolRequestParams::new("sleep")
+                    .with_arguments(args(serde_json::json!({"seconds": 3600}))),
+            )),
+            PeerRequestOptions::no_options(),
+        )
+        .await
+        .unwrap();
+    // A client that leaves while its call runs (for a second).
+    let (io2, serving2) = connect();
+    let leaver = ().serve(io2).await.unwrap();
+    let peer = leaver.peer().clone();
+    let left = tokio::spawn(async move {
+        peer.call_tool(
+            CallToolRequestParams::new("sleep")
+                .with_arguments(args(serde_json::json!({"seconds": 1}))),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    leaver.cancel().await.unwrap();
+    assert!(
+        left.await.unwrap().is_err(),
+        "the client left before its answer"
+    );
+    sleeping
+        .cancel(Some("the test is done waiting".into()))
+        .await
+        .unwrap();
+    client.cancel().await.unwrap();
+    serving.await.unwrap();
+    serving2.await.unwrap();
+
+    let record = gateway.close_and_export().unwrap();
+    let report = aegis_record::verify::verify(
+        &record[..],
+        &aegis_record::verify::Options {
+            trust: None,
+            threads: 0,
+        },
+    )
+    .unwrap();
+    assert!(
+        matches!(report.verdict(), aegis_record::verify::Verdict::Verified(_)),
+        "{}",
+        report.to_text()
+    );
+    let lines: Vec<serde_json::Value> = record
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect();
+    let ids = |t: &str| -> Vec<String> {
+        let mut ids: Vec<String> = lines
+            .iter()
+            .filter(|l| l["line_type"] == t)
+            .map(|l| l["call_id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let intents = ids("intent");
+    assert_eq!(intents.len(), CLIENTS * EACH + 2);
+    assert_eq!(intents, ids("outcome"), "one outcome for each intent");
+    let sleeps: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["line_type"] == "outcome" && l["tool_id"] == "sleep")
+        .collect();
+    assert_eq!(sleeps.len(), 2);
+    let status = |l: &serde_json::Value| l["execution"]["status"].as_str().map(str::to_owned);
+    let cancelled = |l: &serde_json::Value| {
+        l["execution"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("cancelled: the client cancelled"))
+    };
+    // The hour-long call can only have been cancelled. The one whose client left ran
+    // on in its task: to its end, or until the session's end cancelled it; never
+    // dropped with its request (which would record it as abandoned).
+    assert!(sleeps.iter().any(|l| cancelled(l)), "{sleeps:?}");
+    for l in &sleeps {
+        assert!(
+            cancelled(l) || status(l).as_deref() == Some("success"),
+            "{l}"
+        );
+    }
+}
