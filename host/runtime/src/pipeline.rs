@@ -370,6 +370,10 @@ impl Pipeline {
     /// Runs one call through all four stations.
     ///
     /// Every refusal is an `Ok` [`CallRecord`] whose outcome says which station refused.
+    /// The tool runs on the sandbox's own runtime, which this thread blocks on: call it
+    /// from a plain thread, never from inside an async task (tokio refuses a runtime
+    /// inside another, and the refusal is recorded as a host panic); there, await
+    /// [`Pipeline::call_async`].
     ///
     /// # Errors
     /// Only a failure to keep the record: see [`PipelineError`].
@@ -385,7 +389,8 @@ impl Pipeline {
     /// Runs the granted tool for `request` (stage 3 alone: nothing is recorded), with a
     /// panic in the sandbox or a handler caught and reported as
     /// [`Executed::Failed`]. For a caller that drives a guard itself: hand the result
-    /// to [`Call::finish`] or [`OwnedCall::finish`].
+    /// to [`Call::finish`] or [`OwnedCall::finish`]. Blocks as [`Pipeline::call`]
+    /// does; inside an async task, await [`Pipeline::run_tool_async`].
     pub fn run_tool(&self, request: &CallRequest<'_>, grant: &Grant) -> Executed {
         let ran = catch_unwind(AssertUnwindSafe(|| {
             self.sandbox.block_on(self.execute(request, grant))

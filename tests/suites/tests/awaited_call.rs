@@ -263,3 +263,23 @@ async fn blocking_and_awaited_calls_share_one_host() {
     let h = Arc::into_inner(h).expect("the thread is done");
     assert_eq!(h.finish().outcomes.len(), 16);
 }
+
+/// The blocking API called from inside an async task cannot block there; it fails
+/// closed, on the record, instead of taking the process down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_blocking_call_inside_a_task_is_a_recorded_failure_not_a_crash() {
+    let h = Harness::new(ALLOW_ALL, vec![plain_tool("echo", "echo")], BTreeMap::new());
+    let r = h.call("echo", b"from inside a task");
+    assert_eq!(r.class(), CallClass::Trap);
+    assert_eq!(r.output, None);
+    let ExecutionOutcome::Trap { message } = &r.outcome.execution else {
+        panic!("{:?}", r.outcome.execution)
+    };
+    assert!(
+        message.starts_with("host panic: Cannot start a runtime from within a runtime"),
+        "{message}"
+    );
+    // The awaited call works on the same host right after.
+    assert_eq!(awaited(&h, "echo", b"x").await.class(), CallClass::Success);
+    h.finish();
+}
