@@ -572,7 +572,7 @@ impl Sandbox {
     /// Drives `future` to its end on this thread, in the sandbox's own runtime (its
     /// timers and wasmtime-wasi's blocking pool). `None` only while the sandbox is
     /// being dropped. Like [`Sandbox::run`], not for use inside an async task.
-    pub fn block_on<F: Future>(&self, future: F) -> Option<F::Output> {
+    pub(crate) fn block_on<F: Future>(&self, future: F) -> Option<F::Output> {
         Some(self.runtime.as_ref()?.block_on(future))
     }
 
