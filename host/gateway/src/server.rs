@@ -407,10 +407,11 @@ impl GatewayServer {
         }
     }
 
-    /// One `tools/call`, through the pipeline, in a task that owns it (see
-    /// [`GatewayServer::spawn_call`]). `ct` is the request's cancellation (rmcp, or
-    /// the HTTP side's direct path, cancels it on `notifications/cancelled` and when
-    /// the session ends).
+    /// One `tools/call`, through the pipeline, in a task that owns it: it runs to its
+    /// outcome even if this future is dropped. On a volatile sink the tool runs in
+    /// that task; on a sink that syncs, on tokio's blocking pool. `ct` is the
+    /// request's cancellation (rmcp, or the HTTP side's direct path, cancels it on
+    /// `notifications/cancelled` and when the session ends).
     ///
     /// # Errors
     /// A JSON-RPC error: an unknown tool, the gateway closed, or a record write failed.
