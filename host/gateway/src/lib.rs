@@ -258,6 +258,11 @@ impl Gateway {
     /// Stops taking calls, cancels running ones (each gets its outcome), and closes
     /// the record.
     ///
+    /// It blocks until every running call has ended. On a volatile sink those calls
+    /// are tasks of the runtime that served them, so call this outside that runtime's
+    /// tasks (as [`run`] does, after its `block_on`): a task of a one-thread runtime
+    /// blocked here would wait for calls that thread can no longer drive.
+    ///
     /// # Errors
     /// [`GatewayError::Close`]: a call still holds the host, or the close line could
     /// not be written.

@@ -180,15 +180,14 @@ fn call(id: u32, tool: &str, arguments: &str) -> String {
 /// A `tools/call` of `sleep` for an hour, as call `n` of `session`, on its own task.
 fn start_sleep(addr: SocketAddr, session: &str, n: u32) -> tokio::task::JoinHandle<Answer> {
     let session = session.to_owned();
-    tokio::spawn(async move {
-        send(
-            addr,
-            "POST",
-            &[V, ("Mcp-Session-Id", &session)],
-            &call(n, "sleep", r#"{"seconds":3600}"#),
-        )
-        .await
-    })
+    tokio::spawn(
+        async move { post_in(addr, &session, &call(n, "sleep", r#"{"seconds":3600}"#)).await },
+    )
+}
+
+/// A POST of `body` in `session`.
+async fn post_in(addr: SocketAddr, session: &str, body: &str) -> Answer {
+    send(addr, "POST", &[V, ("Mcp-Session-Id", session)], body).await
 }
 
 /// `notifications/cancelled` for request `n`, sent in `session`; the HTTP status.
@@ -196,9 +195,7 @@ async fn cancel(addr: SocketAddr, session: &str, n: u32) -> u16 {
     let body = format!(
         r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{n}}}}}"#
     );
-    send(addr, "POST", &[V, ("Mcp-Session-Id", session)], &body)
-        .await
-        .status
+    post_in(addr, session, &body).await.status
 }
 
 async fn wait_for(s: &Served, what: &str, ready: impl Fn(&Path) -> bool) {
@@ -221,13 +218,7 @@ async fn close(s: Served) {
 async fn a_session_call_is_answered_as_json_on_the_record() {
     let s = serve(Duration::from_secs(300)).await;
     let id = session(s.addr).await;
-    let answer = send(
-        s.addr,
-        "POST",
-        &[V, ("Mcp-Session-Id", &id)],
-        &call(7, "echo", r#"{"message":"hi"}"#),
-    )
-    .await;
+    let answer = post_in(s.addr, &id, &call(7, "echo", r#"{"message":"hi"}"#)).await;
     assert_eq!(answer.status, 200);
     assert!(
         answer.head.contains("content-type: application/json"),
@@ -243,39 +234,21 @@ async fn a_session_call_is_answered_as_json_on_the_record() {
     );
 
     // With request metadata (here a progress token), the same answer.
-    let with_meta = send(
-        s.addr,
-        "POST",
-        &[V, ("Mcp-Session-Id", &id)],
-        r#"{"jsonrpc":"2.0","id":"m","method":"tools/call","params":{"_meta":{"progressToken":"p1"},"name":"echo","arguments":{"message":"hi"}}}"#,
-    )
-    .await;
+    let with_meta = post_in(s.addr, &id, r#"{"jsonrpc":"2.0","id":"m","method":"tools/call","params":{"_meta":{"progressToken":"p1"},"name":"echo","arguments":{"message":"hi"}}}"#).await;
     assert!(with_meta.head.contains("content-type: application/json"));
     let message: serde_json::Value = serde_json::from_str(&with_meta.body).unwrap();
     assert_eq!(message["id"], "m");
     assert_eq!(message["result"]["isError"], false, "{message}");
 
     // An unknown tool is a JSON-RPC error naming the call, and on the record too.
-    let unknown = send(
-        s.addr,
-        "POST",
-        &[V, ("Mcp-Session-Id", &id)],
-        &call(8, "nope", "{}"),
-    )
-    .await;
+    let unknown = post_in(s.addr, &id, &call(8, "nope", "{}")).await;
     let message: serde_json::Value = serde_json::from_str(&unknown.body).unwrap();
     assert_eq!(message["id"], 8);
     let said = message["error"]["message"].as_str().unwrap();
     assert!(said.starts_with("unknown tool \"nope\""), "{said}");
 
     // A session the server does not hold is not taken here: rmcp says 404.
-    let stranger = send(
-        s.addr,
-        "POST",
-        &[V, ("Mcp-Session-Id", "not-a-session")],
-        &call(9, "echo", "{}"),
-    )
-    .await;
+    let stranger = post_in(s.addr, "not-a-session", &call(9, "echo", "{}")).await;
     assert_eq!(stranger.status, 404);
     close(s).await;
 }
@@ -337,24 +310,12 @@ async fn notifications_cancelled_and_the_session_ending_stop_the_call() {
             // again in this session, while the first runs, is refused unrecorded.
             let other = session(addr).await;
             assert_eq!(cancel(addr, &other, 41).await, 202);
-            let again = send(
-                addr,
-                "POST",
-                &[V, ("Mcp-Session-Id", &id)],
-                &call(41, "echo", "{}"),
-            )
-            .await;
+            let again = post_in(addr, &id, &call(41, "echo", "{}")).await;
             let message: serde_json::Value = serde_json::from_str(&again.body).unwrap();
             let said = message["error"]["message"].as_str().unwrap_or_default();
             assert!(said.contains("already in use"), "{message}");
             // A whole call later, the sleeping one is still running.
-            let echo = send(
-                addr,
-                "POST",
-                &[V, ("Mcp-Session-Id", &other)],
-                &call(41, "echo", "{}"),
-            )
-            .await;
+            let echo = post_in(addr, &other, &call(41, "echo", "{}")).await;
             assert_eq!(echo.status, 200);
             let sleeps = |t| {
                 of_type(&s.record, t)
@@ -418,13 +379,7 @@ async fn a_call_whose_client_left_can_still_be_cancelled() {
     leaving.abort();
     let _ = leaving.await;
     // The same id is still in use, and a cancellation still reaches the call.
-    let again = send(
-        addr,
-        "POST",
-        &[V, ("Mcp-Session-Id", &id)],
-        &call(51, "echo", "{}"),
-    )
-    .await;
+    let again = post_in(addr, &id, &call(51, "echo", "{}")).await;
     assert!(again.body.contains("already in use"), "{}", again.body);
     assert_eq!(cancel(addr, &id, 51).await, 202);
     wait_for(&s, "the sleep call's outcome", |r| {
@@ -448,23 +403,11 @@ async fn a_session_in_use_stays_open_and_an_idle_one_is_closed() {
     let left = session(s.addr).await;
     // Calls only (the path rmcp's own timer never sees), for three idle periods.
     for n in 0..30 {
-        let answer = send(
-            s.addr,
-            "POST",
-            &[V, ("Mcp-Session-Id", &used)],
-            &call(100 + n, "echo", "{}"),
-        )
-        .await;
+        let answer = post_in(s.addr, &used, &call(100 + n, "echo", "{}")).await;
         assert_eq!(answer.status, 200, "call {n}: {}", answer.body);
         tokio::time::sleep(idle / 10).await;
     }
-    let answer = send(
-        s.addr,
-        "POST",
-        &[V, ("Mcp-Session-Id", &left)],
-        &call(200, "echo", "{}"),
-    )
-    .await;
+    let answer = post_in(s.addr, &left, &call(200, "echo", "{}")).await;
     assert_eq!(answer.status, 404, "the idle session was closed");
     close(s).await;
 }
@@ -681,22 +624,10 @@ async fn on_a_volatile_sink_a_session_call_outlives_its_client_and_is_recorded()
     let addr = s.addr;
     let id = session(addr).await;
     let in_use = || async {
-        let probe = send(
-            addr,
-            "POST",
-            &[V, ("Mcp-Session-Id", &id)],
-            &call(61, "echo", "{}"),
-        )
-        .await;
+        let probe = post_in(addr, &id, &call(61, "echo", "{}")).await;
         probe.body.contains("already in use")
     };
-    let answer = send(
-        addr,
-        "POST",
-        &[V, ("Mcp-Session-Id", &id)],
-        &call(60, "echo", r#"{"message":"volatile"}"#),
-    )
-    .await;
+    let answer = post_in(addr, &id, &call(60, "echo", r#"{"message":"volatile"}"#)).await;
     let message: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
     assert_eq!(
         message["result"]["content"][0]["text"], r#"{"message":"volatile"}"#,

@@ -396,10 +396,8 @@ impl Pipeline {
             self.sandbox.block_on(self.execute(request, grant))
         }));
         match ran {
-            Ok(Some(executed)) => executed,
-            Ok(None) => Executed::NotStarted {
-                reason: "the sandbox is shutting down".into(),
-            },
+            Ok(Ok(executed)) => executed,
+            Ok(Err(e)) => could_not_start(&e),
             Err(panic) => host_panic(panic.as_ref()),
         }
     }
@@ -409,8 +407,10 @@ impl Pipeline {
     /// than on a thread of the sandbox's own. The record's lines are written as in
     /// [`Pipeline::call`], synchronously: on a sink that syncs, the task waits for the
     /// disk, so such a caller should await this on a blocking thread
-    /// (`Handle::block_on` inside `spawn_blocking`). Dropped before it ends, the call
-    /// is abandoned: its guard records that, and the tool is stopped where it is.
+    /// (`Handle::block_on` inside `spawn_blocking`). A Model B handler is plain
+    /// blocking code and runs inline, holding the task while it runs. Dropped before it
+    /// ends, the call is abandoned: its guard records that, and the tool is stopped
+    /// where it is.
     ///
     /// # Errors
     /// As [`Pipeline::call`].
@@ -608,9 +608,7 @@ impl Pipeline {
                         peak_memory_bytes: run.peak_memory_bytes,
                         stderr: run.stderr,
                     },
-                    Err(e) => Executed::NotStarted {
-                        reason: format!("the sandbox could not start the tool: {e}"),
-                    },
+                    Err(e) => could_not_start(&e),
                 }
             }
             ToolKind::Host => {
@@ -1341,6 +1339,13 @@ fn axis_names(axes: &[Capability]) -> &'static [RStr<'static>] {
         // Not in `Capability::ALL` order: never built by the registry. Asking about
         // every axis keeps a mismatch failing closed (`CapabilityDenied::Unasked`).
         _ => RWN,
+    }
+}
+
+/// What a sandbox that could not start the tool becomes.
+fn could_not_start(e: &SandboxError) -> Executed {
+    Executed::NotStarted {
+        reason: format!("the sandbox could not start the tool: {e}"),
     }
 }
 

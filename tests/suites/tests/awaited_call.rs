@@ -27,19 +27,22 @@ async fn awaited(h: &Harness, tool: &str, input: &[u8]) -> CallRecord {
         .expect("the record is kept")
 }
 
-/// A spinning tool whose own deadline is far away.
-fn spinner(id: &str, guest: &str) -> ToolManifest {
+/// `guest` as tool `id`, with the default ceilings but a deadline of `wall_ms`.
+fn timed(id: &str, guest: &str, wall_ms: u64) -> ToolManifest {
     wasm_tool(
         id,
         guest,
         &[],
         &[],
         Limits {
-            max_wall_ms: 600_000,
+            max_wall_ms: wall_ms,
             ..DEFAULT_LIMITS
         },
     )
 }
+
+/// A deadline far beyond any test's length.
+const FAR: u64 = 600_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_awaited_call_is_recorded_as_a_blocking_one_is() {
@@ -63,26 +66,8 @@ fn a_spinning_guest_hits_its_deadline_and_yields_the_thread_meanwhile() {
     let h = Harness::new(
         ALLOW_ALL,
         vec![
-            wasm_tool(
-                "spin",
-                "spin",
-                &[],
-                &[],
-                Limits {
-                    max_wall_ms: 400,
-                    ..DEFAULT_LIMITS
-                },
-            ),
-            wasm_tool(
-                "world-spin",
-                "world-spin",
-                &[],
-                &[],
-                Limits {
-                    max_wall_ms: 400,
-                    ..DEFAULT_LIMITS
-                },
-            ),
+            timed("spin", "spin", 400),
+            timed("world-spin", "world-spin", 400),
         ],
         BTreeMap::new(),
     );
@@ -129,7 +114,7 @@ fn a_spinning_guest_hits_its_deadline_and_yields_the_thread_meanwhile() {
 async fn a_cancelled_awaited_call_stops_and_says_so() {
     let h = Harness::new(
         ALLOW_ALL,
-        vec![spinner("spin", "spin"), spinner("sleep", "sleep")],
+        vec![timed("spin", "spin", FAR), timed("sleep", "sleep", FAR)],
         BTreeMap::new(),
     );
     for tool in ["spin", "sleep"] {
@@ -175,7 +160,7 @@ async fn a_dropped_awaited_call_records_its_abandonment_and_frees_its_slot() {
     );
     let h = Harness::with_sandbox(
         ALLOW_ALL,
-        vec![spinner("spin", "spin"), plain_tool("echo", "echo")],
+        vec![timed("spin", "spin", FAR), plain_tool("echo", "echo")],
         one_slot,
     );
     for _ in 0..3 {

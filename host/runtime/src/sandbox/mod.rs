@@ -189,9 +189,6 @@ fn pooling(calls: u32) -> PoolingAllocationConfig {
     pool
 }
 
-/// Why a call cannot run while the sandbox is being dropped.
-const RUNTIME_GONE: &str = "the sandbox's runtime is shut down";
-
 /// The most stderr kept for diagnostics (less when the grant's output ceiling is lower).
 const STDERR_CAP: usize = 64 << 10;
 
@@ -565,15 +562,18 @@ impl Sandbox {
         args: &[&str],
         cancel: &CancelToken,
     ) -> Result<Execution, SandboxError> {
-        self.block_on(self.run_async(component, grant, input, args, cancel))
-            .unwrap_or_else(|| Err(SandboxError::Engine(RUNTIME_GONE.into())))
+        self.block_on(self.run_async(component, grant, input, args, cancel))?
     }
 
     /// Drives `future` to its end on this thread, in the sandbox's own runtime (its
-    /// timers and wasmtime-wasi's blocking pool). `None` only while the sandbox is
+    /// timers and wasmtime-wasi's blocking pool). An error only while the sandbox is
     /// being dropped. Like [`Sandbox::run`], not for use inside an async task.
-    pub(crate) fn block_on<F: Future>(&self, future: F) -> Option<F::Output> {
-        Some(self.runtime.as_ref()?.block_on(future))
+    pub(crate) fn block_on<F: Future>(&self, future: F) -> Result<F::Output, SandboxError> {
+        let runtime = self
+            .runtime
+            .as_ref()
+            .ok_or_else(|| SandboxError::Engine("the sandbox's runtime is shut down".into()))?;
+        Ok(runtime.block_on(future))
     }
 
     /// [`Sandbox::run_cancellable`] as a future, for a caller already inside a tokio
