@@ -27,6 +27,9 @@
 //!   direct path), called by rmcp's client and by the minimal one: what a bare SDK tool
 //!   call costs on this machine, to read the published SDK figures against.
 //!   `control/calls/{rmcp,raw}/16`: its calls per second with 16 such clients.
+//!
+//! The servers run on a two-worker tokio runtime, as `aegis gateway` does;
+//! `GATEWAY_BENCH_RUNTIME=current_thread` or `=workers=N` changes that, for experiments.
 
 use aegis_gateway::http::HttpOptions;
 use aegis_gateway::{Gateway, GatewayOptions, Manifest};
@@ -369,9 +372,22 @@ fn all_at_once<C: Caller>(
     start.elapsed().mul_f64(iters as f64 / (per * n) as f64)
 }
 
+/// The runtime the servers (and the rmcp clients) run on: two workers, as `aegis
+/// gateway` has, unless `GATEWAY_BENCH_RUNTIME` says `current_thread` or
+/// `workers=N` (an experiment's knob; results say when they used it).
 fn runtime() -> tokio::runtime::Runtime {
+    let chosen = std::env::var("GATEWAY_BENCH_RUNTIME").unwrap_or_default();
+    if chosen == "current_thread" {
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+    }
+    let workers = chosen
+        .strip_prefix("workers=")
+        .map_or(2, |n| n.parse().expect("GATEWAY_BENCH_RUNTIME=workers=N"));
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .unwrap()
