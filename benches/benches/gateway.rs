@@ -374,23 +374,27 @@ fn all_at_once<C: Caller>(
 
 /// The runtime the servers (and the rmcp clients) run on: two workers, as `aegis
 /// gateway` has, unless `GATEWAY_BENCH_RUNTIME` says `current_thread` or
-/// `workers=N` (an experiment's knob; results say when they used it).
+/// `workers=N` (an experiment's knob; results say when they used it). Any other value
+/// stops the bench, so a typo never measures the default under another name.
 fn runtime() -> tokio::runtime::Runtime {
     let chosen = std::env::var("GATEWAY_BENCH_RUNTIME").unwrap_or_default();
-    if chosen == "current_thread" {
-        return tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-    }
-    let workers = chosen
-        .strip_prefix("workers=")
-        .map_or(2, |n| n.parse().expect("GATEWAY_BENCH_RUNTIME=workers=N"));
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-        .unwrap()
+    let mut builder = if chosen == "current_thread" {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let workers = match chosen.as_str() {
+            "" => 2,
+            other => other
+                .strip_prefix("workers=")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| {
+                    panic!("GATEWAY_BENCH_RUNTIME={other}: want current_thread or workers=N")
+                }),
+        };
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(workers);
+        builder
+    };
+    builder.enable_all().build().unwrap()
 }
 
 fn round_trip(c: &mut Criterion) {
