@@ -485,6 +485,50 @@ async fn http_serves_with_token_host_origin_and_body_checks() {
     setup.check_record(calls);
 }
 
+/// SIGTERM while a call runs (an hour's sleep, a two-minute deadline): the call is
+/// stopped at once and recorded as cancelled, the gateway exits 0, and the record
+/// verifies. Waiting for the call to end by itself would hold the exit for minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_over_http_stops_a_running_call_and_records_it() {
+    use rmcp::transport::StreamableHttpClientTransport;
+    let setup = Setup::new();
+    let (child, url) = http_gateway(&setup, &[]).await;
+    let client = ().serve(StreamableHttpClientTransport::from_uri(url)).await.unwrap();
+    let mut arguments = JsonObject::new();
+    arguments.insert("seconds".into(), 3600.into());
+    let sleeping = tokio::spawn(async move {
+        let answer = client
+            .call_tool(CallToolRequestParams::new("sleep").with_arguments(arguments))
+            .await;
+        (client, answer)
+    });
+    let record = setup.record();
+    while !std::fs::read_to_string(&record)
+        .unwrap_or_default()
+        .contains(r#""tool_id":"sleep""#)
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Well under the call's own deadline: only a stopped call lets the exit come first.
+    tokio::time::timeout(std::time::Duration::from_secs(60), stop(child))
+        .await
+        .expect("the gateway exits without waiting for the call's deadline");
+    let (_client, answer) = sleeping.await.unwrap();
+    if let Ok(result) = answer {
+        assert_eq!(result.is_error, Some(true), "{result:?}");
+    }
+    let lines = setup.check_record(1);
+    let outcome = lines
+        .iter()
+        .find(|l| field(l, "line_type") == "outcome")
+        .unwrap();
+    let message = at(outcome, &["execution", "message"]);
+    assert!(
+        message.starts_with("cancelled: the gateway is shutting down"),
+        "{message}"
+    );
+}
+
 #[test]
 fn a_bad_manifest_is_refused_before_serving_with_its_line() {
     let setup = Setup::new();

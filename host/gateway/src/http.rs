@@ -30,7 +30,7 @@
 
 use crate::GatewayError;
 use crate::direct::Direct;
-use crate::server::GatewayServer;
+use crate::server::{GatewayServer, SHUTTING_DOWN};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -181,7 +181,10 @@ async fn require_token(State(token): State<Arc<str>>, request: Request, next: Ne
     refused
 }
 
-/// Serves `server` on `listener` until `stop` is cancelled.
+/// Serves `server` on `listener` until `stop` is cancelled. Then every running call is
+/// stopped and its outcome awaited ([`GatewayServer::shut_down`]) before the open
+/// connections are let finish: one waiting on a call would otherwise hold the end up
+/// until the call's own deadline. The server takes no call afterwards.
 ///
 /// # Errors
 /// [`GatewayError::Serve`] when the listener fails.
@@ -204,6 +207,7 @@ pub async fn serve(
         hosts.push(bound.to_string());
     }
     let origins: Vec<String> = hosts.iter().map(|h| format!("http://{h}")).collect();
+    let stopped = server.clone();
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts.clone())
         .with_allowed_origins(origins.clone())
@@ -244,8 +248,14 @@ pub async fn serve(
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
+    let stopping = async move {
+        stop.cancelled_owned().await;
+        // Blocking until the calls' outcomes are written, off the runtime's workers,
+        // which go on driving the calls meanwhile.
+        let _ = tokio::task::spawn_blocking(move || stopped.shut_down(SHUTTING_DOWN)).await;
+    };
     axum::serve(listener, router)
-        .with_graceful_shutdown(async move { stop.cancelled_owned().await })
+        .with_graceful_shutdown(stopping)
         .await
         .map_err(|e| GatewayError::Serve(e.to_string()))
 }

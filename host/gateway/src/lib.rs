@@ -291,7 +291,7 @@ impl Gateway {
     /// Every call ended and no share of the host left but ours: the audit session, and
     /// whether a line failed while serving.
     fn stop(self) -> Result<(OpenedAudit, bool), GatewayError> {
-        self.server.shut_down("the gateway is shutting down");
+        self.server.shut_down(server::SHUTTING_DOWN);
         let record_failed = self.server.record_failed();
         drop(self.server);
         let audit = self

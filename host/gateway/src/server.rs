@@ -177,6 +177,9 @@ impl Inner {
 pub(crate) const CANCELLED: &str =
     "the client cancelled the request (notifications/cancelled) or its session ended";
 
+/// Why calls stop, and new ones are refused, once the gateway is stopping.
+pub(crate) const SHUTTING_DOWN: &str = "the gateway is shutting down";
+
 /// What a refused or failed call is answered with.
 fn refusal(station: &str, what: &str, call_id: &str) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(format!(
@@ -476,7 +479,7 @@ impl GatewayServer {
             Ok(c) => frame_of(&name, c),
             Err(_) => Vec::new(),
         };
-        let closed = || McpError::internal_error("the gateway is shutting down", None);
+        let closed = || McpError::internal_error(SHUTTING_DOWN, None);
         let Some(tool) = self.inner.tools.get(&name) else {
             // Through the stations all the same: the capability station refuses a tool
             // it has no manifest for, and that refusal is on the record.
@@ -540,10 +543,7 @@ impl GatewayServer {
         let (ticket, pipeline) = match self.enter(token) {
             Ok(entered) => entered,
             Err(NoSlot::Closed) => {
-                return Err(McpError::internal_error(
-                    "the gateway is shutting down",
-                    None,
-                ));
+                return Err(McpError::internal_error(SHUTTING_DOWN, None));
             }
             Err(NoSlot::Full(pipeline)) => {
                 let reason = format!(

@@ -665,3 +665,35 @@ async fn on_a_volatile_sink_a_session_call_outlives_its_client_and_is_recorded()
         "{sleep}"
     );
 }
+
+/// Stopping the server with a call running stops the call and waits for its outcome
+/// before the connections finish: the call's own deadline (two minutes) does not hold
+/// the end up, and nothing is dropped unrecorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_stops_a_running_call_and_records_it() {
+    let s = serve(Duration::from_secs(300)).await;
+    let id = session(s.addr).await;
+    let sleeping = start_sleep(s.addr, &id, 5);
+    wait_for(&s, "the sleep call's intent", |r| {
+        !of_type(r, "intent").is_empty()
+    })
+    .await;
+    s.stop.cancel();
+    tokio::time::timeout(Duration::from_secs(60), s.serving)
+        .await
+        .expect("the server ends without waiting for the call's deadline")
+        .unwrap();
+    let answer = sleeping.await.unwrap();
+    assert!(answer.body.contains("shutting down"), "{}", answer.body);
+    s.gateway.close().unwrap();
+    let outcomes = of_type(&s.record, "outcome");
+    assert_eq!(outcomes.len(), 1, "{outcomes:?}");
+    let message = outcomes[0]["execution"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.starts_with("cancelled: the gateway is shutting down"),
+        "{}",
+        outcomes[0]
+    );
+}
