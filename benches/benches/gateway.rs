@@ -6,6 +6,8 @@
 //!
 //! - `round_trip/bare_pipeline`: `Pipeline::call` of `echo` with the input a gateway
 //!   call gives it (the arguments' canonical JSON), on the volatile memory sink.
+//! - `round_trip/server_call`: the gateway's own call (`GatewayServer::call`, what both
+//!   transports reach), awaited on the bench's thread: the gateway without transport.
 //! - `round_trip/stdio`: one `tools/call` → result through the gateway, JSON lines
 //!   over an in-memory pipe (the stdio transport's framing, no process boundary).
 //! - `round_trip/http`: the same over Streamable HTTP on a loopback socket (one
@@ -27,9 +29,13 @@
 //!   direct path), called by rmcp's client and by the minimal one: what a bare SDK tool
 //!   call costs on this machine, to read the published SDK figures against.
 //!   `control/calls/{rmcp,raw}/16`: its calls per second with 16 such clients.
+//! - `control/http_floor`: axum answering each POST with a fixed body, called by the
+//!   minimal client: a loopback HTTP exchange between two threads, with nothing else.
 //!
-//! The servers run on a two-worker tokio runtime, as `aegis gateway` does;
-//! `GATEWAY_BENCH_RUNTIME=current_thread` or `=workers=N` changes that, for experiments.
+//! The servers run on a runtime of their own with two workers, as `aegis gateway`
+//! does (`GATEWAY_BENCH_RUNTIME=workers=N` changes that, for experiments). The
+//! clients run on the bench's own thread (a single-threaded runtime), as a client in
+//! a process of its own would: never on a server's thread.
 
 use aegis_gateway::http::HttpOptions;
 use aegis_gateway::{Gateway, GatewayOptions, Manifest};
@@ -103,24 +109,37 @@ async fn call(client: &Client) {
     black_box(r);
 }
 
-/// Serves `gateway` over HTTP on a loopback port; returns its URL and the stop token.
-async fn serve_http(gateway: &Gateway) -> (String, CancellationToken) {
+/// A server of this bench: its runtime, serving until dropped.
+struct Served(Option<tokio::runtime::Runtime>, CancellationToken);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.1.cancel();
+        drop(self.0.take());
+    }
+}
+
+/// Serves `gateway` over HTTP on a loopback port, on a runtime of its own as `aegis
+/// gateway` does; returns its URL.
+fn serve_http(gateway: &Gateway) -> (String, Served) {
+    let runtime = server_runtime();
     let options = HttpOptions::new("127.0.0.1:0".parse().unwrap());
-    let listener = aegis_gateway::http::bind(&options).await.unwrap();
+    let listener = runtime
+        .block_on(aegis_gateway::http::bind(&options))
+        .unwrap();
     let url = format!(
         "http://{}{}",
         listener.local_addr().unwrap(),
         aegis_gateway::http::ENDPOINT
     );
     let stop = CancellationToken::new();
-    let server = gateway.server().clone();
-    let stopping = stop.clone();
-    tokio::spawn(async move {
+    let (server, stopping) = (gateway.server().clone(), stop.clone());
+    runtime.spawn(async move {
         aegis_gateway::http::serve(server, listener, &options, stopping)
             .await
             .unwrap();
     });
-    (url, stop)
+    (url, Served(Some(runtime), stop))
 }
 
 /// The control's server: an `echo` tool answered by rmcp's handler itself.
@@ -144,27 +163,58 @@ impl rmcp::ServerHandler for BareEcho {
 }
 
 /// Serves [`BareEcho`] with rmcp's defaults (sessions, event streams) on a loopback
-/// port, with the gateway's Host and Origin checks and `TCP_NODELAY`; returns its URL.
-async fn serve_bare(stop: CancellationToken) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// port, with the gateway's Host and Origin checks; returns its URL.
+fn serve_bare() -> (String, Served) {
+    serve_router(|authority, stop| {
+        let config = StreamableHttpServerConfig::default()
+            .with_allowed_hosts(vec![authority.to_owned()])
+            .with_allowed_origins(vec![format!("http://{authority}")])
+            .with_cancellation_token(stop.child_token());
+        let service: StreamableHttpService<BareEcho, LocalSessionManager> =
+            StreamableHttpService::new(|| Ok(BareEcho), Default::default(), config);
+        axum::Router::new().nest_service(aegis_gateway::http::ENDPOINT, service)
+    })
+}
+
+/// The floor under any MCP server over HTTP here: axum answering every POST with one
+/// fixed JSON-RPC result (and a session id), no MCP parsing, no call.
+fn serve_floor() -> (String, Served) {
+    serve_router(|_, _| {
+        let answer = || async {
+            (
+                [
+                    ("content-type", "application/json"),
+                    ("mcp-session-id", "floor"),
+                ],
+                r#"{"jsonrpc":"2.0","id":2,"result":{"content":[],"isError":false}}"#,
+            )
+        };
+        axum::Router::new().route(aegis_gateway::http::ENDPOINT, axum::routing::post(answer))
+    })
+}
+
+/// Serves the router `make` builds (given its authority and stop token) on a loopback
+/// port with `TCP_NODELAY`, on a runtime of its own as the gateway's; returns its URL.
+fn serve_router(make: impl FnOnce(&str, &CancellationToken) -> axum::Router) -> (String, Served) {
+    let runtime = server_runtime();
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
     let authority = listener.local_addr().unwrap().to_string();
-    let config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(vec![authority.clone()])
-        .with_allowed_origins(vec![format!("http://{authority}")])
-        .with_cancellation_token(stop.child_token());
-    let service: StreamableHttpService<BareEcho, LocalSessionManager> =
-        StreamableHttpService::new(|| Ok(BareEcho), Default::default(), config);
-    let router = axum::Router::new().nest_service(aegis_gateway::http::ENDPOINT, service);
+    let stop = CancellationToken::new();
+    let router = make(&authority, &stop);
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    tokio::spawn(async move {
+    let stopping = stop.clone();
+    runtime.spawn(async move {
         axum::serve(listener, router)
-            .with_graceful_shutdown(async move { stop.cancelled_owned().await })
+            .with_graceful_shutdown(stopping.cancelled_owned())
             .await
             .unwrap();
     });
-    format!("http://{authority}{}", aegis_gateway::http::ENDPOINT)
+    let url = format!("http://{authority}{}", aegis_gateway::http::ENDPOINT);
+    (url, Served(Some(runtime), stop))
 }
 
 async fn http_client(url: &str) -> Client {
@@ -372,33 +422,37 @@ fn all_at_once<C: Caller>(
     start.elapsed().mul_f64(iters as f64 / (per * n) as f64)
 }
 
-/// The runtime the servers (and the rmcp clients) run on: two workers, as `aegis
-/// gateway` has, unless `GATEWAY_BENCH_RUNTIME` says `current_thread` or
-/// `workers=N` (an experiment's knob; results say when they used it). Any other value
-/// stops the bench, so a typo never measures the default under another name.
-fn runtime() -> tokio::runtime::Runtime {
+/// The servers' runtime: two workers, as `aegis gateway` runs, unless
+/// `GATEWAY_BENCH_RUNTIME` says `workers=N` (an experiment's knob; results say when
+/// they used it). Any other value stops the bench, so a typo never measures the
+/// default under another name.
+fn server_runtime() -> tokio::runtime::Runtime {
     let chosen = std::env::var("GATEWAY_BENCH_RUNTIME").unwrap_or_default();
-    let mut builder = if chosen == "current_thread" {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let workers = match chosen.as_str() {
-            "" => 2,
-            other => other
-                .strip_prefix("workers=")
-                .and_then(|n| n.parse().ok())
-                .unwrap_or_else(|| {
-                    panic!("GATEWAY_BENCH_RUNTIME={other}: want current_thread or workers=N")
-                }),
-        };
-        let mut builder = tokio::runtime::Builder::new_multi_thread();
-        builder.worker_threads(workers);
-        builder
+    let workers = match chosen.as_str() {
+        "" => 2,
+        other => other
+            .strip_prefix("workers=")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("GATEWAY_BENCH_RUNTIME={other}: want workers=N")),
     };
-    builder.enable_all().build().unwrap()
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The clients' runtime, on the bench's own thread: like a client in a process of its
+/// own, it waits on its sockets itself, and no server thread runs it.
+fn single_threaded() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 fn round_trip(c: &mut Criterion) {
-    let rt = runtime();
+    let rt = single_threaded();
     let mut g = c.benchmark_group("round_trip");
 
     // The bare call: the same tool and input, the same profile, no MCP.
@@ -424,10 +478,20 @@ fn round_trip(c: &mut Criterion) {
     drop(host);
 
     let gw = gateway(None);
+    // The gateway's own call (what both transports reach), with no transport.
+    let server = gw.server().clone();
+    let params = CallToolRequestParams::new("echo").with_arguments(arguments());
+    g.bench_function("server_call", |b| {
+        b.iter(|| {
+            let r = rt.block_on(server.call(params.clone(), CancellationToken::new()));
+            assert_eq!(r.unwrap().is_error, Some(false));
+        })
+    });
+    let stdio_server = server_runtime();
     let stdio = rt.block_on(async {
         let (client_io, server_io) = tokio::io::duplex(1 << 16);
         let server = gw.server().clone();
-        tokio::spawn(async move {
+        stdio_server.spawn(async move {
             let running = server.serve(server_io).await.unwrap();
             let _ = running.waiting().await;
         });
@@ -437,7 +501,7 @@ fn round_trip(c: &mut Criterion) {
     });
     g.bench_function("stdio", |b| b.iter(|| rt.block_on(call(&stdio))));
 
-    let (url, stop) = rt.block_on(serve_http(&gw));
+    let (url, served) = serve_http(&gw);
     let http = one(rmcp_clients(&rt, 1, || http_client(&url)));
     g.bench_function("http", |b| b.iter(|| rt.block_on(call(&http))));
     let pooled = one(rmcp_clients(&rt, 1, || pooled_client(&url)));
@@ -451,16 +515,16 @@ fn round_trip(c: &mut Criterion) {
         let _ = http.cancel().await;
         let _ = pooled.cancel().await;
     });
-    stop.cancel();
+    drop(served);
+    drop(stdio_server);
     drop(rt);
     gw.close().unwrap();
 }
 
 fn control(c: &mut Criterion) {
-    let rt = runtime();
+    let rt = single_threaded();
     let mut g = c.benchmark_group("control");
-    let stop = CancellationToken::new();
-    let url = rt.block_on(serve_bare(stop.clone()));
+    let (url, served) = serve_bare();
     let http = one(rmcp_clients(&rt, 1, || http_client(&url)));
     g.bench_function("http", |b| b.iter(|| rt.block_on(call(&http))));
     let mut raw = one(raw_clients(&rt, &url, 1));
@@ -469,6 +533,11 @@ fn control(c: &mut Criterion) {
     rt.block_on(async {
         let _ = http.cancel().await;
     });
+    let (floor_url, floor) = serve_floor();
+    let mut raw = one(raw_clients(&rt, &floor_url, 1));
+    g.bench_function("http_floor", |b| b.iter(|| rt.block_on(raw.call())));
+    drop(raw);
+    drop(floor);
 
     g.sample_size(10);
     g.measurement_time(Duration::from_secs(10));
@@ -483,7 +552,8 @@ fn control(c: &mut Criterion) {
         b.iter_custom(|iters| all_at_once(&rt, &mut raws, iters))
     });
     g.finish();
-    stop.cancel();
+    drop(raws);
+    drop(served);
 }
 
 fn calls(c: &mut Criterion) {
@@ -494,8 +564,8 @@ fn calls(c: &mut Criterion) {
     for sink in ["volatile", "durable"] {
         let dir = tempfile::tempdir().unwrap();
         let gw = gateway((sink == "durable").then_some(dir.path()));
-        let rt = runtime();
-        let (url, stop) = rt.block_on(serve_http(&gw));
+        let rt = single_threaded();
+        let (url, served) = serve_http(&gw);
         for clients in [1u64, 16] {
             let mut sessions = rmcp_clients(&rt, clients, || http_client(&url));
             g.bench_with_input(BenchmarkId::new(sink, clients), &clients, |b, _| {
@@ -517,7 +587,7 @@ fn calls(c: &mut Criterion) {
                 });
             }
         }
-        stop.cancel();
+        drop(served);
         drop(rt);
         gw.close().unwrap();
     }
