@@ -58,6 +58,11 @@ use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The allocator the `aegis` binary ships with (`host/cli/src/main.rs`), so the gateway
+/// served here allocates as `aegis gateway` does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
 
