@@ -697,3 +697,45 @@ async fn stopping_stops_a_running_call_and_records_it() {
         outcomes[0]
     );
 }
+
+/// A client holding the session's GET event stream open does not hold the stop up:
+/// the stream ends (the client reads its end) and the server finishes. A stream never
+/// ends by itself, so a stop that waited for it would wait forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_ends_an_open_event_stream() {
+    let s = serve(Duration::from_secs(300)).await;
+    let id = session(s.addr).await;
+    let mut stream = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let request = format!(
+        "GET {ENDPOINT} HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\
+         MCP-Protocol-Version: 2025-06-18\r\nMcp-Session-Id: {id}\r\n\r\n",
+        s.addr
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    // The stream is open once its head has arrived.
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut byte))
+            .await
+            .expect("the event stream's head arrives")
+            .unwrap();
+        assert_eq!(n, 1, "the connection closed before the head: {head:?}");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("text/event-stream"), "{head}");
+
+    s.stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), s.serving)
+        .await
+        .expect("the server ends with an event stream open")
+        .unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut rest))
+        .await
+        .expect("the event stream ends")
+        .unwrap();
+    s.gateway.close().unwrap();
+}
