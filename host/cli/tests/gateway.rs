@@ -487,13 +487,14 @@ async fn http_serves_with_token_host_origin_and_body_checks() {
 
 /// SIGTERM while a call runs (an hour's sleep, a two-minute deadline): the call is
 /// stopped at once and recorded as cancelled, the gateway exits 0, and the record
-/// verifies. Waiting for the call to end by itself would hold the exit for minutes.
+/// verifies. Waiting for the call to end by itself would hold the exit for minutes, and
+/// waiting for a client stalled mid-request, for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_over_http_stops_a_running_call_and_records_it() {
     use rmcp::transport::StreamableHttpClientTransport;
     let setup = Setup::new();
     let (child, url) = http_gateway(&setup, &[]).await;
-    let client = ().serve(StreamableHttpClientTransport::from_uri(url)).await.unwrap();
+    let client = ().serve(StreamableHttpClientTransport::from_uri(url.clone())).await.unwrap();
     let mut arguments = JsonObject::new();
     arguments.insert("seconds".into(), 3600.into());
     let sleeping = tokio::spawn(async move {
@@ -503,16 +504,31 @@ async fn sigterm_over_http_stops_a_running_call_and_records_it() {
         (client, answer)
     });
     let record = setup.record();
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !std::fs::read_to_string(&record)
         .unwrap_or_default()
         .contains(r#""tool_id":"sleep""#)
     {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the sleep call's intent never reached the record"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    // A client stalled halfway through a request's head holds nothing up either.
+    let authority = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut stalled = std::net::TcpStream::connect(&authority).unwrap();
+    write!(stalled, "POST /mcp HTTP/1.1\r\nHost: {authority}\r\n").unwrap();
     // Well under the call's own deadline: only a stopped call lets the exit come first.
     tokio::time::timeout(std::time::Duration::from_secs(60), stop(child))
         .await
         .expect("the gateway exits without waiting for the call's deadline");
+    drop(stalled);
     let (_client, answer) = sleeping.await.unwrap();
     if let Ok(result) = answer {
         assert_eq!(result.is_error, Some(true), "{result:?}");

@@ -19,6 +19,10 @@
 //!   the `Host` field: HTTP/1.1 gives the target precedence, and the checks read `Host`.
 //! - A body framed two ways hyper refuses (400): two different `Content-Length`s, or a
 //!   `Transfer-Encoding` whose last coding is not `chunked`.
+//! - Stopping ends in bounded time whatever clients do: running calls are stopped and
+//!   recorded first, then open connections get [`DRAIN`] to finish. A client holding
+//!   an event stream, or stalled halfway through a request's head or body, cannot hold
+//!   the exit up (no call is on such a connection).
 //!
 //! # Non-guarantees
 //! - No TLS: the token crosses loopback in clear. Put a TLS proxy in front for
@@ -135,6 +139,11 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// The header fields a check here decides on; each may appear once.
+/// How long open connections may take to finish once every call has ended: long
+/// enough to deliver the cancelled calls' answers, short enough that a client stalled
+/// mid-request does not keep a stopping gateway alive.
+pub const DRAIN: Duration = Duration::from_secs(5);
+
 const DECIDED_ONCE: [header::HeaderName; 3] = [header::HOST, header::ORIGIN, header::AUTHORIZATION];
 
 /// Refuses a request that names its host twice in ways that can differ: a field of
@@ -184,7 +193,8 @@ async fn require_token(State(token): State<Arc<str>>, request: Request, next: Ne
 /// Serves `server` on `listener` until `stop` is cancelled. Then every running call is
 /// stopped and its outcome awaited ([`GatewayServer::shut_down`]) before the open
 /// connections are let finish: one waiting on a call would otherwise hold the end up
-/// until the call's own deadline. The server takes no call afterwards.
+/// until the call's own deadline. Connections still open [`DRAIN`] later are left to
+/// the runtime's end: no call runs on them. The server takes no call afterwards.
 ///
 /// # Errors
 /// [`GatewayError::Serve`] when the listener fails.
@@ -248,16 +258,28 @@ pub async fn serve(
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
+    let calls_ended = CancellationToken::new();
+    let ended = calls_ended.clone();
     let stopping = async move {
         stop.cancelled_owned().await;
         // Blocking until the calls' outcomes are written, off the runtime's workers,
         // which go on driving the calls meanwhile.
         let _ = tokio::task::spawn_blocking(move || stopped.shut_down(SHUTTING_DOWN)).await;
+        ended.cancel();
     };
-    axum::serve(listener, router)
+    let serving = axum::serve(listener, router)
         .with_graceful_shutdown(stopping)
-        .await
-        .map_err(|e| GatewayError::Serve(e.to_string()))
+        .into_future();
+    // axum waits for every connection, and a client stalled mid-request never ends its
+    // own: after DRAIN the wait is given up (their tasks end with the runtime).
+    let drained = async move {
+        calls_ended.cancelled().await;
+        tokio::time::sleep(DRAIN).await;
+    };
+    tokio::select! {
+        served = serving => served.map_err(|e| GatewayError::Serve(e.to_string())),
+        () = drained => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! bound, however framed), and its session stays open while used and is closed when
 //! idle.
 
-use aegis_gateway::http::{DEFAULT_MAX_BODY, ENDPOINT, HttpOptions};
+use aegis_gateway::http::{self, DEFAULT_MAX_BODY, ENDPOINT, HttpOptions};
 use aegis_gateway::{Gateway, GatewayOptions, Manifest, Notes};
 use aegis_record::key::SigningKey;
 use aegis_runtime::{Host, Profile};
@@ -738,4 +738,46 @@ async fn stopping_ends_an_open_event_stream() {
         .expect("the event stream ends")
         .unwrap();
     s.gateway.close().unwrap();
+}
+
+/// Clients stalled halfway through a request, one in its head and one in its body,
+/// do not hold the stop up: no call runs on their connections, so after
+/// [`http::DRAIN`] the server finishes without them and the record closes whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_does_not_wait_on_a_client_stalled_mid_request() {
+    let s = serve(Duration::from_secs(300)).await;
+    let id = session(s.addr).await;
+    let mut stalled_in_body = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let head = format!(
+        "POST {ENDPOINT} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
+         Mcp-Session-Id: {id}\r\nContent-Length: 100\r\n\r\n",
+        s.addr
+    );
+    stalled_in_body
+        .write_all(format!("{head}{{\"jsonrpc\"").as_bytes())
+        .await
+        .unwrap();
+    let mut stalled_in_head = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    stalled_in_head
+        .write_all(format!("POST {ENDPOINT} HTTP/1.1\r\nHost: {}\r\n", s.addr).as_bytes())
+        .await
+        .unwrap();
+    // Both requests are being read when the stop comes, and a call is running.
+    let sleeping = start_sleep(s.addr, &id, 7);
+    wait_for(&s, "the sleep call's intent", |r| {
+        !of_type(r, "intent").is_empty()
+    })
+    .await;
+
+    s.stop.cancel();
+    tokio::time::timeout(http::DRAIN * 6, s.serving)
+        .await
+        .expect("the server ends with clients stalled mid-request")
+        .unwrap();
+    let answer = sleeping.await.unwrap();
+    assert!(answer.body.contains("shutting down"), "{}", answer.body);
+    s.gateway.close().unwrap();
+    assert_eq!(of_type(&s.record, "outcome").len(), 1);
+    drop((stalled_in_body, stalled_in_head));
 }
