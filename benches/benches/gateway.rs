@@ -58,13 +58,13 @@ use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio_util::sync::CancellationToken;
 
 /// The allocator the `aegis` binary ships with (`host/cli/src/main.rs`), so the gateway
 /// served here allocates as `aegis gateway` does.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio_util::sync::CancellationToken;
 
 type Client = RunningService<RoleClient, ()>;
 
@@ -114,13 +114,16 @@ async fn call(client: &Client) {
     black_box(r);
 }
 
-/// A server of this bench: its runtime, serving until dropped.
-struct Served(Option<tokio::runtime::Runtime>, CancellationToken);
+/// A server of this bench, serving on its runtime until dropped.
+struct Served {
+    runtime: Option<tokio::runtime::Runtime>,
+    stop: CancellationToken,
+}
 
 impl Drop for Served {
     fn drop(&mut self) {
-        self.1.cancel();
-        drop(self.0.take());
+        self.stop.cancel();
+        drop(self.runtime.take());
     }
 }
 
@@ -144,7 +147,13 @@ fn serve_http(gateway: &Gateway) -> (String, Served) {
             .await
             .unwrap();
     });
-    (url, Served(Some(runtime), stop))
+    (
+        url,
+        Served {
+            runtime: Some(runtime),
+            stop,
+        },
+    )
 }
 
 /// The control's server: an `echo` tool answered by rmcp's handler itself.
@@ -219,7 +228,13 @@ fn serve_router(make: impl FnOnce(&str, &CancellationToken) -> axum::Router) -> 
             .unwrap();
     });
     let url = format!("http://{authority}{}", aegis_gateway::http::ENDPOINT);
-    (url, Served(Some(runtime), stop))
+    (
+        url,
+        Served {
+            runtime: Some(runtime),
+            stop,
+        },
+    )
 }
 
 async fn http_client(url: &str) -> Client {

@@ -21,9 +21,9 @@ mod style;
 mod wrap;
 
 /// mimalloc rather than glibc's malloc: a call allocates on one worker thread and often
-/// frees on another, and glibc's arenas made that a fifth of a gateway worker's CPU at
-/// 16 clients; with mimalloc the same build served 25 % more calls/s
-/// (`benches/results/gateway.md`, run 9). Plugins keep their own allocator: abi_stable
+/// frees on another, and glibc's malloc took a fifth of the gateway's CPU samples at 16
+/// clients; with mimalloc the same build served 16–54 % more calls/s (median 27 %, five
+/// pairs; `benches/results/gateway.md`, run 9). Plugins keep their own allocator: abi_stable
 /// values free through the vtable of the side that made them.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
