@@ -4,11 +4,15 @@
 //! Flags, printing and exit codes only: the manifest, the server, the transports and the
 //! record's close live in [`aegis_gateway`].
 
-use aegis_gateway::http::{DEFAULT_MAX_BODY, HttpOptions};
+use aegis_gateway::http::{
+    DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_SESSIONS, DEFAULT_READ_TIMEOUT,
+    HttpOptions,
+};
 use aegis_gateway::{Gateway, GatewayError, GatewayOptions, Manifest, Note, Notes, Transport};
 use aegis_record::text::escape;
 use aegis_runtime::Host;
 use aegis_runtime::sandbox::DEFAULT_CONCURRENT_CALLS;
+use clap::builder::TypedValueParser as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,6 +37,18 @@ pub struct GatewayArgs {
     /// With --http: accept an ADDR that is not loopback (by default refused).
     #[arg(long, requires = "http")]
     allow_non_loopback: bool,
+    /// With --http: connections served at once; one more is answered 503.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS,
+          value_parser = clap::value_parser!(u32).range(1..).map(|n| n as usize), requires = "http")]
+    max_connections: usize,
+    /// With --http: sessions kept at once; asking for one more is answered 503.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_SESSIONS,
+          value_parser = clap::value_parser!(u32).range(1..).map(|n| n as usize), requires = "http")]
+    max_sessions: usize,
+    /// With --http: seconds a client has to send a request's head, and then its body.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_READ_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..), requires = "http")]
+    read_timeout: u64,
     /// Calls at once (the sandbox pool's size); one more is refused, and recorded.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENT_CALLS)]
     max_calls: u32,
@@ -54,6 +70,7 @@ fn notes() -> Notes {
             escape(line)
         )),
         Note::RecordFailed(what) => crate::error(escape(what)),
+        Note::Serving(what) => crate::say(what),
         _ => {}
     })
 }
@@ -99,6 +116,9 @@ pub fn gateway(profile_name: &str, a: &GatewayArgs) -> u8 {
                 token,
                 max_body: a.max_body,
                 allow_non_loopback: a.allow_non_loopback,
+                max_connections: a.max_connections,
+                max_sessions: a.max_sessions,
+                read_timeout: std::time::Duration::from_secs(a.read_timeout),
                 ..HttpOptions::new(addr)
             })
         }

@@ -352,9 +352,12 @@ async fn a_client_that_leaves_mid_call_still_gets_its_call_recorded() {
     assert!(said.starts_with("cancelled: "), "{said}");
 }
 
+/// What the gateway has written on stderr so far.
+type Said = std::sync::Arc<std::sync::Mutex<String>>;
+
 /// Starts `aegis gateway --http 127.0.0.1:0 …` and reads the URL it serves at from its
-/// stderr.
-async fn http_gateway(setup: &Setup, extra: &[&str]) -> (tokio::process::Child, String) {
+/// stderr, which it goes on gathering.
+async fn http_gateway(setup: &Setup, extra: &[&str]) -> (tokio::process::Child, String, Said) {
     http_gateway_of(setup, "tools.toml", extra).await
 }
 
@@ -363,7 +366,7 @@ async fn http_gateway_of(
     setup: &Setup,
     manifest: &str,
     extra: &[&str],
-) -> (tokio::process::Child, String) {
+) -> (tokio::process::Child, String, Said) {
     let mut flags = vec!["--http", "127.0.0.1:0"];
     flags.extend_from_slice(extra);
     let mut child = setup
@@ -375,12 +378,15 @@ async fn http_gateway_of(
         .unwrap();
     let stderr = child.stderr.take().unwrap().into_owned_fd().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
+    let said = Said::default();
+    let saying = said.clone();
     std::thread::spawn(move || {
         let mut reader = BufReader::new(std::fs::File::from(stderr));
         let mut line = String::new();
         let mut sent = false;
         while reader.read_line(&mut line).unwrap_or(0) > 0 {
             eprint!("gateway: {line}");
+            saying.lock().unwrap().push_str(&line);
             if !sent
                 && let Some(at) = line
                     .split(" on ")
@@ -394,7 +400,7 @@ async fn http_gateway_of(
         }
     });
     let url = rx.recv().expect("the gateway says where it serves");
-    (child, url)
+    (child, url, said)
 }
 
 /// One raw HTTP/1.1 POST; returns the status code.
@@ -439,7 +445,7 @@ async fn http_serves_with_token_host_origin_and_body_checks() {
     std::fs::write(&token_file, "tok-3141\n").unwrap();
     std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let token_path = token_file.to_str().unwrap().to_owned();
-    let (mut child, url) =
+    let (mut child, url, _) =
         http_gateway(&setup, &["--token-file", &token_path, "--max-body", "4096"]).await;
     let bearer = ("Authorization", "Bearer tok-3141");
 
@@ -485,6 +491,56 @@ async fn http_serves_with_token_host_origin_and_body_checks() {
     setup.check_record(calls);
 }
 
+/// The caps on connections and sessions answer 503 past them, the operator is told
+/// when the connection cap is reached, and the read timeout frees held connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_caps_answer_503_and_the_operator_is_told() {
+    let setup = Setup::new();
+    let (child, url, said) = http_gateway(
+        &setup,
+        &[
+            "--max-connections",
+            "2",
+            "--max-sessions",
+            "1",
+            "--read-timeout",
+            "1",
+        ],
+    )
+    .await;
+    let raw_url = url.clone();
+    let statuses = tokio::task::spawn_blocking(move || {
+        let url = raw_url.as_str();
+        let init = INITIALIZE.as_bytes();
+        let authority = url
+            .strip_prefix("http://")
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap();
+        let first = post(url, &[], init);
+        let second = post(url, &[], init);
+        let held: Vec<_> = (0..2)
+            .map(|_| std::net::TcpStream::connect(authority).unwrap())
+            .collect();
+        let crowded = post(url, &[("Host", "evil.example")], init);
+        // The read timeout (1 s) closes the two held connections.
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        let freed = post(url, &[("Host", "evil.example")], init);
+        drop(held);
+        [first, second, crowded, freed]
+    })
+    .await
+    .unwrap();
+    assert_eq!(statuses[0], 200, "the first session");
+    assert_eq!(statuses[1], 503, "a session past --max-sessions");
+    assert_eq!(statuses[2], 503, "a connection past --max-connections");
+    assert_eq!(statuses[3], 403, "served again (and refused for its Host)");
+    let said = said.lock().unwrap().clone();
+    assert!(said.contains("2 connections are open"), "{said}");
+    stop(child).await;
+}
+
 /// SIGTERM while a call runs (an hour's sleep, a two-minute deadline): the call is
 /// stopped at once and recorded as cancelled, the gateway exits 0, and the record
 /// verifies. Waiting for the call to end by itself would hold the exit for minutes, and
@@ -493,7 +549,7 @@ async fn http_serves_with_token_host_origin_and_body_checks() {
 async fn sigterm_over_http_stops_a_running_call_and_records_it() {
     use rmcp::transport::StreamableHttpClientTransport;
     let setup = Setup::new();
-    let (child, url) = http_gateway(&setup, &[]).await;
+    let (child, url, _) = http_gateway(&setup, &[]).await;
     let client = ().serve(StreamableHttpClientTransport::from_uri(url.clone())).await.unwrap();
     let mut arguments = JsonObject::new();
     arguments.insert("seconds".into(), 3600.into());
@@ -614,7 +670,7 @@ async fn the_conformance_suite_passes_but_for_the_scenarios_listed_with_reasons(
         .await
         .unwrap();
     let npm = peers.join("npm/node_modules");
-    let (child, url) = http_gateway_of(&setup, "conformance.toml", &[]).await;
+    let (child, url, _) = http_gateway_of(&setup, "conformance.toml", &[]).await;
     // Node 22 from npm's `node` package: the suite needs it, the machine may have older.
     let out = tokio::process::Command::new(npm.join("node/bin/node"))
         .arg(npm.join("@modelcontextprotocol/conformance/dist/index.js"))
@@ -786,7 +842,7 @@ fn the_python_sdk_lists_calls_and_is_refused_over_stdio() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_lists_calls_and_is_refused_over_http() {
     let setup = Setup::new();
-    let (child, url) = http_gateway(&setup, &[]).await;
+    let (child, url, _) = http_gateway(&setup, &[]).await;
     let dir = setup.dir.path().to_path_buf();
     let got = tokio::task::spawn_blocking(move || {
         python_client(&dir, PYTHON_PLAN, &[std::ffi::OsStr::new(&url)])

@@ -37,6 +37,8 @@
 //!   closes a session after [`HttpOptions::session_idle`](crate::http::HttpOptions)
 //!   with no accepted request starting and no call taken here running. Marked closing
 //!   under the lock calls register under, a session takes no new call while it closes.
+//! - A POST naming no session (one asking rmcp for a new session) is answered 503
+//!   while [`HttpOptions::max_sessions`](crate::http::HttpOptions) are open.
 //!
 //! # Non-guarantees
 //! - A client that disconnects mid-call does not cancel it: the call runs to its end
@@ -44,7 +46,8 @@
 //! - A request that went to rmcp counts as use when it starts, not while it lasts:
 //!   a `tools/call` or an event stream on rmcp's path that outlasts the idle time may
 //!   see its session closed (as rmcp's own timer would).
-//! - No cap on sessions: rmcp has none, and each costs this module one small entry.
+//! - The cap on sessions is checked when one is asked for: requests asking at the same
+//!   moment may pass it together (by at most the connections open).
 
 use crate::server::{CANCELLED, GatewayServer};
 use aegis_runtime::CancelToken;
@@ -91,6 +94,7 @@ pub(crate) struct Direct {
     origins: Vec<String>,
     max_body: usize,
     idle: Duration,
+    max_sessions: usize,
     uses: Mutex<HashMap<Arc<str>, SessionUse>>,
 }
 
@@ -102,6 +106,7 @@ impl Direct {
         origins: &[String],
         max_body: usize,
         idle: Duration,
+        max_sessions: usize,
     ) -> Direct {
         Direct {
             server,
@@ -110,6 +115,7 @@ impl Direct {
             origins: origins.iter().map(|o| o.to_ascii_lowercase()).collect(),
             max_body,
             idle,
+            max_sessions,
             uses: Mutex::new(HashMap::new()),
         }
     }
@@ -186,26 +192,9 @@ impl Direct {
 
     /// Whether a request with these headers may be taken here (its body decides the rest).
     fn takeable(&self, headers: &HeaderMap) -> bool {
-        // `Absent`, or the one value as text; a repeated or non-text field is `Unusable`
-        // (rmcp would read one of the values, and the check another).
-        let one = |name: header::HeaderName| {
-            let mut values = headers.get_all(name).iter();
-            match (values.next(), values.next()) {
-                (None, _) => Field::Absent,
-                (Some(v), None) => v.to_str().map_or(Field::Unusable, Field::One),
-                (Some(_), Some(_)) => Field::Unusable,
-            }
-        };
-        let Field::One(host) = one(header::HOST) else {
+        let one = |name| one(headers, name);
+        if !self.names_this_server(headers) {
             return false;
-        };
-        if !self.hosts.contains(&host.to_ascii_lowercase()) {
-            return false;
-        }
-        match one(header::ORIGIN) {
-            Field::Absent => {}
-            Field::One(origin) if self.origins.contains(&origin.to_ascii_lowercase()) => {}
-            _ => return false,
         }
         if !matches!(one(header::CONTENT_TYPE), Field::One(t) if is_json(t)) {
             return false;
@@ -222,6 +211,22 @@ impl Direct {
             one(header::HeaderName::from_static("mcp-session-id")),
             Field::One(_)
         )
+    }
+
+    /// `Host`, and `Origin` if sent, name this server, once each: what rmcp's own
+    /// checks will find.
+    fn names_this_server(&self, headers: &HeaderMap) -> bool {
+        let Field::One(host) = one(headers, header::HOST) else {
+            return false;
+        };
+        if !self.hosts.contains(&host.to_ascii_lowercase()) {
+            return false;
+        }
+        match one(headers, header::ORIGIN) {
+            Field::Absent => true,
+            Field::One(origin) => self.origins.contains(&origin.to_ascii_lowercase()),
+            Field::Unusable => false,
+        }
     }
 
     /// Whether rmcp holds `session`.
@@ -294,6 +299,15 @@ pub(crate) async fn route(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let Some(session) = session else {
+        // A POST naming no session asks rmcp for a new one (no other is served
+        // without one). At the cap it is refused before rmcp makes it; one from a
+        // foreign Host or Origin is left to rmcp's 403.
+        if request.method() == Method::POST
+            && direct.names_this_server(request.headers())
+            && direct.sessions.sessions.read().await.len() >= direct.max_sessions
+        {
+            return sessions_full(direct.max_sessions);
+        }
         return next.run(request).await;
     };
     let response = match *request.method() {
@@ -314,6 +328,21 @@ pub(crate) async fn route(
         direct.touch(&session);
     }
     response
+}
+
+fn sessions_full(max_sessions: usize) -> Response {
+    let mut refused = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "aegis gateway: {max_sessions} sessions are open, the most it keeps; end one \
+             (DELETE) or wait for one to be closed idle\n"
+        ),
+    )
+        .into_response();
+    refused
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    refused
 }
 
 /// A POST naming `session`.
@@ -380,6 +409,17 @@ async fn post(direct: &Arc<Direct>, session: &str, request: Request, next: Next)
             response
         }
         _ => pass(bytes, next).await,
+    }
+}
+
+/// `Absent`, or the one value as text; a repeated or non-text field is `Unusable`
+/// (rmcp would read one of the values, and a check here another).
+fn one(headers: &HeaderMap, name: header::HeaderName) -> Field<'_> {
+    let mut values = headers.get_all(name).iter();
+    match (values.next(), values.next()) {
+        (None, _) => Field::Absent,
+        (Some(v), None) => v.to_str().map_or(Field::Unusable, Field::One),
+        (Some(_), Some(_)) => Field::Unusable,
     }
 }
 

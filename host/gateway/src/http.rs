@@ -19,12 +19,20 @@
 //!   the `Host` field: HTTP/1.1 gives the target precedence, and the checks read `Host`.
 //! - A body framed two ways hyper refuses (400): two different `Content-Length`s, or a
 //!   `Transfer-Encoding` whose last coding is not `chunked`.
+//! - Slow or many clients cannot hold the server: a request's head must arrive within
+//!   [`HttpOptions::read_timeout`] (from the connection's accept or its last answer;
+//!   else the connection is closed) and its body within as long again (else 408); at
+//!   most [`HttpOptions::max_connections`] connections are served and
+//!   [`HttpOptions::max_sessions`] sessions kept (one more of either gets 503). The
+//!   operator is told when the connection cap is reached.
 //! - Stopping ends in bounded time whatever clients do: running calls are stopped and
 //!   recorded first, then open connections get [`DRAIN`] to finish. A client holding
 //!   an event stream, or stalled halfway through a request's head or body, cannot hold
 //!   the exit up (no call is on such a connection).
 //!
 //! # Non-guarantees
+//! - The caps protect the process, not every client: a client that keeps the caps
+//!   filled (reconnecting as each read timeout ends its connections) keeps others out.
 //! - No TLS: the token crosses loopback in clear. Put a TLS proxy in front for
 //!   anything else.
 //! - A request with both `Content-Length` and `Transfer-Encoding: chunked` is read by
@@ -33,8 +41,10 @@
 //!   such a request (any that reads the length instead would be open to smuggling).
 
 use crate::GatewayError;
+use crate::connections::{Limits, accept_until};
 use crate::direct::Direct;
 use crate::server::{GatewayServer, SHUTTING_DOWN};
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -55,6 +65,18 @@ pub const DEFAULT_MAX_BODY: usize = 1 << 20;
 /// How long an unused session stays open: 5 minutes, as rmcp's own default.
 pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(300);
 
+/// The default cap on connections served at once: 512, far more than the clients of
+/// one machine's agents open, well within a process's usual 1,024 file descriptors.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
+/// The default cap on open sessions: 256 (each client holds one; an idle one closes
+/// after [`DEFAULT_SESSION_IDLE`]).
+pub const DEFAULT_MAX_SESSIONS: usize = 256;
+
+/// The default time a client has to send a request head, and then its body: 30 s, as
+/// hyper's own default for heads.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The MCP endpoint's path.
 pub const ENDPOINT: &str = "/mcp";
 
@@ -72,6 +94,16 @@ pub struct HttpOptions {
     /// A session with no request and no call running for this long is closed
     /// ([`DEFAULT_SESSION_IDLE`] by default).
     pub session_idle: Duration,
+    /// Connections served at once; one more is answered 503
+    /// ([`DEFAULT_MAX_CONNECTIONS`] by default).
+    pub max_connections: usize,
+    /// Sessions open at once; asking for one more is answered 503
+    /// ([`DEFAULT_MAX_SESSIONS`] by default).
+    pub max_sessions: usize,
+    /// How long a client has to send a request's head (from its connection's accept,
+    /// or its last answer), and then its body (from the head's end)
+    /// ([`DEFAULT_READ_TIMEOUT`] by default).
+    pub read_timeout: Duration,
 }
 
 impl HttpOptions {
@@ -83,6 +115,9 @@ impl HttpOptions {
             token: None,
             max_body: DEFAULT_MAX_BODY,
             session_idle: DEFAULT_SESSION_IDLE,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            read_timeout: DEFAULT_READ_TIMEOUT,
         }
     }
 }
@@ -138,12 +173,12 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The header fields a check here decides on; each may appear once.
 /// How long open connections may take to finish once every call has ended: long
 /// enough to deliver the cancelled calls' answers, short enough that a client stalled
 /// mid-request does not keep a stopping gateway alive.
 pub const DRAIN: Duration = Duration::from_secs(5);
 
+/// The header fields a check here decides on; each may appear once.
 const DECIDED_ONCE: [header::HeaderName; 3] = [header::HOST, header::ORIGIN, header::AUTHORIZATION];
 
 /// Refuses a request that names its host twice in ways that can differ: a field of
@@ -190,6 +225,55 @@ async fn require_token(State(token): State<Arc<str>>, request: Request, next: Ne
     refused
 }
 
+/// What [`read_body_in_time`] holds a body to.
+#[derive(Clone, Copy)]
+struct BodyLimits {
+    max_body: usize,
+    read_timeout: Duration,
+}
+
+/// Reads a request's body whole, within the cap and within the read timeout of the
+/// head's end, before anything that reads it: a client sending its body slowly, or a
+/// byte at a time, is answered 408 at the deadline instead of holding a task (and a
+/// connection) for as long as it likes.
+async fn read_body_in_time(
+    State(limits): State<BodyLimits>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let read = axum::body::to_bytes(body, limits.max_body);
+    match tokio::time::timeout(limits.read_timeout, read).await {
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Ok(Err(_)) => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "aegis gateway: the request body is over {} bytes, or could not be read\n",
+                limits.max_body
+            ),
+        )
+            .into_response(),
+        Err(_) => {
+            let mut refused = (
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "aegis gateway: the request body did not arrive within {} s\n",
+                    limits.read_timeout.as_secs_f64()
+                ),
+            )
+                .into_response();
+            // The rest of the body is not read: the connection cannot carry another.
+            refused
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            refused
+        }
+    }
+}
+
 /// Serves `server` on `listener` until `stop` is cancelled. Then every running call is
 /// stopped and its outcome awaited ([`GatewayServer::shut_down`]) before the open
 /// connections are let finish: one waiting on a call would otherwise hold the end up
@@ -197,7 +281,8 @@ async fn require_token(State(token): State<Arc<str>>, request: Request, next: Ne
 /// the runtime's end: no call runs on them. The server takes no call afterwards.
 ///
 /// # Errors
-/// [`GatewayError::Serve`] when the listener fails.
+/// [`GatewayError::Serve`] when the listener has no address. A failed accept is not
+/// an error: serving goes on (the operator is told).
 pub async fn serve(
     server: GatewayServer,
     listener: tokio::net::TcpListener,
@@ -218,6 +303,7 @@ pub async fn serve(
     }
     let origins: Vec<String> = hosts.iter().map(|h| format!("http://{h}")).collect();
     let stopped = server.clone();
+    let noted = server.clone();
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts.clone())
         .with_allowed_origins(origins.clone())
@@ -236,6 +322,7 @@ pub async fn serve(
         &origins,
         options.max_body,
         options.session_idle,
+        options.max_sessions,
     ));
     tokio::spawn(Arc::clone(&direct).close_idle_sessions(stop.child_token()));
     let service: StreamableHttpService<GatewayServer, LocalSessionManager> =
@@ -243,7 +330,15 @@ pub async fn serve(
     // Around rmcp's service itself, so it sees every path rmcp serves (`/mcp`, `/mcp/`,
     // `/mcp/…`) and none that rmcp does not.
     let direct = axum::middleware::from_fn_with_state(direct, crate::direct::route);
-    let mut router = axum::Router::new().nest_service(ENDPOINT, direct.layer(service));
+    let mut router = axum::Router::new()
+        .nest_service(ENDPOINT, direct.layer(service))
+        .layer(axum::middleware::from_fn_with_state(
+            BodyLimits {
+                max_body: options.max_body,
+                read_timeout: options.read_timeout,
+            },
+            read_body_in_time,
+        ));
     if let Some(token) = &options.token {
         router = router.layer(axum::middleware::from_fn_with_state(
             Arc::<str>::from(token.as_str()),
@@ -252,33 +347,26 @@ pub async fn serve(
     }
     // Outermost, so no check reads a field that has another value beside it.
     let router = router.layer(axum::middleware::from_fn(refuse_ambiguous_host));
-    // Without TCP_NODELAY a streamed answer's second small write waits for the client's
-    // delayed ACK: ~40 ms per call (measured on a debug build, sequential echo calls
-    // from a Python client: 49.6 ms/call without it, 19.1 with it).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
+    let limits = Limits {
+        max_connections: options.max_connections,
+        read_timeout: options.read_timeout,
+    };
     let calls_ended = CancellationToken::new();
-    let ended = calls_ended.clone();
+    let serving = accept_until(listener, router, limits, &noted, calls_ended.clone());
     let stopping = async move {
         stop.cancelled_owned().await;
         // Blocking until the calls' outcomes are written, off the runtime's workers,
         // which go on driving the calls meanwhile.
         let _ = tokio::task::spawn_blocking(move || stopped.shut_down(SHUTTING_DOWN)).await;
-        ended.cancel();
-    };
-    let serving = axum::serve(listener, router)
-        .with_graceful_shutdown(stopping)
-        .into_future();
-    // axum waits for every connection, and a client stalled mid-request never ends its
-    // own: after DRAIN the wait is given up (their tasks end with the runtime).
-    let drained = async move {
-        calls_ended.cancelled().await;
+        calls_ended.cancel();
+        // A client stalled mid-request ends its connection only at the read timeout:
+        // the wait for connections is given up after DRAIN (their tasks end with the
+        // runtime; no call runs on them).
         tokio::time::sleep(DRAIN).await;
     };
     tokio::select! {
-        served = serving => served.map_err(|e| GatewayError::Serve(e.to_string())),
-        () = drained => Ok(()),
+        () = serving => Ok(()),
+        () = stopping => Ok(()),
     }
 }
 

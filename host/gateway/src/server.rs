@@ -61,6 +61,9 @@ pub enum Note<'a> {
     },
     /// The record could not be written: the call got no result.
     RecordFailed(&'a str),
+    /// Something about serving that the operator should know: the HTTP side at its
+    /// connection cap, or failing to accept. Told once each time it starts.
+    Serving(&'a str),
 }
 
 /// Where [`Note`]s go.
@@ -367,6 +370,10 @@ impl GatewayServer {
             n,
         };
         Ok((ticket, pipeline))
+    }
+
+    pub(crate) fn note(&self, note: Note<'_>) {
+        (self.inner.notes)(note);
     }
 
     fn pipeline(&self) -> Option<Arc<Pipeline>> {

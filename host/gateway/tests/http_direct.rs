@@ -63,14 +63,19 @@ async fn serve_with(session_idle: Duration, token: Option<&str>) -> Served {
 /// Served with a durable record, or on the volatile sink (whose lines only
 /// [`Gateway::close_and_export`] shows).
 async fn serve_on(session_idle: Duration, token: Option<&str>, durable: bool) -> Served {
-    let dir = tempfile::tempdir().unwrap();
-    let record = dir.path().join("record.jsonl");
-    let gateway = open(durable.then_some(record.as_path()));
     let options = HttpOptions {
         session_idle,
         token: token.map(str::to_owned),
         ..HttpOptions::new("127.0.0.1:0".parse().unwrap())
     };
+    serve_with_options(options, durable).await
+}
+
+/// Served on `options` (whose address should be loopback port 0).
+async fn serve_with_options(options: HttpOptions, durable: bool) -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let gateway = open(durable.then_some(record.as_path()));
     let listener = aegis_gateway::http::bind(&options).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
@@ -780,4 +785,235 @@ async fn stopping_does_not_wait_on_a_client_stalled_mid_request() {
     s.gateway.close().unwrap();
     assert_eq!(of_type(&s.record, "outcome").len(), 1);
     drop((stalled_in_body, stalled_in_head));
+}
+
+/// Served with a durable record, reading requests under `read_timeout`, with the
+/// connection and session caps given.
+async fn serve_limited(
+    read_timeout: Duration,
+    max_connections: usize,
+    max_sessions: usize,
+) -> Served {
+    let options = HttpOptions {
+        read_timeout,
+        max_connections,
+        max_sessions,
+        ..HttpOptions::new("127.0.0.1:0".parse().unwrap())
+    };
+    serve_with_options(options, true).await
+}
+
+/// Reads `stream` until the server closes it (or resets it); how long that took.
+/// Panics past `bound`.
+async fn closed_within(stream: &mut tokio::net::TcpStream, bound: Duration) -> Duration {
+    let started = std::time::Instant::now();
+    let mut sink = Vec::new();
+    match tokio::time::timeout(bound, stream.read_to_end(&mut sink)).await {
+        Ok(_) => started.elapsed(),
+        Err(_) => panic!("the server kept the connection open past {bound:?}"),
+    }
+}
+
+/// Writes `bytes` one at a time, one every 100 ms, until done or the server closes.
+fn drip(
+    mut writer: tokio::net::tcp::OwnedWriteHalf,
+    bytes: Vec<u8>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        for b in bytes {
+            if writer.write_all(&[b]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+/// A client that never finishes a request head cannot keep its connection: one that
+/// sends nothing, one that stops halfway, one that drips the head a byte every 100 ms
+/// (which must not restart the clock), and one idle after an answered request are all
+/// closed at the read timeout. The server goes on serving others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_not_sent_in_time_loses_its_connection() {
+    let timeout = Duration::from_secs(1);
+    let s = serve_limited(timeout, 16, 16).await;
+    let mut silent = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let mut halfway = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    halfway
+        .write_all(format!("POST {ENDPOINT} HTTP/1.1\r\nHost: {}\r\n", s.addr).as_bytes())
+        .await
+        .unwrap();
+    let (mut dripped, writer) = tokio::net::TcpStream::connect(s.addr)
+        .await
+        .unwrap()
+        .into_split();
+    // 100 bytes at 10 a second: a head still arriving well past the timeout.
+    let head = format!(
+        "GET {ENDPOINT} HTTP/1.1\r\nHost: {}\r\nX-Drip: {}",
+        s.addr,
+        "a".repeat(60)
+    );
+    let dripping = drip(writer, head.into_bytes());
+    let mut kept_alive = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    kept_alive
+        .write_all(format!("GET /elsewhere HTTP/1.1\r\nHost: {}\r\n\r\n", s.addr).as_bytes())
+        .await
+        .unwrap();
+
+    let bound = timeout * 5;
+    for (what, stream) in [
+        ("silent", &mut silent),
+        ("halfway", &mut halfway),
+        ("kept alive", &mut kept_alive),
+    ] {
+        let took = closed_within(stream, bound).await;
+        assert!(took < bound, "{what}: {took:?}");
+    }
+    let mut sink = Vec::new();
+    tokio::time::timeout(bound, dripped.read_to_end(&mut sink))
+        .await
+        .expect("the dripping client's connection is closed in time")
+        .ok();
+    assert!(sink.is_empty(), "no answer to a head never finished");
+    tokio::time::timeout(bound, dripping)
+        .await
+        .unwrap()
+        .unwrap();
+    // Others are served all the while.
+    session(s.addr).await;
+    close(s).await;
+}
+
+/// A body that does not arrive within the read timeout of its head gets 408 and is
+/// not a call: whether it stops halfway or drips a byte every 100 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_body_not_sent_in_time_is_answered_408_and_not_a_call() {
+    let timeout = Duration::from_secs(1);
+    let s = serve_limited(timeout, 16, 16).await;
+    let id = session(s.addr).await;
+    let body = call(5, "echo", r#"{"message":"late"}"#);
+    for dripped in [false, true] {
+        let (mut reader, mut writer) = tokio::net::TcpStream::connect(s.addr)
+            .await
+            .unwrap()
+            .into_split();
+        let head = format!(
+            "POST {ENDPOINT} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
+             Mcp-Session-Id: {id}\r\nContent-Length: {}\r\n\r\n",
+            s.addr,
+            body.len()
+        );
+        writer.write_all(head.as_bytes()).await.unwrap();
+        // The halfway client keeps its write side open (a shut one would end the body).
+        let (dripping, _halfway) = if dripped {
+            (Some(drip(writer, body.clone().into_bytes())), None)
+        } else {
+            writer.write_all(&body.as_bytes()[..10]).await.unwrap();
+            (None, Some(writer))
+        };
+        let mut answer = Vec::new();
+        tokio::time::timeout(timeout * 5, reader.read_to_end(&mut answer))
+            .await
+            .expect("answered within the bound")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 408"),
+            "dripped {dripped}: {answer}"
+        );
+        if let Some(d) = dripping {
+            tokio::time::timeout(timeout * 5, d).await.unwrap().unwrap();
+        }
+    }
+    // The session still works, and only its own call is on the record.
+    let answer = post_in(s.addr, &id, &call(6, "echo", r#"{"message":"on time"}"#)).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    s.stop.cancel();
+    s.serving.await.unwrap();
+    s.gateway.close().unwrap();
+    assert_eq!(of_type(&s.record, "intent").len(), 1);
+}
+
+/// The read timeout bounds sending a request, not answering one: a call that runs
+/// longer, and an event stream held open longer, are not cut off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_call_and_an_open_event_stream_outlast_the_read_timeout() {
+    let timeout = Duration::from_secs(1);
+    let s = serve_limited(timeout, 16, 16).await;
+    let id = session(s.addr).await;
+    let mut stream = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    stream
+        .write_all(
+            format!(
+                "GET {ENDPOINT} HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\
+                 MCP-Protocol-Version: 2025-06-18\r\nMcp-Session-Id: {id}\r\n\r\n",
+                s.addr
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let answer = post_in(s.addr, &id, &call(3, "sleep", r#"{"seconds":3}"#)).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(answer.body.contains("awake"), "{}", answer.body);
+    // Three read timeouts later, the stream is still open: reading it waits.
+    let mut head = [0u8; 512];
+    let n = stream.read(&mut head).await.unwrap();
+    assert!(String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 200"));
+    let mut more = [0u8; 64];
+    let waiting = tokio::time::timeout(Duration::from_millis(200), stream.read(&mut more)).await;
+    assert!(waiting.is_err(), "the event stream ended: {waiting:?}");
+    close(s).await;
+}
+
+/// Past the connection cap a client is answered 503 (with Retry-After), not left
+/// hanging; once a connection closes, the next is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_past_the_cap_is_answered_503() {
+    let s = serve_limited(Duration::from_secs(30), 3, 16).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(tokio::net::TcpStream::connect(s.addr).await.unwrap());
+    }
+    // The three are accepted in order; a request after them finds the cap reached.
+    let refused = send(s.addr, "GET", &[], "").await;
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert!(refused.head.contains("retry-after: 1"), "{}", refused.head);
+    assert!(refused.body.contains("connections"), "{}", refused.body);
+    drop(held.pop());
+    // The server sees the close a moment later.
+    let mut tries = 0;
+    loop {
+        let answer = send(s.addr, "GET", &[("Accept", "text/event-stream")], "").await;
+        if answer.status != 503 {
+            break;
+        }
+        tries += 1;
+        assert!(tries < 100, "still refused after a connection closed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(held);
+    session(s.addr).await;
+    close(s).await;
+}
+
+/// Past the session cap, asking for a session is answered 503 (a foreign `Host` is
+/// still answered 403); ending one makes room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_past_the_cap_is_answered_503() {
+    let s = serve_limited(Duration::from_secs(30), 16, 2).await;
+    let first = session(s.addr).await;
+    session(s.addr).await;
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let refused = send(s.addr, "POST", &[V], init).await;
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert!(refused.body.contains("2 sessions"), "{}", refused.body);
+    // The Host check still comes first: a rebinding page learns nothing of the cap.
+    let foreign = send(s.addr, "POST", &[V, ("Host", "evil.example")], init).await;
+    assert_eq!(foreign.status, 403, "{}", foreign.body);
+    let ended = send(s.addr, "DELETE", &[V, ("Mcp-Session-Id", &first)], "").await;
+    assert!(ended.status < 300, "{}", ended.body);
+    session(s.addr).await;
+    close(s).await;
 }
