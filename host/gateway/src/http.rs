@@ -41,6 +41,7 @@
 //!   such a request (any that reads the length instead would be open to smuggling).
 
 use crate::GatewayError;
+pub use crate::connections::{ACCEPT_BACKOFF, REFUSAL_TIMEOUT, REFUSING};
 use crate::connections::{Limits, accept_until};
 use crate::direct::Direct;
 use crate::server::{GatewayServer, SHUTTING_DOWN};

@@ -1017,3 +1017,31 @@ async fn a_session_past_the_cap_is_answered_503() {
     session(s.addr).await;
     close(s).await;
 }
+
+/// Refusing is bounded too: connections past the cap that send nothing are closed at
+/// the refusal's own timeout, and past [`REFUSING`] of them at once a connection is
+/// closed unanswered, at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusing_past_the_cap_holds_nothing_for_long() {
+    use aegis_gateway::http::{REFUSAL_TIMEOUT, REFUSING};
+    let s = serve_limited(Duration::from_secs(30), 1, 16).await;
+    let _held = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let mut refused = Vec::new();
+    for _ in 0..REFUSING {
+        refused.push(tokio::net::TcpStream::connect(s.addr).await.unwrap());
+    }
+    // Accepted after the others: no refusal left for it.
+    let mut unanswered = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(REFUSAL_TIMEOUT / 2, unanswered.read_to_end(&mut got))
+        .await
+        .expect("closed at once")
+        .ok();
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    for stream in &mut refused {
+        closed_within(stream, REFUSAL_TIMEOUT * 5).await;
+    }
+    let again = send(s.addr, "GET", &[], "").await;
+    assert_eq!(again.status, 503, "{}", again.body);
+    close(s).await;
+}
