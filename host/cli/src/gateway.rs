@@ -6,7 +6,7 @@
 
 use aegis_gateway::http::{
     DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_SESSIONS, DEFAULT_READ_TIMEOUT,
-    HttpOptions,
+    HttpOptions, MAX_READ_TIMEOUT,
 };
 use aegis_gateway::{Gateway, GatewayError, GatewayOptions, Manifest, Note, Notes, Transport};
 use aegis_record::text::escape;
@@ -45,9 +45,11 @@ pub struct GatewayArgs {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_SESSIONS,
           value_parser = clap::value_parser!(u32).range(1..).map(|n| n as usize), requires = "http")]
     max_sessions: usize,
-    /// With --http: seconds a client has to send a request's head, and then its body.
+    /// With --http: seconds a client has to send a request's head, and then its body
+    /// (at most a day).
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_READ_TIMEOUT.as_secs(),
-          value_parser = clap::value_parser!(u64).range(1..), requires = "http")]
+          value_parser = clap::value_parser!(u64).range(1..=MAX_READ_TIMEOUT.as_secs()),
+          requires = "http")]
     read_timeout: u64,
     /// Calls at once (the sandbox pool's size); one more is refused, and recorded.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENT_CALLS)]
@@ -56,7 +58,8 @@ pub struct GatewayArgs {
     host: crate::HostFlags,
 }
 
-/// The server's notes on stderr, escaped: a tool's stderr lines and record failures.
+/// The server's notes on stderr, escaped: a tool's stderr lines, record failures, and
+/// warnings about serving.
 fn notes() -> Notes {
     Arc::new(|note: Note<'_>| match note {
         Note::ToolStderr {
@@ -70,7 +73,8 @@ fn notes() -> Notes {
             escape(line)
         )),
         Note::RecordFailed(what) => crate::error(escape(what)),
-        Note::Serving(what) => crate::say(what),
+        // A problem with serving, not a note on what was done: said even with -q.
+        Note::Serving(what) => crate::say(format_args!("warning: {}", escape(what))),
         _ => {}
     })
 }

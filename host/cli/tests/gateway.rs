@@ -601,6 +601,28 @@ async fn sigterm_over_http_stops_a_running_call_and_records_it() {
     );
 }
 
+/// Limits out of range are usage errors (exit 1), named, before anything is served.
+#[test]
+fn http_limits_out_of_range_are_usage_errors() {
+    for (flag, value) in [
+        ("--max-connections", "0"),
+        ("--max-sessions", "0"),
+        ("--read-timeout", "0"),
+        // Past a day: a deadline that far off overflows the clock.
+        ("--read-timeout", "86401"),
+    ] {
+        let out = aegis()
+            .args(["gateway", "--tools"])
+            .arg(fixtures().join("tools.toml"))
+            .args(["--http", "127.0.0.1:0", flag, value])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{flag} {value}");
+        assert!(text(&out.stderr).contains(flag), "{}", text(&out.stderr));
+    }
+}
+
 #[test]
 fn a_bad_manifest_is_refused_before_serving_with_its_line() {
     let setup = Setup::new();

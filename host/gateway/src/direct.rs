@@ -192,23 +192,23 @@ impl Direct {
 
     /// Whether a request with these headers may be taken here (its body decides the rest).
     fn takeable(&self, headers: &HeaderMap) -> bool {
-        let one = |name| one(headers, name);
+        let field = |name| one(headers, name);
         if !self.names_this_server(headers) {
             return false;
         }
-        if !matches!(one(header::CONTENT_TYPE), Field::One(t) if is_json(t)) {
+        if !matches!(field(header::CONTENT_TYPE), Field::One(t) if is_json(t)) {
             return false;
         }
         if !accepts_json_and_stream(headers) {
             return false;
         }
-        match one(header::HeaderName::from_static("mcp-protocol-version")) {
+        match field(header::HeaderName::from_static("mcp-protocol-version")) {
             Field::Absent => {}
             Field::One(version) if SESSION_REVISIONS.contains(&version) => {}
             _ => return false,
         }
         matches!(
-            one(header::HeaderName::from_static("mcp-session-id")),
+            field(header::HeaderName::from_static("mcp-session-id")),
             Field::One(_)
         )
     }
@@ -331,24 +331,21 @@ pub(crate) async fn route(
 }
 
 fn sessions_full(max_sessions: usize) -> Response {
-    let mut refused = (
+    crate::http::refusal(
         StatusCode::SERVICE_UNAVAILABLE,
         format!(
             "aegis gateway: {max_sessions} sessions are open, the most it keeps; end one \
              (DELETE) or wait for one to be closed idle\n"
         ),
+        &[(header::RETRY_AFTER, "1")],
     )
-        .into_response();
-    refused
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    refused
 }
 
 /// A POST naming `session`.
 async fn post(direct: &Arc<Direct>, session: &str, request: Request, next: Next) -> Response {
     let takeable = direct.takeable(request.headers());
     let (parts, body) = request.into_parts();
+    // Already read whole, within the cap, by `http::read_body_in_time`: this takes it.
     let bytes: Bytes = match axum::body::to_bytes(body, direct.max_body).await {
         Ok(b) => b,
         Err(_) => {

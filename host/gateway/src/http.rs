@@ -22,9 +22,12 @@
 //! - Slow or many clients cannot hold the server: a request's head must arrive within
 //!   [`HttpOptions::read_timeout`] (from the connection's accept or its last answer;
 //!   else the connection is closed) and its body within as long again (else 408); at
-//!   most [`HttpOptions::max_connections`] connections are served and
-//!   [`HttpOptions::max_sessions`] sessions kept (one more of either gets 503). The
-//!   operator is told when the connection cap is reached.
+//!   most [`HttpOptions::max_connections`] connections are served (past the cap, 503,
+//!   or past [`REFUSING`] refusals under way, closed unanswered; the operator is
+//!   warned). A request for a new session while [`HttpOptions::max_sessions`] are open
+//!   gets 503.
+//! - So what clients can make the server hold is bounded: per connection, a read
+//!   buffer of [`MAX_READ_BUFFER`] and one body of [`HttpOptions::max_body`].
 //! - Stopping ends in bounded time whatever clients do: running calls are stopped and
 //!   recorded first, then open connections get [`DRAIN`] to finish. A client holding
 //!   an event stream, or stalled halfway through a request's head or body, cannot hold
@@ -33,6 +36,8 @@
 //! # Non-guarantees
 //! - The caps protect the process, not every client: a client that keeps the caps
 //!   filled (reconnecting as each read timeout ends its connections) keeps others out.
+//! - The session cap is checked when a session is asked for: requests asking at the
+//!   same moment may pass it together (by at most the connections open).
 //! - No TLS: the token crosses loopback in clear. Put a TLS proxy in front for
 //!   anything else.
 //! - A request with both `Content-Length` and `Transfer-Encoding: chunked` is read by
@@ -41,13 +46,15 @@
 //!   such a request (any that reads the length instead would be open to smuggling).
 
 use crate::GatewayError;
-pub use crate::connections::{ACCEPT_BACKOFF, REFUSAL_TIMEOUT, REFUSING};
+pub use crate::connections::{
+    ACCEPT_BACKOFF, MAX_READ_BUFFER, REFUSAL_TIMEOUT, REFUSING, WARN_EVERY,
+};
 use crate::connections::{Limits, accept_until};
 use crate::direct::Direct;
 use crate::server::{GatewayServer, SHUTTING_DOWN};
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -78,6 +85,9 @@ pub const DEFAULT_MAX_SESSIONS: usize = 256;
 /// hyper's own default for heads.
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The longest read timeout taken: a day. A longer one is served as a day.
+pub const MAX_READ_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// The MCP endpoint's path.
 pub const ENDPOINT: &str = "/mcp";
 
@@ -103,7 +113,7 @@ pub struct HttpOptions {
     pub max_sessions: usize,
     /// How long a client has to send a request's head (from its connection's accept,
     /// or its last answer), and then its body (from the head's end)
-    /// ([`DEFAULT_READ_TIMEOUT`] by default).
+    /// ([`DEFAULT_READ_TIMEOUT`] by default; at most [`MAX_READ_TIMEOUT`]).
     pub read_timeout: Duration,
 }
 
@@ -215,14 +225,25 @@ async fn require_token(State(token): State<Arc<str>>, request: Request, next: Ne
     if given.is_some_and(|g| same(g.as_bytes(), token.as_bytes())) {
         return next.run(request).await;
     }
-    let mut refused = (
+    refusal(
         StatusCode::UNAUTHORIZED,
         "aegis gateway: a bearer token is required (Authorization: Bearer <token>)\n",
+        &[(header::WWW_AUTHENTICATE, "Bearer")],
     )
-        .into_response();
-    refused
-        .headers_mut()
-        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+}
+
+/// A refusal: `status`, a plain-text `message` and the header fields given.
+pub(crate) fn refusal(
+    status: StatusCode,
+    message: impl Into<String>,
+    fields: &[(HeaderName, &'static str)],
+) -> Response {
+    let mut refused = (status, message.into()).into_response();
+    for (name, value) in fields {
+        refused
+            .headers_mut()
+            .insert(name.clone(), HeaderValue::from_static(value));
+    }
     refused
 }
 
@@ -249,30 +270,41 @@ async fn read_body_in_time(
             next.run(Request::from_parts(parts, Body::from(bytes)))
                 .await
         }
-        Ok(Err(_)) => (
+        Ok(Err(e)) if is_over_length(&e) => refusal(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!(
-                "aegis gateway: the request body is over {} bytes, or could not be read\n",
+                "aegis gateway: the request body is over {} bytes\n",
                 limits.max_body
             ),
-        )
-            .into_response(),
-        Err(_) => {
-            let mut refused = (
-                StatusCode::REQUEST_TIMEOUT,
-                format!(
-                    "aegis gateway: the request body did not arrive within {} s\n",
-                    limits.read_timeout.as_secs_f64()
-                ),
-            )
-                .into_response();
-            // The rest of the body is not read: the connection cannot carry another.
-            refused
-                .headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            refused
-        }
+            &[],
+        ),
+        Ok(Err(e)) => refusal(
+            StatusCode::BAD_REQUEST,
+            format!("aegis gateway: the request body could not be read: {e}\n"),
+            &[],
+        ),
+        // The rest of the body is not read: the connection cannot carry another.
+        Err(_) => refusal(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "aegis gateway: the request body did not arrive within {} s\n",
+                limits.read_timeout.as_secs_f64()
+            ),
+            &[(header::CONNECTION, "close")],
+        ),
     }
+}
+
+/// Whether reading a body failed on the cap (and not on the client or its framing).
+fn is_over_length(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// Serves `server` on `listener` until `stop` is cancelled. Then every running call is
@@ -303,8 +335,9 @@ pub async fn serve(
         hosts.push(bound.to_string());
     }
     let origins: Vec<String> = hosts.iter().map(|h| format!("http://{h}")).collect();
+    let read_timeout = options.read_timeout.min(MAX_READ_TIMEOUT);
     let stopped = server.clone();
-    let noted = server.clone();
+    let notes = server.notes();
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts.clone())
         .with_allowed_origins(origins.clone())
@@ -336,7 +369,7 @@ pub async fn serve(
         .layer(axum::middleware::from_fn_with_state(
             BodyLimits {
                 max_body: options.max_body,
-                read_timeout: options.read_timeout,
+                read_timeout,
             },
             read_body_in_time,
         ));
@@ -350,10 +383,10 @@ pub async fn serve(
     let router = router.layer(axum::middleware::from_fn(refuse_ambiguous_host));
     let limits = Limits {
         max_connections: options.max_connections,
-        read_timeout: options.read_timeout,
+        read_timeout,
     };
     let calls_ended = CancellationToken::new();
-    let serving = accept_until(listener, router, limits, &noted, calls_ended.clone());
+    let serving = accept_until(listener, router, limits, notes, calls_ended.clone());
     let stopping = async move {
         stop.cancelled_owned().await;
         // Blocking until the calls' outcomes are written, off the runtime's workers,

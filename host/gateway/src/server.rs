@@ -372,8 +372,9 @@ impl GatewayServer {
         Ok((ticket, pipeline))
     }
 
-    pub(crate) fn note(&self, note: Note<'_>) {
-        (self.inner.notes)(note);
+    /// Where the server's notes go.
+    pub(crate) fn notes(&self) -> Notes {
+        Arc::clone(&self.inner.notes)
     }
 
     fn pipeline(&self) -> Option<Arc<Pipeline>> {
