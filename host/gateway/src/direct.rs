@@ -9,7 +9,8 @@
 //! # Guarantees
 //! - Taken only when every check rmcp would make on the same request is known to pass
 //!   and would route it to the session's `tools/call`: `Host` (and `Origin`, if sent)
-//!   exactly one of the server's own names; `Accept` naming both JSON and the event
+//!   exactly one of the server's own names (checked before this module, by
+//!   `http::check_host`); `Accept` naming both JSON and the event
 //!   stream, `Content-Type` JSON; a body within the cap that is one JSON-RPC request
 //!   for `tools/call` with no per-request protocol version; an `MCP-Protocol-Version`
 //!   header absent or naming a revision before 2026-07-28 (which has no sessions and
@@ -38,7 +39,8 @@
 //!   with no accepted request starting and no call taken here running. Marked closing
 //!   under the lock calls register under, a session takes no new call while it closes.
 //! - A POST naming no session (one asking rmcp for a new session) is answered 503
-//!   while [`HttpOptions::max_sessions`](crate::http::HttpOptions) are open.
+//!   while [`HttpOptions::max_sessions`](crate::http::HttpOptions) are open, and 413
+//!   when its body is over [`MAX_NEW_SESSION_BODY`].
 //!
 //! # Non-guarantees
 //! - A client that disconnects mid-call does not cancel it: the call runs to its end
@@ -73,6 +75,11 @@ use tokio_util::sync::CancellationToken;
 /// beyond the version's own: the ones before 2026-07-28.
 const SESSION_REVISIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 
+/// The largest body of a request for a new session (an `initialize`): 64 KiB. rmcp
+/// keeps its parameters as long as the session, so the general body cap, times the
+/// session cap, would be what a client could make the server hold.
+pub const MAX_NEW_SESSION_BODY: usize = 64 * 1024;
+
 /// What this module keeps per session.
 #[derive(Default)]
 struct SessionUse {
@@ -88,10 +95,6 @@ struct SessionUse {
 pub(crate) struct Direct {
     server: GatewayServer,
     sessions: Arc<LocalSessionManager>,
-    /// `Host` values taken here, lower case.
-    hosts: Vec<String>,
-    /// `Origin` values taken here, lower case.
-    origins: Vec<String>,
     max_body: usize,
     idle: Duration,
     max_sessions: usize,
@@ -102,8 +105,6 @@ impl Direct {
     pub(crate) fn new(
         server: GatewayServer,
         sessions: Arc<LocalSessionManager>,
-        hosts: &[String],
-        origins: &[String],
         max_body: usize,
         idle: Duration,
         max_sessions: usize,
@@ -111,8 +112,6 @@ impl Direct {
         Direct {
             server,
             sessions,
-            hosts: hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
-            origins: origins.iter().map(|o| o.to_ascii_lowercase()).collect(),
             max_body,
             idle,
             max_sessions,
@@ -192,10 +191,8 @@ impl Direct {
 
     /// Whether a request with these headers may be taken here (its body decides the rest).
     fn takeable(&self, headers: &HeaderMap) -> bool {
+        // Host and Origin were checked before this module (`http::check_host`).
         let field = |name| one(headers, name);
-        if !self.names_this_server(headers) {
-            return false;
-        }
         if !matches!(field(header::CONTENT_TYPE), Field::One(t) if is_json(t)) {
             return false;
         }
@@ -211,22 +208,6 @@ impl Direct {
             field(header::HeaderName::from_static("mcp-session-id")),
             Field::One(_)
         )
-    }
-
-    /// `Host`, and `Origin` if sent, name this server, once each: what rmcp's own
-    /// checks will find.
-    fn names_this_server(&self, headers: &HeaderMap) -> bool {
-        let Field::One(host) = one(headers, header::HOST) else {
-            return false;
-        };
-        if !self.hosts.contains(&host.to_ascii_lowercase()) {
-            return false;
-        }
-        match one(headers, header::ORIGIN) {
-            Field::Absent => true,
-            Field::One(origin) => self.origins.contains(&origin.to_ascii_lowercase()),
-            Field::Unusable => false,
-        }
     }
 
     /// Whether rmcp holds `session`.
@@ -300,13 +281,27 @@ pub(crate) async fn route(
         .map(str::to_owned);
     let Some(session) = session else {
         // A POST naming no session asks rmcp for a new one (no other is served
-        // without one). At the cap it is refused before rmcp makes it; one from a
-        // foreign Host or Origin is left to rmcp's 403.
-        if request.method() == Method::POST
-            && direct.names_this_server(request.headers())
-            && direct.sessions.sessions.read().await.len() >= direct.max_sessions
-        {
-            return sessions_full(direct.max_sessions);
+        // without one): refused at the cap before rmcp makes it, and held to a
+        // smaller body, since rmcp keeps the initialize request's parameters for the
+        // session's life.
+        if request.method() == Method::POST {
+            if direct.sessions.sessions.read().await.len() >= direct.max_sessions {
+                return sessions_full(direct.max_sessions);
+            }
+            let (parts, body) = request.into_parts();
+            let Ok(bytes) = axum::body::to_bytes(body, MAX_NEW_SESSION_BODY).await else {
+                return crate::http::refusal(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!(
+                        "aegis gateway: a request for a new session is over \
+                         {MAX_NEW_SESSION_BODY} bytes\n"
+                    ),
+                    &[],
+                );
+            };
+            return next
+                .run(Request::from_parts(parts, Body::from(bytes)))
+                .await;
         }
         return next.run(request).await;
     };

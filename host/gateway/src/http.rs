@@ -5,8 +5,12 @@
 //! - Binds loopback unless the operator opted out ([`HttpOptions::allow_non_loopback`]).
 //! - `Host` must name this server (`localhost`, `127.0.0.1` or `[::1]` with its port,
 //!   or the bound address); `Origin`, when a browser sends one, must be one of those
-//!   as `http://` origins. Anything else is answered 403 before any MCP handling: a
-//!   page on another site that rebinds its name to 127.0.0.1 cannot reach the tools.
+//!   as `http://` origins. Both are compared as text, whole (ASCII case aside), so a
+//!   spelling some other parser would still read as this server (`127.0.0.1:08765`,
+//!   `u@localhost:8765`, an origin with a path) is refused too. Anything else is
+//!   answered 403 before any other handling: a page on another site that rebinds its
+//!   name to 127.0.0.1 cannot reach the tools, and every check after this one (the
+//!   direct path's, rmcp's) sees one of the server's own names.
 //! - With a token, a request without `Authorization: Bearer <token>` gets 401 and
 //!   nothing else. A token of the right length is compared without stopping at the
 //!   first differing byte; one of another length is refused at once (its length is
@@ -51,6 +55,7 @@ pub use crate::connections::{
 };
 use crate::connections::{Limits, accept_until};
 use crate::direct::Direct;
+pub use crate::direct::MAX_NEW_SESSION_BODY;
 use crate::server::{GatewayServer, SHUTTING_DOWN};
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -189,14 +194,67 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 /// mid-request does not keep a stopping gateway alive.
 pub const DRAIN: Duration = Duration::from_secs(5);
 
+/// The names a request may give this server by, lower case: its `Host` values and, for
+/// a browser's `Origin`, the same as `http://` origins.
+pub(crate) struct ServerNames {
+    hosts: Vec<String>,
+    origins: Vec<String>,
+}
+
+impl ServerNames {
+    /// `localhost`, `127.0.0.1` and `[::1]` with the bound port, and the bound address
+    /// itself when it is not loopback.
+    fn of(bound: SocketAddr) -> ServerNames {
+        let port = bound.port();
+        let mut hosts = vec![
+            format!("localhost:{port}"),
+            format!("127.0.0.1:{port}"),
+            format!("[::1]:{port}"),
+        ];
+        if !bound.ip().is_loopback() {
+            hosts.push(bound.to_string());
+        }
+        let origins = hosts.iter().map(|h| format!("http://{h}")).collect();
+        ServerNames { hosts, origins }
+    }
+
+    /// Why the request's `Host` or `Origin` does not name this server, if it does not.
+    /// Compared as text, whole (ASCII case aside): a spelling another parser might
+    /// still read as this server (`127.0.0.1:08765`, `u@localhost:8765`) is not one.
+    fn refusal(&self, headers: &axum::http::HeaderMap) -> Option<String> {
+        let ours = |value: &HeaderValue, names: &[String]| {
+            value
+                .to_str()
+                .is_ok_and(|v| names.iter().any(|n| n.eq_ignore_ascii_case(v)))
+        };
+        match headers.get(header::HOST) {
+            Some(host) if ours(host, &self.hosts) => {}
+            Some(host) => return Some(format!("Host {host:?} does not name this server")),
+            None => return Some("the request has no Host header field".to_owned()),
+        }
+        match headers.get(header::ORIGIN) {
+            Some(origin) if !ours(origin, &self.origins) => {
+                Some(format!("Origin {origin:?} is not this server"))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The header fields a check here decides on; each may appear once.
 const DECIDED_ONCE: [header::HeaderName; 3] = [header::HOST, header::ORIGIN, header::AUTHORIZATION];
 
-/// Refuses a request that names its host twice in ways that can differ: a field of
-/// [`DECIDED_ONCE`] given twice, or an absolute-form target (`POST http://a/mcp`)
-/// whose authority is not its `Host` (HTTP/1.1 says the target's authority wins; the
-/// checks read `Host`).
-async fn refuse_ambiguous_host(request: Request, next: Next) -> Response {
+/// The first check every request meets. 400 for a request that names its host twice
+/// in ways that can differ: a field of [`DECIDED_ONCE`] given twice, or an
+/// absolute-form target (`POST http://a/mcp`) whose authority is not its `Host`
+/// (HTTP/1.1 says the target's authority wins; the checks read `Host`). Then 403 for a
+/// `Host` or `Origin` that is not one of [`ServerNames`], spelt exactly: so everything
+/// after this, rmcp's own checks and the direct path alike, sees one of those names.
+async fn check_host(
+    State(names): State<Arc<ServerNames>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let headers = request.headers();
     let why = if let Some(name) = DECIDED_ONCE
         .iter()
@@ -210,10 +268,20 @@ async fn refuse_ambiguous_host(request: Request, next: Next) -> Response {
         })
     {
         "the request target names another host than the Host field".to_owned()
+    } else if let Some(why) = names.refusal(headers) {
+        return refusal(
+            StatusCode::FORBIDDEN,
+            format!("aegis gateway: {why}\n"),
+            &[],
+        );
     } else {
         return next.run(request).await;
     };
-    (StatusCode::BAD_REQUEST, format!("aegis gateway: {why}\n")).into_response()
+    refusal(
+        StatusCode::BAD_REQUEST,
+        format!("aegis gateway: {why}\n"),
+        &[],
+    )
 }
 
 async fn require_token(State(token): State<Arc<str>>, request: Request, next: Next) -> Response {
@@ -325,22 +393,13 @@ pub async fn serve(
     let bound = listener
         .local_addr()
         .map_err(|e| GatewayError::Serve(e.to_string()))?;
-    let port = bound.port();
-    let mut hosts = vec![
-        format!("localhost:{port}"),
-        format!("127.0.0.1:{port}"),
-        format!("[::1]:{port}"),
-    ];
-    if !bound.ip().is_loopback() {
-        hosts.push(bound.to_string());
-    }
-    let origins: Vec<String> = hosts.iter().map(|h| format!("http://{h}")).collect();
+    let names = Arc::new(ServerNames::of(bound));
     let read_timeout = options.read_timeout.min(MAX_READ_TIMEOUT);
     let stopped = server.clone();
     let notes = server.notes();
     let config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(hosts.clone())
-        .with_allowed_origins(origins.clone())
+        .with_allowed_hosts(names.hosts.clone())
+        .with_allowed_origins(names.origins.clone())
         .enforce_origin_validation()
         .with_max_request_body_bytes(options.max_body)
         .with_cancellation_token(stop.child_token());
@@ -352,8 +411,6 @@ pub async fn serve(
     let direct = Arc::new(Direct::new(
         server.clone(),
         Arc::clone(&sessions),
-        &hosts,
-        &origins,
         options.max_body,
         options.session_idle,
         options.max_sessions,
@@ -379,8 +436,9 @@ pub async fn serve(
             require_token,
         ));
     }
-    // Outermost, so no check reads a field that has another value beside it.
-    let router = router.layer(axum::middleware::from_fn(refuse_ambiguous_host));
+    // Outermost, so no check reads a field that has another value beside it, and
+    // nothing reads a Host or Origin that is not this server's.
+    let router = router.layer(axum::middleware::from_fn_with_state(names, check_host));
     let limits = Limits {
         max_connections: options.max_connections,
         read_timeout,

@@ -258,6 +258,36 @@ async fn a_session_call_is_answered_as_json_on_the_record() {
     close(s).await;
 }
 
+/// Spellings of this server's name that a lenient parser reads as this server (rmcp's
+/// own check accepts them all): each must be refused like a foreign name, or the checks
+/// after the Host check (the session cap among them) could be walked around.
+fn non_canonical_names(addr: SocketAddr) -> Vec<(String, Option<String>, &'static str)> {
+    let port = addr.port();
+    vec![
+        (
+            format!("127.0.0.1:0{port}"),
+            None,
+            "a Host port with a leading zero",
+        ),
+        (format!("x@127.0.0.1:{port}"), None, "a Host with userinfo"),
+        (
+            format!("localhost:{port}."),
+            None,
+            "a Host with a trailing dot",
+        ),
+        (
+            addr.to_string(),
+            Some(format!("http://127.0.0.1:{port}/x")),
+            "an Origin with a path",
+        ),
+        (
+            addr.to_string(),
+            Some(format!("http://localhost:0{port}")),
+            "an Origin port with a leading zero",
+        ),
+    ]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_host_or_origin_is_refused_before_any_call() {
     let s = serve(Duration::from_secs(300)).await;
@@ -280,6 +310,12 @@ async fn a_foreign_host_or_origin_is_refused_before_any_call() {
         ),
         (vec![V, session, ("Origin", "null")], "an opaque Origin"),
     ] {
+        let answer = send(s.addr, "POST", &headers, &body).await;
+        assert_eq!(answer.status, 403, "{why}: {}", answer.body);
+    }
+    for (host, origin, why) in non_canonical_names(s.addr) {
+        let mut headers = vec![V, session, ("Host", host.as_str())];
+        headers.extend(origin.as_deref().map(|o| ("Origin", o)));
         let answer = send(s.addr, "POST", &headers, &body).await;
         assert_eq!(answer.status, 403, "{why}: {}", answer.body);
     }
@@ -1028,11 +1064,46 @@ async fn a_session_past_the_cap_is_answered_503() {
     let refused = send(s.addr, "POST", &[V], init).await;
     assert_eq!(refused.status, 503, "{}", refused.body);
     assert!(refused.body.contains("2 sessions"), "{}", refused.body);
-    // The Host check still comes first: a rebinding page learns nothing of the cap.
+    // The Host check still comes first: a rebinding page learns nothing of the cap,
+    // and no spelling of this server's name walks around it.
     let foreign = send(s.addr, "POST", &[V, ("Host", "evil.example")], init).await;
     assert_eq!(foreign.status, 403, "{}", foreign.body);
+    for (host, origin, why) in non_canonical_names(s.addr) {
+        let mut headers = vec![V, ("Host", host.as_str())];
+        headers.extend(origin.as_deref().map(|o| ("Origin", o)));
+        let answer = send(s.addr, "POST", &headers, init).await;
+        assert_eq!(answer.status, 403, "{why}: {}", answer.body);
+    }
     let ended = send(s.addr, "DELETE", &[V, ("Mcp-Session-Id", &first)], "").await;
     assert!(ended.status < 300, "{}", ended.body);
+    // Room for one again, and only one: nothing above made a session.
+    session(s.addr).await;
+    let refused = send(s.addr, "POST", &[V], init).await;
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    close(s).await;
+}
+
+/// rmcp keeps a session's initialize parameters as long as the session, so a request
+/// for a new session is held to a smaller body than a call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_for_a_new_session_is_held_to_a_smaller_body() {
+    use aegis_gateway::http::MAX_NEW_SESSION_BODY;
+    let s = serve(Duration::from_secs(300)).await;
+    let padding = "x".repeat(MAX_NEW_SESSION_BODY);
+    let fat = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{"experimental":{{"pad":{{"x":"{padding}"}}}}}},"clientInfo":{{"name":"raw","version":"1"}}}}}}"#
+    );
+    assert!(fat.len() < DEFAULT_MAX_BODY);
+    let refused = send(s.addr, "POST", &[V], &fat).await;
+    assert_eq!(refused.status, 413, "{}", refused.body);
+    assert!(
+        refused
+            .head
+            .lines()
+            .all(|l| !l.starts_with("mcp-session-id")),
+        "{}",
+        refused.head
+    );
     session(s.addr).await;
     close(s).await;
 }
