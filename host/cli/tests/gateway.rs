@@ -610,6 +610,7 @@ fn http_limits_out_of_range_are_usage_errors() {
         ("--read-timeout", "0"),
         // Past a day: a deadline that far off overflows the clock.
         ("--read-timeout", "86401"),
+        ("--write-timeout", "0"),
     ] {
         let out = aegis()
             .args(["gateway", "--tools"])

@@ -14,6 +14,11 @@
 //!   one from its last answer. A head sent a byte at a time does not restart the clock.
 //!   A request being answered (a running call, an event stream) is not waiting for a
 //!   head, so it is not cut short.
+//! - A connection whose client takes no bytes of an answer for `write_timeout` (it
+//!   stopped reading, with the socket's buffers full) is closed: a client cannot hold
+//!   a connection, and the answer buffered for it, by not reading. A slow reader that
+//!   keeps taking bytes is not cut (the clock restarts at each write that goes
+//!   through), nor is an event stream with nothing to send.
 //! - A connection's read buffer, and so a request head, is at most [`MAX_READ_BUFFER`].
 //! - A failed accept (the process out of file descriptors) does not end serving:
 //!   accepting resumes after [`ACCEPT_BACKOFF`], and the operator is warned (at most
@@ -28,10 +33,16 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use std::convert::Infallible;
+use std::future::Future as _;
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -76,6 +87,7 @@ impl Warning {
 pub(crate) struct Limits {
     pub(crate) max_connections: usize,
     pub(crate) read_timeout: Duration,
+    pub(crate) write_timeout: Duration,
 }
 
 /// Accepts connections on `listener` and serves `router` on them until `until` is
@@ -123,7 +135,7 @@ pub(crate) async fn accept_until(
         let _ = tcp.set_nodelay(true);
         if let Ok(permit) = Arc::clone(&open).try_acquire_owned() {
             connections.spawn(serve_one(
-                tcp,
+                WriteDeadline::new(tcp, limits.write_timeout),
                 router.clone(),
                 limits.read_timeout,
                 until.clone(),
@@ -158,7 +170,7 @@ fn is_the_peers(e: &std::io::Error) -> bool {
 }
 
 async fn serve_one(
-    tcp: TcpStream,
+    tcp: WriteDeadline,
     router: axum::Router,
     read_timeout: Duration,
     until: CancellationToken,
@@ -199,4 +211,93 @@ fn connections_full() -> Response<Body> {
         "aegis gateway: as many connections are open as it serves at once; try again\n",
         &[(header::CONNECTION, "close"), (header::RETRY_AFTER, "1")],
     )
+}
+
+/// A connection's socket whose writes fail once one has made no progress for
+/// `timeout`: hyper then drops the connection (and the answer it was writing).
+struct WriteDeadline {
+    tcp: TcpStream,
+    timeout: Duration,
+    /// Armed when a write is first refused for want of room; disarmed by any write
+    /// that goes through.
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl WriteDeadline {
+    fn new(tcp: TcpStream, timeout: Duration) -> WriteDeadline {
+        WriteDeadline {
+            tcp,
+            timeout,
+            stalled: None,
+        }
+    }
+
+    /// Passes a write's result on, timing how long the socket has had no room.
+    fn timed<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if polled.is_ready() {
+            self.stalled = None;
+            return polled;
+        }
+        let timeout = self.timeout;
+        let stalled = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        if stalled.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client took no bytes of its answer within the write timeout",
+            )));
+        }
+        Poll::Pending
+    }
+}
+
+impl AsyncRead for WriteDeadline {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for WriteDeadline {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.tcp).poll_write(cx, buf);
+        this.timed(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs);
+        this.timed(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.tcp).poll_flush(cx);
+        this.timed(cx, polled)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
 }

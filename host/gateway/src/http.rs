@@ -30,6 +30,8 @@
 //!   or past [`REFUSING`] refusals under way, closed unanswered; the operator is
 //!   warned). A request for a new session while [`HttpOptions::max_sessions`] are open
 //!   gets 503.
+//! - A client that stops taking an answer's bytes for [`HttpOptions::write_timeout`]
+//!   loses its connection (an event stream with nothing to send is not affected).
 //! - So what clients can make the server hold is bounded: per connection, a read
 //!   buffer of [`MAX_READ_BUFFER`] and one body of [`HttpOptions::max_body`].
 //! - Stopping ends in bounded time whatever clients do: running calls are stopped and
@@ -90,7 +92,11 @@ pub const DEFAULT_MAX_SESSIONS: usize = 256;
 /// hyper's own default for heads.
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The longest read timeout taken: a day. A longer one is served as a day.
+/// The default time a client may take no bytes of an answer before its connection is
+/// closed: 30 s.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest read or write timeout taken: a day. A longer one is served as a day.
 pub const MAX_READ_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The MCP endpoint's path.
@@ -120,6 +126,10 @@ pub struct HttpOptions {
     /// or its last answer), and then its body (from the head's end)
     /// ([`DEFAULT_READ_TIMEOUT`] by default; at most [`MAX_READ_TIMEOUT`]).
     pub read_timeout: Duration,
+    /// How long a client may take no bytes of an answer (its socket's buffers full)
+    /// before its connection is closed ([`DEFAULT_WRITE_TIMEOUT`] by default; at most
+    /// [`MAX_READ_TIMEOUT`]).
+    pub write_timeout: Duration,
 }
 
 impl HttpOptions {
@@ -134,6 +144,7 @@ impl HttpOptions {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_sessions: DEFAULT_MAX_SESSIONS,
             read_timeout: DEFAULT_READ_TIMEOUT,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
         }
     }
 }
@@ -442,6 +453,7 @@ pub async fn serve(
     let limits = Limits {
         max_connections: options.max_connections,
         read_timeout,
+        write_timeout: options.write_timeout.min(MAX_READ_TIMEOUT),
     };
     let calls_ended = CancellationToken::new();
     let serving = accept_until(listener, router, limits, notes, calls_ended.clone());

@@ -1136,3 +1136,62 @@ async fn refusing_past_the_cap_holds_nothing_for_long() {
     assert_eq!(again.status, 503, "{}", again.body);
     close(s).await;
 }
+
+/// A client that pipelines calls with large answers and never reads them cannot hold
+/// its connection: once the socket's buffers are full and no byte is taken for the
+/// write timeout, the connection is closed mid-answer. (Without the timeout the
+/// answers all arrive once it reads, and the connection stays open.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_takes_no_answer_bytes_loses_its_connection() {
+    let write_timeout = Duration::from_secs(1);
+    let options = HttpOptions {
+        write_timeout,
+        ..HttpOptions::new("127.0.0.1:0".parse().unwrap())
+    };
+    let s = serve_with_options(options, true).await;
+    let id = session(s.addr).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(s.addr).await.unwrap();
+    // Eight answers of ~900 KB each: more than the socket buffers on both sides hold.
+    let message = "a".repeat(900 * 1024);
+    let mut pipelined = Vec::new();
+    for n in 0..8 {
+        let body = call(10 + n, "echo", &format!(r#"{{"message":"{message}"}}"#));
+        pipelined.extend_from_slice(
+            format!(
+                "POST {ENDPOINT} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+                 Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
+                 Mcp-Session-Id: {id}\r\nContent-Length: {}\r\n\r\n{body}",
+                s.addr,
+                body.len()
+            )
+            .as_bytes(),
+        );
+    }
+    let (mut reader, mut writer) = stream.split();
+    // Written while not reading: the server may stop reading requests once its
+    // answers back up, so the writing is not waited for.
+    let writing = async {
+        let _ = writer.write_all(&pipelined).await;
+        std::future::pending::<()>().await;
+    };
+    let idle = tokio::time::sleep(write_timeout * 4);
+    tokio::select! {
+        () = writing => unreachable!(),
+        () = idle => {}
+    }
+    let (read, _) = closed_within(
+        &mut reader,
+        std::time::Instant::now(),
+        Duration::from_secs(10),
+    )
+    .await;
+    let answers = read.matches("HTTP/1.1 200").count();
+    assert!(
+        answers < 8,
+        "all {answers} answers came: the connection was not cut"
+    );
+    drop(stream);
+    close(s).await;
+}
