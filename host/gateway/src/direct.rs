@@ -31,16 +31,18 @@
 //!   notification from another session cancels nothing here.
 //! - A call's entry lives as long as the call, not as long as its request: a call
 //!   whose client left can still be cancelled, and its id is still in use.
-//! - A `tools/call` reusing the id of a call still running in its session is refused
-//!   with a JSON-RPC error (its cancellation would be ambiguous); it is not a call, so
-//!   nothing is recorded for it.
+//! - A request reusing the id of one still being answered in its session, here or by
+//!   rmcp, is refused with a JSON-RPC error: its cancellation would be ambiguous, and
+//!   rmcp, given two, answers one and leaves the other's stream open for the session's
+//!   life. It is not a call, so nothing is recorded for it.
 //! - rmcp's own idle timer cannot see calls taken here, so it is off, and this module
 //!   closes a session after [`HttpOptions::session_idle`](crate::http::HttpOptions)
 //!   with no accepted request starting and no call taken here running. Marked closing
 //!   under the lock calls register under, a session takes no new call while it closes.
 //! - A POST naming no session (one asking rmcp for a new session) is answered 503
 //!   while [`HttpOptions::max_sessions`](crate::http::HttpOptions) are open, and 413
-//!   when its body is over [`MAX_NEW_SESSION_BODY`].
+//!   when its body is over [`MAX_NEW_SESSION_BODY`]. So is an `initialize` (or a
+//!   batch) inside a session: rmcp keeps its parameters for the session's life.
 //!
 //! # Non-guarantees
 //! - A client that disconnects mid-call does not cancel it: the call runs to its end
@@ -67,7 +69,10 @@ use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use rmcp::transport::streamable_http_server::SessionManager as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -87,6 +92,8 @@ struct SessionUse {
     last: Option<Instant>,
     /// Calls taken here and running, by their JSON-RPC id (as JSON text).
     running: HashMap<String, CancelToken>,
+    /// Requests handed to rmcp whose answer has not ended, by id (as JSON text).
+    passed: HashSet<String>,
     /// The idle sweep is closing the session: no call is taken here any more.
     closing: bool,
 }
@@ -354,6 +361,19 @@ async fn post(direct: &Arc<Direct>, session: &str, request: Request, next: Next)
                 .into_response();
         }
     };
+    if bytes.len() > MAX_NEW_SESSION_BODY && !is_one_message_but_initialize(&bytes) {
+        // rmcp keeps an initialize's parameters for the session's life, in a session
+        // as at its start: held to the same size (and so is anything that could carry
+        // one, a batch).
+        return crate::http::refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "aegis gateway: an initialize (or a batch) is held to {MAX_NEW_SESSION_BODY} \
+                 bytes\n"
+            ),
+            &[],
+        );
+    }
     let pass = |bytes: Bytes, next: Next| {
         let request = Request::from_parts(parts, Body::from(bytes));
         next.run(request)
@@ -374,19 +394,17 @@ async fn post(direct: &Arc<Direct>, session: &str, request: Request, next: Next)
         return pass(bytes, next).await;
     };
     match message {
-        ClientJsonRpcMessage::Request(request)
-            if takeable && request.request.get_meta().protocol_version().is_none() =>
-        {
-            let ClientRequest::CallToolRequest(call) = request.request else {
-                return pass(bytes, next).await;
-            };
-            if !direct.holds(session).await {
-                return pass(bytes, next).await;
+        ClientJsonRpcMessage::Request(request) => {
+            let id = request.id.clone();
+            if takeable
+                && request.request.get_meta().protocol_version().is_none()
+                && let ClientRequest::CallToolRequest(call) = request.request
+                && direct.holds(session).await
+                && let Some(answer) = take_call(direct, session, request.id, call.params).await
+            {
+                return answer;
             }
-            match take_call(direct, session, request.id, call.params).await {
-                Some(answer) => answer,
-                None => pass(bytes, next).await,
-            }
+            pass_request(direct, session, id, pass(bytes, next)).await
         }
         // Whatever its headers, a cancellation rmcp accepts also reaches the calls
         // taken here (after rmcp said yes, as a DELETE does).
@@ -413,6 +431,18 @@ fn one(headers: &HeaderMap, name: header::HeaderName) -> Field<'_> {
         (Some(v), None) => v.to_str().map_or(Field::Unusable, Field::One),
         (Some(_), Some(_)) => Field::Unusable,
     }
+}
+
+/// Whether `body` is one JSON object whose `method` is not `initialize` (what may be
+/// larger than [`MAX_NEW_SESSION_BODY`]).
+fn is_one_message_but_initialize(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Method<'a> {
+        #[serde(borrow, default)]
+        method: Option<std::borrow::Cow<'a, str>>,
+    }
+    serde_json::from_slice::<Method<'_>>(body)
+        .is_ok_and(|m| m.method.as_deref() != Some("initialize"))
 }
 
 /// A header field as [`Direct::takeable`] reads it.
@@ -459,7 +489,7 @@ async fn take_call(
         if u.closing {
             return None;
         }
-        if u.running.contains_key(&key) {
+        if u.running.contains_key(&key) || u.passed.contains(&key) {
             // Its cancellation would be ambiguous; JSON-RPC ids name one request.
             let refused = ErrorData::invalid_request(
                 format!("request id {key} is already in use by a call running in this session"),
@@ -488,6 +518,88 @@ async fn take_call(
         ),
     };
     Some(json_response(&answer))
+}
+
+/// Hands a request to rmcp (`passing`) unless its id names a request of the session
+/// still being answered, here or by rmcp: rmcp would send one answer to the later
+/// stream and leave the earlier one open for the session's life. The id stays taken
+/// until the answer's body ends or is dropped.
+async fn pass_request(
+    direct: &Arc<Direct>,
+    session: &str,
+    id: RequestId,
+    passing: impl Future<Output = Response>,
+) -> Response {
+    // A session rmcp does not hold gets rmcp's refusal, and no entry here.
+    if !direct.holds(session).await {
+        return passing.await;
+    }
+    let key = id_key(&id);
+    {
+        let mut uses = direct.uses();
+        let u = uses.entry(Arc::from(session)).or_default();
+        if u.running.contains_key(&key) || !u.passed.insert(key.clone()) {
+            let refused = ErrorData::invalid_request(
+                format!(
+                    "request id {key} is already in use by a request being answered in this session"
+                ),
+                None,
+            );
+            return json_response(&ServerJsonRpcMessage::error(refused, Some(id)));
+        }
+    }
+    let passed = Passed {
+        direct: Arc::clone(direct),
+        session: Arc::from(session),
+        key,
+    };
+    passing.await.map(|body| {
+        Body::new(Answering {
+            body,
+            _passed: passed,
+        })
+    })
+}
+
+/// An id in [`SessionUse::passed`], given back when dropped.
+struct Passed {
+    direct: Arc<Direct>,
+    session: Arc<str>,
+    key: String,
+}
+
+impl Drop for Passed {
+    fn drop(&mut self) {
+        if let Some(u) = self.direct.uses().get_mut(&*self.session) {
+            u.passed.remove(&self.key);
+        }
+    }
+}
+
+/// rmcp's answer to a passed request, holding its id taken while it is sent.
+struct Answering {
+    body: Body,
+    _passed: Passed,
+}
+
+impl http_body::Body for Answering {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// A call's entry in [`SessionUse::running`]; dropped when the call ends, however it

@@ -32,16 +32,19 @@
 //!   gets 503.
 //! - A client that stops taking an answer's bytes for [`HttpOptions::write_timeout`]
 //!   loses its connection (an event stream with nothing to send is not affected).
-//! - So what clients can make the server hold is bounded: per connection, a read
-//!   buffer of [`MAX_READ_BUFFER`] and one body of [`HttpOptions::max_body`].
+//! - So what clients can make the server hold is bounded, per connection: a read
+//!   buffer of [`MAX_READ_BUFFER`], one body of [`HttpOptions::max_body`], and the
+//!   answer being written (a tool's output, within its grant's output cap, as JSON:
+//!   escaping and `structuredContent` can make it several times the output).
 //! - Stopping ends in bounded time whatever clients do: running calls are stopped and
 //!   recorded first, then open connections get [`DRAIN`] to finish. A client holding
 //!   an event stream, or stalled halfway through a request's head or body, cannot hold
 //!   the exit up (no call is on such a connection).
 //!
 //! # Non-guarantees
-//! - The caps protect the process, not every client: a client that keeps the caps
-//!   filled (reconnecting as each read timeout ends its connections) keeps others out.
+//! - The caps protect the process, not every client: a client that keeps them filled
+//!   keeps others out. It need not even reconnect: an event stream with nothing to
+//!   send, a long call, or an answer read slowly but steadily holds its connection.
 //! - The session cap is checked when a session is asked for: requests asking at the
 //!   same moment may pass it together (by at most the connections open).
 //! - No TLS: the token crosses loopback in clear. Put a TLS proxy in front for

@@ -1084,7 +1084,8 @@ async fn a_session_past_the_cap_is_answered_503() {
 }
 
 /// rmcp keeps a session's initialize parameters as long as the session, so a request
-/// for a new session is held to a smaller body than a call.
+/// for a new session, and an initialize inside one, is held to a smaller body than a
+/// call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_for_a_new_session_is_held_to_a_smaller_body() {
     use aegis_gateway::http::MAX_NEW_SESSION_BODY;
@@ -1104,7 +1105,16 @@ async fn a_request_for_a_new_session_is_held_to_a_smaller_body() {
         "{}",
         refused.head
     );
-    session(s.addr).await;
+    // Inside a session too: rmcp would keep a re-initialize's parameters as long.
+    let id = session(s.addr).await;
+    let inside = post_in(s.addr, &id, &fat).await;
+    assert_eq!(inside.status, 413, "{}", inside.body);
+    let batch = format!("[{fat}]");
+    assert_eq!(post_in(s.addr, &id, &batch).await.status, 413);
+    // A call as large is not an initialize: served.
+    let call = call(3, "echo", &format!(r#"{{"message":"{padding}"}}"#));
+    let answer = post_in(s.addr, &id, &call).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
     close(s).await;
 }
 
@@ -1193,5 +1203,53 @@ async fn a_client_that_takes_no_answer_bytes_loses_its_connection() {
         "all {answers} answers came: the connection was not cut"
     );
     drop(stream);
+    close(s).await;
+}
+
+/// A request reusing the id of one rmcp is still answering in the session is refused
+/// (rmcp, given both, would answer one and leave the other's stream open for the
+/// session's life); once that answer has ended, the id is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_in_use_on_rmcps_path_is_refused_until_its_answer_ends() {
+    let s = serve(Duration::from_secs(300)).await;
+    let id = session(s.addr).await;
+    // An Accept field with a quoted parameter is one the direct path leaves to rmcp.
+    let to_rmcp = [
+        V,
+        ("Mcp-Session-Id", id.as_str()),
+        ("Accept", "text/plain;x=\"y\""),
+    ];
+    let sleep = call(7, "sleep", r#"{"seconds":3600}"#);
+    let headers: Vec<(String, String)> = to_rmcp
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let addr = s.addr;
+    let sleeping = tokio::spawn(async move {
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        send(addr, "POST", &headers, &sleep).await
+    });
+    wait_for(&s, "the sleep call's intent", |r| {
+        !of_type(r, "intent").is_empty()
+    })
+    .await;
+    let ping = r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#;
+    for headers in [&to_rmcp[..], &[V, ("Mcp-Session-Id", id.as_str())][..]] {
+        let again = send(s.addr, "POST", headers, ping).await;
+        assert!(again.body.contains("already in use"), "{}", again.body);
+    }
+    assert_eq!(cancel(s.addr, &id, 7).await, 202);
+    let ended = sleeping.await.unwrap();
+    assert_eq!(ended.status, 200, "{}", ended.body);
+    assert!(
+        ended.head.contains("text/event-stream"),
+        "rmcp answered: {}",
+        ended.head
+    );
+    let free = send(s.addr, "POST", &to_rmcp, ping).await;
+    assert!(!free.body.contains("already in use"), "{}", free.body);
     close(s).await;
 }
