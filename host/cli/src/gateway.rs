@@ -6,7 +6,7 @@
 
 use aegis_gateway::http::{
     DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_SESSIONS, DEFAULT_READ_TIMEOUT,
-    DEFAULT_WRITE_TIMEOUT, HttpOptions, MAX_READ_TIMEOUT,
+    DEFAULT_WRITE_TIMEOUT, HttpOptions, MAX_CLIENT_TIMEOUT,
 };
 use aegis_gateway::{Gateway, GatewayError, GatewayOptions, Manifest, Note, Notes, Transport};
 use aegis_record::text::escape;
@@ -48,13 +48,13 @@ pub struct GatewayArgs {
     /// With --http: seconds a client has to send a request's head, and then its body
     /// (at most a day).
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_READ_TIMEOUT.as_secs(),
-          value_parser = clap::value_parser!(u64).range(1..=MAX_READ_TIMEOUT.as_secs()),
+          value_parser = clap::value_parser!(u64).range(1..=MAX_CLIENT_TIMEOUT.as_secs()),
           requires = "http")]
     read_timeout: u64,
     /// With --http: seconds a client may take no bytes of an answer before its
     /// connection is closed (at most a day).
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_WRITE_TIMEOUT.as_secs(),
-          value_parser = clap::value_parser!(u64).range(1..=MAX_READ_TIMEOUT.as_secs()),
+          value_parser = clap::value_parser!(u64).range(1..=MAX_CLIENT_TIMEOUT.as_secs()),
           requires = "http")]
     write_timeout: u64,
     /// Calls at once (the sandbox pool's size); one more is refused, and recorded.

@@ -403,10 +403,15 @@ async fn http_gateway_of(
     (child, url, said)
 }
 
+/// The `host:port` and the path of an `http://` URL the gateway printed.
+fn authority_and_path(url: &str) -> (&str, &str) {
+    let rest = url.strip_prefix("http://").unwrap();
+    rest.split_at(rest.find('/').unwrap())
+}
+
 /// One raw HTTP/1.1 POST; returns the status code.
 fn post(url: &str, headers: &[(&str, &str)], body: &[u8]) -> u16 {
-    let rest = url.strip_prefix("http://").unwrap();
-    let (authority, path) = rest.split_at(rest.find('/').unwrap());
+    let (authority, path) = authority_and_path(url);
     let mut stream = std::net::TcpStream::connect(authority).unwrap();
     let mut request = format!(
         "POST {path} HTTP/1.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
@@ -512,12 +517,7 @@ async fn http_caps_answer_503_and_the_operator_is_told() {
     let statuses = tokio::task::spawn_blocking(move || {
         let url = raw_url.as_str();
         let init = INITIALIZE.as_bytes();
-        let authority = url
-            .strip_prefix("http://")
-            .unwrap()
-            .split('/')
-            .next()
-            .unwrap();
+        let (authority, _) = authority_and_path(url);
         let first = post(url, &[], init);
         let second = post(url, &[], init);
         let held: Vec<_> = (0..2)
@@ -572,13 +572,8 @@ async fn sigterm_over_http_stops_a_running_call_and_records_it() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     // A client stalled halfway through a request's head holds nothing up either.
-    let authority = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
-    let mut stalled = std::net::TcpStream::connect(&authority).unwrap();
+    let (authority, _) = authority_and_path(&url);
+    let mut stalled = std::net::TcpStream::connect(authority).unwrap();
     write!(stalled, "POST /mcp HTTP/1.1\r\nHost: {authority}\r\n").unwrap();
     // Well under the call's own deadline: only a stopped call lets the exit come first.
     tokio::time::timeout(std::time::Duration::from_secs(60), stop(child))

@@ -63,18 +63,26 @@ pub const WARN_EVERY: Duration = Duration::from_secs(60);
 pub const MAX_READ_BUFFER: usize = 64 * 1024;
 
 /// One kind of trouble the operator is warned of: the first time, then at most once
-/// per [`WARN_EVERY`], with how often it happened meanwhile.
-#[derive(Default)]
+/// per `every` ([`WARN_EVERY`]), with how often it happened meanwhile.
 struct Warning {
+    every: Duration,
     last: Option<Instant>,
     since: u64,
 }
 
 impl Warning {
+    fn every(every: Duration) -> Warning {
+        Warning {
+            every,
+            last: None,
+            since: 0,
+        }
+    }
+
     /// Counts one more; the count since the last warning when one is due now.
     fn due(&mut self) -> Option<u64> {
         self.since += 1;
-        if self.last.is_some_and(|t| t.elapsed() < WARN_EVERY) {
+        if self.last.is_some_and(|t| t.elapsed() < self.every) {
             return None;
         }
         self.last = Some(Instant::now());
@@ -104,8 +112,8 @@ pub(crate) async fn accept_until(
     let open = Arc::new(Semaphore::new(limits.max_connections));
     let refusing = Arc::new(Semaphore::new(REFUSING));
     let connections = TaskTracker::new();
-    let mut full = Warning::default();
-    let mut accept_failed = Warning::default();
+    let mut full = Warning::every(WARN_EVERY);
+    let mut accept_failed = Warning::every(WARN_EVERY);
     loop {
         let accepted = tokio::select! {
             () = until.cancelled() => break,
@@ -299,5 +307,21 @@ impl AsyncWrite for WriteDeadline {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_warning_is_said_once_per_period_with_the_count_since() {
+        let mut w = Warning::every(Duration::from_millis(200));
+        assert_eq!(w.due(), Some(1), "the first time");
+        assert_eq!(w.due(), None);
+        assert_eq!(w.due(), None);
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(w.due(), Some(3), "the two held back, and this one");
+        assert_eq!(w.due(), None);
     }
 }

@@ -98,6 +98,24 @@ struct SessionUse {
     closing: bool,
 }
 
+impl SessionUse {
+    /// Whether `key` names a request of the session still being answered, here or by
+    /// rmcp.
+    fn id_in_use(&self, key: &str) -> bool {
+        self.running.contains_key(key) || self.passed.contains(key)
+    }
+}
+
+/// The JSON-RPC error for a request reusing an id in use: its cancellation would be
+/// ambiguous, and rmcp, given two, answers one and leaves the other's stream open.
+fn id_in_use(key: &str, id: RequestId) -> Response {
+    let refused = ErrorData::invalid_request(
+        format!("request id {key} is already in use by a request being answered in this session"),
+        None,
+    );
+    json_response(&ServerJsonRpcMessage::error(refused, Some(id)))
+}
+
 /// The state behind the middleware [`route`].
 pub(crate) struct Direct {
     server: GatewayServer,
@@ -296,16 +314,13 @@ pub(crate) async fn route(
                 return sessions_full(direct.max_sessions);
             }
             let (parts, body) = request.into_parts();
-            let Ok(bytes) = axum::body::to_bytes(body, MAX_NEW_SESSION_BODY).await else {
-                return crate::http::refusal(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!(
-                        "aegis gateway: a request for a new session is over \
-                         {MAX_NEW_SESSION_BODY} bytes\n"
-                    ),
-                    &[],
-                );
+            let bytes = match whole(body, direct.max_body).await {
+                Ok(bytes) => bytes,
+                Err(refused) => return refused,
             };
+            if let Some(refused) = kept_too_large(&bytes, false) {
+                return refused;
+            }
             return next
                 .run(Request::from_parts(parts, Body::from(bytes)))
                 .await;
@@ -347,32 +362,12 @@ fn sessions_full(max_sessions: usize) -> Response {
 async fn post(direct: &Arc<Direct>, session: &str, request: Request, next: Next) -> Response {
     let takeable = direct.takeable(request.headers());
     let (parts, body) = request.into_parts();
-    // Already read whole, within the cap, by `http::read_body_in_time`: this takes it.
-    let bytes: Bytes = match axum::body::to_bytes(body, direct.max_body).await {
-        Ok(b) => b,
-        Err(_) => {
-            return (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "aegis gateway: the request body is over {} bytes, or could not be read\n",
-                    direct.max_body
-                ),
-            )
-                .into_response();
-        }
+    let bytes = match whole(body, direct.max_body).await {
+        Ok(bytes) => bytes,
+        Err(refused) => return refused,
     };
-    if bytes.len() > MAX_NEW_SESSION_BODY && !is_one_message_but_initialize(&bytes) {
-        // rmcp keeps an initialize's parameters for the session's life, in a session
-        // as at its start: held to the same size (and so is anything that could carry
-        // one, a batch).
-        return crate::http::refusal(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "aegis gateway: an initialize (or a batch) is held to {MAX_NEW_SESSION_BODY} \
-                 bytes\n"
-            ),
-            &[],
-        );
+    if let Some(refused) = kept_too_large(&bytes, true) {
+        return refused;
     }
     let pass = |bytes: Bytes, next: Next| {
         let request = Request::from_parts(parts, Body::from(bytes));
@@ -433,6 +428,37 @@ fn one(headers: &HeaderMap, name: header::HeaderName) -> Field<'_> {
     }
 }
 
+/// A POST's body: already read whole, within the cap, by `http::read_body_in_time`,
+/// so this only takes it.
+async fn whole(body: Body, max_body: usize) -> Result<Bytes, Response> {
+    axum::body::to_bytes(body, max_body).await.map_err(|_| {
+        crate::http::refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "aegis gateway: the request body is over {max_body} bytes, or could not be read\n"
+            ),
+            &[],
+        )
+    })
+}
+
+/// A 413 for a body rmcp would keep for a session's life that is over
+/// [`MAX_NEW_SESSION_BODY`]: any request for a new session (`in_session` false), or,
+/// in a session, an `initialize` or anything that is not one JSON object.
+fn kept_too_large(body: &[u8], in_session: bool) -> Option<Response> {
+    if body.len() <= MAX_NEW_SESSION_BODY || (in_session && is_one_message_but_initialize(body)) {
+        return None;
+    }
+    Some(crate::http::refusal(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "aegis gateway: a request for a session, or an initialize, is held to \
+             {MAX_NEW_SESSION_BODY} bytes\n"
+        ),
+        &[],
+    ))
+}
+
 /// Whether `body` is one JSON object whose `method` is not `initialize` (what may be
 /// larger than [`MAX_NEW_SESSION_BODY`]).
 fn is_one_message_but_initialize(body: &[u8]) -> bool {
@@ -489,16 +515,8 @@ async fn take_call(
         if u.closing {
             return None;
         }
-        if u.running.contains_key(&key) || u.passed.contains(&key) {
-            // Its cancellation would be ambiguous; JSON-RPC ids name one request.
-            let refused = ErrorData::invalid_request(
-                format!("request id {key} is already in use by a call running in this session"),
-                None,
-            );
-            return Some(json_response(&ServerJsonRpcMessage::error(
-                refused,
-                Some(id),
-            )));
+        if u.id_in_use(&key) {
+            return Some(id_in_use(&key, id));
         }
         u.running.insert(key.clone(), token.clone());
     }
@@ -538,15 +556,10 @@ async fn pass_request(
     {
         let mut uses = direct.uses();
         let u = uses.entry(Arc::from(session)).or_default();
-        if u.running.contains_key(&key) || !u.passed.insert(key.clone()) {
-            let refused = ErrorData::invalid_request(
-                format!(
-                    "request id {key} is already in use by a request being answered in this session"
-                ),
-                None,
-            );
-            return json_response(&ServerJsonRpcMessage::error(refused, Some(id)));
+        if u.id_in_use(&key) {
+            return id_in_use(&key, id);
         }
+        u.passed.insert(key.clone());
     }
     let passed = Passed {
         direct: Arc::clone(direct),

@@ -100,7 +100,7 @@ pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The longest read or write timeout taken: a day. A longer one is served as a day.
-pub const MAX_READ_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+pub const MAX_CLIENT_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The MCP endpoint's path.
 pub const ENDPOINT: &str = "/mcp";
@@ -127,11 +127,11 @@ pub struct HttpOptions {
     pub max_sessions: usize,
     /// How long a client has to send a request's head (from its connection's accept,
     /// or its last answer), and then its body (from the head's end)
-    /// ([`DEFAULT_READ_TIMEOUT`] by default; at most [`MAX_READ_TIMEOUT`]).
+    /// ([`DEFAULT_READ_TIMEOUT`] by default; at most [`MAX_CLIENT_TIMEOUT`]).
     pub read_timeout: Duration,
     /// How long a client may take no bytes of an answer (its socket's buffers full)
     /// before its connection is closed ([`DEFAULT_WRITE_TIMEOUT`] by default; at most
-    /// [`MAX_READ_TIMEOUT`]).
+    /// [`MAX_CLIENT_TIMEOUT`]).
     pub write_timeout: Duration,
 }
 
@@ -408,7 +408,7 @@ pub async fn serve(
         .local_addr()
         .map_err(|e| GatewayError::Serve(e.to_string()))?;
     let names = Arc::new(ServerNames::of(bound));
-    let read_timeout = options.read_timeout.min(MAX_READ_TIMEOUT);
+    let read_timeout = options.read_timeout.min(MAX_CLIENT_TIMEOUT);
     let stopped = server.clone();
     let notes = server.notes();
     let config = StreamableHttpServerConfig::default()
@@ -456,7 +456,7 @@ pub async fn serve(
     let limits = Limits {
         max_connections: options.max_connections,
         read_timeout,
-        write_timeout: options.write_timeout.min(MAX_READ_TIMEOUT),
+        write_timeout: options.write_timeout.min(MAX_CLIENT_TIMEOUT),
     };
     let calls_ended = CancellationToken::new();
     let serving = accept_until(listener, router, limits, notes, calls_ended.clone());

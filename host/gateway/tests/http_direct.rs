@@ -144,6 +144,17 @@ async fn send_to(
 
 const V: (&str, &str) = ("MCP-Protocol-Version", "2025-06-18");
 
+/// A raw POST to `target` in `session`, with the fields a session call takes (Host,
+/// JSON in, JSON or an event stream out, a protocol version), then `rest`: further
+/// fields, the blank line and what follows, as the caller frames them.
+fn session_post(target: &str, addr: SocketAddr, session: &str, rest: &str) -> String {
+    format!(
+        "POST {target} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
+         Mcp-Session-Id: {session}\r\n{rest}"
+    )
+}
+
 /// Opens a session (initialize, initialized); returns its id.
 async fn session(addr: SocketAddr) -> String {
     session_with(addr, &[]).await
@@ -485,10 +496,11 @@ async fn post_framed(addr: SocketAddr, session: &str, body: &[u8], chunked: bool
     } else {
         format!("Content-Length: {}", body.len())
     };
-    let head = format!(
-        "POST {ENDPOINT} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
-         Mcp-Session-Id: {session}\r\n{framing}\r\nConnection: close\r\n\r\n"
+    let head = session_post(
+        ENDPOINT,
+        addr,
+        session,
+        &format!("{framing}\r\nConnection: close\r\n\r\n"),
     );
     let mut wire = head.into_bytes();
     if chunked {
@@ -592,12 +604,7 @@ async fn a_body_framed_two_ways_or_badly_is_refused_and_not_recorded() {
     let s = serve(Duration::from_secs(300)).await;
     let id = session(s.addr).await;
     let body = call(2, "echo", "{}");
-    let head = format!(
-        "POST {ENDPOINT} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
-         Mcp-Session-Id: {id}\r\nConnection: close\r\n",
-        s.addr
-    );
+    let head = session_post(ENDPOINT, s.addr, &id, "Connection: close\r\n");
     let len = body.len();
     let chunked = format!("{len:x}\r\n{body}\r\n0\r\n\r\n");
     for (framing, payload, why) in [
@@ -635,12 +642,14 @@ async fn an_absolute_target_naming_another_host_is_refused() {
     let id = session(s.addr).await;
     let body = call(2, "echo", "{}");
     let request = |target: &str| {
-        format!(
-            "POST {target} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
-             Mcp-Session-Id: {id}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        session_post(
+            target,
             s.addr,
-            body.len()
+            &id,
+            &format!(
+                "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
         )
     };
     for target in [
@@ -795,12 +804,7 @@ async fn stopping_does_not_wait_on_a_client_stalled_mid_request() {
     let s = serve(Duration::from_secs(300)).await;
     let id = session(s.addr).await;
     let mut stalled_in_body = tokio::net::TcpStream::connect(s.addr).await.unwrap();
-    let head = format!(
-        "POST {ENDPOINT} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
-         Mcp-Session-Id: {id}\r\nContent-Length: 100\r\n\r\n",
-        s.addr
-    );
+    let head = session_post(ENDPOINT, s.addr, &id, "Content-Length: 100\r\n\r\n");
     stalled_in_body
         .write_all(format!("{head}{{\"jsonrpc\"").as_bytes())
         .await
@@ -957,12 +961,11 @@ async fn a_request_body_not_sent_in_time_is_answered_408_and_not_a_call() {
             .await
             .unwrap()
             .into_split();
-        let head = format!(
-            "POST {ENDPOINT} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
-             Mcp-Session-Id: {id}\r\nContent-Length: {}\r\n\r\n",
+        let head = session_post(
+            ENDPOINT,
             s.addr,
-            body.len()
+            &id,
+            &format!("Content-Length: {}\r\n\r\n", body.len()),
         );
         writer.write_all(head.as_bytes()).await.unwrap();
         // The halfway client keeps its write side open (a shut one would end the body).
@@ -1169,12 +1172,11 @@ async fn a_client_that_takes_no_answer_bytes_loses_its_connection() {
     for n in 0..8 {
         let body = call(10 + n, "echo", &format!(r#"{{"message":"{message}"}}"#));
         pipelined.extend_from_slice(
-            format!(
-                "POST {ENDPOINT} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-                 Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
-                 Mcp-Session-Id: {id}\r\nContent-Length: {}\r\n\r\n{body}",
+            session_post(
+                ENDPOINT,
                 s.addr,
-                body.len()
+                &id,
+                &format!("Content-Length: {}\r\n\r\n{body}", body.len()),
             )
             .as_bytes(),
         );
