@@ -19,7 +19,8 @@
 //!   a connection, and the answer buffered for it, by not reading. A slow reader that
 //!   keeps taking bytes is not cut (the clock restarts at each write that goes
 //!   through), nor is an event stream with nothing to send.
-//! - A connection's read buffer, and so a request head, is at most [`MAX_READ_BUFFER`].
+//! - A request head, and a connection's read buffer, is at most [`MAX_READ_BUFFER`];
+//!   a longer head gets 431.
 //! - A failed accept (the process out of file descriptors) does not end serving:
 //!   accepting resumes after [`ACCEPT_BACKOFF`], and the operator is warned (at most
 //!   once per [`WARN_EVERY`]).
@@ -58,8 +59,10 @@ pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// The most often the operator is warned of one kind of trouble.
 pub const WARN_EVERY: Duration = Duration::from_secs(60);
 
-/// The largest read buffer a connection keeps: 64 KiB, far above any MCP request's head
-/// (hyper's own default is about 400 KiB).
+/// The largest request head, and read buffer, a connection has: 64 KiB, far above any
+/// MCP request's head (hyper's own default is about 400 KiB). A longer head gets 431.
+/// (The buffer's bound alone is not one on the head: a head that arrives in one read
+/// is parsed whole.)
 pub const MAX_READ_BUFFER: usize = 64 * 1024;
 
 /// One kind of trouble the operator is warned of: the first time, then at most once
@@ -187,7 +190,8 @@ async fn serve_one(
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(read_timeout)
-        .max_buf_size(MAX_READ_BUFFER);
+        .max_buf_size(MAX_READ_BUFFER)
+        .max_header_size(MAX_READ_BUFFER);
     let connection = http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(router));
     tokio::pin!(connection);
     tokio::select! {
@@ -204,6 +208,7 @@ async fn refuse_one(tcp: TcpStream, _refusing: OwnedSemaphorePermit) {
     http.timer(TokioTimer::new())
         .header_read_timeout(REFUSAL_TIMEOUT)
         .max_buf_size(MAX_READ_BUFFER)
+        .max_header_size(MAX_READ_BUFFER)
         .keep_alive(false);
     let refuse =
         hyper::service::service_fn(|_request| async { Ok::<_, Infallible>(connections_full()) });

@@ -1255,3 +1255,28 @@ async fn an_id_in_use_on_rmcps_path_is_refused_until_its_answer_ends() {
     assert!(!free.body.contains("already in use"), "{}", free.body);
     close(s).await;
 }
+
+/// A request head past the 64 KiB read buffer is refused (431) rather than buffered,
+/// and HTTP/2 (a prior-knowledge preface) is not served: HTTP/1 only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_past_the_read_buffer_is_431_and_http2_is_not_served() {
+    use aegis_gateway::http::MAX_READ_BUFFER;
+    let s = serve(Duration::from_secs(300)).await;
+    let big = format!(
+        "GET {ENDPOINT} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nX-Big: {}\r\n\r\n",
+        s.addr,
+        "a".repeat(MAX_READ_BUFFER)
+    );
+    assert_eq!(status_of(s.addr, big.as_bytes()).await, 431);
+    let mut h2 = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    let (answer, _) =
+        closed_within(&mut h2, std::time::Instant::now(), Duration::from_secs(10)).await;
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 "),
+        "answered as HTTP/2: {answer:?}"
+    );
+    close(s).await;
+}
