@@ -13,9 +13,10 @@
 //! 3. **Capabilities dropped.** A program confined as root keeps no capability (bounding
 //!    set, ambient, inheritable, permitted, effective), so it cannot load a module or
 //!    mount its way out.
-//! 4. **seccomp.** See [`mod@seccomp`]: sockets beyond the grant, io_uring, ptrace and
-//!    the other calls Landlock does not cover are refused with `EPERM`; a foreign
-//!    architecture and the x32 syscall range kill the process.
+//! 4. **seccomp.** See [`mod@seccomp`]: sockets beyond the grant, io_uring, ptrace,
+//!    mode, owner, xattr and inode-flag changes, and the other calls Landlock does not
+//!    cover are refused with `EPERM` (timestamps too when no file is granted write); a
+//!    foreign architecture and the x32 syscall range kill the process.
 //!
 //! `no_new_privs` is set before the first of them.
 //!
@@ -34,6 +35,17 @@
 //!   host closes every inherited descriptor but stdio before applying it.
 //! - `/proc` of other processes is as visible as Landlock leaves it (readable where a
 //!   rule grants `/proc`).
+//! - Timestamps: once any file or directory is granted write, `utimensat` and its
+//!   older forms are allowed on every path, so the program can set the times of a
+//!   file it may only read, or of one outside the grant that its user owns. Landlock
+//!   has no right for them and the filter cannot tell one path from another.
+//! - The `ioctl` commands that change a file through a read-only descriptor are
+//!   refused by number, from a list (see [`mod@seccomp`]): a filesystem's own command
+//!   not on it is not refused. `FIDEDUPERANGE` is left allowed: its target may be a
+//!   file opened read-only that the caller owns, but the kernel only shares ranges
+//!   whose bytes are already equal, so no content changes.
+//! - Advisory locks and leases (`flock`, `fcntl`) on a file the program can open are
+//!   not restricted: it can make other processes wait on that file.
 
 use aegis_record::json::{Object, Value};
 use aegis_station_api::abi_stable::std_types::{RString, RVec};

@@ -51,6 +51,17 @@ fn open_rule_path(path: &str) -> std::io::Result<(OwnedFd, Option<String>)> {
     Ok((fd, opened))
 }
 
+/// A character or block device (what `fd`, opened `O_PATH`, names).
+fn is_device(fd: &OwnedFd) -> bool {
+    use rustix::fs::FileType;
+    rustix::fs::fstat(fd).is_ok_and(|st| {
+        matches!(
+            FileType::from_raw_mode(st.st_mode),
+            FileType::CharacterDevice | FileType::BlockDevice
+        )
+    })
+}
+
 /// Absolute, with no empty, `.` or `..` component: the path a kernel would report back.
 fn is_plain(path: &str) -> bool {
     path == "/"
@@ -72,6 +83,12 @@ pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
     // A rule binds what the path named when it was opened: a symlink grants its target.
     // Where that differs from the path given, the report says what was opened.
     let mut followed = Vec::new();
+    // Whether any write rule names a file or directory rather than a device (the
+    // exec-support set grants `/dev/null` write to every program): without one the
+    // program has no file whose times it needs to set (see [`FilterPlan`]). A path
+    // that cannot be stat'ed counts as a file, which keeps the filter's choice on the
+    // side that breaks nothing.
+    let mut writes_files = false;
     for (list, access) in [
         (&grant.read, read_only),
         (&grant.exec, exec),
@@ -85,6 +102,9 @@ pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
                         o.insert("asked", path.as_str());
                         o.insert("opened", opened);
                         followed.push(Value::Object(o));
+                    }
+                    if access == write && !is_device(&fd) {
+                        writes_files = true;
                     }
                     rules.push(PathBeneath::new(fd, access));
                 }
@@ -193,6 +213,7 @@ pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
     let filter = seccomp::build(FilterPlan {
         net: grant.net,
         landlock_restricts_unix: unix_by_landlock,
+        writes_files,
     })
     .map_err(|e| refused(format!("confine-landlock: {e}")))?;
     for program in &filter.programs {

@@ -17,6 +17,20 @@
 //!   and `process_vm_writev`.
 //! - `ioctl` with `TIOCSTI` or `TIOCLINUX`, comparing the low 32 bits only, as the
 //!   kernel does (a command with high bits set is the same command).
+//! - `ioctl` commands that change a file through a descriptor opened only to read,
+//!   which Landlock does not see (its ioctl right covers device files alone): inode
+//!   flags (`FS_IOC_SETFLAGS`, what `chattr` uses, and `FS_IOC_FSSETXATTR`, which also
+//!   sets a project id), the inode generation (`FS_IOC_SETVERSION` and ext4's own
+//!   number for it), an ext4 migration to extents, an encryption policy on an empty
+//!   directory, fs-verity (which makes a file read-only for good), fscrypt keys (a
+//!   filesystem-wide keyring, as `add_key` is a process one), and btrfs subvolume
+//!   and snapshot creation, removal and read-only flag. The 32-bit numbers are refused
+//!   too, though a process under this filter cannot reach the compat path that reads
+//!   them. These are refused wherever the file is: a filter cannot tell a file granted
+//!   write from one granted read, a program started as root owns every root-owned
+//!   file it can open (`/usr` among them), and a confined program that needs `chattr`
+//!   is rare. `file_setattr` (Linux 6.17), the same change by path, is refused for
+//!   the same reason, and because its path is not checked by Landlock at all.
 //! - Calls that change the kernel or the mount table, and handle-based opens that skip
 //!   path checks: modules, kexec, bpf, perf events, keyrings, mount, namespaces, ….
 //!   `clone` with any `CLONE_NEW*` flag is refused, and `clone3` answers `ENOSYS` (a
@@ -25,8 +39,13 @@
 //! - Mode, owner and extended-attribute changes, wherever the file is: Landlock has no
 //!   right for `chmod`, `chown` or `setxattr`, and a program started as root owns every
 //!   root-owned file (a setuid bit set outside the grant would serve other users), so
-//!   these are refused on every path, `*at` and descriptor forms included. Timestamps
-//!   (`utimensat`) stay allowed: `touch` needs them, and they grant nothing.
+//!   these are refused on every path, `*at` and descriptor forms included.
+//! - Timestamps (`utimensat`, and on x86_64 `utime`, `utimes`, `futimesat`) when the
+//!   grant writes no file: Landlock does not check them either, so a program granted
+//!   only read could set the times of any file it owns, in the grant or out of it.
+//!   With a file or directory granted write they stay allowed, for every path: `touch`,
+//!   `cp -p` and `tar` set times on what they write, and the filter cannot tell that
+//!   file from another.
 //! - Acting on other processes by pid: `prlimit64`, `setpriority`, `sched_set*`,
 //!   `ioprio_set`, `migrate_pages`, `move_pages` with a pid other than 0 (self), and
 //!   `setpriority`/`ioprio_set` on a process group or a user (id 0 there means the
@@ -53,6 +72,9 @@ pub struct FilterPlan {
     pub net: bool,
     /// Landlock restricts connecting to pathname unix sockets (ABI ≥ 9).
     pub landlock_restricts_unix: bool,
+    /// Some granted write path is a file or a directory (not only a device such as
+    /// `/dev/null`). Without one, timestamps are refused.
+    pub writes_files: bool,
 }
 
 /// The built filters and what they say.
@@ -87,9 +109,45 @@ impl Filter {
 
 const TIOCSTI: u64 = 0x5412;
 const TIOCLINUX: u64 = 0x541C;
-/// `setxattrat` and `removexattrat` (Linux 6.13), numbered alike on every architecture.
+
+/// `ioctl` commands that change a file, or a filesystem's keys, through a descriptor
+/// that needs no write access: the caller owning the file (root owns most of `/usr`)
+/// or the directory being writable by mode is all the kernel asks. Numbers as
+/// `<linux/fs.h>`, `<linux/fsverity.h>` and `<linux/btrfs.h>` define them (`_IOW` and
+/// kin: direction, size, type, number). Not here, because something else already
+/// refuses them: `FICLONE`/`FICLONERANGE`, the `FS_IOC_RESVSP` family and ext4's
+/// extent swap need a destination opened for write, which Landlock checks;
+/// `FIFREEZE`/`FITHAW`, `FITRIM`, `FS_IOC_SETFSLABEL` and btrfs's device and quota
+/// calls need `CAP_SYS_ADMIN`, which no confined program keeps.
+const INODE_IOCTLS: [(&str, u64); 21] = [
+    ("ioctl(FS_IOC_SETFLAGS)", 0x4008_6602),
+    ("ioctl(FS_IOC32_SETFLAGS)", 0x4004_6602),
+    ("ioctl(FS_IOC_FSSETXATTR)", 0x401c_5820),
+    ("ioctl(FS_IOC_SETVERSION)", 0x4008_7602),
+    ("ioctl(FS_IOC32_SETVERSION)", 0x4004_7602),
+    ("ioctl(EXT4_IOC_SETVERSION)", 0x4008_6604),
+    ("ioctl(EXT4_IOC32_SETVERSION)", 0x4004_6604),
+    ("ioctl(EXT4_IOC_MIGRATE)", 0x6609),
+    ("ioctl(FS_IOC_SET_ENCRYPTION_POLICY)", 0x800c_6613),
+    ("ioctl(FS_IOC_ADD_ENCRYPTION_KEY)", 0xc050_6617),
+    ("ioctl(FS_IOC_REMOVE_ENCRYPTION_KEY)", 0xc040_6618),
+    ("ioctl(FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS)", 0xc040_6619),
+    ("ioctl(FS_IOC_ENABLE_VERITY)", 0x4080_6685),
+    ("ioctl(BTRFS_IOC_SNAP_CREATE)", 0x5000_9401),
+    ("ioctl(BTRFS_IOC_SNAP_CREATE_V2)", 0x5000_9417),
+    ("ioctl(BTRFS_IOC_SUBVOL_CREATE)", 0x5000_940e),
+    ("ioctl(BTRFS_IOC_SUBVOL_CREATE_V2)", 0x5000_9418),
+    ("ioctl(BTRFS_IOC_SNAP_DESTROY)", 0x5000_940f),
+    ("ioctl(BTRFS_IOC_SNAP_DESTROY_V2)", 0x5000_943f),
+    ("ioctl(BTRFS_IOC_SUBVOL_SETFLAGS)", 0x4008_941a),
+    ("ioctl(BTRFS_IOC_SET_RECEIVED_SUBVOL)", 0xc0c8_9425),
+];
+
+/// `setxattrat` and `removexattrat` (Linux 6.13), and `file_setattr` (Linux 6.17),
+/// numbered alike on every architecture.
 const SYS_SETXATTRAT: i64 = 463;
 const SYS_REMOVEXATTRAT: i64 = 466;
+const SYS_FILE_SETATTR: i64 = 469;
 const MSG_FASTOPEN: u64 = 0x2000_0000;
 const TCP_FASTOPEN_CONNECT: u64 = 30;
 /// Every `CLONE_NEW*` flag: cgroup, uts, ipc, user, pid, net, mount, time.
@@ -184,6 +242,7 @@ fn always_denied() -> Vec<(&'static str, i64)> {
         ("lremovexattr", libc::SYS_lremovexattr),
         ("fremovexattr", libc::SYS_fremovexattr),
         ("removexattrat", SYS_REMOVEXATTRAT),
+        ("file_setattr", SYS_FILE_SETATTR),
         ("shmget", libc::SYS_shmget),
         ("shmat", libc::SYS_shmat),
         ("shmctl", libc::SYS_shmctl),
@@ -204,6 +263,18 @@ fn always_denied() -> Vec<(&'static str, i64)> {
         ("chmod", libc::SYS_chmod),
         ("chown", libc::SYS_chown),
         ("lchown", libc::SYS_lchown),
+    ]);
+    calls
+}
+
+/// Calls that set a file's timestamps: refused when the grant writes no file.
+fn timestamps() -> Vec<(&'static str, i64)> {
+    let mut calls = vec![("utimensat", libc::SYS_utimensat)];
+    #[cfg(target_arch = "x86_64")]
+    calls.extend([
+        ("utime", libc::SYS_utime),
+        ("utimes", libc::SYS_utimes),
+        ("futimesat", libc::SYS_futimesat),
     ]);
     calls
 }
@@ -247,6 +318,12 @@ fn compile(plan: FilterPlan) -> Result<(BpfProgram, Vec<u32>, Vec<&'static str>)
         rules.insert(nr, Vec::new());
         denied.push(name);
     }
+    if !plan.writes_files {
+        for (name, nr) in timestamps() {
+            rules.insert(nr, Vec::new());
+            denied.push(name);
+        }
+    }
 
     for (name, nr, index) in by_pid() {
         rules.insert(
@@ -283,14 +360,15 @@ fn compile(plan: FilterPlan) -> Result<(BpfProgram, Vec<u32>, Vec<&'static str>)
     );
     denied.push("clone(CLONE_NEW*)");
 
-    rules.insert(
-        libc::SYS_ioctl,
-        vec![
-            SeccompRule::new(vec![arg(1, SeccompCmpOp::Eq, TIOCSTI)?])?,
-            SeccompRule::new(vec![arg(1, SeccompCmpOp::Eq, TIOCLINUX)?])?,
-        ],
-    );
+    // `arg` compares the low 32 bits, as the kernel reads the command.
+    let ioctl = [TIOCSTI, TIOCLINUX]
+        .into_iter()
+        .chain(INODE_IOCTLS.iter().map(|&(_, command)| command))
+        .map(|command| Ok(SeccompRule::new(vec![arg(1, SeccompCmpOp::Eq, command)?])?))
+        .collect::<Result<Vec<_>, FilterError>>()?;
+    rules.insert(libc::SYS_ioctl, ioctl);
     denied.push("ioctl(TIOCSTI, TIOCLINUX)");
+    denied.extend(INODE_IOCTLS.iter().map(|&(name, _)| name));
 
     // socket(domain, type, protocol): refused unless the domain is one the grant
     // allows. The conditions of one rule all hold at once: "not this and not that".
@@ -519,6 +597,7 @@ mod tests {
         let f = build(FilterPlan {
             net: false,
             landlock_restricts_unix: false,
+            writes_files: false,
         })
         .unwrap();
         for program in &f.programs {
@@ -596,75 +675,116 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_search_decides_exactly_what_the_chain_decides() {
-        for net in [false, true] {
-            for unix in [false, true] {
-                let plan = FilterPlan {
-                    net,
-                    landlock_restricts_unix: unix,
-                };
-                let (chain, numbers, _) = compile(plan).unwrap();
-                let program = assemble(chain.clone(), &numbers);
-                let mut reference: BpfProgram = chain[..3].to_vec();
-                reference.extend(x32_kill());
-                reference.extend(clone3_enosys());
-                reference.extend_from_slice(&chain[3..]);
-                let mut constants: Vec<u64> = vec![0, 1, u64::MAX, 0xffff_ffff, 1 << 32];
-                for i in &chain {
-                    constants.extend([u64::from(i.k), u64::from(i.k) | (1 << 32)]);
-                }
-                constants.sort_unstable();
-                constants.dedup();
-                let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-                let mut next = || {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    seed
-                };
-                let nrs = (0..1024u32).chain([0x4000_0000, 0x4000_0001, 0x4000_0000 + 435]);
-                for nr in nrs {
-                    for round in 0..48 {
-                        let args: [u64; 6] = std::array::from_fn(|_| {
-                            let pick = next() as usize;
-                            if round == 0 {
-                                0
-                            } else {
-                                constants[pick % constants.len()]
-                            }
-                        });
-                        let d = data(nr, args);
-                        assert_eq!(
-                            run(&program, &d),
-                            run(&reference, &d),
-                            "net {net} unix {unix} nr {nr} args {args:x?}"
-                        );
-                    }
-                }
-                // An unnamed syscall (getpid, 39) is allowed within the prelude and the
-                // search: far fewer instructions than the chain's length.
-                let (action, steps) = run_counting(&program, &data(39, [0; 6]));
-                assert_eq!(action, libc::SECCOMP_RET_ALLOW);
-                assert!(!numbers.contains(&39));
-                assert!(
-                    steps < 30 && chain.len() > 200,
-                    "{steps} steps, chain {}",
-                    chain.len()
-                );
+        for plan in plans() {
+            let (chain, numbers, _) = compile(plan).unwrap();
+            let program = assemble(chain.clone(), &numbers);
+            let mut reference: BpfProgram = chain[..3].to_vec();
+            reference.extend(x32_kill());
+            reference.extend(clone3_enosys());
+            reference.extend_from_slice(&chain[3..]);
+            let mut constants: Vec<u64> = vec![0, 1, u64::MAX, 0xffff_ffff, 1 << 32];
+            for i in &chain {
+                constants.extend([u64::from(i.k), u64::from(i.k) | (1 << 32)]);
             }
+            constants.sort_unstable();
+            constants.dedup();
+            let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+            let mut next = || {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed
+            };
+            let nrs = (0..1024u32).chain([0x4000_0000, 0x4000_0001, 0x4000_0000 + 435]);
+            for nr in nrs {
+                for round in 0..48 {
+                    let args: [u64; 6] = std::array::from_fn(|_| {
+                        let pick = next() as usize;
+                        if round == 0 {
+                            0
+                        } else {
+                            constants[pick % constants.len()]
+                        }
+                    });
+                    let d = data(nr, args);
+                    assert_eq!(
+                        run(&program, &d),
+                        run(&reference, &d),
+                        "{plan:?} nr {nr} args {args:x?}"
+                    );
+                }
+            }
+            // An unnamed syscall (getpid, 39) is allowed within the prelude and the
+            // search: far fewer instructions than the chain's length.
+            let (action, steps) = run_counting(&program, &data(39, [0; 6]));
+            assert_eq!(action, libc::SECCOMP_RET_ALLOW);
+            assert!(!numbers.contains(&39));
+            assert!(
+                steps < 30 && chain.len() > 200,
+                "{steps} steps, chain {}",
+                chain.len()
+            );
         }
     }
 
     #[test]
     fn each_plan_is_a_different_program() {
         let mut seen = std::collections::BTreeSet::new();
+        for plan in plans() {
+            let f = build(plan).unwrap();
+            assert!(seen.insert(f.sha256()), "{plan:?}");
+        }
+        assert_eq!(seen.len(), 8);
+    }
+
+    /// Every plan there is.
+    fn plans() -> Vec<FilterPlan> {
+        let mut all = Vec::new();
         for net in [false, true] {
-            for unix in [false, true] {
-                let f = build(FilterPlan {
-                    net,
-                    landlock_restricts_unix: unix,
-                })
-                .unwrap();
-                assert!(seen.insert(f.sha256()), "net {net} unix {unix}");
+            for landlock_restricts_unix in [false, true] {
+                for writes_files in [false, true] {
+                    all.push(FilterPlan {
+                        net,
+                        landlock_restricts_unix,
+                        writes_files,
+                    });
+                }
+            }
+        }
+        all
+    }
+
+    /// Each inode-changing ioctl is refused with EPERM under every plan, by its low 32
+    /// bits whatever the high ones hold, and a command beside it (the `GET` twin) is
+    /// not; the timestamp calls are refused exactly when the plan writes no file.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn inode_ioctls_are_refused_and_timestamps_follow_the_write_grant() {
+        const EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        const FS_IOC_GETFLAGS: u64 = 0x8008_6601;
+        for plan in plans() {
+            let program = &build(plan).unwrap().programs[0];
+            let ioctl = |command: u64| {
+                run(
+                    program,
+                    &data(libc::SYS_ioctl as u32, [3, command, 0, 0, 0, 0]),
+                )
+            };
+            for &(name, command) in &INODE_IOCTLS {
+                assert_eq!(ioctl(command), EPERM, "{name} {plan:?}");
+                assert_eq!(ioctl(command | 0xffff_ffff_0000_0000), EPERM, "{name}");
+            }
+            assert_eq!(ioctl(FS_IOC_GETFLAGS), libc::SECCOMP_RET_ALLOW);
+            let file_setattr = data(SYS_FILE_SETATTR as u32, [0; 6]);
+            assert_eq!(run(program, &file_setattr), EPERM);
+            for (name, nr) in timestamps() {
+                let want = if plan.writes_files {
+                    libc::SECCOMP_RET_ALLOW
+                } else {
+                    EPERM
+                };
+                let got = run(program, &data(nr as u32, [0; 6]));
+                assert_eq!(got, want, "{name} {plan:?}");
             }
         }
     }
