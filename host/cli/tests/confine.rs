@@ -615,3 +615,188 @@ fn a_symlinked_grant_is_reported_with_what_it_opened() {
     });
     assert!(followed.contains(&entry), "{stderr}");
 }
+
+/// A directory for the inode tests, on the filesystem the build is on (a real disk
+/// here, where `/tmp` may be a tmpfs without inode flags).
+fn disk_tree() -> tempfile::TempDir {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    std::fs::create_dir(dir.path().join("out")).unwrap();
+    std::fs::write(dir.path().join("secret.txt"), "secret").unwrap();
+    dir
+}
+
+/// The flags `lsattr` shows for `path` (e2fsprogs' letters, `-` for each unset one).
+fn lsattr(path: &Path) -> String {
+    let out = Command::new("lsattr")
+        .arg("-d")
+        .arg(path)
+        .output()
+        .expect("lsattr (e2fsprogs) is on PATH");
+    assert!(out.status.success(), "lsattr: {}", text(&out.stderr));
+    text(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Regression for issue 29's finding: `chattr +d` / `chattr +S` on a file granted only
+/// read succeeded, as Landlock does not govern `FS_IOC_SETFLAGS` on a regular file.
+/// The same calls work on this filesystem unconfined (checked first, so the filter is
+/// what refuses them), and they are refused on a file granted write as well: the
+/// filter cannot tell the two apart.
+#[test]
+fn chattr_on_a_file_granted_read_is_refused() {
+    let dir = disk_tree();
+    let d = dir.path();
+    let read_only = d.join("in/a.txt");
+    let writable = d.join("out/b.txt");
+    let scratch = d.join("scratch.txt");
+    for f in [&read_only, &writable, &scratch] {
+        std::fs::write(f, "x").unwrap();
+    }
+    let bare = Command::new("chattr")
+        .args(["+d", "+S"])
+        .arg(&scratch)
+        .output()
+        .expect("chattr (e2fsprogs) is on PATH");
+    assert!(bare.status.success(), "{}", text(&bare.stderr));
+    let set = lsattr(&scratch);
+    assert!(set.contains('d') && set.contains('S'), "unconfined: {set}");
+
+    for flag in ["+d", "+S"] {
+        for file in [&read_only, &writable] {
+            let before = lsattr(file);
+            let out = Command::new(BIN)
+                .args(["confine", "--allow-read"])
+                .arg(d.join("in"))
+                .arg("--allow-write")
+                .arg(d.join("out"))
+                .args(["--", "chattr", flag])
+                .arg(file)
+                .output()
+                .unwrap();
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "chattr {flag}: {stderr}");
+            assert!(stderr.contains("Operation not permitted"), "{stderr}");
+            assert_eq!(lsattr(file), before, "chattr {flag} {}", file.display());
+        }
+    }
+}
+
+/// The other ways to change a file Landlock does not see: inode flags by
+/// `FS_IOC_FSSETXATTR` and by path (`file_setattr`), the inode generation, an
+/// encryption policy, fs-verity, and timestamps. Unconfined, the ones this filesystem
+/// supports succeed; confined with read alone, every one fails with EPERM and nothing
+/// changed. With a file granted write, the ioctls are still refused and timestamps
+/// are allowed everywhere — the gap the non-guarantees name.
+#[test]
+fn inode_changes_past_landlock_are_refused_and_timestamps_follow_the_write_grant() {
+    const PROBES: [&str; 7] = [
+        "setflags",
+        "setflags32",
+        "fssetxattr",
+        "setversion",
+        "setversion_ext4",
+        "utime",
+        "futimens",
+    ];
+    let dir = disk_tree();
+    let d = dir.path();
+    let script = d.join("in/inode.py");
+    std::fs::copy(fixture("inode.py"), &script).unwrap();
+    let fill = |ro: &Path| {
+        std::fs::create_dir_all(ro.join("crypt")).unwrap();
+        for name in PROBES.iter().chain(&["verity"]) {
+            std::fs::write(ro.join(name), "x").unwrap();
+        }
+    };
+    let run = |confine: &[&str], ro: &Path, outside: &Path| {
+        let mut c = if confine.is_empty() {
+            Command::new(python())
+        } else {
+            let mut c = Command::new(BIN);
+            c.arg("confine").args(confine).arg("--").arg(python());
+            c
+        };
+        let out = c.arg(&script).arg(ro).arg(outside).output().unwrap();
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{stdout}\n{}",
+            text(&out.stderr)
+        );
+        serde_json::from_str::<std::collections::BTreeMap<String, String>>(stdout.trim())
+            .unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    };
+
+    // Unconfined, on a copy: what this kernel and filesystem let an owner do.
+    let bare_ro = d.join("bare");
+    fill(&bare_ro);
+    let bare_outside = d.join("bare-outside.txt");
+    std::fs::write(&bare_outside, "x").unwrap();
+    let bare = run(&[], &bare_ro, &bare_outside);
+    for probe in [
+        "setflags",
+        "fssetxattr",
+        "setversion",
+        "setversion_ext4",
+        "file_setattr_outside",
+        "utime",
+        "utime_outside",
+        "futimens",
+    ] {
+        assert_eq!(
+            bare.get(probe).map(String::as_str),
+            Some("ok"),
+            "unconfined, {probe} works on this machine: {bare:?}"
+        );
+    }
+
+    let ro = d.join("in/ro");
+    fill(&ro);
+    let outside = d.join("secret.txt");
+    let in_dir = d.join("in");
+    let out_dir = d.join("out");
+    let read = ["--allow-read", in_dir.to_str().unwrap()];
+    let meta = |p: &Path| {
+        let m = std::fs::metadata(p).unwrap();
+        (lsattr(p), m.modified().unwrap())
+    };
+    let before: Vec<_> = PROBES
+        .iter()
+        .map(|p| meta(&ro.join(p)))
+        .chain([meta(&outside)])
+        .collect();
+    let refused = run(&read, &ro, &outside);
+    let mut expected: Vec<(&str, &str)> = PROBES.iter().map(|p| (*p, "EPERM")).collect();
+    expected.extend([
+        ("crypt", "EPERM"),
+        ("verity", "EPERM"),
+        ("file_setattr_outside", "EPERM"),
+        ("utime_outside", "EPERM"),
+    ]);
+    assert_probes(&refused, &expected);
+    let after: Vec<_> = PROBES
+        .iter()
+        .map(|p| meta(&ro.join(p)))
+        .chain([meta(&outside)])
+        .collect();
+    assert_eq!(after, before);
+
+    let read_write = [
+        "--allow-read",
+        in_dir.to_str().unwrap(),
+        "--allow-write",
+        out_dir.to_str().unwrap(),
+    ];
+    let with_write = run(&read_write, &ro, &outside);
+    for (probe, want) in &mut expected {
+        if ["utime", "futimens", "utime_outside"].contains(probe) {
+            *want = "ok";
+        }
+    }
+    assert_probes(&with_write, &expected);
+}
