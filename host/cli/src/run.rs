@@ -374,12 +374,18 @@ pub fn verdict(record: &CallRecord) -> String {
     }
 }
 
-/// `input` as RFC 8785 canonical JSON when it is one JSON object (the arguments of a
-/// tool that reads JSON on stdin); `None` otherwise, so argument rules treat the call's
-/// arguments as unknown.
+/// The arguments `input` states: input that opens as a JSON object (its first byte
+/// past whitespace is `{`) is the tool's arguments, given to the policy as RFC 8785
+/// canonical JSON. Text that opens so but does not read one way only (a key twice, keys
+/// that fold together, `NaN`) is passed as it is, and the pipeline refuses the call on
+/// the record: the tool would read what the policy did not. Other input states no
+/// arguments (`None`), so argument rules treat them as unknown.
 fn json_object_arguments(input: &[u8]) -> Option<String> {
-    match serde_json::from_slice::<serde_json::Value>(input).ok()? {
-        value @ serde_json::Value::Object(_) => serde_json_canonicalizer::to_string(&value).ok(),
-        _ => None,
+    if input.trim_ascii_start().first() != Some(&b'{') {
+        return None;
+    }
+    match aegis_policy_arguments::unambiguous::read_object(input) {
+        Ok(map) => serde_json_canonicalizer::to_string(&serde_json::Value::Object(map)).ok(),
+        Err(_) => Some(String::from_utf8_lossy(input).into_owned()),
     }
 }

@@ -62,6 +62,7 @@ use crate::connections::{Limits, accept_until};
 use crate::direct::Direct;
 pub use crate::direct::MAX_NEW_SESSION_BODY;
 use crate::server::{GatewayServer, SHUTTING_DOWN};
+use aegis_policy_arguments::unambiguous::{self, Ambiguity};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
@@ -349,6 +350,19 @@ async fn read_body_in_time(
     let read = axum::body::to_bytes(body, limits.max_body);
     match tokio::time::timeout(limits.read_timeout, read).await {
         Ok(Ok(bytes)) => {
+            // What rmcp and the direct path read with serde (the last of two equal keys)
+            // must be what every reader reads: a body with colliding keys is refused
+            // before either sees it (aegis_policy_arguments::unambiguous, the host's one
+            // rule). Text that is not JSON at all is left to them to refuse.
+            if let Err(why @ (Ambiguity::CollidingKeys { .. } | Ambiguity::ProtoKey)) =
+                unambiguous::read(&bytes)
+            {
+                return refusal(
+                    StatusCode::BAD_REQUEST,
+                    format!("aegis gateway: the request body does not read one way only: {why}\n"),
+                    &[],
+                );
+            }
             next.run(Request::from_parts(parts, Body::from(bytes)))
                 .await
         }

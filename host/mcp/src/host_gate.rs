@@ -155,6 +155,8 @@ impl Gate for HostGate {
             Ok(record) => {
                 let station = match record.class() {
                     CallClass::CapabilityDenied => "capability",
+                    // No station was asked (see `stopped_before_the_stations`).
+                    CallClass::HostDenied => "host",
                     _ => "policy",
                 };
                 Err(Refusal {
@@ -260,11 +262,11 @@ fn ending_of(end: CallEnd<'_>) -> (Ending, Option<Vec<u8>>) {
 }
 
 /// A call's `params.arguments` as the policy is given them: RFC 8785 canonical JSON,
-/// `{}` when absent (MCP's meaning of no arguments). Text the relay accepted but no
-/// canonical form exists for stays as sent; an evaluator that cannot read it treats
-/// the arguments as unknown.
+/// `{}` when absent or `null` (every SDK reads both as no arguments). Text the relay
+/// accepted but no canonical form exists for (`NaN`) stays as sent, and the pipeline
+/// refuses it: it does not read one way only.
 fn canonical_arguments(text: Option<&str>) -> String {
-    let Some(text) = text else {
+    let Some(text) = text.filter(|t| *t != "null") else {
         return "{}".to_owned();
     };
     match crate::json::parse(text.as_bytes()) {

@@ -137,6 +137,13 @@ pub enum NameProblem {
     TooLong,
 }
 
+/// A `tools/call` whose arguments cannot be read one way only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "params.arguments is ambiguous (named twice, or by a key that folds to it, as a Go server reads keys)"
+)]
+pub struct AmbiguousArguments;
+
 /// The longest tool name, in bytes, the relay reads (in a call or a listing). MCP asks
 /// for names of 1 to 128 characters; 1024 bytes leaves room for every script, and keeps
 /// a name from making each refusal, log line and pin a frame long.
@@ -327,11 +334,22 @@ impl Request<'_> {
         }
     }
 
-    /// For a `tools/call`: the exact text of `params.arguments`, if present and unambiguous.
-    pub fn arguments(&self) -> Option<&str> {
-        match params_object(self.params)?.lookup("arguments") {
-            Lookup::One(node) => Some(node.raw_text()),
-            _ => None,
+    /// For a `tools/call`: the exact text of `params.arguments`, or `None` when the call
+    /// has none.
+    ///
+    /// # Errors
+    /// [`AmbiguousArguments`] when `params` is not an object, or `arguments` appears
+    /// twice or beside (or only as) a key that folds to it (`Arguments`, `argumentſ`):
+    /// a server that folds keys reads arguments the relay would not have decided on.
+    pub fn arguments(&self) -> Result<Option<&str>, AmbiguousArguments> {
+        let Some(params) = self.params else {
+            return Ok(None);
+        };
+        let params = params.object().ok_or(AmbiguousArguments)?;
+        match params.lookup("arguments") {
+            Lookup::Absent => Ok(None),
+            Lookup::One(node) => Ok(Some(node.raw_text())),
+            Lookup::Ambiguous => Err(AmbiguousArguments),
         }
     }
 
@@ -485,7 +503,7 @@ mod tests {
         let ok = call(r#"{"name":"read_file","arguments":{"path":"/x"}}"#);
         let r = request(&ok);
         assert_eq!(r.tool_name().as_deref(), Ok("read_file"));
-        assert_eq!(r.arguments(), Some(r#"{"path":"/x"}"#));
+        assert_eq!(r.arguments(), Ok(Some(r#"{"path":"/x"}"#)));
         assert!(!r.duplicate_keys);
         for (params, problem) in [
             ("{}", NameProblem::Missing),
@@ -518,6 +536,30 @@ mod tests {
         );
         let deep = call(r#"{"name":"a","arguments":{"x":{"y":1,"y":2}}}"#);
         assert!(request(&deep).duplicate_keys);
+    }
+
+    /// Regression (second outside attack): `Arguments` instead of `arguments` was read
+    /// as no arguments, so a deny rule on the path was skipped while a server that folds
+    /// keys (Go's `encoding/json`) read the path.
+    #[test]
+    fn arguments_spelt_another_way_are_ambiguous_never_absent() {
+        let call = |params: &str| {
+            format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{params}}}"#)
+        };
+        assert_eq!(request(&call(r#"{"name":"r"}"#)).arguments(), Ok(None));
+        for params in [
+            r#"{"name":"r","Arguments":{"path":"/etc/shadow"}}"#,
+            r#"{"name":"r","ARGUMENTS":{"path":"/etc/shadow"}}"#,
+            r#"{"name":"r","argumentſ":{"path":"/etc/shadow"}}"#,
+            r#"{"name":"r","arguments":{},"Arguments":{"path":"/etc/shadow"}}"#,
+            r#"{"name":"r","arguments":{},"arguments":{"path":"/etc/shadow"}}"#,
+        ] {
+            assert_eq!(
+                request(&call(params)).arguments(),
+                Err(AmbiguousArguments),
+                "{params}"
+            );
+        }
     }
 
     #[test]

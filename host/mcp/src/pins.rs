@@ -92,6 +92,13 @@ pub struct ToolPin {
 pub struct PinSet {
     tools: BTreeMap<String, ToolPin>,
     duplicates: BTreeSet<String>,
+    /// Tools whose definition names a pinned field by a key that is not exactly it
+    /// (`Description`), so a client may read a field the pin does not hold: by name,
+    /// the key. Such a tool is unusable (see [`PinSet::ambiguity`]).
+    ambiguous: BTreeMap<String, String>,
+    /// Tools held by an operator's pins file: a change was seen in an earlier session,
+    /// so calls stay refused until the operator removes the mark (see the pins file).
+    held: BTreeMap<String, String>,
 }
 
 /// A difference between a pinned set and a later listing.
@@ -159,9 +166,9 @@ pub enum ListingError {
     /// Keys collide somewhere in the result, so a client may read another definition.
     #[error("tools/list result has duplicate keys")]
     DuplicateKeys,
-    /// `nextCursor` is neither absent, null, nor a string, so whether the listing
-    /// goes on depends on the reader.
-    #[error("tools/list result has a nextCursor that is not a string")]
+    /// `nextCursor` is neither absent, null, nor an exact string (no lone surrogate
+    /// escape), so whether and where the listing goes on depends on the reader.
+    #[error("tools/list result has a nextCursor that is not one exact string")]
     BadCursor,
     /// One page lists more than [`MAX_TOOLS`] tools.
     #[error("tools/list result lists more than {MAX_TOOLS} tools in one page")]
@@ -181,10 +188,11 @@ impl PinSet {
     /// [`ListingError`] when the page cannot be read unambiguously; nothing is added then.
     pub fn add_page(&mut self, result: &[u8]) -> Result<bool, ListingError> {
         let node = json::parse(result).map_err(|_| ListingError::NotJson)?;
-        self.add_result(node)
+        self.add_result(node).map(|cursor| cursor.is_some())
     }
 
-    pub(crate) fn add_result(&mut self, result: Node<'_>) -> Result<bool, ListingError> {
+    /// [`PinSet::add_page`] of a parsed result; the next page's cursor, if it names one.
+    pub(crate) fn add_result(&mut self, result: Node<'_>) -> Result<Option<String>, ListingError> {
         if result.has_colliding_keys() {
             return Err(ListingError::DuplicateKeys);
         }
@@ -201,11 +209,15 @@ impl PinSet {
         // Only a non-empty string names a next page: clients stop at an absent, null or
         // empty cursor (the SDKs test it for truth), so reading any of those as "more"
         // would leave the listing unfinished, and the session never pinned.
+        // A cursor holding a lone surrogate escape cannot be sent back as the server
+        // wrote it, so the relay could not follow it.
         let more = match object.lookup("nextCursor") {
-            Lookup::Absent => false,
+            Lookup::Absent => None,
             Lookup::One(node) => match node.value() {
-                Value::Null => false,
-                Value::String(cursor) => !cursor.text.is_empty(),
+                Value::Null => None,
+                Value::String(cursor) if cursor.exact => {
+                    (!cursor.text.is_empty()).then(|| cursor.text.into_owned())
+                }
                 _ => return Err(ListingError::BadCursor),
             },
             Lookup::Ambiguous => return Err(ListingError::BadCursor),
@@ -218,7 +230,10 @@ impl PinSet {
         for (index, tool) in tools.items().enumerate() {
             page.push(pin_tool(tool).ok_or(ListingError::BadTool { index })?);
         }
-        for (name, pin) in page {
+        for (name, pin, ambiguous_key) in page {
+            if let Some(key) = ambiguous_key {
+                self.ambiguous.entry(name.clone()).or_insert(key);
+            }
             self.insert(name, pin);
         }
         Ok(more)
@@ -244,9 +259,41 @@ impl PinSet {
         self.duplicates.iter().map(String::as_str)
     }
 
+    /// For a tool whose definition cannot be read one way only: the key that makes it
+    /// so (a member such as `Description` that some clients read as a pinned field).
+    /// Such a tool is unusable: its pin cannot say what the client was shown.
+    pub fn ambiguity(&self, name: &str) -> Option<&str> {
+        self.ambiguous.get(name).map(String::as_str)
+    }
+
+    /// The tools whose definition cannot be read one way only, with the key at fault.
+    pub fn ambiguous(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.ambiguous.iter().map(|(n, k)| (n.as_str(), k.as_str()))
+    }
+
+    /// For a tool a pins file holds: why (a change seen in an earlier session). Calls
+    /// to it are refused until the operator removes the mark.
+    pub fn held(&self, name: &str) -> Option<&str> {
+        self.held.get(name).map(String::as_str)
+    }
+
+    /// Marks `name` as held (see [`PinSet::held`]), with why; the mark is written to
+    /// the pins file. A name the set does not pin is not marked: it is refused anyway
+    /// in a later session (added, or never listed).
+    pub fn hold(&mut self, name: &str, why: &str) {
+        if self.tools.contains_key(name) {
+            self.held
+                .entry(name.to_owned())
+                .or_insert_with(|| why.to_owned());
+        }
+    }
+
     /// Adds another page's tools; a name already present becomes a duplicate.
     pub(crate) fn absorb(&mut self, page: PinSet) {
         self.duplicates.extend(page.duplicates);
+        for (name, key) in page.ambiguous {
+            self.ambiguous.entry(name).or_insert(key);
+        }
         for (name, pin) in page.tools {
             self.insert(name, pin);
         }
@@ -312,8 +359,21 @@ fn changed_fields(old: &ToolPin, new: &ToolPin) -> Vec<String> {
         .collect()
 }
 
-fn pin_tool(tool: Node<'_>) -> Option<(String, ToolPin)> {
+/// A tool's name and pin, and the first key (if any) that names a pinned field without
+/// being exactly it (`Description`, `inputſchema`): a client that folds keys, as Go's
+/// `encoding/json` does, reads that member as the field, which the pin does not hold.
+fn pin_tool(tool: Node<'_>) -> Option<(String, ToolPin, Option<String>)> {
     let object = tool.object()?;
+    let ambiguous_key = object
+        .members()
+        .map(|(key, _)| key)
+        .find(|key| {
+            PINNED_FIELDS.iter().any(|field| {
+                key.text != *field
+                    && aegis_policy_arguments::unambiguous::keys_collide(&key.text, field)
+            })
+        })
+        .map(|key| key.text.into_owned());
     let name = match object.lookup("name") {
         Lookup::One(node) if node.raw().len() <= 6 * MAX_TOOL_NAME + 2 => {
             node.exact_str()?.into_owned()
@@ -327,7 +387,9 @@ fn pin_tool(tool: Node<'_>) -> Option<(String, ToolPin)> {
     let mut fields = BTreeMap::new();
     for field in PINNED_FIELDS {
         let Lookup::One(node) = object.lookup(field) else {
-            continue; // absent (ambiguity was refused before: no colliding keys)
+            // Absent, or named by another spelling only: that tool is marked ambiguous
+            // above (two spellings together were refused with the page).
+            continue;
         };
         let mut canonical = String::new();
         json::write_canonical(node, &mut canonical);
@@ -346,6 +408,7 @@ fn pin_tool(tool: Node<'_>) -> Option<(String, ToolPin)> {
             digest: PinDigest::of(&whole),
             fields,
         },
+        ambiguous_key,
     ))
 }
 
@@ -382,7 +445,10 @@ impl PinSet {
     /// The set as a pins file: JSON Lines, a header line `{"aegis_tool_pins":1}`, then one
     /// canonical line per tool, sorted by name:
     /// `{"fields":{"<field>":"<sha256 hex>",…},"name":"…","sha256":"<hex>"}`, with
-    /// `"duplicate":true` added for a name the listing held more than once.
+    /// `"duplicate":true` added for a name the listing held more than once, and
+    /// `"held":"<why>"` for a tool whose definition changed (or was removed, or listed
+    /// twice) during a session: calls to it are refused in every later session that
+    /// reads the file, until the operator deletes the member.
     pub fn to_pins_file(&self) -> String {
         let mut out = String::from(PINS_HEADER);
         out.push('\n');
@@ -399,7 +465,12 @@ impl PinSet {
                 json::write_string(field, &mut out);
                 out.push_str(&format!(":\"{digest}\""));
             }
-            out.push_str("},\"name\":");
+            out.push('}');
+            if let Some(why) = self.held.get(name) {
+                out.push_str(",\"held\":");
+                json::write_string(why, &mut out);
+            }
+            out.push_str(",\"name\":");
             json::write_string(name, &mut out);
             out.push_str(&format!(",\"sha256\":\"{}\"}}\n", pin.digest));
         }
@@ -439,7 +510,7 @@ impl PinSet {
                 return Err(fail(n, "line", "expected an object"));
             };
             for (key, _) in object.members() {
-                if !["name", "sha256", "fields", "duplicate"].contains(&&*key.text) {
+                if !["name", "sha256", "fields", "duplicate", "held"].contains(&&*key.text) {
                     return Err(fail(
                         n,
                         &key.text.escape_debug().to_string(),
@@ -484,6 +555,16 @@ impl PinSet {
                     set.duplicates.insert(name.clone());
                 }
                 _ => return Err(fail(n, "duplicate", "expected true")),
+            }
+            match object.lookup("held") {
+                Lookup::Absent => {}
+                Lookup::One(node) => match node.exact_str() {
+                    Some(why) => {
+                        set.held.insert(name.clone(), why.into_owned());
+                    }
+                    None => return Err(fail(n, "held", "expected a string")),
+                },
+                Lookup::Ambiguous => return Err(fail(n, "held", "expected a string")),
             }
             if set.tools.contains_key(&name) {
                 return Err(fail(n, "name", "tool listed twice in the file"));

@@ -14,7 +14,8 @@
 //!   client's `notifications/cancelled`, when its batch is refused, at
 //!   [`Relay::server_exited`], or at [`Relay::shutdown`] (also run on drop).
 //! - A `tools/call` is refused before the gate is asked when its frame has colliding keys
-//!   anywhere, its tool name is not one exact string, its id is already pending, the
+//!   anywhere, its tool name is not one exact string, its arguments are named by a key
+//!   that is not exactly `arguments` (see [`crate::message::AmbiguousArguments`]), its id is already pending, the
 //!   pending table is full, or (in [`PinMode::Enforce`]) the tool is unknown, changed,
 //!   removed, listed twice, or listed unreadably; refusals the relay makes itself are
 //!   reported through [`Gate::refused`] so they can be audited too. A call to a tool the
@@ -264,30 +265,92 @@ struct Outstanding<P> {
 
 enum Kind<P> {
     Call(P),
-    ToolsList { first_page: bool },
+    /// The client's `tools/list`: whether it asks for the first page, and the
+    /// generation of the tool list it was asked in (see `PinState::generation`).
+    ToolsList {
+        first_page: bool,
+        generation: u64,
+    },
     Other,
 }
+
+/// The most pages the relay follows in a listing of its own. Real servers list tens of
+/// tools on one page; a listing that does not end within this many pages fails closed.
+pub const MAX_LISTING_PAGES: usize = 64;
+
+/// The most bytes of answers the relay reads in a listing of its own (all pages); past
+/// it the listing fails closed. 32 MiB is eight default-sized frames, hundreds of times
+/// a real server's tool list.
+pub const MAX_LISTING_BYTES: usize = 32 << 20;
+
+/// How the relay's own `tools/list` requests are named: this prefix and a count. A client
+/// request reusing the id of one still waiting is refused.
+pub const OWN_REQUEST_ID_PREFIX: &str = "aegis-relay/tools-list/";
 
 /// What the relay knows about the server's tools.
 #[derive(Default)]
 struct PinState {
-    /// Set by the first complete listing, or loaded from a pins file.
+    /// Set by the first complete listing (the client's or the relay's own), or loaded
+    /// from a pins file. Calls are refused until it is set.
     pinned: Option<PinSet>,
-    /// The listing being received (pages so far).
-    listing: PinSet,
-    /// Differences found against `pinned`, by tool.
+    /// The client's listing being received (pages so far), and the generation its
+    /// first page was asked in.
+    client: PinSet,
+    client_generation: u64,
+    /// The relay's own listing, which follows every page whatever the client does.
+    own: OwnListing,
+    /// Differences found against `pinned`, by tool. Never cleared: a tool seen changed
+    /// stays refused for the session, even if a later listing shows it as pinned again
+    /// (and it is held in the pins file written at the end).
     changes: BTreeMap<String, Change>,
-    /// Why the last page could not be read, until a complete listing is read.
+    /// Tools whose definition could not be read one way only, by name, with the key at
+    /// fault. Never cleared; refused in both pin modes.
+    ambiguous: BTreeMap<String, String>,
+    /// Why the last listing could not be read, until a complete listing is read.
     unreadable: Option<String>,
+    /// Counts `notifications/tools/list_changed`: only a listing asked for after the
+    /// last one clears `stale`.
+    generation: u64,
     /// The server announced a change it has not listed since.
     stale: bool,
+}
+
+/// The relay's own `tools/list`: one request at a time, each page asked for when the
+/// last one names a next.
+#[derive(Default)]
+struct OwnListing {
+    /// The request waiting for the server's answer.
+    waiting: Option<IdKey>,
+    /// The generation the listing began in.
+    generation: u64,
+    listing: PinSet,
+    pages: usize,
+    bytes: usize,
+    /// The server announced a change while this listing was under way: list again
+    /// when it ends.
+    again: bool,
+    /// Requests sent so far (for the next id).
+    sent: u64,
 }
 
 impl PinState {
     /// Why a call to `name` must not run; `Ok(Some(note))` when it may run despite a change.
     fn check(&self, name: &str, mode: PinMode) -> Result<Option<String>, String> {
-        let known = self.pinned.as_ref().unwrap_or(&self.listing);
-        let listed = known.get(name).is_some() || self.changes.contains_key(name);
+        if let Some(key) = self.ambiguous.get(name) {
+            return Err(format!(
+                "tool {name:?} is defined with a member {key:?}, which clients may read as a pinned field; its definition cannot be pinned"
+            ));
+        }
+        let Some(pinned) = &self.pinned else {
+            return Err(match &self.unreadable {
+                Some(reason) => format!("the server's tool list could not be read: {reason}"),
+                None => {
+                    "the server's tools are not pinned yet: no complete tools/list has been read"
+                        .into()
+                }
+            });
+        };
+        let listed = pinned.get(name).is_some() || self.changes.contains_key(name);
         if !listed {
             return Err(format!("tool {name:?} was never listed by the server"));
         }
@@ -297,8 +360,12 @@ impl PinState {
             ))
         } else if let Some(change) = self.changes.get(name) {
             Some(change.to_string())
-        } else if known.is_duplicate(name) {
+        } else if pinned.is_duplicate(name) {
             Some(Change::Duplicate(name.to_owned()).to_string())
+        } else if let Some(why) = pinned.held(name) {
+            Some(format!(
+                "held by the pins file since an earlier session ({why}); the operator removes \"held\" to accept it"
+            ))
         } else if self.stale {
             Some(
                 "the server announced that its tools changed and they were not listed again".into(),
@@ -313,29 +380,50 @@ impl PinState {
         }
     }
 
-    fn page(&mut self, first_page: bool, result: Option<Node<'_>>, logs: &mut Logs) {
+    /// A page of the client's listing (`None`: the server answered with an error).
+    fn client_page(
+        &mut self,
+        first_page: bool,
+        generation: u64,
+        result: Option<Node<'_>>,
+        logs: &mut Logs,
+    ) {
         if first_page {
-            self.listing = PinSet::new();
+            self.client = PinSet::new();
+            self.client_generation = generation;
         }
         let Some(result) = result else { return };
+        let mut listing = std::mem::take(&mut self.client);
+        match self.read_page(&mut listing, result, logs) {
+            Some(None) => self.complete(listing, self.client_generation, logs),
+            Some(Some(_)) => self.client = listing,
+            None => {}
+        }
+    }
+
+    /// Reads one page into `listing` and compares it with the pins: `Some(cursor)` of
+    /// the next page, `Some(None)` when the listing is complete, `None` when the page
+    /// could not be read (then calls are refused until a readable listing).
+    fn read_page(
+        &mut self,
+        listing: &mut PinSet,
+        result: Node<'_>,
+        logs: &mut Logs,
+    ) -> Option<Option<String>> {
         let mut page = PinSet::new();
-        let more = match page.add_result(result) {
-            Ok(more) => more,
+        let cursor = match page.add_result(result) {
+            Ok(cursor) => cursor,
             Err(e) => {
-                logs.push(format!(
-                    "tools/list: {e}; calls are refused until a readable listing"
-                ));
-                self.unreadable = Some(e.to_string());
-                return;
+                self.fail(e.to_string(), logs);
+                return None;
             }
         };
-        if self.listing.tools().count() + page.tools().count() > MAX_TOOLS {
-            let why = format!("the listing's pages hold more than {MAX_TOOLS} tools");
-            logs.push(format!(
-                "tools/list: {why}; calls are refused until a readable listing"
-            ));
-            self.unreadable = Some(why);
-            return;
+        if listing.tools().count() + page.tools().count() > MAX_TOOLS {
+            self.fail(
+                format!("the listing's pages hold more than {MAX_TOOLS} tools"),
+                logs,
+            );
+            return None;
         }
         // Judged before it joins the listing, so the page is never copied: a page of
         // thousands of tools is held once.
@@ -344,47 +432,67 @@ impl PinState {
             None => Vec::new(),
         };
         for (name, _) in page.tools() {
-            if self.listing.get(name).is_some() {
+            if listing.get(name).is_some() {
                 found.push(Change::Duplicate(name.to_owned()));
             }
         }
-        self.listing.absorb(page);
+        for (name, key) in page.ambiguous() {
+            if !self.ambiguous.contains_key(name) {
+                logs.push(format!(
+                    "tools/list: tool {name:?} names a pinned field as {key:?}; calls to it are refused"
+                ));
+                self.ambiguous.insert(name.to_owned(), key.to_owned());
+            }
+        }
+        listing.absorb(page);
         for change in found {
             self.note(change, logs);
         }
-        if more {
-            return;
-        }
-        let listing = std::mem::take(&mut self.listing);
+        Some(cursor)
+    }
+
+    /// A listing read to its end: the first pins the session, any later one is compared.
+    fn complete(&mut self, listing: PinSet, generation: u64, logs: &mut Logs) {
         self.unreadable = None;
-        self.stale = false;
+        if generation == self.generation {
+            self.stale = false;
+        }
         match &self.pinned {
             None => {
                 logs.push(format!(
                     "tools/list: pinned {} tools",
                     listing.tools().count()
                 ));
-                self.changes = BTreeMap::new();
-                for name in listing.duplicates() {
-                    self.note(Change::Duplicate(name.to_owned()), logs);
-                }
+                let duplicates: Vec<String> = listing.duplicates().map(str::to_owned).collect();
                 self.pinned = Some(listing);
+                for name in duplicates {
+                    self.note(Change::Duplicate(name), logs);
+                }
             }
             Some(pinned) => {
-                // The full comparison replaces what the pages found: a tool changed back
-                // is clean again, and removals can only be seen now.
-                let changes = diff(pinned, &listing);
-                self.changes = BTreeMap::new();
-                for change in changes {
+                // Removals can only be seen now. What the pages found stays: a tool
+                // changed back is not clean again.
+                for change in diff(pinned, &listing) {
                     self.note(change, logs);
                 }
             }
         }
     }
 
+    fn fail(&mut self, why: String, logs: &mut Logs) {
+        logs.push(format!(
+            "tools/list: {why}; calls are refused until a readable listing"
+        ));
+        self.unreadable = Some(why);
+    }
+
     fn note(&mut self, change: Change, logs: &mut Logs) {
-        if !self.changes.contains_key(change.tool()) {
-            logs.push(format!("tools/list: {change}"));
+        if self.changes.contains_key(change.tool()) {
+            return;
+        }
+        logs.push(format!("tools/list: {change}"));
+        if let Some(pinned) = &mut self.pinned {
+            pinned.hold(change.tool(), &change.to_string());
         }
         self.changes.insert(change.tool().to_owned(), change);
     }
@@ -405,6 +513,8 @@ pub struct Relay<G: Gate> {
     /// Server requests (sampling, elicitation, roots) waiting for the client, by id.
     server_requests: BTreeSet<IdKey>,
     pins: PinState,
+    /// Requests of the relay's own for the server, sent after the frame being handled.
+    own_requests: Vec<Vec<u8>>,
 }
 
 /// The diagnostics of one frame: at most [`MAX_LOG_LINES`], the rest counted.
@@ -454,6 +564,7 @@ enum Element<P> {
     Failed(RequestId, String),
     Cancel(Option<IdKey>, Option<String>),
     Notify,
+    Initialized,
     Answer(IdKey),
     Unusable(String),
 }
@@ -470,6 +581,7 @@ impl<G: Gate> Relay<G> {
             next_tombstone: 0,
             server_requests: BTreeSet::new(),
             pins: PinState::default(),
+            own_requests: Vec::new(),
         }
     }
 
@@ -517,7 +629,9 @@ impl<G: Gate> Relay<G> {
             let message = classify(&bytes);
             self.client_message(message, &mut logs)
         };
-        finish_plan(plan, bytes, logs, Action::ToServer, Action::ToClient)
+        let mut actions = finish_plan(plan, bytes, logs, Action::ToServer, Action::ToClient);
+        actions.extend(self.own_requests.drain(..).map(Action::ToServer));
+        actions
     }
 
     /// Handles one frame read from the server.
@@ -535,7 +649,9 @@ impl<G: Gate> Relay<G> {
             let message = classify(&bytes);
             self.server_message(&bytes, message, &mut logs)
         };
-        finish_plan(plan, bytes, logs, Action::ToClient, Action::ToServer)
+        let mut actions = finish_plan(plan, bytes, logs, Action::ToClient, Action::ToServer);
+        actions.extend(self.own_requests.drain(..).map(Action::ToServer));
+        actions
     }
 
     /// The server exited (`how`, see [`CallEnd::ServerExited`]): every pending call ends
@@ -557,6 +673,7 @@ impl<G: Gate> Relay<G> {
         }
         self.server_requests.clear();
         self.forget_tombstones();
+        self.pins.own.waiting = None;
         actions.push(Action::Log("server exited".into()));
         actions
     }
@@ -571,6 +688,7 @@ impl<G: Gate> Relay<G> {
         }
         self.server_requests.clear();
         self.forget_tombstones();
+        self.pins.own.waiting = None;
         if count == 0 {
             Vec::new()
         } else {
@@ -637,6 +755,12 @@ impl<G: Gate> Relay<G> {
         }
         match notification.method.as_str() {
             "tools/call" => Err("a tools/call without an id".into()),
+            // The server is ready once the client says so: list its tools now, so the
+            // session is pinned whether or not the client lists them (or all their pages).
+            "notifications/initialized" => {
+                self.list_tools(logs);
+                Ok(())
+            }
             "notifications/cancelled" => {
                 if let Some(key) = notification.cancelled_request() {
                     let reason = notification.cancel_reason();
@@ -688,7 +812,12 @@ impl<G: Gate> Relay<G> {
 
     /// Why a new request with this id cannot wait for an answer.
     fn id_problem(&self, id: &RequestId, batch_ids: &BTreeSet<IdKey>) -> Option<String> {
-        if self.client_requests.contains_key(&id.key) || batch_ids.contains(&id.key) {
+        if self.pins.own.waiting.as_ref() == Some(&id.key) {
+            Some(format!(
+                "request id {} is the relay's own tools/list, still waiting for the server",
+                id.raw
+            ))
+        } else if self.client_requests.contains_key(&id.key) || batch_ids.contains(&id.key) {
             Some(format!("request id {} is already pending", id.raw))
         } else if self.tombstones.contains_key(&id.key) {
             Some(format!(
@@ -745,7 +874,7 @@ impl<G: Gate> Relay<G> {
             reply.push(b'\n');
             return Plan::Reply(reply);
         }
-        let kind = plain_kind(&request);
+        let kind = self.plain_kind(&request);
         self.client_requests.insert(
             request.id.key,
             Outstanding {
@@ -773,6 +902,12 @@ impl<G: Gate> Relay<G> {
                 return Err(self.refuse_here(request, Refusal::new("relay", problem.to_string())));
             }
         };
+        let arguments = match request.arguments() {
+            Ok(arguments) => arguments,
+            Err(problem) => {
+                return Err(self.refuse_here(request, Refusal::new("relay", problem.to_string())));
+            }
+        };
         match self.pins.check(&name, self.config.pin_mode) {
             Err(why) => return Err(self.refuse_here(request, Refusal::new("pins", why))),
             Ok(Some(note)) => logs.push(format!("pins (record only): calling anyway: {note}")),
@@ -782,7 +917,7 @@ impl<G: Gate> Relay<G> {
             frame: request.raw,
             id: &request.id.raw,
             name: &name,
-            arguments: request.arguments(),
+            arguments,
             in_batch,
         })
     }
@@ -856,7 +991,7 @@ impl<G: Gate> Relay<G> {
                     } else if request.duplicate_keys {
                         Element::Failed(request.id, "the request has duplicate keys".into())
                     } else {
-                        let kind = plain_kind(&request);
+                        let kind = self.plain_kind(&request);
                         Element::Plain(request.id, kind)
                     }
                 }
@@ -868,6 +1003,9 @@ impl<G: Gate> Relay<G> {
                 }
                 Message::Notification(n) if n.method == "notifications/cancelled" => {
                     Element::Cancel(n.cancelled_request(), n.cancel_reason())
+                }
+                Message::Notification(n) if n.method == "notifications/initialized" => {
+                    Element::Initialized
                 }
                 Message::Notification(_) => Element::Notify,
                 Message::Response(r)
@@ -892,6 +1030,7 @@ impl<G: Gate> Relay<G> {
         });
         if whole {
             let mut cancels = Vec::new();
+            let mut initialized = false;
             for element in elements {
                 match element {
                     Element::Call(id, pending) => {
@@ -916,11 +1055,15 @@ impl<G: Gate> Relay<G> {
                         self.server_requests.remove(&key);
                     }
                     Element::Cancel(Some(key), reason) => cancels.push((key, reason)),
+                    Element::Initialized => initialized = true,
                     _ => {}
                 }
             }
             for (key, reason) in cancels {
                 self.cancel(&key, reason.as_deref(), logs);
+            }
+            if initialized {
+                self.list_tools(logs);
             }
             return Plan::Forward;
         }
@@ -939,7 +1082,10 @@ impl<G: Gate> Relay<G> {
                     answers.push(error_reply(&id.raw, INVALID_REQUEST, &why))
                 }
                 Element::Unusable(why) => logs.push(format!("client batch: {why}")),
-                Element::Cancel(..) | Element::Notify | Element::Answer(_) => {}
+                Element::Cancel(..)
+                | Element::Notify
+                | Element::Initialized
+                | Element::Answer(_) => {}
             }
         }
         logs.push(format!(
@@ -950,6 +1096,106 @@ impl<G: Gate> Relay<G> {
             return Plan::Drop;
         }
         Plan::Reply(json_array(&answers))
+    }
+
+    fn plain_kind(&self, request: &Request<'_>) -> Kind<G::Pending> {
+        if request.method == "tools/list" {
+            Kind::ToolsList {
+                first_page: !request.has_cursor(),
+                generation: self.pins.generation,
+            }
+        } else {
+            Kind::Other
+        }
+    }
+
+    /// Starts the relay's own listing of the server's tools, or (one is under way)
+    /// marks it to start again when that one ends.
+    fn list_tools(&mut self, logs: &mut Logs) {
+        let own = &mut self.pins.own;
+        if own.waiting.is_some() {
+            own.again = true;
+            return;
+        }
+        own.generation = self.pins.generation;
+        own.listing = PinSet::new();
+        own.pages = 0;
+        own.bytes = 0;
+        own.again = false;
+        self.ask_page(None, logs);
+    }
+
+    /// Sends the relay's own `tools/list` for the page at `cursor` (`None`: the first).
+    fn ask_page(&mut self, cursor: Option<&str>, logs: &mut Logs) {
+        // An id no client request is waiting on (a client reusing it meanwhile is
+        // refused: see `id_problem`).
+        let (id, key) = loop {
+            let n = self.pins.own.sent;
+            self.pins.own.sent += 1;
+            let id = format!("{OWN_REQUEST_ID_PREFIX}{n}");
+            let key = IdKey::String(id.clone());
+            if !self.client_requests.contains_key(&key) && !self.tombstones.contains_key(&key) {
+                break (id, key);
+            }
+        };
+        let mut request = String::from(r#"{"jsonrpc":"2.0","id":"#);
+        json::write_string(&id, &mut request);
+        request.push_str(r#","method":"tools/list""#);
+        if let Some(cursor) = cursor {
+            request.push_str(r#","params":{"cursor":"#);
+            json::write_string(cursor, &mut request);
+            request.push('}');
+        }
+        request.push_str("}\n");
+        if self.pins.own.pages == 0 {
+            logs.push("relay: listing the server's tools to pin them".into());
+        }
+        self.pins.own.waiting = Some(key);
+        self.own_requests.push(request.into_bytes());
+    }
+
+    /// The server's answer to the relay's own `tools/list` (never forwarded).
+    fn own_page(&mut self, frame_len: usize, response: &Response<'_>, logs: &mut Logs) {
+        self.pins.own.waiting = None;
+        let own = &mut self.pins.own;
+        own.pages += 1;
+        own.bytes = own.bytes.saturating_add(frame_len);
+        let Some(result) = response.result() else {
+            logs.push(
+                "server: answered the relay's tools/list with an error; the session is pinned by the client's listing, if any".into(),
+            );
+            self.list_again(logs);
+            return;
+        };
+        if own.pages > MAX_LISTING_PAGES || own.bytes > MAX_LISTING_BYTES {
+            let why = format!(
+                "the listing did not end within {MAX_LISTING_PAGES} pages and {MAX_LISTING_BYTES} bytes"
+            );
+            self.pins.fail(why, logs);
+            self.list_again(logs);
+            return;
+        }
+        let mut listing = std::mem::take(&mut self.pins.own.listing);
+        match self.pins.read_page(&mut listing, result, logs) {
+            Some(Some(cursor)) => {
+                self.pins.own.listing = listing;
+                self.ask_page(Some(&cursor), logs);
+            }
+            Some(None) => {
+                let generation = self.pins.own.generation;
+                self.pins.complete(listing, generation, logs);
+                self.list_again(logs);
+            }
+            None => self.list_again(logs),
+        }
+    }
+
+    /// The relay's listing ended: starts another if the server announced a change
+    /// meanwhile.
+    fn list_again(&mut self, logs: &mut Logs) {
+        if std::mem::take(&mut self.pins.own.again) {
+            self.list_tools(logs);
+        }
     }
 
     fn server_message(&mut self, frame: &[u8], message: Message<'_>, logs: &mut Logs) -> Plan {
@@ -1002,11 +1248,21 @@ impl<G: Gate> Relay<G> {
     fn drop_server_frame(&mut self, frame: &[u8], why: &str, logs: &mut Logs) -> Plan {
         logs.push(format!("server: dropped {why}"));
         let mut answered = Vec::new();
+        let own = self.pins.own.waiting.clone();
         let ids = recoverable_ids(frame, |key| {
-            self.client_requests.contains_key(key) || self.tombstones.contains_key(key)
+            self.client_requests.contains_key(key)
+                || self.tombstones.contains_key(key)
+                || own.as_ref() == Some(key)
         });
         for id in ids {
-            if let Some(outstanding) = self.client_requests.remove(&id.key) {
+            if own.as_ref() == Some(&id.key) {
+                self.pins.own.waiting = None;
+                self.pins.fail(
+                    format!("the server's answer to the relay's tools/list: {why}"),
+                    logs,
+                );
+                self.list_again(logs);
+            } else if let Some(outstanding) = self.client_requests.remove(&id.key) {
                 answered.push(outstanding);
             } else if self.unbury(&id.key) {
                 logs.push(format!(
@@ -1120,8 +1376,13 @@ impl<G: Gate> Relay<G> {
             Message::Notification(notification) => {
                 match notification.method.as_str() {
                     "notifications/tools/list_changed" => {
-                        logs.push("server: tools changed; calls wait for a new listing".into());
+                        logs.push(
+                            "server: tools changed; calls are refused until they are listed again"
+                                .into(),
+                        );
                         self.pins.stale = true;
+                        self.pins.generation += 1;
+                        self.list_tools(logs);
                     }
                     "notifications/cancelled" => {
                         if let Some(key) = notification.cancelled_request() {
@@ -1137,6 +1398,10 @@ impl<G: Gate> Relay<G> {
     }
 
     fn server_response(&mut self, frame: &[u8], response: &Response<'_>, logs: &mut Logs) -> bool {
+        if self.pins.own.waiting.as_ref() == Some(&response.id.key) {
+            self.own_page(frame.len(), response, logs);
+            return false;
+        }
         let Some(outstanding) = self.client_requests.remove(&response.id.key) else {
             if self.unbury(&response.id.key) {
                 logs.push(format!(
@@ -1163,7 +1428,12 @@ impl<G: Gate> Relay<G> {
                 };
                 self.gate.finish(pending, end);
             }
-            Kind::ToolsList { first_page } => self.pins.page(first_page, response.result(), logs),
+            Kind::ToolsList {
+                first_page,
+                generation,
+            } => self
+                .pins
+                .client_page(first_page, generation, response.result(), logs),
             Kind::Other => {}
         }
         true
@@ -1173,16 +1443,6 @@ impl<G: Gate> Relay<G> {
 impl<G: Gate> Drop for Relay<G> {
     fn drop(&mut self) {
         let _ = self.shutdown();
-    }
-}
-
-fn plain_kind<P>(request: &Request<'_>) -> Kind<P> {
-    if request.method == "tools/list" {
-        Kind::ToolsList {
-            first_page: !request.has_cursor(),
-        }
-    } else {
-        Kind::Other
     }
 }
 

@@ -73,6 +73,7 @@ use aegis_station_api::abi_stable::std_types::{RArc, ROption, RSlice, RSliceMut,
 use aegis_station_api::{
     CallAnswer, DecisionTable, IndexedDecision, PolicyEvaluatorBox, PolicyRequest, Verdict,
 };
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::future::{Future, poll_fn};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -91,6 +92,10 @@ pub const NOT_EXECUTED: &str = "not executed";
 pub const PARKED: &str = "parked for approval";
 /// The execution reason written by the drop guard.
 pub const ABANDONED: &str = "call abandoned before completion";
+/// The execution reason, before the cause, for arguments that read more than one way:
+/// no station is asked about a call whose tool may read other arguments than the policy.
+pub const AMBIGUOUS_ARGUMENTS: &str =
+    "the call's arguments cannot be read one way only, so no station was asked";
 /// Why the host will not run a relayed tool itself (its caller relays the call).
 pub const RELAYED_NOT_HERE: &str =
     "a relayed tool runs in the server it came from; this host does not run it";
@@ -236,6 +241,13 @@ impl CallRecord {
     /// the relay's refusal text); `None` when policy and capability both let it through.
     pub fn station_refusal(&self) -> Option<String> {
         let o = &self.outcome;
+        if stopped_before_the_stations(o)
+            && let ExecutionOutcome::HostDenied { reason } = &o.execution
+        {
+            // No station was asked (the arguments read two ways, the caller refused it,
+            // or it was abandoned): the reason is the host's.
+            return Some(format!("not run: {reason}"));
+        }
         let rule = o
             .decision_axes
             .matched_rule
@@ -499,6 +511,14 @@ impl Pipeline {
     /// ([`ToolRegistry::axes`]), not only the one the call names: see [`ask_policy`].
     fn stations_1_2(&self, call: &Stated) -> (Decisions, Option<Grant>) {
         let mut d = Decisions::default();
+        // The one rule for "reads one way only" (aegis_policy_arguments::unambiguous):
+        // a rule must never compare a value the tool or server reads differently.
+        if let Some(text) = call.arguments.as_deref()
+            && let Err(why) = aegis_policy_arguments::unambiguous::read_object(text.as_bytes())
+        {
+            d.refused = Some(format!("{AMBIGUOUS_ARGUMENTS}: {why}").into());
+            return (d, None);
+        }
         let named = call.capability.as_deref();
         let planned = self.tools.axes(&call.tool_id, named);
         let as_named: [RStr<'_>; 1];
@@ -555,7 +575,7 @@ impl Pipeline {
                     reason: denied.to_string(),
                     denied_capability: Some(denied.axis().to_owned()),
                 });
-                d.refused = Some(NOT_EXECUTED);
+                d.refused = Some(NOT_EXECUTED.into());
                 (d, None)
             }
         }
@@ -730,7 +750,7 @@ struct Decisions {
     fs: Option<FsAxis>,
     net: Option<NetAxis>,
     /// Why nothing runs, once a station refused (`not executed`, `parked for approval`).
-    refused: Option<&'static str>,
+    refused: Option<Cow<'static, str>>,
 }
 
 impl Decisions {
@@ -740,13 +760,18 @@ impl Decisions {
             reason: POLICY_BLOCKED.to_owned(),
             denied_capability: None,
         });
-        self.refused = Some(why);
+        self.refused = Some(why.into());
     }
 
     /// The ending of a call that ran nothing: the refusal, or (no station refused)
     /// an abandonment.
     fn not_run(&self) -> Ended {
-        Ended::host_denied(self.refused.unwrap_or(ABANDONED).to_owned())
+        Ended::host_denied(
+            self.refused
+                .clone()
+                .unwrap_or(ABANDONED.into())
+                .into_owned(),
+        )
     }
 }
 

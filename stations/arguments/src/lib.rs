@@ -5,6 +5,10 @@
 //! compares is what the server will act on, and shares that reading between stations.
 //!
 //! # Guarantees
+//! - [`unambiguous::read`] is the host's one rule for JSON that reads one way only (no
+//!   two keys of an object that fold together, no `__proto__`, strict grammar). The
+//!   pipeline refuses a call whose arguments fail it, and [`Arguments::parse`] reads
+//!   such text as unknown.
 //! - [`Arguments::get`] answers unknown (`None`) when the arguments were not given, or
 //!   when another key of the same object folds to the name asked for (lowercase, `ſ`
 //!   read as `s`): a server in Go fills a `path` field from `"PATH"`, so a rule reading
@@ -22,6 +26,8 @@
 
 use serde_json::{Map, Value};
 
+pub mod unambiguous;
+
 /// A call's arguments as a station sees them.
 #[derive(Clone, Debug)]
 pub enum Arguments {
@@ -33,10 +39,11 @@ pub enum Arguments {
 
 impl Arguments {
     /// Parses the canonical JSON the host passes; `None` is unknown. Text that is not
-    /// one JSON object is unknown too, so a rule over it cannot allow.
+    /// one JSON object, read one way only ([`unambiguous::read_object`]), is unknown
+    /// too, so a rule over it cannot allow.
     pub fn parse(text: Option<&str>) -> Arguments {
-        match text.map(serde_json::from_str::<Value>) {
-            Some(Ok(Value::Object(map))) => Arguments::Known(map),
+        match text.map(|t| unambiguous::read_object(t.as_bytes())) {
+            Some(Ok(map)) => Arguments::Known(map),
             _ => Arguments::Unknown,
         }
     }
@@ -76,23 +83,6 @@ pub fn lookup<'m>(map: &'m Map<String, Value>, name: &str) -> Option<Option<&'m 
         }
     }
     Some(at)
-}
-
-/// Whether any object in `map`, nested ones included, holds two keys that fold equal
-/// or a `__proto__` key: then some name cannot be known (see [`Arguments::get`]).
-pub fn has_ambiguous_keys(map: &Map<String, Value>) -> bool {
-    let mut seen = std::collections::HashSet::with_capacity(map.len());
-    map.iter().any(|(key, value)| {
-        key == "__proto__" || !seen.insert(fold(key)) || value_has_ambiguous_keys(value)
-    })
-}
-
-fn value_has_ambiguous_keys(value: &Value) -> bool {
-    match value {
-        Value::Object(o) => has_ambiguous_keys(o),
-        Value::Array(items) => items.iter().any(value_has_ambiguous_keys),
-        _ => false,
-    }
 }
 
 /// `map[key]`, or `None` (unknown) when another key folds to the same name (a server
@@ -277,8 +267,7 @@ mod tests {
 
     #[test]
     fn a_key_that_folds_to_the_name_makes_it_unknown() {
-        let a = Arguments::parse(Some(r#"{"path":"/a","PATH":"/b","opts":{"Depth":1}}"#));
-        assert_eq!(a.get("path"), None);
+        let a = Arguments::parse(Some(r#"{"path":"/a","opts":{"Depth":1}}"#));
         assert_eq!(a.get("/opts/Depth"), Some(Some(&Value::from(1))));
         assert_eq!(a.get("/opts/depth"), None);
         assert_eq!(a.get("missing"), Some(None));
@@ -301,18 +290,21 @@ mod tests {
         assert_eq!(typed.get("/a/0/path"), Some(Some(&Value::from("/etc"))));
         assert_eq!(typed.get("/a/1/path"), Some(None));
         assert_eq!(typed.get("/n/path"), Some(None), "inside null: a miss");
-        let map = |t: &str| match Arguments::parse(Some(t)) {
-            Arguments::Known(m) => m,
-            Arguments::Unknown => panic!("{t}"),
-        };
-        assert!(!has_ambiguous_keys(&map(r#"{"a":{"a":1},"b":[{"a":2}]}"#)));
+        // Text that reads two ways is unknown as a whole, whichever key is asked for.
+        assert!(matches!(
+            Arguments::parse(Some(r#"{"a":{"a":1},"b":[{"a":2}]}"#)),
+            Arguments::Known(_)
+        ));
         for t in [
-            r#"{"path":1,"PATH":2}"#,
+            r#"{"path":"/etc/shadow","path":"/data/x"}"#,
             r#"{"x":[{"k":1,"\u212a":2}]}"#,
             r#"{"o":{"__proto__":{}}}"#,
             "{\"file\":1,\"f\u{131}le\":2}",
+            r#"{"path":"/data/x","n":NaN}"#,
         ] {
-            assert!(has_ambiguous_keys(&map(t)), "{t}");
+            let a = Arguments::parse(Some(t));
+            assert!(matches!(a, Arguments::Unknown), "{t}");
+            assert_eq!(a.get("path"), None, "{t}");
         }
         assert_eq!(Arguments::parse(None).get("path"), None);
         assert_eq!(Arguments::parse(Some("[1]")).get("path"), None);
