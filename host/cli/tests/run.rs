@@ -417,3 +417,48 @@ fn a_policy_of_two_documents_is_refused() {
         text(&out.stderr)
     );
 }
+
+/// Regression (second outside attack): `--input '{"path":"/etc/shadow","path":"/data/x"}'`
+/// merged last-wins before the policy, which compared `/data/x` and allowed, while the
+/// tool was handed the raw bytes (a first-wins reader finds `/etc/shadow`). Input that
+/// opens as a JSON object and does not read one way only is now refused before any
+/// station, on the record, and the tool never runs.
+#[test]
+fn input_that_reads_two_ways_is_refused_before_the_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "version: 1\ndefault: allow\nrules:\n  - id: no-etc\n    action: deny\n    tool: echo\n    arguments:\n      path: { under: /etc }\n",
+    )
+    .unwrap();
+    let p = policy.to_str().unwrap();
+    let with = |input: &str| tool("echo", "echo", &["--policy", p, "--input", input]);
+    assert_eq!(with(r#"{"path":"/etc/shadow"}"#).status.code(), Some(10));
+    let allowed = with(r#"{"path":"/data/x"}"#);
+    assert_eq!(allowed.status.code(), Some(0), "{}", text(&allowed.stderr));
+    for input in [
+        r#"{"path":"/etc/shadow","path":"/data/x"}"#,
+        r#"{"path":"/data/x","path":"/etc/shadow"}"#,
+        r#"{"path":"/data/x","PATH":"/etc/shadow"}"#,
+        r#"{"path":"/data/x","pAth":"/etc/shadow"}"#,
+        r#"{"o":{"mode":"r","MODE":"w"},"path":"/data/x"}"#,
+        r#"{"path":"/data/x","paſh":1,"pash":2}"#,
+        r#"{"path":"/data/x","__proto__":{"path":"/etc/shadow"}}"#,
+        r#"{"path":"/data/x","n":NaN}"#,
+        r#"  {"path":"/data/x",}"#,
+    ] {
+        let out = with(input);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(16), "{input}: {err}");
+        assert!(out.stdout.is_empty(), "{input}: the tool ran");
+        assert!(
+            err.contains("cannot be read one way only"),
+            "{input}: {err}"
+        );
+    }
+    // Input that is not a JSON object states no arguments, which are unknown to the
+    // rule: a deny rule applies on an unknown, so nothing is widened.
+    let plain = with("just text {\"path\":\"/etc/shadow\"}");
+    assert_eq!(plain.status.code(), Some(10));
+}

@@ -41,6 +41,12 @@ rules:
     action: allow
     tool: limited
     limits: { max_wall_ms: 1000 }
+  - id: no-etc
+    action: deny
+    tool: read
+    arguments:
+      path: { under: /etc }
+    reason: /etc stays private
 ";
 
 /// A running `aegis wrap` over the echo server, with its files.
@@ -364,11 +370,22 @@ fn unrefused_traffic_reaches_the_client_byte_for_byte() {
     w.request(5, "ping", "{}");
     let status = w.close();
     assert_eq!(status.code(), Some(0), "{}", w.stderr());
+    // The relay's own tools/list (after initialized, to pin the tools) and its answer
+    // are the only lines between the two that the other side did not write or see.
+    let own = |t: &str| {
+        let (own, rest): (Vec<&str>, Vec<&str>) = t
+            .split_inclusive('\n')
+            .partition(|l| l.contains(r#""id":"aegis-relay/tools-list/"#));
+        (own.len(), rest.concat())
+    };
     let server_wrote = std::fs::read(w.path("server-out.log")).unwrap();
-    assert_eq!(text(&w.received), text(&server_wrote));
-    assert_eq!(w.received, server_wrote);
+    let (answers, to_client) = own(&text(&server_wrote));
+    assert_eq!(answers, 1);
+    assert_eq!(text(&w.received), to_client);
     // And the other way: the server read exactly what the client wrote.
-    assert_eq!(w.server_saw(), text(&w.sent));
+    let (asked, from_client) = own(&w.server_saw());
+    assert_eq!(asked, 1);
+    assert_eq!(from_client, text(&w.sent));
 
     let outcomes = w.record();
     let echo = outcome_of(&outcomes, "echo");
@@ -657,8 +674,9 @@ fn a_call_the_client_cancels_is_recorded_as_cancelled() {
 fn in_record_only_mode_a_changed_tool_still_runs() {
     let mut w = Wrap::start(&["--pins-record-only"], &["--rug-pull"]);
     w.initialize();
-    w.request(3, "tools/list", "{}");
-    assert!(!is_error(&w.call(4, "echo", r#"{"text":"anyway"}"#)));
+    assert!(!is_error(&w.call(3, "echo", r#"{"text":"before"}"#)));
+    w.request(4, "tools/list", "{}");
+    assert!(!is_error(&w.call(5, "echo", r#"{"text":"anyway"}"#)));
     assert_eq!(w.close().code(), Some(0));
     assert!(w.stderr().contains("calling anyway"));
     w.record();
@@ -827,4 +845,72 @@ fn sigkill_of_wrap_leaves_its_call_in_flight_and_the_session_unanchored() {
     assert!(in_flight[0].ends_with(r#"tool_id "echo""#), "{report}");
     let record = text(&std::fs::read(w.path("record.jsonl")).unwrap());
     assert!(!record.contains(r#""line_type":"close""#));
+}
+
+/// Regression (second outside attack): a `tools/call` naming its arguments `Arguments`
+/// (or `ARGUMENTS`, `argumentſ`) reached the policy as no arguments, so the deny rule on
+/// `path under /etc` was skipped, while a server that folds keys as Go's
+/// `encoding/json` does read `/etc/shadow`. Now the relay refuses it, on the record, and
+/// the server never sees it.
+#[test]
+fn arguments_under_another_spelling_never_reach_a_server_that_folds_keys() {
+    let mut w = Wrap::start(&[], &["--fold-keys", "--tool", "read"]);
+    w.initialize();
+    // The rule holds for the exact spelling, and an allowed path runs.
+    assert!(is_error(&w.call(3, "read", r#"{"path":"/etc/shadow"}"#)));
+    let allowed = w.call(4, "read", r#"{"path":"/data/x"}"#);
+    assert!(!is_error(&allowed), "{allowed:?}");
+    for (id, spelling) in [(5, "Arguments"), (6, "ARGUMENTS"), (7, "argumentſ")] {
+        let answer = w.request(
+            id,
+            "tools/call",
+            &format!(r#"{{"name":"read","{spelling}":{{"path":"/etc/shadow"}}}}"#),
+        );
+        assert!(is_error(&answer), "{spelling}: {answer:?}");
+    }
+    // Duplicates inside the arguments: a first-wins reader would find /etc/shadow.
+    let twice = w.call(8, "read", r#"{"path":"/etc/shadow","path":"/data/x"}"#);
+    assert!(is_error(&twice));
+    assert_eq!(w.close().code(), Some(0), "{}", w.stderr());
+    let saw = w.server_saw();
+    assert!(
+        saw.lines()
+            .all(|l| !(l.contains("tools/call") && l.contains("shadow"))),
+        "{saw}"
+    );
+    let outcomes = w.record();
+    let read = outcome_of(&outcomes, "read");
+    assert_eq!(read.len(), 6);
+    assert_eq!(at(read[0], &["policy", "status"]), "denied");
+    for refused in &read[2..] {
+        assert_eq!(at(refused, &["execution", "status"]), "host_denied");
+    }
+}
+
+/// Regression (second outside attack): a server whose every listing names a next page
+/// on page 1 was never pinned (the Python SDK's client reads only page 1), so its rug
+/// pull reached the model and calls ran. The relay lists all pages itself and pins.
+#[test]
+fn a_listing_the_client_never_finishes_is_pinned_by_the_relay() {
+    let mut w = Wrap::start(&[], &["--paged", "--rug-pull"]);
+    w.initialize();
+    let listed = w.received.clone();
+    assert!(
+        text(&listed).contains(r#""nextCursor":"2""#),
+        "the client saw page 1 only"
+    );
+    assert!(!is_error(&w.call(3, "echo", r#"{"text":"before"}"#)));
+    w.request(4, "tools/list", "{}");
+    let refused = w.call(5, "echo", r#"{"text":"after"}"#);
+    assert!(is_error(&refused), "{refused:?}");
+    assert!(text(&w.received).contains("changed since it was pinned"));
+    assert_eq!(w.close().code(), Some(0), "{}", w.stderr());
+    assert!(!w.server_saw().contains("after"));
+    let own_pages = w
+        .server_saw()
+        .lines()
+        .filter(|l| l.contains("aegis-relay/tools-list/") && l.contains(r#""cursor":"2""#))
+        .count();
+    assert_eq!(own_pages, 1, "the relay followed page 2 itself");
+    w.record();
 }

@@ -311,6 +311,22 @@ fn params_object(params: Option<Node<'_>>) -> Option<Object<'_>> {
     params?.object()
 }
 
+/// True when `params` is there but is neither an object nor null, or names one of
+/// `members` twice or by another spelling (`Cursor`, `requestſd`): a peer that folds keys
+/// reads another value than the relay.
+fn params_ambiguous(params: Option<Node<'_>>, members: &[&str]) -> bool {
+    let Some(params) = params else {
+        return false;
+    };
+    match params.value() {
+        Value::Null => false,
+        Value::Object(object) => members
+            .iter()
+            .any(|m| matches!(object.lookup(m), Lookup::Ambiguous)),
+        _ => true,
+    }
+}
+
 impl Request<'_> {
     /// For a `tools/call`: the tool's name, which must be one exact string.
     pub fn tool_name(&self) -> Result<String, NameProblem> {
@@ -353,6 +369,12 @@ impl Request<'_> {
         }
     }
 
+    /// True when `params` cannot be read one way only for `members` (see
+    /// [`Notification::ambiguous_params`]).
+    pub fn ambiguous_params(&self, members: &[&str]) -> bool {
+        params_ambiguous(self.params, members)
+    }
+
     /// For a `tools/list`: whether `params.cursor` is present (a later page).
     pub fn has_cursor(&self) -> bool {
         params_object(self.params)
@@ -361,6 +383,13 @@ impl Request<'_> {
 }
 
 impl Notification<'_> {
+    /// True when `params` is neither absent, null nor an object, or names one of
+    /// `members` twice or by a key that folds to it: the relay would act on another
+    /// reading than a peer that folds keys.
+    pub fn ambiguous_params(&self, members: &[&str]) -> bool {
+        params_ambiguous(self.params, members)
+    }
+
     /// For `notifications/cancelled`: the id of the request it cancels.
     pub fn cancelled_request(&self) -> Option<IdKey> {
         match params_object(self.params)?.lookup("requestId") {
@@ -389,6 +418,16 @@ impl<'a> Response<'a> {
                 self.body.object().map(|o| o.lookup("isError")),
                 Some(Lookup::One(node)) if matches!(node.value(), Value::Bool(true))
             )
+    }
+
+    /// True for a `result` whose `isError` is named twice or by another spelling
+    /// (`IsError`): a client that folds keys may read an error the record does not.
+    pub fn tool_error_ambiguous(&self) -> bool {
+        !self.is_error
+            && self
+                .body
+                .object()
+                .is_some_and(|o| matches!(o.lookup("isError"), Lookup::Ambiguous))
     }
 
     pub(crate) fn result(&self) -> Option<Node<'a>> {

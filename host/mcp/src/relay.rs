@@ -91,6 +91,9 @@ pub const MAX_BATCH: usize = 256;
 /// so a frame of many bad parts cannot flood stderr.
 pub const MAX_LOG_LINES: usize = 16;
 
+/// The members of `notifications/cancelled` the relay acts on.
+const CANCEL_MEMBERS: [&str; 2] = ["requestId", "reason"];
+
 /// The namespaced `_meta` key carrying a refusal's facts.
 pub const REFUSAL_META_KEY: &str = "dev.aegis/refusal";
 
@@ -761,6 +764,9 @@ impl<G: Gate> Relay<G> {
                 self.list_tools(logs);
                 Ok(())
             }
+            "notifications/cancelled" if notification.ambiguous_params(&CANCEL_MEMBERS) => {
+                Err("a cancellation whose requestId or reason cannot be read one way only".into())
+            }
             "notifications/cancelled" => {
                 if let Some(key) = notification.cancelled_request() {
                     let reason = notification.cancel_reason();
@@ -860,11 +866,7 @@ impl<G: Gate> Relay<G> {
                 }
             };
         }
-        let problem = id_problem.or_else(|| {
-            request
-                .duplicate_keys
-                .then(|| "the request has duplicate keys".to_owned())
-        });
+        let problem = id_problem.or_else(|| request_problem(&request));
         if let Some(why) = problem {
             logs.push(format!(
                 "client: answered {} with an error: {why}",
@@ -988,8 +990,8 @@ impl<G: Gate> Relay<G> {
                         }
                     } else if let Some(why) = id_problem {
                         Element::Failed(request.id, why)
-                    } else if request.duplicate_keys {
-                        Element::Failed(request.id, "the request has duplicate keys".into())
+                    } else if let Some(why) = request_problem(&request) {
+                        Element::Failed(request.id, why)
                     } else {
                         let kind = self.plain_kind(&request);
                         Element::Plain(request.id, kind)
@@ -1000,6 +1002,12 @@ impl<G: Gate> Relay<G> {
                 }
                 Message::Notification(n) if n.method == "tools/call" => {
                     Element::Unusable("a tools/call without an id".into())
+                }
+                Message::Notification(n)
+                    if n.method == "notifications/cancelled"
+                        && n.ambiguous_params(&CANCEL_MEMBERS) =>
+                {
+                    Element::Unusable("a cancellation that cannot be read one way only".into())
                 }
                 Message::Notification(n) if n.method == "notifications/cancelled" => {
                     Element::Cancel(n.cancelled_request(), n.cancel_reason())
@@ -1231,7 +1239,7 @@ impl<G: Gate> Relay<G> {
     /// collide in it, so what the client reads (`isError`, the content) may not be what
     /// the record says.
     fn answer_unusable(&self, response: &Response<'_>) -> bool {
-        response.duplicate_keys
+        (response.duplicate_keys || response.tool_error_ambiguous())
             && matches!(
                 self.client_requests.get(&response.id.key),
                 Some(Outstanding {
@@ -1443,6 +1451,19 @@ impl<G: Gate> Relay<G> {
 impl<G: Gate> Drop for Relay<G> {
     fn drop(&mut self) {
         let _ = self.shutdown();
+    }
+}
+
+/// Why a request other than a `tools/call` cannot be forwarded: keys collide in it, or
+/// a `tools/list` names its cursor so that the relay and the server may read different
+/// pages (the relay keeps the client's pages to compare them with the pins).
+fn request_problem(request: &Request<'_>) -> Option<String> {
+    if request.duplicate_keys {
+        Some("the request has duplicate keys".into())
+    } else if request.method == "tools/list" && request.ambiguous_params(&["cursor"]) {
+        Some("params.cursor cannot be read one way only".into())
+    } else {
+        None
     }
 }
 

@@ -1228,3 +1228,33 @@ fn the_relays_own_request_id_is_not_the_clients() {
         1
     );
 }
+
+/// The other members the relay acts on, spelt so that a peer folding keys reads them and
+/// the relay would not: each is refused or dropped, never read as absent.
+#[test]
+fn other_members_the_relay_reads_refuse_another_spelling() {
+    let mut relay = listed(CountingGate::default(), RelayConfig::default());
+    // A cancellation whose requestId is spelt another way is dropped, not forwarded as
+    // a cancellation of nothing.
+    assert_eq!(
+        to_server(&relay.from_client(line(&call("1", "read")))).len(),
+        1
+    );
+    let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"RequestId":1}}"#;
+    assert!(to_server(&relay.from_client(line(cancel))).is_empty());
+    assert_eq!(relay.pending(), 1);
+    // An answer whose isError is spelt another way does not reach the client: the record
+    // would say success where a folding client reads an error.
+    let answer = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"IsError":true}}"#;
+    let actions = relay.from_server(line(answer));
+    assert!(
+        to_client(&actions).concat().contains("-32003"),
+        "{actions:?}"
+    );
+    assert_eq!(relay.gate().log.borrow().ended[&1], "unrelayable");
+    // A tools/list whose cursor is spelt another way is answered with an error.
+    let list = r#"{"jsonrpc":"2.0","id":"l9","method":"tools/list","params":{"Cursor":"p2"}}"#;
+    let actions = relay.from_client(line(list));
+    assert!(to_server(&actions).is_empty());
+    assert!(to_client(&actions).concat().contains("params.cursor"));
+}

@@ -598,9 +598,8 @@ impl CedarEngine {
         map: serde_json::Map<String, serde_json::Value>,
     ) -> Option<serde_json::Value> {
         use serde_json::Value;
-        if aegis_policy_arguments::has_ambiguous_keys(&map) {
-            return None;
-        }
+        // `map` reads one way only: `Arguments::parse` refuses text with colliding keys
+        // (aegis_policy_arguments::unambiguous).
         let mut value = Value::Object(map);
         for name in &self.path_arguments {
             let normal = match aegis_policy_arguments::lookup(value.as_object()?, name)? {
