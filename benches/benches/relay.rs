@@ -5,6 +5,10 @@
 //! - `classify/call_response_4k`: the server's answer, a 4 KiB text result.
 //! - `classify/list_response`: a `tools/list` answer of 20 tools with schemas.
 //!
+//! - `arguments/{serde,unambiguous}/{small,4k}`: a call's arguments read as a plain
+//!   `serde_json::Value`, against the host's one-way check (`unambiguous::read_object`,
+//!   which the pipeline runs on every call's arguments): the ratio is the check's cost.
+//!
 //! Each frame is classified once before timing and the shape checked, so the bench
 //! cannot time a path that refuses the frame.
 
@@ -60,10 +64,32 @@ fn relay(c: &mut Criterion) {
     g.finish();
 }
 
+fn arguments(c: &mut Criterion) {
+    use aegis_policy_arguments::unambiguous::read_object;
+    let small = br#"{"path":"/srv/data/report.txt","encoding":"utf-8"}"#.to_vec();
+    let rows: Vec<String> = (0..48)
+        .map(|i| format!(r#"{{"id":{i},"name":"row {i}","tags":["a","b"],"ok":true}}"#))
+        .collect();
+    let large = format!(r#"{{"path":"/srv/data","rows":[{}]}}"#, rows.join(",")).into_bytes();
+    let mut g = c.benchmark_group("arguments");
+    for (id, text) in [("small", &small), ("4k", &large)] {
+        assert!(read_object(text).is_ok(), "{id}");
+        g.throughput(Throughput::Bytes(text.len() as u64));
+        g.bench_function(format!("serde/{id}"), |b| {
+            b.iter(|| black_box(serde_json::from_slice::<serde_json::Value>(black_box(text))))
+        });
+        g.bench_function(format!("unambiguous/{id}"), |b| {
+            b.iter(|| black_box(read_object(black_box(text))))
+        });
+    }
+    g.finish();
+}
+
 // The same as `criterion_group!`, which would define an undocumented `pub fn`.
 fn benches() {
     let mut c = Criterion::default().configure_from_args();
     relay(&mut c);
+    arguments(&mut c);
 }
 
 criterion_main!(benches);

@@ -41,11 +41,31 @@
 //! - Handling one frame costs memory bounded independently of the frame bound (see the
 //!   `json` module) and yields at most [`MAX_LOG_LINES`] + 1 diagnostics.
 //!
+//! - The relay lists the server's tools itself (ids [`OWN_REQUEST_ID_PREFIX`]`N`) after
+//!   the client's `notifications/initialized` and after the server's
+//!   `notifications/tools/list_changed`, follows every `nextCursor` (at most
+//!   [`MAX_LISTING_PAGES`] pages and [`MAX_LISTING_BYTES`] bytes, else the listing fails
+//!   closed), and never shows those answers to the client. No call runs before a complete
+//!   listing (the client's or its own) pinned the session, or pins were loaded: a call
+//!   that arrives while its own listing is under way and nothing usable is pinned (or the
+//!   tools changed since) waits, at most [`RelayConfig::max_pending`] of them, and is
+//!   decided when a listing ends; cancelled while waiting, it is recorded as refused and
+//!   never reaches the server. The client's own listings are compared with the pins page
+//!   by page as they pass.
+//! - A change seen once (a tool changed, added, removed or listed twice) refuses that
+//!   tool for the rest of the session, even if a later listing shows it as pinned again,
+//!   and is written to the pins file as `held`. A tool whose definition names a pinned
+//!   field by another spelling (`Description`) is refused in both pin modes.
+//!
 //! # Non-guarantees
 //! - A frame over the size bound cannot be read, so nothing can answer it: it is dropped
 //!   and logged, and a call whose response was too long stays pending until shutdown.
-//! - After `notifications/tools/list_changed` the relay cannot list the tools itself; in
-//!   enforce mode it refuses calls until the client has listed them again.
+//! - After `notifications/tools/list_changed`, calls are refused until a listing asked
+//!   for after it completes (the relay's own, normally within one round trip).
+//! - A server that answers the relay's listing and the client's differently is caught
+//!   only on what the client is shown: its pages are compared with the pins, but a
+//!   client that caches a listing from another session is not shown anything the relay
+//!   can compare.
 //! - A task-augmented `tools/call` (MCP 2025-11-25) finishes when the server answers with
 //!   the task handle; the work the task does afterwards is not followed.
 //! - [`CallEnd::Cancelled`] means the client cancelled; the server may have run the call
@@ -90,6 +110,17 @@ pub const MAX_BATCH: usize = 256;
 /// The most diagnostic lines one frame produces; the rest are counted in one more line,
 /// so a frame of many bad parts cannot flood stderr.
 pub const MAX_LOG_LINES: usize = 16;
+
+/// What a client's cancellation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cancelled {
+    /// A request pending at the server.
+    Pending,
+    /// A call waiting for the relay's listing, which never reached the server.
+    Waiting,
+    /// Nothing that is pending.
+    Nothing,
+}
 
 /// The members of `notifications/cancelled` the relay acts on.
 const CANCEL_MEMBERS: [&str; 2] = ["requestId", "reason"];
@@ -518,6 +549,11 @@ pub struct Relay<G: Gate> {
     pins: PinState,
     /// Requests of the relay's own for the server, sent after the frame being handled.
     own_requests: Vec<Vec<u8>>,
+    /// Calls that arrived while the relay's own listing was under way and the session
+    /// had no usable pins: by id, the frame as received. Decided when the listing ends.
+    held: Vec<(IdKey, Vec<u8>)>,
+    /// What deciding held calls led to, carried out after the frame being handled.
+    released: Vec<Action>,
 }
 
 /// The diagnostics of one frame: at most [`MAX_LOG_LINES`], the rest counted.
@@ -557,6 +593,8 @@ enum Plan {
     /// Send these bytes on instead of the frame (answers the relay built).
     Substitute(Vec<u8>),
     Drop,
+    /// A client's `tools/call` that waits for the relay's listing to end.
+    Hold(IdKey),
 }
 
 /// One batch element, decided.
@@ -585,6 +623,8 @@ impl<G: Gate> Relay<G> {
             server_requests: BTreeSet::new(),
             pins: PinState::default(),
             own_requests: Vec::new(),
+            held: Vec::new(),
+            released: Vec::new(),
         }
     }
 
@@ -632,7 +672,8 @@ impl<G: Gate> Relay<G> {
             let message = classify(&bytes);
             self.client_message(message, &mut logs)
         };
-        let mut actions = finish_plan(plan, bytes, logs, Action::ToServer, Action::ToClient);
+        let mut actions = self.carry_out(plan, bytes, logs);
+        actions.append(&mut self.released);
         actions.extend(self.own_requests.drain(..).map(Action::ToServer));
         actions
     }
@@ -653,6 +694,7 @@ impl<G: Gate> Relay<G> {
             self.server_message(&bytes, message, &mut logs)
         };
         let mut actions = finish_plan(plan, bytes, logs, Action::ToClient, Action::ToServer);
+        actions.append(&mut self.released);
         actions.extend(self.own_requests.drain(..).map(Action::ToServer));
         actions
     }
@@ -677,6 +719,15 @@ impl<G: Gate> Relay<G> {
         self.server_requests.clear();
         self.forget_tombstones();
         self.pins.own.waiting = None;
+        for (_, frame) in std::mem::take(&mut self.held) {
+            if let Some((raw_id, refusal)) =
+                self.refuse_held(&frame, "the server exited before its tools were pinned")
+            {
+                let mut reply = refusal_reply(&raw_id, &refusal);
+                reply.push(b'\n');
+                actions.push(Action::ToClient(reply));
+            }
+        }
         actions.push(Action::Log("server exited".into()));
         actions
     }
@@ -692,6 +743,12 @@ impl<G: Gate> Relay<G> {
         self.server_requests.clear();
         self.forget_tombstones();
         self.pins.own.waiting = None;
+        for (_, frame) in std::mem::take(&mut self.held) {
+            self.refuse_held(
+                &frame,
+                "the relay stopped before the server's tools were pinned",
+            );
+        }
         if count == 0 {
             Vec::new()
         } else {
@@ -770,7 +827,9 @@ impl<G: Gate> Relay<G> {
             "notifications/cancelled" => {
                 if let Some(key) = notification.cancelled_request() {
                     let reason = notification.cancel_reason();
-                    self.cancel(&key, reason.as_deref(), logs);
+                    if self.cancel(&key, reason.as_deref(), logs) == Cancelled::Waiting {
+                        return Err("it cancels a call that never reached the server".into());
+                    }
                 }
                 Ok(())
             }
@@ -782,9 +841,17 @@ impl<G: Gate> Relay<G> {
     /// server may still answer it (MCP lets a cancellation race its answer), and that late
     /// answer must never be taken for a new request reusing the id. A cancellation of an
     /// id not pending (never sent, already answered) leaves nothing to wait for.
-    fn cancel(&mut self, key: &IdKey, reason: Option<&str>, logs: &mut Logs) {
+    fn cancel(&mut self, key: &IdKey, reason: Option<&str>, logs: &mut Logs) -> Cancelled {
+        if let Some(at) = self.held.iter().position(|(held, _)| held == key) {
+            let (_, frame) = self.held.remove(at);
+            self.refuse_held(
+                &frame,
+                "cancelled by the client while it waited for the server's tools to be pinned",
+            );
+            return Cancelled::Waiting;
+        }
         let Some(outstanding) = self.client_requests.remove(key) else {
-            return;
+            return Cancelled::Nothing;
         };
         if let Kind::Call(pending) = outstanding.kind {
             self.gate.finish(pending, CallEnd::Cancelled { reason });
@@ -803,6 +870,7 @@ impl<G: Gate> Relay<G> {
         self.tombstones
             .insert(key.clone(), (order, outstanding.raw_id));
         self.tombstone_order.insert(order, key.clone());
+        Cancelled::Pending
     }
 
     /// Removes the tombstone of `key`, when there is one; true if there was.
@@ -823,7 +891,10 @@ impl<G: Gate> Relay<G> {
                 "request id {} is the relay's own tools/list, still waiting for the server",
                 id.raw
             ))
-        } else if self.client_requests.contains_key(&id.key) || batch_ids.contains(&id.key) {
+        } else if self.client_requests.contains_key(&id.key)
+            || batch_ids.contains(&id.key)
+            || self.held.iter().any(|(key, _)| *key == id.key)
+        {
             Some(format!("request id {} is already pending", id.raw))
         } else if self.tombstones.contains_key(&id.key) {
             Some(format!(
@@ -842,6 +913,13 @@ impl<G: Gate> Relay<G> {
 
     fn client_request(&mut self, request: Request<'_>, logs: &mut Logs) -> Plan {
         let id_problem = self.id_problem(&request.id, &BTreeSet::new());
+        if request.method == "tools/call" && id_problem.is_none() && self.must_wait() {
+            logs.push(format!(
+                "client: tools/call {} waits for the relay's listing of the server's tools",
+                request.id.raw
+            ));
+            return Plan::Hold(request.id.key);
+        }
         if request.method == "tools/call" {
             let decided = match id_problem {
                 Some(why) => Err(self.refuse_here(&request, Refusal::new("relay", why))),
@@ -1068,7 +1146,7 @@ impl<G: Gate> Relay<G> {
                 }
             }
             for (key, reason) in cancels {
-                self.cancel(&key, reason.as_deref(), logs);
+                let _ = self.cancel(&key, reason.as_deref(), logs);
             }
             if initialized {
                 self.list_tools(logs);
@@ -1203,6 +1281,50 @@ impl<G: Gate> Relay<G> {
     fn list_again(&mut self, logs: &mut Logs) {
         if std::mem::take(&mut self.pins.own.again) {
             self.list_tools(logs);
+        }
+        self.release_held();
+    }
+
+    /// True while a call must wait: the relay's listing is under way and the session
+    /// has no pins yet, or its tools changed since they were last listed.
+    fn must_wait(&self) -> bool {
+        self.pins.own.waiting.is_some()
+            && (self.pins.pinned.is_none() || self.pins.stale)
+            && self.held.len() < self.config.max_pending
+    }
+
+    /// What a client frame's plan becomes; a held call is kept, not answered.
+    fn carry_out(&mut self, plan: Plan, bytes: Vec<u8>, logs: Logs) -> Vec<Action> {
+        if let Plan::Hold(key) = plan {
+            self.held.push((key, bytes));
+            return logs.into_actions();
+        }
+        finish_plan(plan, bytes, logs, Action::ToServer, Action::ToClient)
+    }
+
+    /// Decides the calls that waited, in the order they came (those that must still
+    /// wait are held again).
+    fn release_held(&mut self) {
+        for (_, frame) in std::mem::take(&mut self.held) {
+            let mut logs = Logs::default();
+            let plan = {
+                let message = classify(&frame);
+                self.client_message(message, &mut logs)
+            };
+            let actions = self.carry_out(plan, frame, logs);
+            self.released.extend(actions);
+        }
+    }
+
+    /// Records a held call as refused by the relay for `why`; its id and the refusal,
+    /// to answer it.
+    fn refuse_held(&mut self, frame: &[u8], why: &str) -> Option<(String, Refusal)> {
+        match classify(frame) {
+            Message::Request(request) => {
+                let refusal = self.refuse_here(&request, Refusal::new("pins", why));
+                Some((request.id.raw, refusal))
+            }
+            _ => None,
         }
     }
 
@@ -1439,9 +1561,15 @@ impl<G: Gate> Relay<G> {
             Kind::ToolsList {
                 first_page,
                 generation,
-            } => self
-                .pins
-                .client_page(first_page, generation, response.result(), logs),
+            } => {
+                self.pins
+                    .client_page(first_page, generation, response.result(), logs);
+                // The client's listing may have pinned the session or ended a change:
+                // calls that waited are decided (those that must still wait, wait).
+                if !self.held.is_empty() {
+                    self.release_held();
+                }
+            }
             Kind::Other => {}
         }
         true
@@ -1479,7 +1607,8 @@ fn finish_plan(
         Plan::Forward => actions.push(forward(bytes)),
         Plan::Substitute(instead) => actions.push(forward(instead)),
         Plan::Reply(reply) => actions.push(back(reply)),
-        Plan::Drop => {}
+        // Only client frames are held (see `Relay::carry_out`); nothing to do here.
+        Plan::Drop | Plan::Hold(_) => {}
     }
     actions
 }

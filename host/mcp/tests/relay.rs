@@ -356,14 +356,14 @@ fn a_rug_pull_is_refused_until_the_operator_accepts_it() {
         relay.from_server(line(
             r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#,
         ));
-        // Changed but not yet listed again.
+        // Changed but not yet listed again: the call waits for a listing (the relay's
+        // own is under way).
         let stale = relay.from_client(line(&call("1", "rm")));
-        assert_eq!(
-            to_server(&stale).len(),
-            usize::from(mode == PinMode::RecordOnly)
-        );
+        assert!(to_server(&stale).is_empty() && to_client(&stale).is_empty());
         relay.from_client(line(r#"{"jsonrpc":"2.0","id":"l2","method":"tools/list"}"#));
         let logs = relay.from_server(line(changed));
+        // The client's complete listing ends the wait: rm did not change, so it runs.
+        assert_eq!(to_server(&logs), vec![format!("{}\n", call("1", "rm"))]);
         assert!(logs.iter().any(|a| matches!(a, Action::Log(l) if l.contains("\"read\" changed since it was pinned: description"))));
         let read = relay.from_client(line(&call("2", "read")));
         let rm = relay.from_client(line(&call("3", "rm")));
@@ -961,6 +961,7 @@ proptest! {
     ) {
         let gate = CountingGate { deny: vec!["rm"], ..Default::default() };
         let mut relay = Relay::new(gate, RelayConfig::default());
+        let mut client_frames = std::collections::BTreeSet::new();
         for (step, (from_client, text)) in script.iter().enumerate() {
             if exit_at == Some(step) {
                 relay.server_exited("exited");
@@ -977,21 +978,37 @@ proptest! {
                 relay.from_server(Frame::Line(frame.clone()))
             };
             let refused_now = refusals(&relay) > refused_before;
+            if *from_client {
+                client_frames.insert(frame.clone());
+            }
             for action in &actions {
                 match action {
                     // The relay's own listing, which it sends after initialized and
                     // after the server says its tools changed.
                     Action::ToServer(bytes) if bytes.starts_with(OWN_LIST.as_bytes()) => {}
-                    Action::ToServer(bytes) => {
-                        prop_assert!(*from_client);
+                    Action::ToServer(bytes) if *from_client => {
                         prop_assert_eq!(bytes, &frame);
                         prop_assert!(!refused_now, "a refused call was forwarded");
                     }
+                    // A call that waited for the relay's listing, decided when a server
+                    // frame ended it: a client frame, exactly, and never one the gate
+                    // refuses.
+                    Action::ToServer(bytes) => {
+                        prop_assert!(client_frames.contains(bytes));
+                        let text = String::from_utf8(bytes.clone()).unwrap();
+                        prop_assert!(!text.contains(r#""name":"rm""#), "{}", text);
+                    }
                     // A server frame reaches the client as it is, or is replaced by the
-                    // relay's own errors for the requests it answered.
+                    // relay's own errors for the requests it answered, or answers a
+                    // waiting call the relay refused.
                     Action::ToClient(bytes) if !*from_client && bytes != &frame => {
                         let text = String::from_utf8(bytes.clone()).unwrap();
-                        prop_assert!(text.contains(r#""error":{"code":-32003"#), "{}", text);
+                        prop_assert!(
+                            text.contains(r#""error":{"code":-32003"#)
+                                || text.contains(r#""isError":true"#),
+                            "{}",
+                            text
+                        );
                     }
                     _ => {}
                 }
@@ -1257,4 +1274,55 @@ fn other_members_the_relay_reads_refuse_another_spelling() {
     let actions = relay.from_client(line(list));
     assert!(to_server(&actions).is_empty());
     assert!(to_client(&actions).concat().contains("params.cursor"));
+}
+
+/// A call that arrives while the relay's own listing is under way, before anything is
+/// pinned, waits for it (a paged server's page 2 may come after the client's call) and
+/// is then decided: forwarded if its tool was listed unchanged, refused otherwise. A
+/// cancelled one never reaches the server; one still waiting when the server exits is
+/// answered.
+#[test]
+fn calls_wait_for_the_relays_listing() {
+    let mut relay = Relay::new(CountingGate::default(), RelayConfig::default());
+    let own = own_lists(&relay.from_client(line(INITIALIZED)));
+    let first = relay.from_client(line(&call("1", "rm")));
+    assert!(to_server(&first).is_empty() && to_client(&first).is_empty());
+    relay.from_client(line(&call("2", "read")));
+    relay.from_client(line(&call("3", "read")));
+    // The same id again while it waits is refused.
+    assert!(
+        to_client(&relay.from_client(line(&call("3", "read"))))
+            .concat()
+            .contains("already pending")
+    );
+    relay.from_client(line(
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#,
+    ));
+    let next = own_lists(&relay.from_server(line(&page(&own[0].0, READ, Some("p2")))));
+    let actions = relay.from_server(line(&page(&next[0].0, r#"{"name":"rm"}"#, None)));
+    let sent = to_server(&actions);
+    assert_eq!(
+        sent,
+        vec![
+            format!("{}\n", call("1", "rm")),
+            format!("{}\n", call("2", "read"))
+        ]
+    );
+    assert_eq!(relay.gate().log.borrow().opened, 2);
+    assert_eq!(
+        relay.gate().log.borrow().relay_refused.len(),
+        2,
+        "the reuse and the cancel"
+    );
+
+    let mut relay = Relay::new(CountingGate::default(), RelayConfig::default());
+    relay.from_client(line(INITIALIZED));
+    relay.from_client(line(&call("1", "read")));
+    let answers = relay.server_exited("exited with status 1");
+    assert!(
+        to_client(&answers)
+            .concat()
+            .contains("exited before its tools were pinned")
+    );
+    assert_eq!(relay.gate().log.borrow().opened, 0);
 }

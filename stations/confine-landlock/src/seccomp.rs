@@ -143,10 +143,12 @@ const INODE_IOCTLS: [(&str, u64); 21] = [
     ("ioctl(BTRFS_IOC_SET_RECEIVED_SUBVOL)", 0xc0c8_9425),
 ];
 
-/// `setxattrat` and `removexattrat` (Linux 6.13), and `file_setattr` (Linux 6.17),
-/// numbered alike on every architecture.
+/// `setxattrat` and `removexattrat` (Linux 6.13), `open_tree_attr` (Linux 6.15: an
+/// `open_tree` that also changes the cloned mount's attributes), and `file_setattr`
+/// (Linux 6.17), numbered alike on every architecture.
 const SYS_SETXATTRAT: i64 = 463;
 const SYS_REMOVEXATTRAT: i64 = 466;
+const SYS_OPEN_TREE_ATTR: i64 = 467;
 const SYS_FILE_SETATTR: i64 = 469;
 const MSG_FASTOPEN: u64 = 0x2000_0000;
 const TCP_FASTOPEN_CONNECT: u64 = 30;
@@ -214,6 +216,7 @@ fn always_denied() -> Vec<(&'static str, i64)> {
         ("pivot_root", libc::SYS_pivot_root),
         ("chroot", libc::SYS_chroot),
         ("open_tree", libc::SYS_open_tree),
+        ("open_tree_attr", SYS_OPEN_TREE_ATTR),
         ("move_mount", libc::SYS_move_mount),
         ("fsopen", libc::SYS_fsopen),
         ("fsmount", libc::SYS_fsmount),
