@@ -49,3 +49,42 @@ impl Watch {
         self.reader.join().unwrap()
     }
 }
+
+/// A writer blocked in `open` on a FIFO until someone opens it for reading, then
+/// writing `bytes`: a command that does read the FIFO gets them (and fails on them, not
+/// on what the FIFO is), and a test never hangs on a command that waits for a writer.
+pub struct Feed {
+    path: PathBuf,
+    writer: JoinHandle<()>,
+}
+
+impl Feed {
+    /// Starts writing `bytes` into the FIFO at `path`.
+    pub fn start(path: &Path, bytes: &'static [u8]) -> Feed {
+        let owned = path.to_owned();
+        let writer = std::thread::spawn(move || {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&owned)
+                .unwrap();
+            let _ = std::io::Write::write_all(&mut f, bytes);
+        });
+        Feed {
+            path: path.to_owned(),
+            writer,
+        }
+    }
+
+    /// Lets a writer still waiting in `open` go (a non-blocking open for reading always
+    /// succeeds on a FIFO, and is held until the writer is done), and waits for it.
+    /// `bytes` must fit the pipe's buffer (64 KiB), which nobody drains here.
+    pub fn release(self) {
+        let reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&self.path)
+            .unwrap();
+        self.writer.join().unwrap();
+        drop(reader);
+    }
+}
