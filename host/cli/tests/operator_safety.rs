@@ -496,31 +496,27 @@ fn read_sites(dir: &Path) -> Vec<(&'static str, Box<dyn Fn(&Path) -> Command>)> 
     ]
 }
 
-/// Runs `command` on `path` and checks it refused what stands there in one line naming
-/// the file and saying what it is.
-fn assert_refused(site: &str, mut command: Command, path: &Path, what: &str) {
+/// Runs `command` on `path`; says what is wrong unless it refused what stands there in
+/// one line naming the file and saying what it is.
+fn refused(site: &str, mut command: Command, path: &Path, what: &str) -> Result<(), String> {
     let out = command.output().unwrap();
     let stderr = text(&out.stderr);
-    assert_ne!(
-        out.status.code(),
-        Some(0),
-        "{site} {}: {stderr}",
-        path.display()
-    );
-    assert!(
-        out.stdout.is_empty() || site == "verify",
-        "{site}: {}",
-        text(&out.stdout)
-    );
     let name = path.display().to_string();
-    let line = stderr
-        .lines()
-        .find(|l| l.contains(&name))
-        .unwrap_or_else(|| panic!("{site}: no line names {name}: {stderr}"));
-    assert!(
-        line.contains(what) && line.contains("not a regular file"),
-        "{site} {name}: expected {what}: {stderr}"
-    );
+    if out.status.code() == Some(0) {
+        return Err(format!("{site} {name}: succeeded: {stderr}"));
+    }
+    if !out.stdout.is_empty() && site != "verify" {
+        return Err(format!("{site} {name}: printed {}", text(&out.stdout)));
+    }
+    match stderr.lines().find(|l| l.contains(&name)) {
+        Some(line) if line.contains(what) && line.contains("not a regular file") => Ok(()),
+        _ => Err(format!("{site} {name}: expected {what}: {stderr}")),
+    }
+}
+
+/// Fails listing every site that did not refuse, so a regression names all of them.
+fn assert_none(failures: &[String]) {
+    assert!(failures.is_empty(), "{}", failures.join("\n---\n"));
 }
 
 /// Issue 29: a link (to a regular file), a FIFO or a directory where the operator named
@@ -530,23 +526,25 @@ fn assert_refused(site: &str, mut command: Command, path: &Path, what: &str) {
 #[test]
 fn files_the_cli_reads_are_never_links_fifos_or_directories() {
     let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
     for (site, command) in read_sites(dir.path()) {
         let link = dir.path().join("link");
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(dir.path().join("policy.yaml"), &link).unwrap();
-        assert_refused(site, command(&link), &link, "a symbolic link");
+        failures.extend(refused(site, command(&link), &link, "a symbolic link").err());
 
         let subdir = dir.path().join("subdir");
         let _ = std::fs::create_dir(&subdir);
-        assert_refused(site, command(&subdir), &subdir, "a directory");
+        failures.extend(refused(site, command(&subdir), &subdir, "a directory").err());
 
         let fifo = dir.path().join("fifo");
         let _ = std::fs::remove_file(&fifo);
         mkfifo(&fifo);
         let feed = fifo::Feed::start(&fifo, b"garbage\n");
-        assert_refused(site, command(&fifo), &fifo, "a FIFO");
+        failures.extend(refused(site, command(&fifo), &fifo, "a FIFO").err());
         feed.release();
     }
+    assert_none(&failures);
 }
 
 /// Issue 29: a device, or a link to one, is refused at every place the CLI reads a
@@ -556,11 +554,13 @@ fn files_the_cli_reads_are_never_devices() {
     let dir = tempfile::tempdir().unwrap();
     let zero = dir.path().join("zero");
     std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let mut failures = Vec::new();
     for (site, command) in read_sites(dir.path()) {
-        assert_refused(site, command(&zero), &zero, "a symbolic link");
+        failures.extend(refused(site, command(&zero), &zero, "a symbolic link").err());
         let dev = Path::new("/dev/zero");
-        assert_refused(site, command(dev), dev, "a character device");
+        failures.extend(refused(site, command(dev), dev, "a character device").err());
     }
+    assert_none(&failures);
 }
 
 fn mkfifo(path: &Path) {
