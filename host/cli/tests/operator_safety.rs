@@ -370,8 +370,11 @@ fn a_profile_description_cannot_drive_the_terminal() {
     assert!(shown.contains("\\u{1b}"), "{shown}");
 }
 
+/// A command that reads the file at the path it is given.
+type Reader = Box<dyn Fn(&Path) -> Command>;
+
 /// The places the CLI reads a file the operator named, each as a command reading PATH.
-fn read_sites(dir: &Path) -> Vec<(&'static str, Box<dyn Fn(&Path) -> Command>)> {
+fn read_sites(dir: &Path) -> Vec<(&'static str, Reader)> {
     let key = dir.join("k");
     if !key.exists() {
         let out = aegis()

@@ -7,6 +7,7 @@
 
 mod common;
 #[path = "common/fifo.rs"]
+#[allow(dead_code, reason = "wrap's tests use the reader side only")]
 mod fifo;
 
 use aegis_mcp::stdio::DEFAULT_QUEUE_BYTES;
