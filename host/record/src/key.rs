@@ -4,6 +4,9 @@
 //! - A seed file is 64 lowercase hex characters (one trailing newline tolerated). It is
 //!   created with mode 0600 and, on Unix, refused when group or others have any access:
 //!   read access leaks the key, write access lets someone substitute their own.
+//! - A seed file is opened without following a final symbolic link, and only a regular
+//!   file is read (`aegis_files`); one is written beside its path and linked or renamed
+//!   into place, never through a link planted there.
 //! - Verification is ed25519 *strict*: small-order keys and `R` points and non-canonical
 //!   `S` are rejected, so one signature has one verdict in every conforming verifier.
 //!
