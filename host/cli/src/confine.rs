@@ -2,7 +2,7 @@
 //! and show what was enforced.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use aegis_record::json::Value;
 use aegis_runtime::Profile;
@@ -41,12 +41,60 @@ impl GrantArgs {
     }
 }
 
+/// A file the host reads or writes for the operator while a confined program runs.
+pub struct HostFile<'a> {
+    /// The flag that named it, for the message: `--write-pins`.
+    pub flag: &'static str,
+    /// The path as given.
+    pub path: &'a Path,
+    /// A secret (the signing key): refused beneath a read grant too.
+    pub secret: bool,
+}
+
+/// Refuses, after one line saying why, a host file beneath a directory the confined
+/// program is granted: beneath a write grant the program could put a link or a FIFO in
+/// its place (the host would write through the one and wait forever on the other), or
+/// rewrite what the host trusts (pins, a policy) before the next session; a secret is
+/// refused beneath a read grant as well, since a program that reads the signing key can
+/// sign a record of its own. `aegis_files` keeps the final name from being followed
+/// wherever the file is; this refusal also covers the directories on the way, which no
+/// open flag does.
+///
+/// # Errors
+/// The usage exit code.
+pub fn refuse_granted(grant: &GrantArgs, files: &[HostFile<'_>]) -> Result<(), u8> {
+    for f in files {
+        let (found, how) = match aegis_files::inside(f.path, &grant.write) {
+            Some(dir) => (Some(dir), "--allow-write"),
+            None if f.secret => (aegis_files::inside(f.path, &grant.read), "--allow-read"),
+            None => (None, ""),
+        };
+        if let Some(dir) = found {
+            let why = if f.secret {
+                "where the confined program could read it and sign records as this host"
+            } else {
+                "where the confined program could replace it (with a link, a FIFO or content of its own)"
+            };
+            crate::error(format_args!(
+                "{} {} is beneath {how} {}, {why}; keep it outside what the program is granted",
+                f.flag,
+                aegis_record::text::escape(&f.path.display().to_string()),
+                aegis_record::text::escape(&dir.display().to_string()),
+            ));
+            return Err(exit::TAMPERED_OR_USAGE);
+        }
+    }
+    Ok(())
+}
+
 /// Flags of `aegis confine`.
 #[derive(clap::Args)]
 pub struct ConfineArgs {
     #[command(flatten)]
     grant: GrantArgs,
-    /// Write the enforcement report (one JSON object) to FILE, or `-` for stderr.
+    /// Write the enforcement report (one JSON object) to FILE, or `-` for stderr. FILE is
+    /// replaced atomically; a link, FIFO or device there is refused, and so is a FILE
+    /// beneath an --allow-write directory.
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
     /// The command and its arguments.
@@ -119,6 +167,16 @@ pub fn start(
 
 /// Runs `aegis confine`.
 pub fn confine(profile_name: &str, args: &ConfineArgs) -> u8 {
+    if let Some(report) = args.report.as_deref().filter(|r| r.as_os_str() != "-") {
+        let report = HostFile {
+            flag: "--report",
+            path: report,
+            secret: false,
+        };
+        if let Err(code) = refuse_granted(&args.grant, &[report]) {
+            return code;
+        }
+    }
     let profile = match Profile::find(profile_name) {
         Ok(p) => p,
         Err(e) => {
@@ -134,12 +192,18 @@ pub fn confine(profile_name: &str, args: &ConfineArgs) -> u8 {
         let mut text = Value::Object(confined.report().to_object()).to_canonical();
         text.push(b'\n');
         let written = if to.as_os_str() == "-" {
-            std::io::Write::write_all(&mut std::io::stderr(), &text)
+            std::io::Write::write_all(&mut std::io::stderr(), &text).map_err(|e| e.to_string())
         } else {
-            std::fs::write(to, &text)
+            // Never through a link, never blocking on a FIFO: a link planted by an earlier
+            // run's command is refused, not followed (issue 29).
+            aegis_files::write(to, &text).map_err(|e| e.into_io().to_string())
         };
         if let Err(e) = written {
-            crate::error(format_args!("--report {}: {e}", to.display()));
+            crate::error(format_args!(
+                "--report {}: {}",
+                aegis_record::text::escape(&to.display().to_string()),
+                aegis_record::text::escape(&e)
+            ));
         }
     }
     let mut child = match confined.start() {

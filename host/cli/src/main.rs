@@ -485,13 +485,13 @@ fn open_failed(e: aegis_runtime::pipeline::OpenError, interrupts: &interrupt::In
 pub struct HostFlags {
     /// A policy YAML file, instead of the profile's policy station.
     #[arg(long, value_name = "FILE")]
-    policy: Option<PathBuf>,
+    pub policy: Option<PathBuf>,
     /// Append the record to this file (a durable file sink) instead of the profile's.
     #[arg(long, value_name = "PATH", requires = "signing_key")]
-    audit: Option<PathBuf>,
+    pub audit: Option<PathBuf>,
     /// The signing key (`aegis keygen`); required by a durable sink.
     #[arg(long, value_name = "PATH")]
-    signing_key: Option<PathBuf>,
+    pub signing_key: Option<PathBuf>,
     /// The role the caller asserts, for policy rules (every call of the session).
     #[arg(long, value_name = "ROLE")]
     pub role: Option<String>,

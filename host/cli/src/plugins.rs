@@ -372,53 +372,55 @@ pub fn export(profile: &str, out: &std::path::Path, force: bool) -> u8 {
             };
         }
     };
-    // --force replaces an earlier export and nothing else: a device, a FIFO or a link
-    // (whose target would be truncated) at `out` is refused. The file is then made
-    // afresh with O_EXCL, which never follows a link planted after the check.
-    match std::fs::symlink_metadata(out) {
-        Ok(meta) if !meta.file_type().is_file() => {
-            crate::error(format_args!(
-                "{}: is not a regular file; export writes only a file of its own",
-                out.display()
-            ));
-            return crate::exit::TAMPERED_OR_USAGE;
-        }
-        Ok(_) if force => {
-            if let Err(e) = std::fs::remove_file(out) {
-                crate::error(format_args!("{}: {e}", out.display()));
-                return crate::exit::UNREADABLE;
+    // --force replaces an earlier export and nothing else: a device, a FIFO or a link at
+    // `out` is refused. The lines go to a fresh file beside `out` (O_EXCL | O_NOFOLLOW),
+    // which takes its place only once complete and flushed (aegis_files): a link planted
+    // meanwhile is replaced, never written through, and an export cut short leaves `out`
+    // as it was.
+    let replace = if force {
+        aegis_files::Replace::RegularFile
+    } else {
+        aegis_files::Replace::Never
+    };
+    let refused = |e: aegis_files::FileError| {
+        let code = match &e {
+            aegis_files::FileError::NotAFile { .. } => crate::exit::TAMPERED_OR_USAGE,
+            aegis_files::FileError::Exists { .. } => {
+                crate::error(format_args!(
+                    "{}: already exists (pass --force to replace it)",
+                    out.display()
+                ));
+                return crate::exit::TAMPERED_OR_USAGE;
             }
-        }
-        _ => {}
-    }
-    let file = match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(out)
-    {
+            _ => crate::exit::UNREADABLE,
+        };
+        crate::error(e);
+        code
+    };
+    let file = match aegis_files::AtomicFile::create(out, replace, 0o666) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            crate::error(format_args!(
-                "{}: already exists (pass --force to replace it)",
-                out.display()
-            ));
-            return crate::exit::TAMPERED_OR_USAGE;
-        }
-        Err(e) => {
-            crate::error(format_args!("{}: {e}", out.display()));
-            return crate::exit::UNREADABLE;
-        }
+        Err(e) => return refused(e),
     };
     let mut writer = std::io::BufWriter::new(file);
-    match aegis_runtime::export(&sink, &mut writer) {
-        Ok(n) => {
-            crate::note(format_args!(
-                "exported {n} lines from {} to {}",
-                sink.location(),
-                out.display()
-            ));
-            crate::exit::OK
-        }
+    let exported = aegis_runtime::export(&sink, &mut writer).and_then(|n| {
+        let file = writer
+            .into_inner()
+            .map_err(std::io::IntoInnerError::into_error)?;
+        Ok((n, file))
+    });
+    match exported {
+        Ok((n, file)) => match file.commit() {
+            Ok(()) => {
+                crate::note(format_args!(
+                    "exported {n} lines from {} to {}",
+                    sink.location(),
+                    out.display()
+                ));
+                crate::exit::OK
+            }
+            Err(e) => refused(e),
+        },
+        // The unfinished file is removed when dropped; `out` is as it was.
         Err(e) => {
             crate::error(format_args!("{}: {e}", out.display()));
             crate::exit::UNREADABLE

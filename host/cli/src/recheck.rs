@@ -9,7 +9,6 @@ use aegis_record::text::escape;
 use aegis_record::verify::{Options, Trust, Verdict as RecordVerdict, verify};
 use aegis_runtime::recheck::{Recheck, RecheckedCall, Replayed, Verdict};
 use std::fmt::Write as _;
-use std::io::Read as _;
 use std::path::PathBuf;
 
 /// `recheck`'s arguments: verify's (the record and the keys it is pinned to) and the
@@ -21,6 +20,37 @@ pub struct RecheckArgs {
     policy: Option<PathBuf>,
     #[command(flatten)]
     record: aegis_verify::VerifyArgs,
+}
+
+/// The most of a record recheck reads. The replay needs the bytes the verifier checked,
+/// so it keeps them all in memory, and its listing grows with the calls anyway: 256 MiB
+/// is about 250 000 calls at the ~1 KiB a call's two lines take. A larger record (a
+/// long-lived host's) is rechecked a session at a time: `--audit DIR/` writes one file
+/// per session. Without a cap, an endless well-formed stream would take all memory.
+pub const MAX_RECHECK_RECORD: u64 = 256 << 20;
+
+/// A reader that keeps a copy of what it passes on, and fails past
+/// [`MAX_RECHECK_RECORD`].
+struct Kept {
+    source: Box<dyn std::io::Read>,
+    bytes: Vec<u8>,
+}
+
+impl std::io::Read for Kept {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.source.read(buf)?;
+        if self.bytes.len() as u64 + n as u64 > MAX_RECHECK_RECORD {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::FileTooLarge,
+                format!(
+                    "larger than {} MiB, the most recheck reads (it keeps the record to replay the bytes it verified); recheck one session's file at a time",
+                    MAX_RECHECK_RECORD >> 20
+                ),
+            ));
+        }
+        self.bytes.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
 }
 
 /// The groups a change is listed under, by the new verdict, in the order printed.
@@ -59,30 +89,38 @@ pub fn recheck(profile: &str, args: &RecheckArgs) -> u8 {
         }
     };
     // Read once: the bytes verified are the bytes replayed, whatever happens to the file.
+    // The verifier streams them and stops at the first Tampered finding (an endless
+    // source without a newline ends there); the copy kept for the replay is capped.
     let path = &args.record.path;
     let stdin = path.as_os_str() == "-";
     let name = if stdin {
         "standard input".to_owned()
     } else {
-        path.display().to_string()
+        escape(&path.display().to_string()).into_owned()
     };
-    let mut bytes = Vec::new();
-    let read = if stdin {
-        std::io::stdin().lock().read_to_end(&mut bytes).map(drop)
+    let source: Box<dyn std::io::Read> = if stdin {
+        Box::new(std::io::stdin().lock())
     } else {
-        std::fs::read(path).map(|b| bytes = b)
+        match aegis_files::open(path) {
+            Ok(file) => Box::new(file),
+            Err(e) => {
+                error(escape(&e.to_string()));
+                return exit::UNREADABLE;
+            }
+        }
     };
-    if let Err(e) = read {
-        error(format_args!("{name}: {e}"));
-        return exit::UNREADABLE;
-    }
-    let report = match verify(bytes.as_slice(), &Options { trust, threads: 0 }) {
+    let mut kept = Kept {
+        source,
+        bytes: Vec::new(),
+    };
+    let report = match verify(&mut kept, &Options { trust, threads: 0 }) {
         Ok(r) => r,
         Err(e) => {
             error(format_args!("{name}: {e}"));
             return exit::UNREADABLE;
         }
     };
+    let bytes = kept.bytes;
     match report.verdict() {
         RecordVerdict::Tampered(_) => {
             error(format_args!(

@@ -108,21 +108,35 @@ fn usable_cache(dir: &std::path::Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The most input `run` reads (from --input-file or stdin). The input is held in
+/// memory, digested, and handed to the tool whole; 64 MiB is far past a tool call's
+/// arguments, and stops an endless file or pipe from taking the host's memory.
+const MAX_INPUT: aegis_files::Cap = aegis_files::Cap::new(64 << 20, "a tool's input");
+
 fn read_input(a: &RunArgs) -> Result<Vec<u8>, String> {
     if let Some(s) = &a.input {
         return Ok(s.as_bytes().to_vec());
     }
     if let Some(p) = &a.input_file {
-        return std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+        // Never through a final link, never a FIFO or a device (aegis_files).
+        return aegis_files::read(p, MAX_INPUT).map_err(|e| e.to_string());
     }
-    let mut stdin = std::io::stdin();
+    let stdin = std::io::stdin();
     if stdin.is_terminal() {
         return Ok(Vec::new());
     }
     let mut bytes = Vec::new();
     stdin
+        .take(MAX_INPUT.bytes + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("stdin: {e}"))?;
+    if bytes.len() as u64 > MAX_INPUT.bytes {
+        return Err(format!(
+            "stdin: larger than {} MiB, the most aegis reads of {}",
+            MAX_INPUT.bytes >> 20,
+            MAX_INPUT.what
+        ));
+    }
     Ok(bytes)
 }
 

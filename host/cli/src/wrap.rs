@@ -34,7 +34,10 @@ pub struct WrapArgs {
     /// instead of pinning the session's first listing.
     #[arg(long, value_name = "FILE")]
     pins: Option<PathBuf>,
-    /// When the server exits, write the session's pins to this file.
+    /// When the server exits, write the session's pins to this file (replaced
+    /// atomically; a link, FIFO or device there is refused, never written through).
+    /// Refused beneath an --allow-write directory, as are --pins, --policy and --audit;
+    /// --signing-key beneath any granted directory.
     #[arg(long, value_name = "FILE")]
     write_pins: Option<PathBuf>,
     /// Log changed tool definitions instead of refusing calls to them.
@@ -77,6 +80,23 @@ impl std::io::Write for ClientOut {
 }
 
 pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
+    // Before anything is read: a file the session trusts or writes must not be where
+    // the confined server can replace it (a link, a FIFO, pins of its own choosing).
+    let host_files = [
+        ("--pins", a.pins.as_deref(), false),
+        ("--write-pins", a.write_pins.as_deref(), false),
+        ("--policy", a.host.policy.as_deref(), false),
+        ("--audit", a.host.audit.as_deref(), false),
+        ("--signing-key", a.host.signing_key.as_deref(), true),
+    ]
+    .into_iter()
+    .filter_map(|(flag, path, secret)| {
+        path.map(|path| crate::confine::HostFile { flag, path, secret })
+    })
+    .collect::<Vec<_>>();
+    if let Err(code) = crate::confine::refuse_granted(&a.grant, &host_files) {
+        return code;
+    }
     let pins = match &a.pins {
         Some(path) => match PinSet::read_pins_file(path) {
             Ok(p) => Some(p),

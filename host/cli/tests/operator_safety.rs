@@ -1,10 +1,15 @@
 //! What the CLI does to the operator's terminal and files when a tool, a record or
 //! the machine misbehaves: guest text is escaped before it reaches a terminal,
 //! `keygen --force` replaces only a key file, and output that cannot be written is a
-//! failure, while a closed stderr is never a panic.
+//! failure, while a closed stderr is never a panic. Every file the CLI reads or writes
+//! for the operator is a regular file of its own: never a link followed, a FIFO waited
+//! on, a device read without end, or a file grown without bound (issue 29).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+
+#[path = "common/fifo.rs"]
+mod fifo;
 
 fn aegis() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_aegis"));
@@ -363,4 +368,315 @@ fn a_profile_description_cannot_drive_the_terminal() {
         "{shown:?}"
     );
     assert!(shown.contains("\\u{1b}"), "{shown}");
+}
+
+/// A command that reads the file at the path it is given.
+type Reader = Box<dyn Fn(&Path) -> Command>;
+
+/// The places the CLI reads a file the operator named, each as a command reading PATH.
+fn read_sites(dir: &Path) -> Vec<(&'static str, Reader)> {
+    let key = dir.join("k");
+    if !key.exists() {
+        let out = aegis()
+            .args(["keygen", "--out"])
+            .arg(&key)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        std::fs::write(
+            dir.join("policy.yaml"),
+            "version: 1\ndefault: allow\nrules: []\n",
+        )
+        .unwrap();
+    }
+    let policy = dir.join("policy.yaml");
+    let audit = dir.join("r.aarl");
+    let run = move |extra: &[&std::ffi::OsStr]| {
+        let mut c = aegis();
+        c.arg("run")
+            .arg("--component")
+            .arg(guest("echo"))
+            .args(["--id", "echo"])
+            .args(extra)
+            .stdin(Stdio::null());
+        c
+    };
+    let policy2 = policy.clone();
+    vec![
+        (
+            "--policy",
+            Box::new(move |p: &Path| {
+                run(&[
+                    "--input".as_ref(),
+                    "x".as_ref(),
+                    "--policy".as_ref(),
+                    p.as_os_str(),
+                ])
+            }),
+        ),
+        (
+            "--input-file",
+            Box::new(move |p: &Path| run(&["--input-file".as_ref(), p.as_os_str()])),
+        ),
+        (
+            "--signing-key",
+            Box::new(move |p: &Path| {
+                let mut c = aegis();
+                c.args(["run", "--id", "echo", "--input", "x", "--component"])
+                    .arg(guest("echo"))
+                    .arg("--audit")
+                    .arg(&audit)
+                    .arg("--signing-key")
+                    .arg(p);
+                c
+            }),
+        ),
+        (
+            "key show",
+            Box::new(|p: &Path| {
+                let mut c = aegis();
+                c.args(["key", "show"]).arg(p);
+                c
+            }),
+        ),
+        (
+            "--profile",
+            Box::new(|p: &Path| {
+                let mut c = aegis();
+                c.arg("--profile").arg(p).args(["profiles", "show"]);
+                c
+            }),
+        ),
+        (
+            "--pins",
+            Box::new(|p: &Path| {
+                let mut c = aegis();
+                c.args(["wrap", "--pins"]).arg(p).args(["--", "true"]);
+                c.stdin(Stdio::null());
+                c
+            }),
+        ),
+        (
+            "gateway --tools",
+            Box::new(|p: &Path| {
+                let mut c = aegis();
+                c.args(["gateway", "--tools"]).arg(p).stdin(Stdio::null());
+                c
+            }),
+        ),
+        (
+            "--trust-store",
+            Box::new(|p: &Path| {
+                let mut c = aegis();
+                c.args(["verify", "--trust-store"]).arg(p).arg(golden());
+                c
+            }),
+        ),
+        (
+            "verify",
+            Box::new(|p: &Path| {
+                let mut c = aegis();
+                c.arg("verify").arg(p);
+                c
+            }),
+        ),
+        (
+            "recheck",
+            Box::new(move |p: &Path| {
+                let mut c = aegis();
+                c.args(["recheck", "--policy"]).arg(&policy2).arg(p);
+                c
+            }),
+        ),
+        (
+            "recheck --policy",
+            Box::new(move |p: &Path| {
+                let mut c = aegis();
+                c.args(["recheck", "--policy"]).arg(p).arg(golden());
+                c
+            }),
+        ),
+    ]
+}
+
+/// Runs `command` on `path`; says what is wrong unless it refused what stands there in
+/// one line naming the file and saying what it is.
+fn refused(site: &str, mut command: Command, path: &Path, what: &str) -> Result<(), String> {
+    let out = command.output().unwrap();
+    let stderr = text(&out.stderr);
+    let name = path.display().to_string();
+    if out.status.code() == Some(0) {
+        return Err(format!("{site} {name}: succeeded: {stderr}"));
+    }
+    if !out.stdout.is_empty() && site != "verify" {
+        return Err(format!("{site} {name}: printed {}", text(&out.stdout)));
+    }
+    match stderr.lines().find(|l| l.contains(&name)) {
+        Some(line) if line.contains(what) && line.contains("not a regular file") => Ok(()),
+        _ => Err(format!("{site} {name}: expected {what}: {stderr}")),
+    }
+}
+
+/// Fails listing every site that did not refuse, so a regression names all of them.
+fn assert_none(failures: &[String]) {
+    assert!(failures.is_empty(), "{}", failures.join("\n---\n"));
+}
+
+/// Issue 29: a link (to a regular file), a FIFO or a directory where the operator named
+/// a file is refused at every place the CLI reads one, in one line naming it: never
+/// followed, never waited on. Each FIFO has a writer waiting on it, so a command that
+/// does open it reads its bytes and fails this test on them rather than hanging it.
+#[test]
+fn files_the_cli_reads_are_never_links_fifos_or_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for (site, command) in read_sites(dir.path()) {
+        let link = dir.path().join("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(dir.path().join("policy.yaml"), &link).unwrap();
+        failures.extend(refused(site, command(&link), &link, "a symbolic link").err());
+
+        let subdir = dir.path().join("subdir");
+        let _ = std::fs::create_dir(&subdir);
+        failures.extend(refused(site, command(&subdir), &subdir, "a directory").err());
+
+        let fifo = dir.path().join("fifo");
+        let _ = std::fs::remove_file(&fifo);
+        mkfifo(&fifo);
+        let feed = fifo::Feed::start(&fifo, b"garbage\n");
+        failures.extend(refused(site, command(&fifo), &fifo, "a FIFO").err());
+        feed.release();
+    }
+    assert_none(&failures);
+}
+
+/// Issue 29: a device, or a link to one, is refused at every place the CLI reads a
+/// file: `/dev/zero` read to its end would take all memory.
+#[test]
+fn files_the_cli_reads_are_never_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let zero = dir.path().join("zero");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let mut failures = Vec::new();
+    for (site, command) in read_sites(dir.path()) {
+        failures.extend(refused(site, command(&zero), &zero, "a symbolic link").err());
+        let dev = Path::new("/dev/zero");
+        failures.extend(refused(site, command(dev), dev, "a character device").err());
+    }
+    assert_none(&failures);
+}
+
+fn mkfifo(path: &Path) {
+    assert!(Command::new("mkfifo").arg(path).status().unwrap().success());
+}
+
+/// Issue 29: recheck reads the record once and keeps it to replay; a source without
+/// end (a pipe from `/dev/zero`, or one of endless blank lines, which the verifier reads
+/// to the end) stops with one line saying why, instead of taking all memory.
+#[test]
+fn recheck_of_an_endless_stream_stops_with_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("policy.yaml"),
+        "version: 1\ndefault: allow\nrules: []\n",
+    )
+    .unwrap();
+    for (source, expected) in [
+        // No newline: the verifier stops at its line limit, a Tampered record.
+        ("cat /dev/zero", "Tampered"),
+        // Blank lines: nothing decides the verdict before the end; the cap does.
+        ("yes ''", "larger than 256 MiB"),
+    ] {
+        let script = format!("{source} | \"$0\" recheck --policy \"$1\" -; echo \"exit $?\" >&2");
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg(env!("CARGO_BIN_EXE_aegis"))
+            .arg(dir.path().join("policy.yaml"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(expected), "{source}: {stderr}");
+        assert!(!stderr.contains("exit 0"), "{source}: {stderr}");
+        assert!(out.stdout.is_empty(), "{source}: nothing was replayed");
+    }
+}
+
+/// Issue 29, the confused deputy: `confine --report W/report.json` with W granted. One
+/// run's command plants a link at the report's path; the next run must not write the
+/// report through it. Beneath the grant it is refused before anything runs; outside
+/// any grant, a link or a FIFO there is refused, never followed or waited on.
+#[cfg(target_os = "linux")]
+#[test]
+fn confine_never_writes_its_report_through_a_planted_link_or_into_a_fifo() {
+    let dir = tempfile::tempdir().unwrap();
+    let granted = dir.path().join("w");
+    std::fs::create_dir(&granted).unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"precious\n").unwrap();
+    let report = granted.join("report.json");
+    let confine = |report: &Path, command: &[&std::ffi::OsStr]| {
+        aegis()
+            .arg("confine")
+            .arg("--allow-write")
+            .arg(&granted)
+            .arg("--report")
+            .arg(report)
+            .arg("--")
+            .args(command)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    // The first run's command (confined, but granted W) plants the link.
+    let out = confine(
+        &dir.path().join("first.json"),
+        &[
+            "ln".as_ref(),
+            "-s".as_ref(),
+            victim.as_os_str(),
+            report.as_os_str(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        std::fs::symlink_metadata(&report)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    // The next run is refused before it starts anything.
+    let marker = granted.join("ran");
+    let out = confine(&report, &["touch".as_ref(), marker.as_os_str()]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("--allow-write"), "{stderr}");
+    assert!(!marker.exists(), "the command ran");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious\n");
+
+    // Outside the grant, a link planted by anyone else is refused, not followed.
+    let outside = dir.path().join("report.json");
+    std::os::unix::fs::symlink(&victim, &outside).unwrap();
+    let out = confine(&outside, &["true".as_ref()]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("a symbolic link, not a regular file"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious\n");
+
+    // A FIFO there: the report is neither waited on nor written into it.
+    let fifo = dir.path().join("fifo.json");
+    mkfifo(&fifo);
+    let watch = fifo::Watch::start(&fifo);
+    let out = confine(&fifo, &["true".as_ref()]);
+    let stderr = text(&out.stderr);
+    assert!(
+        watch.written().is_empty(),
+        "the report went into the FIFO: {stderr}"
+    );
+    assert!(stderr.contains("a FIFO, not a regular file"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
 }

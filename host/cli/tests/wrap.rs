@@ -6,6 +6,9 @@
 //! has exactly one intent and one outcome.
 
 mod common;
+#[path = "common/fifo.rs"]
+#[allow(dead_code, reason = "wrap's tests use the reader side only")]
+mod fifo;
 
 use aegis_mcp::stdio::DEFAULT_QUEUE_BYTES;
 use aegis_record::json::{Object, Value};
@@ -568,6 +571,102 @@ fn pins_written_by_one_session_refuse_a_changed_tool_in_the_next() {
     assert!(is_error(&second.call(5, "echo", r#"{"text":"changed"}"#)));
     assert_eq!(second.close().code(), Some(0));
     second.record();
+}
+
+/// Issue 29, the confused deputy: a server that can write where `--write-pins` points
+/// replaces the pins file with a link to a file outside its reach. The unconfined wrap,
+/// writing the pins at the session's end, must not write through it; the session still
+/// closes its record.
+#[test]
+fn a_link_the_server_plants_at_write_pins_is_not_written_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"precious\n").unwrap();
+    let pins = dir.path().join(".pins");
+    let (pins_flag, victim_flag) = (pins.to_str().unwrap(), victim.to_str().unwrap());
+    let mut w = Wrap::start(
+        &["--write-pins", pins_flag],
+        &["--plant-link", pins_flag, "--link-to", victim_flag],
+    );
+    w.initialize();
+    assert_eq!(w.close().code(), Some(0));
+    let stderr = w.stderr();
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious\n", "{stderr}");
+    assert!(
+        std::fs::symlink_metadata(&pins)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    let refusal = stderr
+        .lines()
+        .find(|l| l.contains(pins_flag))
+        .unwrap_or_else(|| panic!("no line names the pins file: {stderr}"));
+    assert!(refusal.contains("symbolic link"), "{refusal}");
+    w.record();
+}
+
+/// A FIFO where the pins go: wrap must neither wait on it (no reader: forever, before
+/// its close line) nor write into it. A reader is kept waiting on the FIFO so that a
+/// wrap that does open it fails this test on the bytes, rather than hanging it.
+#[test]
+fn a_fifo_the_server_plants_at_write_pins_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let pins = dir.path().join(".pins");
+    let pins_flag = pins.to_str().unwrap();
+    let mut w = Wrap::start(&["--write-pins", pins_flag], &["--plant-fifo", pins_flag]);
+    w.initialize();
+    let watch = fifo::Watch::start(&pins);
+    assert_eq!(w.close().code(), Some(0));
+    let stderr = w.stderr();
+    assert!(
+        watch.written().is_empty(),
+        "wrap wrote its pins into the FIFO: {stderr}"
+    );
+    assert!(stderr.contains("a FIFO, not a regular file"), "{stderr}");
+    w.record();
+}
+
+/// Under a confining profile, pins inside the server's write grant are refused before
+/// anything starts: the server could put a link or a FIFO there, or pins of its own.
+#[cfg(target_os = "linux")]
+#[test]
+fn write_pins_inside_the_servers_write_grant_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    for (flag, file) in [("--write-pins", ".pins"), ("--pins", "pins.jsonl")] {
+        let out = aegis()
+            .args(["--profile", "linux-confined", "wrap", "--allow-write"])
+            .arg(&project)
+            .arg(flag)
+            .arg(project.join(file))
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains("--allow-write"),
+            "{stderr}"
+        );
+    }
+    // A signing key the server could read is refused under a read grant too.
+    let out = aegis()
+        .args(["--profile", "linux-confined", "wrap", "--allow-read"])
+        .arg(&project)
+        .arg("--signing-key")
+        .arg(project.join("k"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--signing-key") && stderr.contains("--allow-read"),
+        "{stderr}"
+    );
 }
 
 /// Large calls and large answers at once: the client's reader must not hold the relay

@@ -153,6 +153,10 @@ impl HttpOptions {
     }
 }
 
+/// The most of a token file read: a bearer token is tens of bytes; 4 KiB leaves room
+/// for a comment line or two and stops a file grown without end.
+pub const MAX_TOKEN_FILE: u64 = 4 << 10;
+
 /// Reads a bearer token from `path`: the file's first line, which must not be empty;
 /// the file must not be readable by group or others.
 ///
@@ -164,14 +168,28 @@ pub fn read_token(path: &Path) -> Result<String, GatewayError> {
         path: path.to_owned(),
         message,
     };
-    let meta = std::fs::metadata(path).map_err(|e| refused(e.to_string()))?;
+    // The mode is checked on the file that is read: never through a final link, never a
+    // FIFO or a device (aegis_files).
+    let file = aegis_files::open(path).map_err(|e| refused(e.into_io().to_string()))?;
+    let meta = file.metadata().map_err(|e| refused(e.to_string()))?;
     if meta.mode() & 0o077 != 0 {
         return Err(refused(format!(
             "mode {:o} lets group or others read it; chmod 600 it",
             meta.mode() & 0o777
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| refused(e.to_string()))?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(file, MAX_TOKEN_FILE + 1),
+        &mut text,
+    )
+    .map_err(|e| refused(e.to_string()))?;
+    if text.len() as u64 > MAX_TOKEN_FILE {
+        return Err(refused(format!(
+            "larger than {} KiB, the most read of a token file",
+            MAX_TOKEN_FILE >> 10
+        )));
+    }
     let token = text.lines().next().unwrap_or("").trim().to_owned();
     if token.is_empty() {
         return Err(refused("the first line is empty".into()));

@@ -238,9 +238,12 @@ impl Manifest {
     /// # Errors
     /// [`ManifestError`], one line naming the file, line and field.
     pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
-            path: path.to_owned(),
-            source,
+        // Never through a final link, never a FIFO or a device, at most 4 MiB.
+        let text = aegis_files::read_to_string(path, aegis_files::CONFIG).map_err(|e| {
+            ManifestError::Read {
+                path: path.to_owned(),
+                source: e.into_io(),
+            }
         })?;
         Manifest::parse(&text, path)
     }

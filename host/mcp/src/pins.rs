@@ -580,26 +580,42 @@ impl PinSet {
         Ok(set)
     }
 
-    /// Reads a pins file.
+    /// Reads a pins file: a regular file only, never through a final symbolic link, and
+    /// never more than the most [`PinSet::write_pins_file`] writes (`aegis_files`).
     ///
     /// # Errors
-    /// [`PinsFileError`]: the file cannot be read, or a line is malformed.
+    /// [`PinsFileError`]: the file cannot be read (or is a link, a FIFO, a device, or
+    /// too large), or a line is malformed.
     pub fn read_pins_file(path: &Path) -> Result<PinSet, PinsFileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| PinsFileError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
+        // The most `write_pins_file` can write: MAX_TOOLS lines (and the header), each a
+        // name of MAX_TOOL_NAME bytes escaped at worst six to one (`\u001f`) and at most
+        // 1 KiB of digests and keys. About 70 MB; real files are kilobytes, but a file
+        // this host wrote is always one it reads back, and nothing larger is read.
+        const MAX_PINS_FILE: aegis_files::Cap = aegis_files::Cap::new(
+            (MAX_TOOLS as u64 + 1) * (6 * MAX_TOOL_NAME as u64 + 1024),
+            "a pins file",
+        );
+        // Never through a link or from a FIFO: the file may sit where a server can write.
+        let text =
+            aegis_files::read_to_string(path, MAX_PINS_FILE).map_err(|e| PinsFileError::Io {
+                path: path.to_owned(),
+                source: e.into_io(),
+            })?;
         PinSet::from_pins_file(&text, path)
     }
 
-    /// Writes the set as a pins file (see [`PinSet::to_pins_file`]).
+    /// Writes the set as a pins file (see [`PinSet::to_pins_file`]), atomically: a new
+    /// file beside `path`, flushed and renamed over it (`aegis_files::write`).
     ///
     /// # Errors
-    /// [`PinsFileError::Io`] when the file cannot be written.
+    /// [`PinsFileError::Io`] when the file cannot be written, or something other than a
+    /// regular file (a link, a FIFO) stands at `path`.
     pub fn write_pins_file(&self, path: &Path) -> Result<(), PinsFileError> {
-        std::fs::write(path, self.to_pins_file()).map_err(|source| PinsFileError::Io {
+        // Written beside the path and renamed over it: a link or a FIFO a server put at
+        // the path is refused, never written through or waited on (issue 29).
+        aegis_files::write(path, self.to_pins_file().as_bytes()).map_err(|e| PinsFileError::Io {
             path: path.to_owned(),
-            source,
+            source: e.into_io(),
         })
     }
 }

@@ -4,6 +4,9 @@
 //! - A seed file is 64 lowercase hex characters (one trailing newline tolerated). It is
 //!   created with mode 0600 and, on Unix, refused when group or others have any access:
 //!   read access leaks the key, write access lets someone substitute their own.
+//! - A seed file is opened without following a final symbolic link, and only a regular
+//!   file is read (`aegis_files`); one is written beside its path and linked or renamed
+//!   into place, never through a link planted there.
 //! - Verification is ed25519 *strict*: small-order keys and `R` points and non-canonical
 //!   `S` are rejected, so one signature has one verdict in every conforming verifier.
 //!
@@ -350,7 +353,9 @@ impl SigningKey {
             path: path.to_owned(),
             source,
         };
-        let file = std::fs::File::open(path).map_err(io)?;
+        // Never through a final link, never a FIFO or a device (aegis_files): a key
+        // swapped for a link would sign with whatever key the link names.
+        let file = aegis_files::open(path).map_err(|e| io(e.into_io()))?;
         check_private(path, &file)?;
         let mut text = String::new();
         std::io::Read::read_to_string(&mut std::io::Read::take(&file, 130), &mut text)
@@ -390,33 +395,25 @@ impl SigningKey {
                 });
             }
         }
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
+        // A fresh 0600 file beside the key, renamed over it (`force`) or linked in
+        // (otherwise: `link` fails if `path` appeared meanwhile, so a race cannot
+        // clobber it). Neither follows a link planted at `path`.
+        let replace = if force {
+            aegis_files::Replace::RegularFile
+        } else {
+            aegis_files::Replace::Never
         };
-        let mut suffix = [0u8; 8];
-        getrandom::fill(&mut suffix).map_err(|e| KeyError::Random(e.to_string()))?;
-        let tmp = dir.join(format!(".aegis-key-{}.tmp", encode_hex(&suffix)));
-        let result = (|| {
-            let mut file = create_private(&tmp)?;
-            file.write_all(format!("{}\n", encode_hex(&self.inner.to_bytes())).as_bytes())?;
-            file.sync_all()?;
-            if force {
-                std::fs::rename(&tmp, path)
-            } else {
-                // hard_link fails if `path` appeared meanwhile, so a race cannot clobber it.
-                std::fs::hard_link(&tmp, path).and_then(|()| std::fs::remove_file(&tmp))
-            }
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        match result {
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(KeyError::Exists {
+        let from_files = |e: aegis_files::FileError| match e {
+            aegis_files::FileError::Exists { path } => KeyError::Exists { path },
+            e => KeyError::Io {
                 path: path.to_owned(),
-            }),
-            other => other.map_err(io),
-        }
+                source: e.into_io(),
+            },
+        };
+        let mut file = aegis_files::AtomicFile::create(path, replace, 0o600).map_err(from_files)?;
+        file.write_all(format!("{}\n", encode_hex(&self.inner.to_bytes())).as_bytes())
+            .map_err(io)?;
+        file.commit().map_err(from_files)
     }
 }
 
@@ -442,24 +439,6 @@ pub fn create_key_dirs(path: &Path) -> Result<(), KeyError> {
         path: dir.to_owned(),
         source,
     })
-}
-
-#[cfg(unix)]
-fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-}
-
-#[cfg(not(unix))]
-fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
 }
 
 #[cfg(unix)]
@@ -574,14 +553,49 @@ mod tests {
         assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
     }
 
+    /// Issue 29: a key swapped for a link (to another key, or to `/dev/zero`) or a FIFO
+    /// is refused in one line naming the file, without following or blocking.
+    #[cfg(unix)]
+    #[test]
+    fn a_key_that_is_a_link_a_fifo_or_a_device_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        SigningKey::from_seed([5; 32])
+            .write_seed_file(&real, false)
+            .unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let zero = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let fifo = dir.path().join("fifo");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        for (path, what) in [
+            (&link, "a symbolic link"),
+            (&zero, "a symbolic link"),
+            (&fifo, "a FIFO"),
+            (&dir.path().to_path_buf(), "a directory"),
+        ] {
+            let e = SigningKey::load(path).unwrap_err().to_string();
+            assert!(e.starts_with(&path.display().to_string()), "{e}");
+            assert!(e.contains(what), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
     #[test]
     fn malformed_seed_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k");
-        create_private(&path)
-            .unwrap()
-            .write_all(&[b'A'; 64])
-            .unwrap();
+        let mut file =
+            aegis_files::AtomicFile::create(&path, aegis_files::Replace::Never, 0o600).unwrap();
+        file.write_all(&[b'A'; 64]).unwrap();
+        file.commit().unwrap();
         assert!(matches!(
             SigningKey::load(&path),
             Err(KeyError::Format { .. })

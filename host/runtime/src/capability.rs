@@ -766,10 +766,12 @@ impl ToolRegistry {
             }
             // Once per tool, not per call: the sandbox compares what it compiles to this.
             let bytes =
-                std::fs::read(component).map_err(|source| RegistrationError::ComponentRead {
-                    tool: tool.clone(),
-                    component: component.clone(),
-                    source,
+                aegis_files::read(component, crate::sandbox::MAX_COMPONENT).map_err(|e| {
+                    RegistrationError::ComponentRead {
+                        tool: tool.clone(),
+                        component: component.clone(),
+                        source: e.into_io(),
+                    }
                 })?;
             digest = Some(ComponentDigest::of_component(&bytes));
         }

@@ -471,9 +471,12 @@ impl Profile {
     /// Unreadable or invalid.
     pub fn read(path: &Path) -> Result<Profile, ProfileError> {
         let label = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Io {
-            path: label.clone(),
-            source,
+        // Never through a final link, never a FIFO or a device, at most 4 MiB.
+        let text = aegis_files::read_to_string(path, aegis_files::CONFIG).map_err(|e| {
+            ProfileError::Io {
+                path: label.clone(),
+                source: e.into_io(),
+            }
         })?;
         Profile::parse(&text, &label, ProfileSource::File(path.to_owned()))
     }

@@ -3,13 +3,16 @@
 //! auditor's `aegis-verify` both run this code, so the two print the same bytes and exit
 //! with the same code for the same record and keys.
 //!
-//! It depends on `aegis-record` and `clap` only: an auditor handed a record builds it
-//! without wasmtime, the plugin host or the MCP relay.
+//! It depends on `aegis-record`, `aegis-files` and `clap` only: an auditor handed a
+//! record builds it without wasmtime, the plugin host or the MCP relay.
 //!
 //! # Guarantees
 //! - stdout carries the report and nothing else; a closed stdout pipe is not an error,
 //!   any other failure to write it turns a Verified exit into 2.
 //! - The exit codes are API ([`exit`]): scripts and CI gates depend on them.
+//! - The record file and the trust store are opened with `aegis_files`: never through a
+//!   final symbolic link, never a FIFO or a device (use `-` for a pipe); the trust store
+//!   is read up to [`MAX_TRUST_STORE`], the record streamed.
 
 use aegis_record::verify::{Options, TrustAnchor, Verdict, parse_trust_store, verify};
 use std::io::Write as _;
@@ -67,6 +70,10 @@ pub struct VerifyArgs {
     pub path: PathBuf,
 }
 
+/// The most of a trust store read: one key a line, 65 bytes with its newline, so 1 MiB is
+/// some 16 000 keys (an organisation pins a handful), with room for comments.
+pub const MAX_TRUST_STORE: aegis_files::Cap = aegis_files::Cap::new(1 << 20, "a trust store");
+
 fn parse_trust_anchor(s: &str) -> Result<TrustAnchor, String> {
     TrustAnchor::from_hex(s).map_err(|e| e.to_string())
 }
@@ -85,7 +92,7 @@ pub fn trust_slice(args: &VerifyArgs) -> Result<Option<Vec<TrustAnchor>>, String
     let mut trust = (!args.keys.is_empty()).then(|| args.keys.clone());
     if let Some(store) = &args.trust_store {
         let text =
-            std::fs::read_to_string(store).map_err(|e| format!("{}: {e}", store.display()))?;
+            aegis_files::read_to_string(store, MAX_TRUST_STORE).map_err(|e| e.to_string())?;
         let found = parse_trust_store(&text).map_err(|e| format!("{}: {e}", store.display()))?;
         trust.get_or_insert_with(Vec::new).extend(found);
     }
@@ -107,10 +114,12 @@ pub fn run(args: &VerifyArgs) -> u8 {
     let report = if path.as_os_str() == "-" {
         verify(std::io::stdin().lock(), &options)
     } else {
-        match std::fs::File::open(path) {
+        // Never through a final link, never blocking on a FIFO, never a device: the
+        // walk itself is bounded in memory whatever the file's length.
+        match aegis_files::open(path) {
             Ok(file) => verify(file, &options),
             Err(e) => {
-                error(format_args!("{}: {e}", path.display()));
+                error(e);
                 return exit::UNREADABLE;
             }
         }

@@ -439,7 +439,10 @@ impl Sink for FileSink {
     }
 
     fn read_lines(&self, start: u64, max: u32) -> Result<Vec<Vec<u8>>, PluginError> {
-        let mut file = File::open(&self.path).map_err(|e| io_err(&self.path, "open", &e))?;
+        // Opened again by name for its own offset: never through a link put there since,
+        // never a FIFO (aegis_files).
+        let mut file =
+            aegis_files::open(&self.path).map_err(|e| io_err(&self.path, "open", &e.into_io()))?;
         let mut cursor = lock(&self.cursor);
         let (mut index, offset) = if cursor.0 <= start { *cursor } else { (0, 0) };
         file.seek(SeekFrom::Start(offset))

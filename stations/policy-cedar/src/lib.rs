@@ -95,8 +95,10 @@ pub struct CedarEngine {
 /// Reads at most [`set::MAX_TEXT_BYTES`] and one byte of `path`.
 fn read_text(path: &Path) -> Result<String, PluginError> {
     let mut text = String::new();
-    // One byte past the limit is enough to refuse it; a larger file is not read.
-    std::fs::File::open(path)
+    // One byte past the limit is enough to refuse it; a larger file is not read. Never
+    // through a final link, never a FIFO or a device (aegis_files).
+    aegis_files::open(path)
+        .map_err(aegis_files::FileError::into_io)
         .and_then(|f| {
             f.take(set::MAX_TEXT_BYTES as u64 + 1)
                 .read_to_string(&mut text)

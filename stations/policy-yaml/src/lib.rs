@@ -79,8 +79,10 @@ impl PolicyEngine {
         let label = c.path.display().to_string();
         let io = |e: std::io::Error| PluginError::new(ErrorKind::IO, format!("{label}: {e}"));
         let mut text = String::new();
-        // One byte past the limit is enough to refuse it; a larger file is not read.
-        std::fs::File::open(&c.path)
+        // One byte past the limit is enough to refuse it; a larger file is not read. Never
+        // through a final link, never a FIFO or a device (aegis_files).
+        aegis_files::open(&c.path)
+            .map_err(aegis_files::FileError::into_io)
             .and_then(|f| {
                 f.take(set::MAX_POLICY_BYTES as u64 + 1)
                     .read_to_string(&mut text)

@@ -69,6 +69,7 @@
 //!   on the host (a command's stdout pipe stops at the output ceiling plus one byte).
 //!
 //! # Limits
+//! - [`MAX_COMPONENT`] (256 MiB): the largest component file read.
 //! - [`TICK`] (5 ms): the wall-clock resolution for a guest running its own code, and
 //!   the ticker thread's period.
 //! - [`DEFAULT_CONCURRENT_CALLS`] (64) calls at once per sandbox. The pool reserves
@@ -118,6 +119,13 @@ use wasmtime::{
 use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxView, WasiView};
+
+/// The largest component file read. Real tool components are kilobytes to a few tens of
+/// MiB (an interpreter compiled in: CPython's is about 30 MiB); 256 MiB is far past
+/// them, while the file is held in memory whole to be digested and compiled, so a file
+/// grown without end must stop somewhere. Read as every operator file is: never through
+/// a final symbolic link, never a FIFO or a device (`aegis_files`).
+pub const MAX_COMPONENT: aegis_files::Cap = aegis_files::Cap::new(256 << 20, "a component");
 
 /// The epoch ticker's period: the resolution of the wall-clock ceiling.
 pub const TICK: Duration = Duration::from_millis(5);
@@ -521,7 +529,8 @@ impl Sandbox {
             message,
         };
         // Read once and compile those bytes, so the digest names exactly what runs.
-        let bytes = std::fs::read(component).map_err(|e| failed(e.to_string()))?;
+        let bytes = aegis_files::read(component, MAX_COMPONENT)
+            .map_err(|e| failed(e.into_io().to_string()))?;
         let digest = ComponentDigest::of_component(&bytes);
         let compiled = Component::new(&self.engine, &bytes).map_err(|e| failed(e.to_string()))?;
         let pre = shape_of(&self.linker, &compiled).map_err(|e| failed(e.to_string()))?;

@@ -1,0 +1,759 @@
+//! Files the host opens on the operator's behalf: pins, reports, exports, keys, policies,
+//! profiles, manifests, trust stores, records read back, input files.
+//!
+//! The host often runs beside a program it does not trust (a wrapped MCP server, a
+//! confined command) that can write into some of the same directories. A path the
+//! operator typed is then only a name: by the time the host opens it, the untrusted
+//! program may have put a symbolic link there (the host would write through it, a
+//! confused deputy), a FIFO (the host would block forever in `open`), or an endless
+//! file (the host would read until memory runs out). Every such file goes through this
+//! crate.
+//!
+//! # Guarantees
+//! - **Reading** ([`open`], [`read`], [`read_to_string`]): the final component of the
+//!   path is never followed if it is a symbolic link (`O_NOFOLLOW`); the open never
+//!   blocks (`O_NONBLOCK`, so a FIFO with no writer is opened and then refused) and never
+//!   acquires a controlling terminal (`O_NOCTTY`); what was opened is checked through the
+//!   descriptor (`fstat`) and refused unless it is a regular file. Whatever stands at the
+//!   path is looked at first (`lstat`), so a device is refused before it is opened at all.
+//! - [`read`] and [`read_to_string`] read at most the [`Cap`] they are given, plus one
+//!   byte to tell "exactly the cap" from "over it": memory is bounded by the cap whatever
+//!   the file's size (a sparse file, `/proc` files that grow while read).
+//! - **Writing** ([`write`], [`AtomicFile`]): the new content is written to a fresh
+//!   temporary file created with `O_EXCL | O_NOFOLLOW` in the target's own directory
+//!   (an unpredictable name: nobody can plant it first), flushed to disk (`fsync`), and
+//!   renamed over the target; then the directory is flushed too. Renaming replaces the
+//!   directory entry, never what a link at the target points to, so a link planted at
+//!   the path at any moment is replaced, not written through; a reader sees the old
+//!   content or the new, never a torn file. A target that is not a regular file (a link,
+//!   a FIFO, a device, a directory) is refused when the write starts and again just
+//!   before the rename.
+//! - Every error is one line that names the file ([`FileError`]).
+//!
+//! # Non-guarantees
+//! - Only the **final** component is protected. A directory on the way that is a
+//!   symbolic link is followed: a program that can replace a parent directory of the
+//!   path with a link can redirect the whole path. This is why the CLI refuses to write a
+//!   host file inside a directory it grants a confined program write access to
+//!   ([`inside`]), rather than relying on this crate.
+//! - A **hard link** is a regular file like any other and is read as one: a name can
+//!   only be hard-linked to a file by someone who could already read it, and the host
+//!   reading it reveals nothing to the linker unless the host echoes its content. A hard
+//!   link at a path being *written* is harmless: the rename replaces the name, and the
+//!   other names of the old file keep the old content.
+//! - Between the final check and the rename, something may replace the target; the
+//!   rename then replaces that instead (it is never followed or written into).
+//! - The file's content is not authenticated: a program that can write the file can
+//!   still change what it says. Pins, policies and profiles should live where only the
+//!   operator writes ([`inside`] tells the CLI when they do not).
+//! - A crash between the rename and the directory flush may lose the new name on some
+//!   file systems; the old file or the new one is there, never a torn one.
+//! - On systems other than Unix, the flags above do not exist: the path is checked
+//!   before and after an ordinary open, and a link may be followed in between.
+//!
+//! # Limits
+//! - [`Cap`]: each caller names the most it reads of a kind of file, and why. The shared
+//!   one for hand-written configuration is [`CONFIG`].
+
+use std::fmt;
+use std::fs::{File, FileType};
+use std::io::{self, Read as _, Write};
+use std::path::{Path, PathBuf};
+
+/// The most the host reads of one kind of file, with the kind's name for the error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cap {
+    /// The most bytes read.
+    pub bytes: u64,
+    /// What the file is, for the error: `a policy file`, `a pins file`.
+    pub what: &'static str,
+}
+
+impl Cap {
+    /// A cap of `bytes` for files described as `what`.
+    pub const fn new(bytes: u64, what: &'static str) -> Cap {
+        Cap { bytes, what }
+    }
+}
+
+/// Configuration written by hand or generated for the operator: a policy, a profile, a
+/// manifest. Real ones are kilobytes; 4 MiB is about 100 000 lines, far past any of
+/// them, while the parsers (YAML, TOML, Cedar) hold several times the text in memory
+/// and a file grown without end would take the host's memory with it.
+pub const CONFIG: Cap = Cap::new(4 << 20, "a configuration file");
+
+/// What stands at a path when it is not a regular file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Kind {
+    /// A symbolic link (never followed).
+    Symlink,
+    /// A directory.
+    Directory,
+    /// A FIFO (named pipe).
+    Fifo,
+    /// A character device (`/dev/zero`, a terminal).
+    CharDevice,
+    /// A block device.
+    BlockDevice,
+    /// A Unix socket.
+    Socket,
+    /// Anything else that is not a regular file.
+    Other,
+}
+
+impl Kind {
+    /// The kind of `t`, or `None` for a regular file.
+    pub fn of(t: FileType) -> Option<Kind> {
+        #[cfg(unix)]
+        use std::os::unix::fs::FileTypeExt as _;
+        if t.is_file() {
+            return None;
+        }
+        Some(if t.is_symlink() {
+            Kind::Symlink
+        } else if t.is_dir() {
+            Kind::Directory
+        } else {
+            #[cfg(unix)]
+            {
+                if t.is_fifo() {
+                    Kind::Fifo
+                } else if t.is_char_device() {
+                    Kind::CharDevice
+                } else if t.is_block_device() {
+                    Kind::BlockDevice
+                } else if t.is_socket() {
+                    Kind::Socket
+                } else {
+                    Kind::Other
+                }
+            }
+            #[cfg(not(unix))]
+            Kind::Other
+        })
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Kind::Symlink => "a symbolic link",
+            Kind::Directory => "a directory",
+            Kind::Fifo => "a FIFO",
+            Kind::CharDevice => "a character device",
+            Kind::BlockDevice => "a block device",
+            Kind::Socket => "a socket",
+            Kind::Other => "a special file",
+        })
+    }
+}
+
+/// Why a file was not read or written. Each message is one line naming the file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FileError {
+    /// The operating system refused (not found, permission denied, disk full, …).
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// Something other than a regular file stands at the path.
+    #[error("{}: {found}, not a regular file; refused (aegis reads and writes only a regular file here, never through a link)", path.display())]
+    NotAFile {
+        /// The file.
+        path: PathBuf,
+        /// What is there.
+        found: Kind,
+    },
+    /// The file holds more than the cap for its kind.
+    #[error("{}: larger than {}, the most aegis reads of {}", path.display(), size(cap.bytes), cap.what)]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The cap it went over.
+        cap: Cap,
+    },
+    /// The file is not UTF-8 text.
+    #[error("{}: not UTF-8 text", path.display())]
+    NotUtf8 {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The write was not to replace an existing file, and one exists.
+    #[error("{}: already exists", path.display())]
+    Exists {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+impl FileError {
+    /// The file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            FileError::Io { path, .. }
+            | FileError::NotAFile { path, .. }
+            | FileError::TooLarge { path, .. }
+            | FileError::NotUtf8 { path }
+            | FileError::Exists { path } => path,
+        }
+    }
+
+    /// The cause alone, without the path, as an [`io::Error`]: for a caller whose own
+    /// error type already names the file (`PATH: CAUSE`).
+    pub fn into_io(self) -> io::Error {
+        let kind = match &self {
+            FileError::Io { source, .. } => source.kind(),
+            FileError::NotAFile { .. } => io::ErrorKind::InvalidInput,
+            FileError::TooLarge { .. } => io::ErrorKind::FileTooLarge,
+            FileError::NotUtf8 { .. } => io::ErrorKind::InvalidData,
+            FileError::Exists { .. } => io::ErrorKind::AlreadyExists,
+        };
+        if let FileError::Io { source, .. } = self {
+            return source;
+        }
+        let full = self.to_string();
+        let prefix = format!("{}: ", self.path().display());
+        io::Error::new(kind, full.strip_prefix(&prefix).unwrap_or(&full).to_owned())
+    }
+}
+
+/// `4 MiB`, `64 KiB`, `130 bytes`.
+fn size(bytes: u64) -> String {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else if bytes >= 1 << 10 && bytes.is_multiple_of(1 << 10) {
+        format!("{} KiB", bytes >> 10)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+fn io_error(path: &Path) -> impl FnOnce(io::Error) -> FileError + '_ {
+    |source| FileError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Refuses whatever stands at `path` unless it is a regular file; `Ok(false)` when
+/// nothing does.
+fn regular_or_absent(path: &Path) -> Result<bool, FileError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) => match Kind::of(meta.file_type()) {
+            None => Ok(true),
+            Some(found) => Err(FileError::NotAFile {
+                path: path.to_owned(),
+                found,
+            }),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io_error(path)(e)),
+    }
+}
+
+/// Opens `path` for reading: never through a final symbolic link, never blocking, and
+/// only a regular file (checked on the opened descriptor).
+///
+/// # Errors
+/// [`FileError::NotAFile`] for a link, FIFO, device, socket or directory;
+/// [`FileError::Io`] when it cannot be opened.
+pub fn open(path: &Path) -> Result<File, FileError> {
+    // Look first, so a device is refused without being opened (opening one can have
+    // effects of its own); then check what was opened, since the path may change between.
+    regular_or_absent(path)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY);
+    }
+    let file = match options.open(path) {
+        Ok(f) => f,
+        // ELOOP (a link swapped in after the look) or ENXIO (a socket): say what is there.
+        Err(e) => {
+            regular_or_absent(path)?;
+            return Err(io_error(path)(e));
+        }
+    };
+    let meta = file.metadata().map_err(io_error(path))?;
+    if let Some(found) = Kind::of(meta.file_type()) {
+        return Err(FileError::NotAFile {
+            path: path.to_owned(),
+            found,
+        });
+    }
+    Ok(file)
+}
+
+/// Reads all of `path` ([`open`]'s checks), refusing a file over `cap`.
+///
+/// # Errors
+/// [`open`]'s, [`FileError::TooLarge`], or [`FileError::Io`] when reading fails.
+pub fn read(path: &Path, cap: Cap) -> Result<Vec<u8>, FileError> {
+    let file = open(path)?;
+    let hint = file.metadata().map_or(0, |m| m.len()).min(cap.bytes);
+    let mut bytes = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
+    file.take(cap.bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io_error(path))?;
+    if bytes.len() as u64 > cap.bytes {
+        return Err(FileError::TooLarge {
+            path: path.to_owned(),
+            cap,
+        });
+    }
+    Ok(bytes)
+}
+
+/// [`read`], as UTF-8 text.
+///
+/// # Errors
+/// [`read`]'s, or [`FileError::NotUtf8`].
+pub fn read_to_string(path: &Path, cap: Cap) -> Result<String, FileError> {
+    String::from_utf8(read(path, cap)?).map_err(|_| FileError::NotUtf8 {
+        path: path.to_owned(),
+    })
+}
+
+/// Whether an [`AtomicFile`] may replace a file already at its path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replace {
+    /// Never: an existing file is [`FileError::Exists`], even one that appears while
+    /// the new content is written (the new file is linked in with `link`, which fails
+    /// rather than replace).
+    Never,
+    /// A regular file is replaced; anything else is refused.
+    RegularFile,
+}
+
+/// A file being written to a temporary name beside its path, which takes the path's
+/// place only on [`AtomicFile::commit`]. Dropped without a commit, it removes the
+/// temporary file and leaves the path as it was.
+#[derive(Debug)]
+pub struct AtomicFile {
+    path: PathBuf,
+    tmp: PathBuf,
+    file: Option<File>,
+    replace: Replace,
+}
+
+impl AtomicFile {
+    /// Starts writing `path`: checks what stands there now, and creates the temporary
+    /// file (`O_EXCL | O_NOFOLLOW`, `mode` before the umask; ignored off Unix).
+    ///
+    /// # Errors
+    /// [`FileError::NotAFile`] when something other than a regular file is at `path`;
+    /// [`FileError::Exists`] under [`Replace::Never`] when anything is; [`FileError::Io`].
+    pub fn create(path: &Path, replace: Replace, mode: u32) -> Result<AtomicFile, FileError> {
+        if regular_or_absent(path)? && replace == Replace::Never {
+            return Err(FileError::Exists {
+                path: path.to_owned(),
+            });
+        }
+        let dir = parent(path);
+        let mut suffix = [0u8; 8];
+        getrandom::fill(&mut suffix)
+            .map_err(|e| io_error(path)(io::Error::other(format!("no randomness: {e}"))))?;
+        let hex: String = suffix.iter().map(|b| format!("{b:02x}")).collect();
+        let tmp = dir.join(format!(".aegis-{hex}.tmp"));
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            options
+                .mode(mode)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY);
+        }
+        #[cfg(not(unix))]
+        let _ = mode;
+        let file = options.open(&tmp).map_err(io_error(path))?;
+        Ok(AtomicFile {
+            path: path.to_owned(),
+            tmp,
+            file: Some(file),
+            replace,
+        })
+    }
+
+    /// The path this file will take.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Flushes the content to disk, puts it at the path, and flushes the directory.
+    ///
+    /// # Errors
+    /// As [`AtomicFile::create`] (the path is checked again), or [`FileError::Io`]; the
+    /// path is then as it was, and the temporary file is removed.
+    pub fn commit(mut self) -> Result<(), FileError> {
+        let path = self.path.clone();
+        let file = self.file.take().expect("a file until committed");
+        file.sync_all().map_err(io_error(&path))?;
+        drop(file);
+        match self.replace {
+            Replace::RegularFile => {
+                regular_or_absent(&path)?;
+                std::fs::rename(&self.tmp, &path).map_err(io_error(&path))?;
+            }
+            Replace::Never => {
+                std::fs::hard_link(&self.tmp, &path).map_err(|e| {
+                    if e.kind() == io::ErrorKind::AlreadyExists {
+                        FileError::Exists { path: path.clone() }
+                    } else {
+                        io_error(&path)(e)
+                    }
+                })?;
+                let _ = std::fs::remove_file(&self.tmp);
+            }
+        }
+        // The temporary name is gone (renamed, or unlinked after the link).
+        self.tmp = PathBuf::new();
+        sync_dir(parent(&path)).map_err(io_error(&path))
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.file
+            .as_mut()
+            .expect("a file until committed")
+            .write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.as_mut().expect("a file until committed").flush()
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if !self.tmp.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// Replaces (or creates) the regular file `path` with `bytes`, atomically (mode 0666
+/// before the umask, as `std::fs::write`).
+///
+/// # Errors
+/// As [`AtomicFile::create`] and [`AtomicFile::commit`].
+pub fn write(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
+    let mut file = AtomicFile::create(path, Replace::RegularFile, 0o666)?;
+    file.write_all(bytes).map_err(io_error(path))?;
+    file.commit()
+}
+
+/// The directory a file at `path` lives in (`.` for a bare name).
+fn parent(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+#[cfg(unix)]
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(not(unix))]
+fn sync_dir(_dir: &Path) -> io::Result<()> {
+    Ok(())
+}
+
+/// The first of `dirs` beneath which the file `path` lives, if any: where a program
+/// granted those directories could replace it, or plant a link or a FIFO in its place.
+///
+/// The file's own name is not resolved (a link planted there is still inside); its
+/// directory is, as are `dirs` (a grant names what its path resolves to). A directory
+/// that does not exist yet counts by where it would be. `dirs` that do not exist hold
+/// nothing.
+pub fn inside<'d>(path: &Path, dirs: &'d [PathBuf]) -> Option<&'d Path> {
+    let file = resolve_parent(path)?;
+    dirs.iter()
+        .find(|d| {
+            let lexical = std::path::absolute(d).ok();
+            let real = std::fs::canonicalize(d).ok();
+            [lexical, real]
+                .into_iter()
+                .flatten()
+                .any(|d| file.starts_with(&d))
+        })
+        .map(PathBuf::as_path)
+}
+
+/// `path` made absolute with every directory on the way resolved (the nearest existing
+/// ancestor canonicalized, the rest joined as written), its final name left as it is.
+fn resolve_parent(path: &Path) -> Option<PathBuf> {
+    let absolute = std::path::absolute(path).ok()?;
+    let name = absolute.file_name()?.to_owned();
+    let mut dir = absolute.parent()?.to_path_buf();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(&dir) {
+            let mut out = real;
+            out.extend(rest.iter().rev());
+            out.push(name);
+            return Some(out);
+        }
+        rest.push(dir.file_name()?.to_owned());
+        dir = dir.parent()?.to_path_buf();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    fn mkfifo(path: &Path) {
+        let status = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    #[test]
+    fn reads_a_regular_file_within_its_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("policy.yaml");
+        std::fs::write(&p, "rules: []\n").unwrap();
+        assert_eq!(read_to_string(&p, CONFIG).unwrap(), "rules: []\n");
+        let exact = Cap::new(10, "a test file");
+        assert_eq!(read(&p, exact).unwrap().len(), 10);
+    }
+
+    #[test]
+    fn refuses_a_file_over_its_cap_in_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big.yaml");
+        std::fs::write(&p, [b'a'; 2049]).unwrap();
+        let e = read(&p, Cap::new(2048, "a policy file")).unwrap_err();
+        assert!(matches!(e, FileError::TooLarge { .. }), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}: larger than 2 KiB, the most aegis reads of a policy file",
+                p.display()
+            )
+        );
+    }
+
+    /// A sparse file claims gigabytes while holding none: memory stays at the cap.
+    #[test]
+    fn a_sparse_file_is_read_only_to_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sparse");
+        File::create(&p).unwrap().set_len(1 << 40).unwrap();
+        let e = read(&p, Cap::new(1 << 20, "a test file")).unwrap_err();
+        assert!(matches!(e, FileError::TooLarge { .. }), "{e}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn refuses_a_symlink_even_to_a_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::write(&real, "x").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let e = read(&link, CONFIG).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                FileError::NotAFile {
+                    found: Kind::Symlink,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(!e.to_string().contains('\n'));
+        assert!(e.to_string().starts_with(&link.display().to_string()));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn refuses_a_symlink_to_dev_zero_a_device_a_directory_and_a_fifo() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let fifo = dir.path().join("fifo");
+        mkfifo(&fifo);
+        for (path, kind) in [
+            (link.as_path(), Kind::Symlink),
+            (Path::new("/dev/zero"), Kind::CharDevice),
+            (Path::new("/dev/null"), Kind::CharDevice),
+            (dir.path(), Kind::Directory),
+            // Opened without a writer, a FIFO would block here forever.
+            (fifo.as_path(), Kind::Fifo),
+        ] {
+            match read(path, CONFIG) {
+                Err(FileError::NotAFile { found, .. }) => assert_eq!(found, kind, "{path:?}"),
+                other => panic!("{path:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_missing_file_is_an_io_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("nope");
+        let e = read(&p, CONFIG).unwrap_err();
+        assert!(matches!(e, FileError::Io { .. }));
+        assert!(e.to_string().starts_with(&p.display().to_string()));
+        let io = e.into_io();
+        assert_eq!(io.kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn into_io_drops_the_path_but_keeps_the_cause() {
+        let e = FileError::NotAFile {
+            path: PathBuf::from("/x/.pins"),
+            found: Kind::Fifo,
+        };
+        let io = e.into_io();
+        assert!(
+            io.to_string().starts_with("a FIFO, not a regular file"),
+            "{io}"
+        );
+    }
+
+    #[test]
+    fn write_creates_and_replaces_and_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("out.json");
+        write(&p, b"one\n").unwrap();
+        write(&p, b"two\n").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two\n");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+    }
+
+    /// The confused deputy: a link planted at the path must not be written through.
+    #[cfg(unix)]
+    #[test]
+    fn write_refuses_a_planted_link_and_leaves_its_target_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious\n").unwrap();
+        let p = dir.path().join(".pins");
+        std::os::unix::fs::symlink(&victim, &p).unwrap();
+        let e = write(&p, b"pins\n").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                FileError::NotAFile {
+                    found: Kind::Symlink,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious\n");
+        assert!(p.symlink_metadata().unwrap().file_type().is_symlink());
+    }
+
+    /// A link planted after the check, while the content is being written, is replaced by
+    /// the rename, never followed.
+    #[cfg(unix)]
+    #[test]
+    fn a_link_planted_during_the_write_is_replaced_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious\n").unwrap();
+        let p = dir.path().join("report.json");
+        let mut f = AtomicFile::create(&p, Replace::RegularFile, 0o666).unwrap();
+        f.write_all(b"{}\n").unwrap();
+        std::os::unix::fs::symlink(&victim, &p).unwrap();
+        // The second check refuses the link; the target is untouched either way.
+        assert!(f.commit().is_err());
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious\n");
+        let names = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(names, 2, "the temporary file is removed");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn write_to_a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("report.json");
+        mkfifo(&p);
+        let e = write(&p, b"{}\n").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                FileError::NotAFile {
+                    found: Kind::Fifo,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_hard_link_being_replaced_keeps_its_other_name_intact() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious\n").unwrap();
+        let p = dir.path().join(".pins");
+        std::fs::hard_link(&victim, &p).unwrap();
+        write(&p, b"pins\n").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious\n");
+        assert_eq!(std::fs::read(&p).unwrap(), b"pins\n");
+    }
+
+    #[test]
+    fn never_replace_refuses_an_existing_file_and_one_that_appears() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("key");
+        std::fs::write(&p, b"old").unwrap();
+        assert!(matches!(
+            AtomicFile::create(&p, Replace::Never, 0o600),
+            Err(FileError::Exists { .. })
+        ));
+        let q = dir.path().join("key2");
+        let mut f = AtomicFile::create(&q, Replace::Never, 0o600).unwrap();
+        f.write_all(b"new").unwrap();
+        std::fs::write(&q, b"raced").unwrap();
+        assert!(matches!(f.commit(), Err(FileError::Exists { .. })));
+        assert_eq!(std::fs::read(&q).unwrap(), b"raced");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn inside_resolves_the_directory_but_not_the_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join("project");
+        std::fs::create_dir(&project).unwrap();
+        let alias = dir.path().join("alias");
+        std::os::unix::fs::symlink(&project, &alias).unwrap();
+        let grants = vec![project.clone()];
+        assert!(inside(&project.join(".pins"), &grants).is_some());
+        assert!(
+            inside(&alias.join(".pins"), &grants).is_some(),
+            "through a link"
+        );
+        assert!(inside(&project.join("new/sub/.pins"), &grants).is_some());
+        assert!(inside(&dir.path().join(".pins"), &grants).is_none());
+        assert!(inside(&dir.path().join("projectx/.pins"), &grants).is_none());
+        // A grant given through a link counts where it resolves.
+        assert!(inside(&project.join("r.json"), &[alias]).is_some());
+        // A file granted by name.
+        let file = project.join("report.json");
+        assert!(inside(&file, std::slice::from_ref(&file)).is_some());
+    }
+}
