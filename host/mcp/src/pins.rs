@@ -120,6 +120,19 @@ pub enum Change {
 }
 
 impl Change {
+    /// What changed, without the tool's name (the pins file's `held` member: the name is
+    /// on the line already, and a reason of bounded length keeps the file's bound).
+    pub fn summary(&self) -> String {
+        match self {
+            Change::Added(_) => "added after the tools were pinned".into(),
+            Change::Removed(_) => "removed since it was pinned".into(),
+            Change::Changed { fields, .. } => {
+                format!("changed since it was pinned: {}", fields.join(", "))
+            }
+            Change::Duplicate(_) => "listed more than once".into(),
+        }
+    }
+
     /// The tool the change is about.
     pub fn tool(&self) -> &str {
         match self {
@@ -589,7 +602,7 @@ impl PinSet {
     pub fn read_pins_file(path: &Path) -> Result<PinSet, PinsFileError> {
         // The most `write_pins_file` can write: MAX_TOOLS lines (and the header), each a
         // name of MAX_TOOL_NAME bytes escaped at worst six to one (`\u001f`) and at most
-        // 1 KiB of digests and keys. About 70 MB; real files are kilobytes, but a file
+        // 1 KiB of digests, keys and a `held` summary (under 100 bytes). About 70 MB; real files are kilobytes, but a file
         // this host wrote is always one it reads back, and nothing larger is read.
         const MAX_PINS_FILE: aegis_files::Cap = aegis_files::Cap::new(
             (MAX_TOOLS as u64 + 1) * (6 * MAX_TOOL_NAME as u64 + 1024),

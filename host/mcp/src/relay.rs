@@ -526,7 +526,7 @@ impl PinState {
         }
         logs.push(format!("tools/list: {change}"));
         if let Some(pinned) = &mut self.pinned {
-            pinned.hold(change.tool(), &change.to_string());
+            pinned.hold(change.tool(), &change.summary());
         }
         self.changes.insert(change.tool().to_owned(), change);
     }
