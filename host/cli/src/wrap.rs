@@ -31,11 +31,13 @@ pub struct WrapArgs {
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_FRAME)]
     max_frame: usize,
     /// Compare the server's tool listings with these pins (written by --write-pins)
-    /// instead of pinning the session's first listing.
+    /// instead of pinning the session's first listing. A tool the file marks "held" is
+    /// refused until the operator deletes the mark.
     #[arg(long, value_name = "FILE")]
     pins: Option<PathBuf>,
     /// When the server exits, write the session's pins to this file (replaced
-    /// atomically; a link, FIFO or device there is refused, never written through).
+    /// atomically; a link, FIFO or device there is refused, never written through). A
+    /// tool that changed during the session is marked "held".
     /// Refused beneath an --allow-write directory, as are --pins, --policy and --audit;
     /// --signing-key beneath any granted directory.
     #[arg(long, value_name = "FILE")]

@@ -19,7 +19,7 @@
 //! - [`read`] and [`read_to_string`] read at most the [`Cap`] they are given, plus one
 //!   byte to tell "exactly the cap" from "over it": memory is bounded by the cap whatever
 //!   the file's size (a sparse file, `/proc` files that grow while read).
-//! - **Writing** ([`write`], [`AtomicFile`]): the new content is written to a fresh
+//! - **Writing** ([`write()`], [`AtomicFile`]): the new content is written to a fresh
 //!   temporary file created with `O_EXCL | O_NOFOLLOW` in the target's own directory
 //!   (an unpredictable name: nobody can plant it first), flushed to disk (`fsync`), and
 //!   renamed over the target; then the directory is flushed too. Renaming replaces the

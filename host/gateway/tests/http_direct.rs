@@ -1280,3 +1280,34 @@ async fn a_head_past_the_read_buffer_is_431_and_http2_is_not_served() {
     );
     close(s).await;
 }
+
+/// The ambiguity class (second hardening round): serde reads the last of two equal keys
+/// (and skips `Arguments` as unknown), so rmcp and the direct path would decide and run a
+/// call another reader reads otherwise. Every POST body with colliding keys anywhere is
+/// refused (400) before either reads it, and nothing is recorded; the same call spelt
+/// one way runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_reads_two_ways_is_refused_before_any_call() {
+    let s = serve(Duration::from_secs(300)).await;
+    let id = session(s.addr).await;
+    for body in [
+        call(2, "echo", r#"{"message":"a","message":"b"}"#),
+        call(3, "echo", r#"{"message":"a","MESSAGE":"b"}"#),
+        call(4, "echo", r#"{"message":"a","meſſage":"b"}"#),
+        call(5, "echo", r#"{"message":"a","__proto__":{"message":"b"}}"#),
+        r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"echo","arguments":{},"Arguments":{"message":"b"}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","name":"sleep","arguments":{}}}"#.to_owned(),
+    ] {
+        let answer = post_in(s.addr, &id, &body).await;
+        assert_eq!(answer.status, 400, "{body}: {}", answer.body);
+        assert!(answer.body.contains("does not read one way only"), "{}", answer.body);
+    }
+    assert!(
+        of_type(&s.record, "intent").is_empty(),
+        "nothing was called"
+    );
+    let fine = post_in(s.addr, &id, &call(8, "echo", r#"{"message":"a"}"#)).await;
+    assert_eq!(fine.status, 200);
+    assert_eq!(of_type(&s.record, "intent").len(), 1);
+    close(s).await;
+}
