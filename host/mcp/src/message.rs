@@ -377,8 +377,12 @@ impl Request<'_> {
 
     /// For a `tools/list`: whether `params.cursor` is present (a later page).
     pub fn has_cursor(&self) -> bool {
-        params_object(self.params)
-            .is_some_and(|object| !matches!(object.lookup("cursor"), Lookup::Absent))
+        // A `null` cursor is no cursor: clients send it for the first page.
+        params_object(self.params).is_some_and(|object| match object.lookup("cursor") {
+            Lookup::Absent => false,
+            Lookup::One(node) => !matches!(node.value(), Value::Null),
+            Lookup::Ambiguous => true,
+        })
     }
 }
 

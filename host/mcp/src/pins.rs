@@ -381,10 +381,13 @@ fn pin_tool(tool: Node<'_>) -> Option<(String, ToolPin, Option<String>)> {
         .members()
         .map(|(key, _)| key)
         .find(|key| {
-            PINNED_FIELDS.iter().any(|field| {
-                key.text != *field
-                    && aegis_policy_arguments::unambiguous::keys_collide(&key.text, field)
-            })
+            // `__proto__`: JavaScript that copies the definition member by member makes
+            // it the copy's prototype, through which a `description` can be read.
+            key.text == "__proto__"
+                || PINNED_FIELDS.iter().any(|field| {
+                    key.text != *field
+                        && aegis_policy_arguments::unambiguous::keys_collide(&key.text, field)
+                })
         })
         .map(|key| key.text.into_owned());
     let name = match object.lookup("name") {

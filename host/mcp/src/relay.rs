@@ -63,9 +63,15 @@
 //! - After `notifications/tools/list_changed`, calls are refused until a listing asked
 //!   for after it completes (the relay's own, normally within one round trip).
 //! - A server that answers the relay's listing and the client's differently is caught
-//!   only on what the client is shown: its pages are compared with the pins, but a
-//!   client that caches a listing from another session is not shown anything the relay
-//!   can compare.
+//!   only on what the client is shown: its pages are compared with the pins (pages shown
+//!   before any pins existed, as soon as they do; a page the relay cannot read is never
+//!   shown, the client gets error −32003 instead), but a client that caches a listing
+//!   from another session is not shown anything the relay can compare.
+//! - A call waits for the relay's listing without a deadline: a server that never
+//!   answers it keeps such calls until it exits (then they are answered as refused).
+//!   Calls inside a JSON-RPC batch never wait: with nothing usable pinned they are
+//!   refused. At most [`MAX_LISTING_BYTES`] of waiting frames are held; past that a
+//!   call is decided at once (and refused).
 //! - A task-augmented `tools/call` (MCP 2025-11-25) finishes when the server answers with
 //!   the task handle; the work the task does afterwards is not followed.
 //! - [`CallEnd::Cancelled`] means the client cancelled; the server may have run the call
@@ -331,6 +337,15 @@ struct PinState {
     /// first page was asked in.
     client: PinSet,
     client_generation: u64,
+    /// The client's listing began with a first page, in `client_generation`, and has
+    /// not ended: only such a listing may complete (one begun at a cursor is partial).
+    client_open: bool,
+    /// The client's pages read while nothing was pinned: the model was shown them, so
+    /// they are compared with the pins as soon as there are any.
+    preview: Vec<PinSet>,
+    /// More changes or ambiguous tools than [`MAX_TOOLS`] were seen: every call is
+    /// refused for the rest of the session (the maps are bounded, the refusal is not).
+    too_many: bool,
     /// The relay's own listing, which follows every page whatever the client does.
     own: OwnListing,
     /// Differences found against `pinned`, by tool. Never cleared: a tool seen changed
@@ -370,6 +385,11 @@ struct OwnListing {
 impl PinState {
     /// Why a call to `name` must not run; `Ok(Some(note))` when it may run despite a change.
     fn check(&self, name: &str, mode: PinMode) -> Result<Option<String>, String> {
+        if self.too_many {
+            return Err(format!(
+                "the server changed or misdefined more than {MAX_TOOLS} tools in this session"
+            ));
+        }
         if let Some(key) = self.ambiguous.get(name) {
             return Err(format!(
                 "tool {name:?} is defined with a member {key:?}, which clients may read as a pinned field; its definition cannot be pinned"
@@ -414,24 +434,48 @@ impl PinState {
         }
     }
 
-    /// A page of the client's listing (`None`: the server answered with an error).
+    /// A page of the client's listing (`None`: the server answered with an error, which
+    /// is passed on). False when the page could not be read: it must not reach the
+    /// client, who would be shown what the relay never compared.
     fn client_page(
         &mut self,
         first_page: bool,
         generation: u64,
         result: Option<Node<'_>>,
         logs: &mut Logs,
-    ) {
+    ) -> bool {
         if first_page {
             self.client = PinSet::new();
             self.client_generation = generation;
+            self.client_open = true;
         }
-        let Some(result) = result else { return };
-        let mut listing = std::mem::take(&mut self.client);
-        match self.read_page(&mut listing, result, logs) {
-            Some(None) => self.complete(listing, self.client_generation, logs),
-            Some(Some(_)) => self.client = listing,
-            None => {}
+        let Some(result) = result else { return true };
+        // A page asked for before the tools last changed, or of a listing that did not
+        // begin at its first page, is compared but never completes a listing.
+        let continues = self.client_open && generation == self.client_generation;
+        let mut listing = if continues {
+            std::mem::take(&mut self.client)
+        } else {
+            PinSet::new()
+        };
+        match self.read_page(&mut listing, result, true, logs) {
+            None => {
+                self.client_open = false;
+                false
+            }
+            Some(Some(_)) => {
+                if continues {
+                    self.client = listing;
+                }
+                true
+            }
+            Some(None) => {
+                if continues {
+                    self.client_open = false;
+                    self.complete(listing, generation, logs);
+                }
+                true
+            }
         }
     }
 
@@ -442,6 +486,7 @@ impl PinState {
         &mut self,
         listing: &mut PinSet,
         result: Node<'_>,
+        from_client: bool,
         logs: &mut Logs,
     ) -> Option<Option<String>> {
         let mut page = PinSet::new();
@@ -471,12 +516,27 @@ impl PinState {
             }
         }
         for (name, key) in page.ambiguous() {
-            if !self.ambiguous.contains_key(name) {
+            if self.ambiguous.len() >= MAX_TOOLS {
+                self.too_many = true;
+            } else if !self.ambiguous.contains_key(name) {
                 logs.push(format!(
                     "tools/list: tool {name:?} names a pinned field as {key:?}; calls to it are refused"
                 ));
                 self.ambiguous.insert(name.to_owned(), key.to_owned());
             }
+        }
+        if from_client && self.pinned.is_none() {
+            let seen: usize = self.preview.iter().map(|p| p.tools().count()).sum();
+            if seen + page.tools().count() > MAX_TOOLS {
+                self.fail(
+                    format!(
+                        "the client was shown more than {MAX_TOOLS} tools before any were pinned"
+                    ),
+                    logs,
+                );
+                return None;
+            }
+            self.preview.push(page.clone());
         }
         listing.absorb(page);
         for change in found {
@@ -487,9 +547,10 @@ impl PinState {
 
     /// A listing read to its end: the first pins the session, any later one is compared.
     fn complete(&mut self, listing: PinSet, generation: u64, logs: &mut Logs) {
-        self.unreadable = None;
+        // Only a listing asked for after the last change or failure ends either.
         if generation == self.generation {
             self.stale = false;
+            self.unreadable = None;
         }
         match &self.pinned {
             None => {
@@ -498,9 +559,22 @@ impl PinState {
                     listing.tools().count()
                 ));
                 let duplicates: Vec<String> = listing.duplicates().map(str::to_owned).collect();
-                self.pinned = Some(listing);
+                let mut pinned = listing;
+                // Changes seen before there were pins are held in the file too.
+                for (name, change) in &self.changes {
+                    pinned.hold(name, &change.summary());
+                }
+                // What the client was shown before the pins existed is judged now.
+                let shown: Vec<Change> = std::mem::take(&mut self.preview)
+                    .iter()
+                    .flat_map(|page| pinned.changed_in(page))
+                    .collect();
+                self.pinned = Some(pinned);
                 for name in duplicates {
                     self.note(Change::Duplicate(name), logs);
+                }
+                for change in shown {
+                    self.note(change, logs);
                 }
             }
             Some(pinned) => {
@@ -518,10 +592,16 @@ impl PinState {
             "tools/list: {why}; calls are refused until a readable listing"
         ));
         self.unreadable = Some(why);
+        // A listing under way began before the failure: it does not end it.
+        self.generation += 1;
     }
 
     fn note(&mut self, change: Change, logs: &mut Logs) {
         if self.changes.contains_key(change.tool()) {
+            return;
+        }
+        if self.changes.len() >= MAX_TOOLS {
+            self.too_many = true;
             return;
         }
         logs.push(format!("tools/list: {change}"));
@@ -552,6 +632,8 @@ pub struct Relay<G: Gate> {
     /// Calls that arrived while the relay's own listing was under way and the session
     /// had no usable pins: by id, the frame as received. Decided when the listing ends.
     held: Vec<(IdKey, Vec<u8>)>,
+    /// The bytes of the frames in `held`, at most [`MAX_LISTING_BYTES`].
+    held_bytes: usize,
     /// What deciding held calls led to, carried out after the frame being handled.
     released: Vec<Action>,
 }
@@ -624,6 +706,7 @@ impl<G: Gate> Relay<G> {
             pins: PinState::default(),
             own_requests: Vec::new(),
             held: Vec::new(),
+            held_bytes: 0,
             released: Vec::new(),
         }
     }
@@ -719,9 +802,10 @@ impl<G: Gate> Relay<G> {
         self.server_requests.clear();
         self.forget_tombstones();
         self.pins.own.waiting = None;
+        self.held_bytes = 0;
         for (_, frame) in std::mem::take(&mut self.held) {
             if let Some((raw_id, refusal)) =
-                self.refuse_held(&frame, "the server exited before its tools were pinned")
+                self.refuse_held(&frame, "the server exited before its tools could be listed")
             {
                 let mut reply = refusal_reply(&raw_id, &refusal);
                 reply.push(b'\n');
@@ -743,10 +827,11 @@ impl<G: Gate> Relay<G> {
         self.server_requests.clear();
         self.forget_tombstones();
         self.pins.own.waiting = None;
+        self.held_bytes = 0;
         for (_, frame) in std::mem::take(&mut self.held) {
             self.refuse_held(
                 &frame,
-                "the relay stopped before the server's tools were pinned",
+                "the relay stopped before the server's tools could be listed",
             );
         }
         if count == 0 {
@@ -824,6 +909,13 @@ impl<G: Gate> Relay<G> {
             "notifications/cancelled" if notification.ambiguous_params(&CANCEL_MEMBERS) => {
                 Err("a cancellation whose requestId or reason cannot be read one way only".into())
             }
+            "notifications/cancelled"
+                if self.pins.own.waiting.is_some()
+                    && notification.cancelled_request().as_ref()
+                        == self.pins.own.waiting.as_ref() =>
+            {
+                Err("it names the relay's own tools/list".into())
+            }
             "notifications/cancelled" => {
                 if let Some(key) = notification.cancelled_request() {
                     let reason = notification.cancel_reason();
@@ -844,6 +936,7 @@ impl<G: Gate> Relay<G> {
     fn cancel(&mut self, key: &IdKey, reason: Option<&str>, logs: &mut Logs) -> Cancelled {
         if let Some(at) = self.held.iter().position(|(held, _)| held == key) {
             let (_, frame) = self.held.remove(at);
+            self.held_bytes -= frame.len();
             self.refuse_held(
                 &frame,
                 "cancelled by the client while it waited for the server's tools to be pinned",
@@ -901,7 +994,9 @@ impl<G: Gate> Relay<G> {
                 "request id {} was cancelled and the server may still answer it",
                 id.raw
             ))
-        } else if self.client_requests.len() + batch_ids.len() >= self.config.max_pending {
+        } else if self.client_requests.len() + self.held.len() + batch_ids.len()
+            >= self.config.max_pending
+        {
             Some(format!(
                 "{} requests are already pending",
                 self.config.max_pending
@@ -913,7 +1008,10 @@ impl<G: Gate> Relay<G> {
 
     fn client_request(&mut self, request: Request<'_>, logs: &mut Logs) -> Plan {
         let id_problem = self.id_problem(&request.id, &BTreeSet::new());
-        if request.method == "tools/call" && id_problem.is_none() && self.must_wait() {
+        if request.method == "tools/call"
+            && id_problem.is_none()
+            && self.must_wait(request.raw.len())
+        {
             logs.push(format!(
                 "client: tools/call {} waits for the relay's listing of the server's tools",
                 request.id.raw
@@ -1087,6 +1185,13 @@ impl<G: Gate> Relay<G> {
                 {
                     Element::Unusable("a cancellation that cannot be read one way only".into())
                 }
+                Message::Notification(n)
+                    if n.method == "notifications/cancelled"
+                        && self.pins.own.waiting.is_some()
+                        && n.cancelled_request().as_ref() == self.pins.own.waiting.as_ref() =>
+                {
+                    Element::Unusable("a cancellation of the relay's own tools/list".into())
+                }
                 Message::Notification(n) if n.method == "notifications/cancelled" => {
                     Element::Cancel(n.cancelled_request(), n.cancel_reason())
                 }
@@ -1220,7 +1325,10 @@ impl<G: Gate> Relay<G> {
             self.pins.own.sent += 1;
             let id = format!("{OWN_REQUEST_ID_PREFIX}{n}");
             let key = IdKey::String(id.clone());
-            if !self.client_requests.contains_key(&key) && !self.tombstones.contains_key(&key) {
+            let taken = self.client_requests.contains_key(&key)
+                || self.tombstones.contains_key(&key)
+                || self.held.iter().any(|(held, _)| *held == key);
+            if !taken {
                 break (id, key);
             }
         };
@@ -1262,7 +1370,7 @@ impl<G: Gate> Relay<G> {
             return;
         }
         let mut listing = std::mem::take(&mut self.pins.own.listing);
-        match self.pins.read_page(&mut listing, result, logs) {
+        match self.pins.read_page(&mut listing, result, false, logs) {
             Some(Some(cursor)) => {
                 self.pins.own.listing = listing;
                 self.ask_page(Some(&cursor), logs);
@@ -1287,15 +1395,16 @@ impl<G: Gate> Relay<G> {
 
     /// True while a call must wait: the relay's listing is under way and the session
     /// has no pins yet, or its tools changed since they were last listed.
-    fn must_wait(&self) -> bool {
+    fn must_wait(&self, frame_len: usize) -> bool {
         self.pins.own.waiting.is_some()
-            && (self.pins.pinned.is_none() || self.pins.stale)
-            && self.held.len() < self.config.max_pending
+            && (self.pins.pinned.is_none() || self.pins.stale || self.pins.unreadable.is_some())
+            && self.held_bytes.saturating_add(frame_len) <= MAX_LISTING_BYTES
     }
 
     /// What a client frame's plan becomes; a held call is kept, not answered.
     fn carry_out(&mut self, plan: Plan, bytes: Vec<u8>, logs: Logs) -> Vec<Action> {
         if let Plan::Hold(key) = plan {
+            self.held_bytes += bytes.len();
             self.held.push((key, bytes));
             return logs.into_actions();
         }
@@ -1305,6 +1414,7 @@ impl<G: Gate> Relay<G> {
     /// Decides the calls that waited, in the order they came (those that must still
     /// wait are held again).
     fn release_held(&mut self) {
+        self.held_bytes = 0;
         for (_, frame) in std::mem::take(&mut self.held) {
             let mut logs = Logs::default();
             let plan = {
@@ -1562,8 +1672,22 @@ impl<G: Gate> Relay<G> {
                 first_page,
                 generation,
             } => {
-                self.pins
-                    .client_page(first_page, generation, response.result(), logs);
+                let readable =
+                    self.pins
+                        .client_page(first_page, generation, response.result(), logs);
+                if !readable {
+                    // Never shown to the client: it would read what the relay could not.
+                    // The relay lists again, and calls wait for that listing.
+                    let mut reply = error_reply(
+                        &outstanding.raw_id,
+                        UNRELAYABLE_ANSWER,
+                        "the MCP server's tools/list answer could not be read one way only",
+                    );
+                    reply.push(b'\n');
+                    self.released.push(Action::ToClient(reply));
+                    self.list_tools(logs);
+                    return false;
+                }
                 // The client's listing may have pinned the session or ended a change:
                 // calls that waited are decided (those that must still wait, wait).
                 if !self.held.is_empty() {

@@ -436,10 +436,25 @@ fn an_unreadable_listing_refuses_calls() {
     let mut relay = listed(CountingGate::default(), RelayConfig::default());
     relay.from_client(line(r#"{"jsonrpc":"2.0","id":"l3","method":"tools/list"}"#));
     let listing = r#"{"jsonrpc":"2.0","id":"l3","result":{"tools":[{"name":"read","description":"a","description":"b"}]}}"#;
-    // Forwarded to the client (it is the server's answer), but calls are refused.
-    assert_eq!(to_client(&relay.from_server(line(listing))).len(), 1);
+    // Not shown to the client (it would read one of two descriptions): an error is,
+    // and the relay lists again; calls wait for that listing.
+    let actions = relay.from_server(line(listing));
+    assert!(
+        to_client(&actions).concat().contains("-32003"),
+        "{actions:?}"
+    );
+    let own = own_lists(&actions);
+    assert_eq!(own.len(), 1);
     let read = relay.from_client(line(&call("1", "read")));
-    assert!(to_client(&read).concat().contains("could not be read"));
+    assert!(to_server(&read).is_empty() && to_client(&read).is_empty());
+    // The server answers the relay the same way: the listing fails, the call is refused.
+    let own_answer = listing.replace(r#""l3""#, &format!(r#""{}""#, own[0].0));
+    let decided = relay.from_server(line(&own_answer));
+    assert!(to_server(&decided).is_empty());
+    assert!(
+        to_client(&decided).concat().contains("could not be read"),
+        "{decided:?}"
+    );
 }
 
 #[test]
@@ -915,11 +930,18 @@ fn a_listing_of_too_many_tools_refuses_calls() {
         r#"{{"jsonrpc":"2.0","id":"l2","result":{{"tools":[{},{{"name":"read","description":"Reads"}}]}}}}"#,
         tools.join(",")
     );
-    relay.from_server(line(&listing));
+    let actions = relay.from_server(line(&listing));
+    assert!(to_client(&actions).concat().contains("-32003"));
+    let own = own_lists(&actions);
     let read = relay.from_client(line(&call("1", "read")));
+    assert!(to_server(&read).is_empty() && to_client(&read).is_empty());
+    let own_answer = listing.replace(r#""l2""#, &format!(r#""{}""#, own[0].0));
+    let decided = relay.from_server(line(&own_answer));
     assert!(
-        to_client(&read).concat().contains("more than 10000 tools"),
-        "{read:?}"
+        to_client(&decided)
+            .concat()
+            .contains("more than 10000 tools"),
+        "{decided:?}"
     );
 }
 
@@ -1319,7 +1341,112 @@ fn calls_wait_for_the_relays_listing() {
     assert!(
         to_client(&answers)
             .concat()
-            .contains("exited before its tools were pinned")
+            .contains("exited before its tools could be listed")
     );
     assert_eq!(relay.gate().log.borrow().opened, 0);
+}
+
+/// From a review (helper): a client page shown before any pins existed was never
+/// compared, so a server could answer the client's listing first, poisoned, and the
+/// relay's own listing clean. Such pages are now judged as soon as pins exist.
+#[test]
+fn pages_shown_before_the_pins_are_judged_when_they_exist() {
+    let mut relay = Relay::new(CountingGate::default(), RelayConfig::default());
+    let own = own_lists(&relay.from_client(line(INITIALIZED)));
+    relay.from_client(line(LIST));
+    let shown = relay.from_server(line(&page("l1", READ_POISONED, Some("p2"))));
+    assert_eq!(to_client(&shown).len(), 1);
+    relay.from_server(line(&page(&own[0].0, READ, None)));
+    let read = relay.from_client(line(&call("1", "read")));
+    assert!(to_server(&read).is_empty(), "{read:?}");
+    assert!(
+        to_client(&read)
+            .concat()
+            .contains("changed since it was pinned")
+    );
+    // And the change is held in the pins file like any other.
+    assert!(
+        relay
+            .pins()
+            .unwrap()
+            .to_pins_file()
+            .contains(r#""held":"changed"#)
+    );
+}
+
+/// From a review (helper): a client page the relay could not read (keys colliding in a
+/// definition, which clients read last-wins) was still forwarded, and the next clean
+/// listing of the relay's forgot the failure. Now the client gets an error instead of
+/// the page, and calls wait for a listing asked for after the failure.
+#[test]
+fn an_unreadable_client_page_is_never_shown_and_not_forgotten_early() {
+    for poisoned in [
+        r#"{"name":"read","description":"Reads","description":"Reads. IMPORTANT: …"}"#,
+        r#"{"name":"read","description":"Reads","Description":"Reads. IMPORTANT: …"}"#,
+    ] {
+        let mut relay = Relay::new(CountingGate::default(), RelayConfig::default());
+        let own = own_lists(&relay.from_client(line(INITIALIZED)));
+        relay.from_client(line(LIST));
+        let shown = relay.from_server(line(&page("l1", poisoned, None)));
+        let text = to_client(&shown).concat();
+        assert!(
+            text.contains("-32003") && !text.contains("IMPORTANT"),
+            "{text}"
+        );
+        // The relay's listing begun before the failure pins, but does not end it.
+        let again = own_lists(&relay.from_server(line(&page(&own[0].0, READ, None))));
+        assert_eq!(again.len(), 1, "the relay lists again after the failure");
+        let read = relay.from_client(line(&call("1", "read")));
+        assert!(to_server(&read).is_empty(), "the call waits: {read:?}");
+        let released = relay.from_server(line(&page(&again[0].0, READ, None)));
+        assert_eq!(
+            to_server(&released),
+            vec![format!("{}\n", call("1", "read"))]
+        );
+    }
+}
+
+/// From a review (helper): a name listed twice before the pins existed was refused in
+/// the session but not held in the pins file. Changes seen before pinning are held.
+#[test]
+fn a_change_seen_before_the_pins_is_held_in_the_file() {
+    let mut relay = Relay::new(CountingGate::default(), RelayConfig::default());
+    let own = own_lists(&relay.from_client(line(INITIALIZED)));
+    relay.from_client(line(LIST));
+    relay.from_server(line(&page("l1", READ, Some("c"))));
+    relay.from_client(line(
+        r#"{"jsonrpc":"2.0","id":"l2","method":"tools/list","params":{"cursor":"c"}}"#,
+    ));
+    relay.from_server(line(&page("l2", READ, Some("d"))));
+    relay.from_server(line(&page(&own[0].0, READ, None)));
+    let file = relay.pins().unwrap().to_pins_file();
+    assert!(file.contains(r#""held":"listed more than once""#), "{file}");
+}
+
+/// From a review (helper): the client could cancel the relay's own listing (a server
+/// that obeys would never answer it), and the relay could pick, for its next page, the
+/// id of a client call waiting for it.
+#[test]
+fn the_relays_own_listing_cannot_be_cancelled_or_share_a_waiting_calls_id() {
+    let mut relay = Relay::new(CountingGate::default(), RelayConfig::default());
+    let own = own_lists(&relay.from_client(line(INITIALIZED)));
+    let cancel = format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":"{}"}}}}"#,
+        own[0].0
+    );
+    assert!(to_server(&relay.from_client(line(&cancel))).is_empty());
+    let taken = format!(
+        r#""{OWN_LIST_ID}1""#,
+        OWN_LIST_ID = "aegis-relay/tools-list/"
+    );
+    relay.from_client(line(&call(&taken, "read")));
+    let next = own_lists(&relay.from_server(line(&page(&own[0].0, READ, Some("p2")))));
+    assert_eq!(next.len(), 1);
+    assert_ne!(next[0].0, "aegis-relay/tools-list/1");
+    let released = relay.from_server(line(&page(&next[0].0, r#"{"name":"rm"}"#, None)));
+    assert_eq!(
+        to_server(&released).len(),
+        1,
+        "the waiting call runs: {released:?}"
+    );
 }
