@@ -2,6 +2,11 @@
 //! check, an optional bearer token and a body cap.
 //!
 //! # Guarantees
+//! - A request body with two keys of one object that fold together (exact duplicates,
+//!   `message`/`MESSAGE`, `ſ` for `s`) or a `__proto__` key anywhere is refused (400)
+//!   before rmcp or the direct path reads it: serde keeps the last of two equal keys, so
+//!   the call decided and run would be one reading of a body another reader reads
+//!   otherwise (`aegis_policy_arguments::unambiguous`).
 //! - Binds loopback unless the operator opted out ([`HttpOptions::allow_non_loopback`]).
 //! - `Host` must name this server (`localhost`, `127.0.0.1` or `[::1]` with its port,
 //!   or the bound address); `Origin`, when a browser sends one, must be one of those
