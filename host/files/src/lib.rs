@@ -475,9 +475,13 @@ fn sync_dir(_dir: &Path) -> io::Result<()> {
 /// The file's own name is not resolved (a link planted there is still inside); its
 /// directory is, as are `dirs` (a grant names what its path resolves to). A directory
 /// that does not exist yet counts by where it would be. `dirs` that do not exist hold
-/// nothing.
+/// nothing. A path whose directory cannot be placed (a `..` after a directory that does
+/// not exist yet, which a granted program could create as a link) counts as inside the
+/// first of `dirs`: fail closed.
 pub fn inside<'d>(path: &Path, dirs: &'d [PathBuf]) -> Option<&'d Path> {
-    let file = resolve_parent(path)?;
+    let Some(file) = resolve_parent(path) else {
+        return dirs.first().map(PathBuf::as_path);
+    };
     dirs.iter()
         .find(|d| {
             let lexical = std::path::absolute(d).ok();
@@ -512,6 +516,20 @@ fn resolve_parent(path: &Path) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// From a review (helper): `GRANT/new/../x` with `GRANT/new` absent could not be
+    /// resolved and was read as outside, though the program could create `new` as a
+    /// link and send the write anywhere. It counts as inside now.
+    #[test]
+    fn a_path_that_cannot_be_placed_counts_as_inside() {
+        let grant = tempfile::tempdir().unwrap();
+        let dirs = [grant.path().to_path_buf()];
+        let odd = grant.path().join("new").join("..").join(".pins");
+        assert!(inside(&odd, &dirs).is_some());
+        let outside = tempfile::tempdir().unwrap();
+        assert!(inside(&outside.path().join("x"), &dirs).is_none());
+        assert!(inside(&outside.path().join("no/../x"), &[]).is_none());
+    }
 
     #[cfg(unix)]
     fn mkfifo(path: &Path) {
