@@ -141,6 +141,26 @@ fn read_input(a: &RunArgs) -> Result<Vec<u8>, String> {
 }
 
 pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
+    // The tool may write (and read) beneath its roots: a file the host trusts or writes
+    // must not be there (an allow rule appended to the policy, a key read and used).
+    let grant = crate::confine::GrantArgs {
+        read: a.allow_read.clone(),
+        write: a.allow_write.clone(),
+        ..Default::default()
+    };
+    let host_files: Vec<crate::confine::HostFile<'_>> = [
+        ("--policy", a.host.policy.as_deref(), false),
+        ("--audit", a.host.audit.as_deref(), false),
+        ("--signing-key", a.host.signing_key.as_deref(), true),
+    ]
+    .into_iter()
+    .filter_map(|(flag, path, secret)| {
+        path.map(|path| crate::confine::HostFile { flag, path, secret })
+    })
+    .collect();
+    if let Err(code) = crate::confine::refuse_granted(&grant, &host_files) {
+        return code;
+    }
     let input = match read_input(a) {
         Ok(bytes) => bytes,
         Err(e) => {

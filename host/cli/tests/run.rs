@@ -462,3 +462,58 @@ fn input_that_reads_two_ways_is_refused_before_the_policy() {
     let plain = with("just text {\"path\":\"/etc/shadow\"}");
     assert_eq!(plain.status.code(), Some(10));
 }
+
+/// From a review (helper): the tool's roots were not checked against the host's own
+/// files, so a tool granted write over the policy's directory could append an allow
+/// rule for the next run, and one granted read over the key could sign as this host.
+#[test]
+fn host_files_beneath_the_tools_roots_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("work");
+    std::fs::create_dir(&root).unwrap();
+    let policy = root.join("policy.yaml");
+    std::fs::write(&policy, "version: 1\ndefault: allow\n").unwrap();
+    let r = root.to_str().unwrap();
+    let p = policy.to_str().unwrap();
+    let out = tool(
+        "echo",
+        "echo",
+        &["--allow-write", r, "--policy", p, "--input", "x"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--policy"),
+        "{}",
+        text(&out.stderr)
+    );
+    let key = root.join("k");
+    let out = tool(
+        "echo",
+        "echo",
+        &[
+            "--allow-read",
+            r,
+            "--signing-key",
+            key.to_str().unwrap(),
+            "--input",
+            "x",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    // Outside the roots, the same policy is used.
+    let outside = dir.path().join("policy.yaml");
+    std::fs::write(&outside, "version: 1\ndefault: allow\n").unwrap();
+    let out = tool(
+        "echo",
+        "echo",
+        &[
+            "--allow-write",
+            r,
+            "--policy",
+            outside.to_str().unwrap(),
+            "--input",
+            "x",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
