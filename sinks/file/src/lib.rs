@@ -295,7 +295,12 @@ fn last_byte(file: &mut File, len: u64) -> std::io::Result<u8> {
 /// Reads the last line of `file` (of length `len`, ending in `\n`) from the end, in
 /// blocks, skipping trailing blank lines.
 fn read_last_line(file: &mut File, len: u64) -> std::io::Result<Vec<u8>> {
-    const BLOCK: u64 = 4096;
+    // The most of the file's end read to find its last line: the verifier's line bound
+    // (aegis_record's MAX_LINE_BYTES), plus room for trailing newlines. A longer last
+    // line is no line this host wrote: the tail is refused, not read without end. The
+    // blocks double, so the bytes copied stay linear in what is read.
+    const MAX_TAIL: u64 = (1 << 20) + 4096;
+    let mut block_size: u64 = 4096;
     let mut tail: Vec<u8> = Vec::new();
     let mut pos = len;
     loop {
@@ -309,7 +314,14 @@ fn read_last_line(file: &mut File, len: u64) -> std::io::Result<Vec<u8>> {
         if pos == 0 {
             return Ok(content.to_vec());
         }
-        let step = BLOCK.min(pos);
+        if tail.len() as u64 >= MAX_TAIL {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("its last line is longer than {MAX_TAIL} bytes, more than any record line"),
+            ));
+        }
+        let step = block_size.min(pos).min(MAX_TAIL - tail.len() as u64);
+        block_size = block_size.saturating_mul(2);
         pos -= step;
         let mut block = vec![0u8; usize::try_from(step).unwrap_or(0)];
         file.seek(SeekFrom::Start(pos))?;
@@ -473,6 +485,29 @@ impl Sink for FileSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// From a review (helper): the last line was read backwards without a bound, copying
+    /// the whole tail at every 4 KiB step, so a huge last line held the open for ever.
+    #[test]
+    fn a_last_line_longer_than_any_record_line_is_refused_not_read_without_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.aarl");
+        let mut text = b"{\"a\":1}\n".to_vec();
+        text.extend(std::iter::repeat_n(b'a', 3 << 20));
+        text.push(b'\n');
+        std::fs::write(&path, &text).unwrap();
+        let mut file = File::open(&path).unwrap();
+        let e = read_last_line(&mut file, text.len() as u64).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        // A last line within the bound is found, however it ends.
+        let ok = b"{\"a\":1}\n{\"b\":2}\n\n".to_vec();
+        std::fs::write(&path, &ok).unwrap();
+        let mut file = File::open(&path).unwrap();
+        assert_eq!(
+            read_last_line(&mut file, ok.len() as u64).unwrap(),
+            b"{\"b\":2}"
+        );
+    }
 
     fn sink(dir: &tempfile::TempDir) -> FileSink {
         FileSink::open(&dir.path().join("r.aarl")).unwrap()
