@@ -51,6 +51,23 @@ pub struct HostFile<'a> {
     pub secret: bool,
 }
 
+/// The host's own files among the shared flags (`--policy`, `--audit`, `--signing-key`,
+/// the key a secret), then `more`: what [`refuse_granted`] checks.
+pub fn host_files<'a>(
+    host: &'a crate::HostFlags,
+    more: &[(&'static str, Option<&'a Path>)],
+) -> Vec<HostFile<'a>> {
+    more.iter()
+        .map(|&(flag, path)| (flag, path, false))
+        .chain([
+            ("--policy", host.policy.as_deref(), false),
+            ("--audit", host.audit.as_deref(), false),
+            ("--signing-key", host.signing_key.as_deref(), true),
+        ])
+        .filter_map(|(flag, path, secret)| path.map(|path| HostFile { flag, path, secret }))
+        .collect()
+}
+
 /// Refuses, after one line saying why, a host file beneath a directory the confined
 /// program is granted: beneath a write grant the program could put a link or a FIFO in
 /// its place (the host would write through the one and wait forever on the other), or

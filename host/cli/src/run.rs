@@ -148,16 +148,7 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
         write: a.allow_write.clone(),
         ..Default::default()
     };
-    let host_files: Vec<crate::confine::HostFile<'_>> = [
-        ("--policy", a.host.policy.as_deref(), false),
-        ("--audit", a.host.audit.as_deref(), false),
-        ("--signing-key", a.host.signing_key.as_deref(), true),
-    ]
-    .into_iter()
-    .filter_map(|(flag, path, secret)| {
-        path.map(|path| crate::confine::HostFile { flag, path, secret })
-    })
-    .collect();
+    let host_files = crate::confine::host_files(&a.host, &[]);
     if let Err(code) = crate::confine::refuse_granted(&grant, &host_files) {
         return code;
     }

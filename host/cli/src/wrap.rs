@@ -84,18 +84,13 @@ impl std::io::Write for ClientOut {
 pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
     // Before anything is read: a file the session trusts or writes must not be where
     // the confined server can replace it (a link, a FIFO, pins of its own choosing).
-    let host_files = [
-        ("--pins", a.pins.as_deref(), false),
-        ("--write-pins", a.write_pins.as_deref(), false),
-        ("--policy", a.host.policy.as_deref(), false),
-        ("--audit", a.host.audit.as_deref(), false),
-        ("--signing-key", a.host.signing_key.as_deref(), true),
-    ]
-    .into_iter()
-    .filter_map(|(flag, path, secret)| {
-        path.map(|path| crate::confine::HostFile { flag, path, secret })
-    })
-    .collect::<Vec<_>>();
+    let host_files = crate::confine::host_files(
+        &a.host,
+        &[
+            ("--pins", a.pins.as_deref()),
+            ("--write-pins", a.write_pins.as_deref()),
+        ],
+    );
     if let Err(code) = crate::confine::refuse_granted(&a.grant, &host_files) {
         return code;
     }

@@ -459,9 +459,16 @@ fn parent(path: &Path) -> &Path {
     }
 }
 
+/// Flushes the directory entry of a rename. The directory is opened as the files are:
+/// never through a final link, never blocking, and only a directory (`O_DIRECTORY`).
 #[cfg(unix)]
 fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(dir)?
+        .sync_all()
 }
 
 #[cfg(not(unix))]
