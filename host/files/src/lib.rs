@@ -183,6 +183,15 @@ pub enum FileError {
         /// The file.
         path: PathBuf,
     },
+    /// The new content is in place, but the directory could not be flushed after it: a
+    /// crash before the system flushes it may bring the old file back.
+    #[error("{}: written and in place, but its directory could not be flushed ({source}); a crash now may undo the write", path.display())]
+    NotFlushed {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
     /// The write was not to replace an existing file, and one exists.
     #[error("{}: already exists", path.display())]
     Exists {
@@ -196,6 +205,7 @@ impl FileError {
     pub fn path(&self) -> &Path {
         match self {
             FileError::Io { path, .. }
+            | FileError::NotFlushed { path, .. }
             | FileError::NotAFile { path, .. }
             | FileError::TooLarge { path, .. }
             | FileError::NotUtf8 { path }
@@ -207,7 +217,7 @@ impl FileError {
     /// error type already names the file (`PATH: CAUSE`).
     pub fn into_io(self) -> io::Error {
         let kind = match &self {
-            FileError::Io { source, .. } => source.kind(),
+            FileError::Io { source, .. } | FileError::NotFlushed { source, .. } => source.kind(),
             FileError::NotAFile { .. } => io::ErrorKind::InvalidInput,
             FileError::TooLarge { .. } => io::ErrorKind::FileTooLarge,
             FileError::NotUtf8 { .. } => io::ErrorKind::InvalidData,
@@ -374,6 +384,29 @@ impl AtomicFile {
         #[cfg(not(unix))]
         let _ = mode;
         let file = options.open(&tmp).map_err(io_error(path))?;
+        #[cfg(unix)]
+        if let Ok(old) = std::fs::symlink_metadata(path)
+            && old.is_file()
+        {
+            // A file replaced keeps no more access than it had: an operator's `chmod 600`
+            // on a pins file survives the rewrite (the new one is never wider than
+            // either the old file or `mode`).
+            use std::os::unix::fs::PermissionsExt as _;
+            let created = file
+                .metadata()
+                .map_err(io_error(path))?
+                .permissions()
+                .mode();
+            let kept = created & old.permissions().mode() & 0o777;
+            if kept != created & 0o777 {
+                let tidy = |e| {
+                    let _ = std::fs::remove_file(&tmp);
+                    io_error(path)(e)
+                };
+                file.set_permissions(std::fs::Permissions::from_mode(kept))
+                    .map_err(tidy)?;
+            }
+        }
         Ok(AtomicFile {
             path: path.to_owned(),
             tmp,
@@ -402,21 +435,71 @@ impl AtomicFile {
                 regular_or_absent(&path)?;
                 std::fs::rename(&self.tmp, &path).map_err(io_error(&path))?;
             }
-            Replace::Never => {
-                std::fs::hard_link(&self.tmp, &path).map_err(|e| {
-                    if e.kind() == io::ErrorKind::AlreadyExists {
-                        FileError::Exists { path: path.clone() }
-                    } else {
-                        io_error(&path)(e)
-                    }
-                })?;
-                let _ = std::fs::remove_file(&self.tmp);
-            }
+            Replace::Never => place_new(&self.tmp, &path, |a, b| std::fs::hard_link(a, b))?,
         }
         // The temporary name is gone (renamed, or unlinked after the link).
         self.tmp = PathBuf::new();
-        sync_dir(parent(&path)).map_err(io_error(&path))
+        sync_dir(parent(&path)).map_err(|source| FileError::NotFlushed {
+            path: path.clone(),
+            source,
+        })
     }
+}
+
+/// Puts `tmp` at `path` only if nothing is there: a hard link (which fails rather
+/// than replace), then the temporary name removed. Where the file system has no hard
+/// links (FAT, some FUSE and network mounts), a rename that refuses to replace
+/// (`RENAME_NOREPLACE`) instead. `link` is `std::fs::hard_link`, taken as a parameter
+/// so the fallback can be tested on any file system.
+fn place_new(
+    tmp: &Path,
+    path: &Path,
+    link: impl Fn(&Path, &Path) -> io::Result<()>,
+) -> Result<(), FileError> {
+    let exists_or_io = |e: io::Error| {
+        if e.kind() == io::ErrorKind::AlreadyExists {
+            FileError::Exists {
+                path: path.to_owned(),
+            }
+        } else {
+            io_error(path)(e)
+        }
+    };
+    match link(tmp, path) {
+        Ok(()) => {
+            let _ = std::fs::remove_file(tmp);
+            Ok(())
+        }
+        Err(e) if no_hard_links(&e) => rename_noreplace(tmp, path).map_err(exists_or_io),
+        Err(e) => Err(exists_or_io(e)),
+    }
+}
+
+/// Whether `link(2)` failed because the file system has no hard links.
+fn no_hard_links(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        matches!(e.raw_os_error(), Some(libc::EPERM | libc::EOPNOTSUPP))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE).map_err(io::Error::from)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn rename_noreplace(_from: &Path, _to: &Path) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "this file system has no hard links, and this system no rename that refuses to replace",
+    ))
 }
 
 impl Write for AtomicFile {
@@ -728,6 +811,55 @@ mod tests {
     }
 
     #[cfg(unix)]
+    /// From a review (helper): a rewritten file took the default mode, so an operator's
+    /// `chmod 600` on a pins file or a report was undone by the next write.
+    #[cfg(unix)]
+    #[test]
+    fn a_replaced_file_keeps_no_more_access_than_it_had() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("pins");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        write(&p, b"one").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        write(&p, b"two").unwrap();
+        assert_eq!(mode(&p), 0o600);
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        // Nor more than the writer asks for: a secret stays private over a wide file.
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut f = AtomicFile::create(&p, Replace::RegularFile, 0o600).unwrap();
+        f.write_all(b"three").unwrap();
+        f.commit().unwrap();
+        assert_eq!(mode(&p), 0o600);
+    }
+
+    /// Where the file system has no hard links (`link` fails EPERM on FAT), a file that
+    /// must not replace another is placed by a rename that refuses to replace: placed
+    /// where the path is free, refused where anything is.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn without_hard_links_a_new_file_is_placed_by_a_rename_that_never_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let no_links = |_: &Path, _: &Path| Err(io::Error::from_raw_os_error(libc::EPERM));
+        let (tmp, p) = (dir.path().join(".t"), dir.path().join("key"));
+        std::fs::write(&tmp, b"new").unwrap();
+        place_new(&tmp, &p, no_links).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        assert!(!tmp.exists());
+        std::fs::write(&tmp, b"newer").unwrap();
+        let e = place_new(&tmp, &p, no_links).unwrap_err();
+        assert!(matches!(e, FileError::Exists { .. }), "{e}");
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        // Another failure of `link` is that failure, not a rename.
+        let broken = |_: &Path, _: &Path| Err(io::Error::from_raw_os_error(libc::EIO));
+        let q = dir.path().join("other");
+        assert!(matches!(
+            place_new(&tmp, &q, broken),
+            Err(FileError::Io { .. })
+        ));
+        assert!(!q.exists());
+    }
+
     #[test]
     fn a_hard_link_being_replaced_keeps_its_other_name_intact() {
         let dir = tempfile::tempdir().unwrap();
