@@ -24,7 +24,7 @@
 
 use aegis_station_api::{ErrorKind, PluginError, Retention, Sink, Tail, TailKind};
 use std::fs::File;
-use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+use std::io::{Read, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
@@ -292,6 +292,11 @@ fn last_byte(file: &mut File, len: u64) -> std::io::Result<u8> {
     Ok(b[0])
 }
 
+/// The longest record line read back: the verifier's bound (aegis_record's
+/// `MAX_LINE_BYTES`, which this plugin does not link). A longer line is no line this
+/// host wrote.
+const MAX_LINE: u64 = 1 << 20;
+
 /// Reads the last line of `file` (of length `len`, ending in `\n`) from the end, in
 /// blocks, skipping trailing blank lines.
 fn read_last_line(file: &mut File, len: u64) -> std::io::Result<Vec<u8>> {
@@ -299,7 +304,7 @@ fn read_last_line(file: &mut File, len: u64) -> std::io::Result<Vec<u8>> {
     // (aegis_record's MAX_LINE_BYTES), plus room for trailing newlines. A longer last
     // line is no line this host wrote: the tail is refused, not read without end. The
     // blocks double, so the bytes copied stay linear in what is read.
-    const MAX_TAIL: u64 = (1 << 20) + 4096;
+    const MAX_TAIL: u64 = MAX_LINE + 4096;
     let mut block_size: u64 = 4096;
     let mut tail: Vec<u8> = Vec::new();
     let mut pos = len;
@@ -465,8 +470,26 @@ impl Sink for FileSink {
         let mut buf = Vec::new();
         while out.len() < max as usize {
             buf.clear();
-            let n = std::io::BufRead::read_until(&mut reader, b'\n', &mut buf)
-                .map_err(|e| io_err(&self.path, "read", &e))?;
+            // A line and its newline, at most: a longer one is refused, never read
+            // without end into memory (export streams a record of any size this way).
+            let n = std::io::BufRead::read_until(
+                &mut Read::take(&mut reader, MAX_LINE + 1),
+                b'\n',
+                &mut buf,
+            )
+            .map_err(|e| io_err(&self.path, "read", &e))?;
+            if n as u64 > MAX_LINE && buf.last() != Some(&b'\n') {
+                *cursor = (0, 0);
+                return Err(PluginError::new(
+                    ErrorKind::REFUSED,
+                    format!(
+                        "{}: line {}: longer than {} bytes, the most a record line may be",
+                        self.path.display(),
+                        index + 1,
+                        MAX_LINE
+                    ),
+                ));
+            }
             if n == 0 || buf.last() != Some(&b'\n') {
                 break; // end of file, or a torn last line: not a stored line
             }
@@ -632,6 +655,35 @@ mod tests {
         drop(first);
         let second = FileSink::open(&path).unwrap();
         assert_eq!(second.existing_tail().unwrap().kind, TailKind::LINE);
+    }
+
+    /// Export reads the record through `read_lines`: a line past the verifier's bound
+    /// in the middle of a file is refused with its number (before, it was read whole
+    /// into memory, however long); a line at the bound is read.
+    #[test]
+    fn read_lines_refuses_a_line_past_the_bound_and_reads_one_at_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.aarl");
+        let at_bound = vec![b'x'; usize::try_from(MAX_LINE).unwrap()];
+        let mut text = b"{\"a\":1}\n".to_vec();
+        text.extend(&at_bound);
+        text.extend(b"\n{\"b\":2}\n");
+        std::fs::write(&path, &text).unwrap();
+        let s = FileSink::open(&path).unwrap();
+        let lines = s.read_lines(0, 10).unwrap();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[1], at_bound);
+        drop(s);
+        let mut text = b"{\"a\":1}\n".to_vec();
+        text.extend(std::iter::repeat_n(b'x', 3 << 20));
+        text.extend(b"\n{\"b\":2}\n");
+        std::fs::write(&path, &text).unwrap();
+        let s = FileSink::open(&path).unwrap();
+        let e = s.read_lines(0, 10).unwrap_err();
+        assert!(e.message.contains("line 2: longer than"), "{}", e.message);
+        // Asked again, the same refusal: the cursor did not move past it.
+        let e = s.read_lines(1, 10).unwrap_err();
+        assert!(e.message.contains("line 2: longer than"), "{}", e.message);
     }
 
     #[test]
