@@ -3,7 +3,7 @@
 use aegis_record::json::{Object, Value};
 use aegis_runtime::{Origin, Plugin, PluginChoice, Profile, ProfileSource, Registry};
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn origin(p: &Plugin) -> String {
     match p.origin() {
@@ -201,23 +201,19 @@ enum Built {
 
 /// Builds the station's object from its config and drops it at once: a config `run`
 /// would refuse is refused here too. A sink may create its record when built (the
-/// file and SQLite sinks do); a record at the config's `path` that was not there
-/// before is removed again, so showing leaves nothing behind.
+/// file and SQLite sinks do): where the config's `path` names no file yet, the sink is
+/// built on a scratch path instead ([`scratch_config`]), so showing creates nothing.
+/// (Creating the record and removing it again would race a command that began writing
+/// it meanwhile, and remove its record.)
 fn build(profile: &Profile, station: &'static str, choice: &PluginChoice, p: &Plugin) -> Built {
     let built = match station {
         "policy" => p.policy_evaluator(&choice.config).map(drop),
         "sandbox.confinement" => p.confinement_backend(&choice.config).map(drop),
-        _ => {
-            let record =
-                config_path(&choice.config).filter(|path| std::fs::symlink_metadata(path).is_err());
-            let built = p.audit_sink(&choice.config).map(drop);
-            if let Some(path) = record
-                && std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file())
-            {
-                let _ = std::fs::remove_file(&path);
-            }
-            built
-        }
+        _ => match scratch_config(&choice.config) {
+            Ok(Some((config, _scratch))) => p.audit_sink(&config).map(drop),
+            Ok(None) => p.audit_sink(&choice.config).map(drop),
+            Err(e) => return Built::Refused(profile.plugin_error(station, choice, e).to_string()),
+        },
     };
     match built {
         Ok(()) => Built::Ok,
@@ -426,6 +422,47 @@ pub fn export(profile: &str, out: &std::path::Path, force: bool) -> u8 {
             crate::exit::UNREADABLE
         }
     }
+}
+
+/// `config` with its `path` moved into a fresh private directory, when the path names
+/// nothing yet: the sink is built (its other keys checked) without making a record
+/// where the operator's would be. The directory goes when the second value is dropped.
+/// `None` when the config names no path or the path exists.
+fn scratch_config(config: &str) -> Result<Option<(String, tempfile::TempDir)>, String> {
+    let Ok(mut table) = toml::from_str::<toml::Table>(config) else {
+        return Ok(None); // the plugin says what is wrong with it
+    };
+    let Some(path) = table
+        .get("path")
+        .and_then(toml::Value::as_str)
+        .map(PathBuf::from)
+    else {
+        return Ok(None);
+    };
+    // A path whose directory is missing is built where it is: the sink refuses it as
+    // `run` would, and creates nothing there.
+    let directory_there = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .is_none_or(Path::is_dir);
+    if std::fs::symlink_metadata(&path).is_ok() || !directory_there {
+        return Ok(None);
+    }
+    let scratch = tempfile::tempdir().map_err(|e| format!("a scratch directory: {e}"))?;
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("record");
+    let moved = scratch.path().join(name);
+    let Some(moved) = moved.to_str().map(str::to_owned) else {
+        return Err(format!(
+            "a scratch directory: {} is not UTF-8",
+            moved.display()
+        ));
+    };
+    table.insert("path".to_owned(), toml::Value::String(moved));
+    let text = toml::to_string(&table).map_err(|e| e.to_string())?;
+    Ok(Some((text, scratch)))
 }
 
 /// The `path` a plugin's config names, by the convention the file and SQLite sinks
