@@ -41,67 +41,207 @@ impl GrantArgs {
     }
 }
 
-/// A file the host reads or writes for the operator while a confined program runs.
-pub struct HostFile<'a> {
-    /// The flag that named it, for the message: `--write-pins`.
-    pub flag: &'static str,
+/// A file the host reads or writes for the operator while an untrusted program runs.
+pub struct HostFile {
+    /// What names it, for the message: `--write-pins`, `profile`, `audit.config.path`.
+    pub what: String,
     /// The path as given.
-    pub path: &'a Path,
-    /// A secret (the signing key): refused beneath a read grant too.
+    pub path: PathBuf,
+    /// A secret (the signing key, a bearer token): refused where the program can read,
+    /// not only where it can write.
     pub secret: bool,
 }
 
-/// The host's own files among the shared flags (`--policy`, `--audit`, `--signing-key`,
-/// the key a secret), then `more`: what [`refuse_granted`] checks.
-pub fn host_files<'a>(
-    host: &'a crate::HostFlags,
-    more: &[(&'static str, Option<&'a Path>)],
-) -> Vec<HostFile<'a>> {
-    more.iter()
-        .map(|&(flag, path)| (flag, path, false))
-        .chain([
-            ("--policy", host.policy.as_deref(), false),
-            ("--audit", host.audit.as_deref(), false),
-            ("--signing-key", host.signing_key.as_deref(), true),
-        ])
-        .filter_map(|(flag, path, secret)| path.map(|path| HostFile { flag, path, secret }))
-        .collect()
+impl HostFile {
+    /// A file the host trusts or writes.
+    pub fn new(what: impl Into<String>, path: &Path) -> HostFile {
+        HostFile {
+            what: what.into(),
+            path: path.to_owned(),
+            secret: false,
+        }
+    }
+
+    /// A file whose reading alone gives the host away.
+    pub fn secret(what: impl Into<String>, path: &Path) -> HostFile {
+        HostFile {
+            secret: true,
+            ..HostFile::new(what, path)
+        }
+    }
 }
 
-/// Refuses, after one line saying why, a host file beneath a directory the confined
-/// program is granted: beneath a write grant the program could put a link or a FIFO in
-/// its place (the host would write through the one and wait forever on the other), or
-/// rewrite what the host trusts (pins, a policy) before the next session; a secret is
-/// refused beneath a read grant as well, since a program that reads the signing key can
+/// The host's own files for a command: the shared flags (`--policy`, `--audit`,
+/// `--signing-key`, the key a secret), the files `profile` makes the host load (the
+/// profile, plugin libraries, station config paths), then `more`. What
+/// [`refuse_granted`] checks.
+pub fn host_files(
+    host: Option<&crate::HostFlags>,
+    profile: Option<&Profile>,
+    more: impl IntoIterator<Item = HostFile>,
+) -> Vec<HostFile> {
+    let mut files: Vec<HostFile> = more.into_iter().collect();
+    if let Some(host) = host {
+        files.extend(host.policy.as_deref().map(|p| HostFile::new("--policy", p)));
+        files.extend(host.audit.as_deref().map(|p| HostFile::new("--audit", p)));
+        files.extend(
+            host.signing_key
+                .as_deref()
+                .map(|p| HostFile::secret("--signing-key", p)),
+        );
+    }
+    if let Some(profile) = profile {
+        let registry = aegis_runtime::Registry::new();
+        files.extend(
+            profile
+                .files(&registry)
+                .into_iter()
+                .map(|(what, path)| HostFile::new(what, &path)),
+        );
+    }
+    files
+}
+
+/// What an untrusted program may reach: directories it may write beneath and (for
+/// secrets) read beneath, each with the words that name where the grant came from.
+#[derive(Default)]
+pub struct Reach {
+    write: Vec<(PathBuf, String)>,
+    read: Vec<(PathBuf, String)>,
+}
+
+impl Reach {
+    /// What `grant` gives, as the operator wrote it.
+    pub fn of_grant(grant: &GrantArgs) -> Reach {
+        let named = |paths: &[PathBuf], flag: &str| {
+            paths
+                .iter()
+                .map(|p| (p.clone(), format!("{flag} {}", shown(p))))
+                .collect()
+        };
+        Reach {
+            write: named(&grant.write, "--allow-write"),
+            read: named(&grant.read, "--allow-read"),
+        }
+    }
+
+    /// What a confined program started by `plan` gets: the operator's grants and the
+    /// exec-support set (its interpreter's prefix, the library directories), which it
+    /// may read too.
+    pub fn of_plan(plan: &Plan, grant: &GrantArgs) -> Reach {
+        let granted = Reach::of_grant(grant);
+        let mut reach = Reach::default();
+        let name = |p: &Path, from: &[(PathBuf, String)]| -> String {
+            from.iter()
+                .find(|(g, _)| std::path::absolute(g).is_ok_and(|g| g == p))
+                .map_or_else(
+                    || format!("the program's exec-support directory {}", shown(p)),
+                    |(_, n)| n.clone(),
+                )
+        };
+        for p in &plan.write {
+            reach.write.push((p.clone(), name(p, &granted.write)));
+        }
+        for p in plan.read.iter().chain(&plan.exec) {
+            reach.read.push((p.clone(), name(p, &granted.read)));
+        }
+        reach
+    }
+
+    /// Adds a directory the program may write beneath (and so read).
+    pub fn write(&mut self, dir: &Path, named: String) {
+        self.write.push((dir.to_owned(), named));
+    }
+
+    /// Adds a directory the program may read beneath.
+    pub fn read(&mut self, dir: &Path, named: String) {
+        self.read.push((dir.to_owned(), named));
+    }
+
+    /// Where `path` is writable, else (for a secret) readable: the grant's words.
+    fn holding(&self, path: &Path, secret: bool) -> Option<&str> {
+        fn beneath<'r>(list: &'r [(PathBuf, String)], path: &Path) -> Option<&'r str> {
+            list.iter()
+                .find(|(dir, _)| aegis_files::inside(path, std::slice::from_ref(dir)).is_some())
+                .map(|(_, named)| named.as_str())
+        }
+        beneath(&self.write, path).or_else(|| {
+            if secret {
+                beneath(&self.read, path)
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Whether the program may write beneath `dir` (the grant's words, when it may).
+    pub fn writes_at(&self, dir: &Path) -> Option<&str> {
+        self.holding(dir, false)
+    }
+}
+
+fn shown(p: &Path) -> std::borrow::Cow<'_, str> {
+    // The escape makes a path with control characters one printable line.
+    std::borrow::Cow::Owned(aegis_record::text::escape(&p.display().to_string()).into_owned())
+}
+
+/// Refuses, after one line saying why, a host file beneath a directory an untrusted
+/// program may write: it could put a link or a FIFO in its place (the host would write
+/// through the one and wait forever on the other), or rewrite what the host trusts
+/// (pins, a policy, a profile, a plugin) before the next session; a secret is refused
+/// where the program may read as well, since a program that reads the signing key can
 /// sign a record of its own. `aegis_files` keeps the final name from being followed
 /// wherever the file is; this refusal also covers the directories on the way, which no
 /// open flag does.
 ///
 /// # Errors
 /// The usage exit code.
-pub fn refuse_granted(grant: &GrantArgs, files: &[HostFile<'_>]) -> Result<(), u8> {
+pub fn refuse_granted(reach: &Reach, files: &[HostFile]) -> Result<(), u8> {
     for f in files {
-        let (found, how) = match aegis_files::inside(f.path, &grant.write) {
-            Some(dir) => (Some(dir), "--allow-write"),
-            None if f.secret => (aegis_files::inside(f.path, &grant.read), "--allow-read"),
-            None => (None, ""),
-        };
-        if let Some(dir) = found {
+        if let Some(named) = reach.holding(&f.path, f.secret) {
             let why = if f.secret {
-                "where the confined program could read it and sign records as this host"
+                "where the program could read it and act as this host"
             } else {
-                "where the confined program could replace it (with a link, a FIFO or content of its own)"
+                "where the program could replace it (with a link, a FIFO or content of its own)"
             };
             crate::error(format_args!(
-                "{} {} is beneath {how} {}, {why}; keep it outside what the program is granted",
-                f.flag,
-                aegis_record::text::escape(&f.path.display().to_string()),
-                aegis_record::text::escape(&dir.display().to_string()),
+                "{} {} is beneath {named}, {why}; keep it outside what the program is granted",
+                f.what,
+                shown(&f.path),
             ));
             return Err(exit::TAMPERED_OR_USAGE);
         }
     }
     Ok(())
+}
+
+/// Warns, one line each, about directories the host searches by name (profiles,
+/// plugins) that the program may write beneath: a profile or plugin planted there is
+/// what a later command picks up. A warning, not a refusal: they are searched only for
+/// names, and a grant of a home directory would otherwise refuse every command.
+pub fn warn_granted(reach: &Reach, dirs: &[(&str, PathBuf)]) {
+    for (what, dir) in dirs {
+        if let Some(named) = reach.writes_at(dir) {
+            crate::say(format_args!(
+                "warning: the {what} {} is beneath {named}: the program can plant files a later aegis command loads from there",
+                shown(dir)
+            ));
+        }
+    }
+}
+
+/// The directories a later command searches for profiles and plugins by name, for
+/// [`warn_granted`].
+pub fn searched_dirs() -> Vec<(&'static str, PathBuf)> {
+    let profiles = aegis_runtime::profile::search_path()
+        .into_iter()
+        .map(|d| ("profile directory", d));
+    let plugins = aegis_runtime::Registry::new()
+        .search_path()
+        .to_vec()
+        .into_iter()
+        .map(|d| ("plugin directory", d));
+    profiles.chain(plugins).collect()
 }
 
 /// Flags of `aegis confine`.
@@ -138,10 +278,14 @@ pub fn failed(e: &ConfineError) -> u8 {
 
 /// Starts `command` confined as `profile` and `grant` say, with `configure` setting
 /// its stdio; returns the helper waiting for its go, and prints what is enforced.
+/// Before the helper is started, `host_files` are refused where the program could
+/// replace them (or, for a secret, read them): its grants and its exec-support set,
+/// as [`refuse_granted`] says; the directories later commands search get a warning.
 pub fn start(
     profile: &Profile,
     grant: &GrantArgs,
     command: &[OsString],
+    host_files: &[HostFile],
     configure: impl FnOnce(&mut std::process::Command),
 ) -> Result<Confined, u8> {
     let Some((program, rest)) = command.split_first() else {
@@ -150,6 +294,9 @@ pub fn start(
     };
     let program = confine::resolve_program(program).map_err(|e| failed(&e))?;
     let plan = Plan::for_program(profile, &program, grant.grants()).map_err(|e| failed(&e))?;
+    let reach = Reach::of_plan(&plan, grant);
+    refuse_granted(&reach, host_files)?;
+    warn_granted(&reach, &searched_dirs());
     let helper = helper_binary().map_err(|e| {
         failed(&ConfineError::Helper(format!(
             "cannot find the aegis binary to start: {e}"
@@ -184,16 +331,6 @@ pub fn start(
 
 /// Runs `aegis confine`.
 pub fn confine(profile_name: &str, args: &ConfineArgs) -> u8 {
-    if let Some(report) = args.report.as_deref().filter(|r| r.as_os_str() != "-") {
-        let report = HostFile {
-            flag: "--report",
-            path: report,
-            secret: false,
-        };
-        if let Err(code) = refuse_granted(&args.grant, &[report]) {
-            return code;
-        }
-    }
     let profile = match Profile::find(profile_name) {
         Ok(p) => p,
         Err(e) => {
@@ -201,7 +338,13 @@ pub fn confine(profile_name: &str, args: &ConfineArgs) -> u8 {
             return exit::REFUSED;
         }
     };
-    let confined = match start(&profile, &args.grant, &args.command, |_| {}) {
+    let report = args
+        .report
+        .as_deref()
+        .filter(|r| r.as_os_str() != "-")
+        .map(|r| HostFile::new("--report", r));
+    let host_files = host_files(None, Some(&profile), report);
+    let confined = match start(&profile, &args.grant, &args.command, &host_files, |_| {}) {
         Ok(c) => c,
         Err(code) => return code,
     };

@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::confine::{HostFile, Reach};
 use crate::exit;
 
 /// `aegis gateway`'s arguments.
@@ -97,6 +98,59 @@ fn code_of(e: &GatewayError) -> u8 {
     }
 }
 
+/// Where the manifest's tools may write and read, each root named by its tool.
+fn tools_reach(manifest: &Manifest) -> Reach {
+    let mut reach = Reach::default();
+    for tool in &manifest.tools {
+        for root in &tool.write {
+            reach.write(
+                root,
+                format!("tool {}'s write root {}", escape(&tool.id), shown(root)),
+            );
+        }
+        for root in &tool.read {
+            reach.read(
+                root,
+                format!("tool {}'s read root {}", escape(&tool.id), shown(root)),
+            );
+        }
+    }
+    reach
+}
+
+fn shown(p: &std::path::Path) -> String {
+    escape(&p.display().to_string()).into_owned()
+}
+
+/// Refuses a file the gateway trusts beneath a tool's roots: the manifest (a tool that
+/// rewrites it widens its own grants at the next start), a component (another tool's
+/// code), the profile's files, `--policy` and `--audit`; and the signing key or the
+/// bearer token where a tool may read them. The compilation cache is checked apart
+/// ([`crate::run::cache_dir`]).
+fn refuse_tools_reach(
+    reach: &Reach,
+    a: &GatewayArgs,
+    manifest: &Manifest,
+    profile: &aegis_runtime::Profile,
+) -> Result<(), u8> {
+    let mut more = vec![HostFile::new("--tools", &manifest.path)];
+    more.extend(
+        manifest
+            .tools
+            .iter()
+            .map(|t| HostFile::new(format!("tool {}'s component", escape(&t.id)), &t.component)),
+    );
+    more.extend(
+        a.token_file
+            .as_deref()
+            .map(|p| HostFile::secret("--token-file", p)),
+    );
+    let files = crate::confine::host_files(Some(&a.host), Some(profile), more);
+    crate::confine::refuse_granted(reach, &files)?;
+    crate::confine::warn_granted(reach, &crate::confine::searched_dirs());
+    Ok(())
+}
+
 pub fn gateway(profile_name: &str, a: &GatewayArgs) -> u8 {
     if a.max_calls == 0 {
         crate::error("--max-calls must be at least 1");
@@ -138,6 +192,10 @@ pub fn gateway(profile_name: &str, a: &GatewayArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
+    let reach = tools_reach(&manifest);
+    if let Err(code) = refuse_tools_reach(&reach, a, &manifest, &profile) {
+        return code;
+    }
     // What the record should say about how the calls came in.
     let mut serving = aegis_record::json::Object::new();
     serving.insert("command", "gateway");
@@ -167,7 +225,7 @@ pub fn gateway(profile_name: &str, a: &GatewayArgs) -> u8 {
     let builder = crate::waiting(builder, a.host.no_wait, &interrupts);
     let options = GatewayOptions {
         capacity: a.max_calls,
-        cache_dir: crate::run::cache_dir(),
+        cache_dir: crate::run::cache_dir(&reach),
         role: a.host.role.clone(),
     };
     let gateway = match Gateway::open(builder, &manifest, &options, notes()) {

@@ -61,11 +61,22 @@ pub struct RunArgs {
 /// Where compiled components are cached between runs, if the environment names a home
 /// and the directory can be written: a cache that cannot be written weakens nothing, so
 /// the tool runs uncached, with one warning, instead of being refused.
-pub(crate) fn cache_dir() -> Option<PathBuf> {
+///
+/// Nor is a cache the tools may write beneath (a write root of `$HOME`): cached code
+/// runs as native code in this process, so a tool that plants it there escapes the
+/// sandbox at the next load. Such a cache is not used, with one warning.
+pub(crate) fn cache_dir(tools: &crate::confine::Reach) -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
     let dir = base.join("aegis").join("wasmtime");
+    if let Some(named) = tools.writes_at(&dir) {
+        crate::say(format_args!(
+            "warning: the compilation cache {} is beneath {named}, where a tool could plant native code; running uncached",
+            aegis_record::text::escape(&dir.display().to_string())
+        ));
+        return None;
+    }
     match usable_cache(&dir) {
         Ok(()) => {
             crate::detail(format_args!("aegis: compilation cache {}", dir.display()));
@@ -143,13 +154,13 @@ fn read_input(a: &RunArgs) -> Result<Vec<u8>, String> {
 pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
     // The tool may write (and read) beneath its roots: a file the host trusts or writes
     // must not be there (an allow rule appended to the policy, a key read and used).
-    let grant = crate::confine::GrantArgs {
+    let reach = crate::confine::Reach::of_grant(&crate::confine::GrantArgs {
         read: a.allow_read.clone(),
         write: a.allow_write.clone(),
         ..Default::default()
-    };
-    let host_files = crate::confine::host_files(&a.host, &[]);
-    if let Err(code) = crate::confine::refuse_granted(&grant, &host_files) {
+    });
+    let host_files = crate::confine::host_files(Some(&a.host), None, []);
+    if let Err(code) = crate::confine::refuse_granted(&reach, &host_files) {
         return code;
     }
     let input = match read_input(a) {
@@ -182,6 +193,13 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
+    // The profile's own files, now that it is known. (The component may be beneath
+    // the tool's roots: one it rewrites runs with the same grants next time.)
+    let host_files = crate::confine::host_files(None, Some(&profile), []);
+    if let Err(code) = crate::confine::refuse_granted(&reach, &host_files) {
+        return code;
+    }
+    crate::confine::warn_granted(&reach, &crate::confine::searched_dirs());
     let builder = match a.host.apply(Host::builder(profile).tool_registry(tools)) {
         Ok(b) => b,
         Err(code) => return code,
@@ -189,7 +207,7 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
     // One call per process: reserving an instance pool (about 3-4 ms) would cost more
     // than it saves (benches/results/sandbox.md).
     let builder = builder.sandbox_options(Options {
-        cache_dir: cache_dir(),
+        cache_dir: cache_dir(&reach),
         concurrent_calls: None,
     });
     // From here on a signal stops the tool and lets the record end whole.

@@ -20,6 +20,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::confine::HostFile;
 use crate::exit;
 
 /// `aegis wrap`'s arguments.
@@ -82,16 +83,24 @@ impl std::io::Write for ClientOut {
 }
 
 pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
-    // Before anything is read: a file the session trusts or writes must not be where
-    // the confined server can replace it (a link, a FIFO, pins of its own choosing).
+    let profile = match crate::use_profile(profile_name) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    // Checked before the server starts: a file the session trusts or writes must not be
+    // where the confined server can replace it (a link, a FIFO, pins of its own
+    // choosing), nor the key where it can read it.
     let host_files = crate::confine::host_files(
-        &a.host,
-        &[
-            ("--pins", a.pins.as_deref()),
-            ("--write-pins", a.write_pins.as_deref()),
-        ],
+        Some(&a.host),
+        Some(&profile),
+        [("--pins", &a.pins), ("--write-pins", &a.write_pins)]
+            .into_iter()
+            .filter_map(|(flag, p)| p.as_deref().map(|p| HostFile::new(flag, p))),
     );
-    if let Err(code) = crate::confine::refuse_granted(&a.grant, &host_files) {
+    // Against the grants as given before any of them is read; against everything the
+    // confined server may reach (its exec-support set too) when it is started.
+    let granted = crate::confine::Reach::of_grant(&a.grant);
+    if let Err(code) = crate::confine::refuse_granted(&granted, &host_files) {
         return code;
     }
     let pins = match &a.pins {
@@ -103,10 +112,6 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
             }
         },
         None => None,
-    };
-    let profile = match crate::use_profile(profile_name) {
-        Ok(p) => p,
-        Err(code) => return code,
     };
     if a.max_frame == 0 {
         crate::error("--max-frame must be at least 1");
@@ -142,12 +147,13 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
     // open line can say what was enforced; it runs none of the server until the host is
     // open and says go.
     let confined = if profile.confinement.is_some() {
-        let started = crate::confine::start(&profile, &a.grant, &a.command, |server| {
-            server
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit());
-        });
+        let started =
+            crate::confine::start(&profile, &a.grant, &a.command, &host_files, |server| {
+                server
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::inherit());
+            });
         match started {
             Ok(c) => Some(c),
             Err(code) => return code,

@@ -871,3 +871,87 @@ async fn the_python_sdk_lists_calls_and_is_refused_over_http() {
     stop(child).await;
     setup.check_record(5);
 }
+
+/// A tool's roots against the gateway's own files: the manifest (a tool that rewrites
+/// it widens its own grants at the next start), the record, the policy and the profile
+/// beneath a write root are refused; the signing key and the bearer token beneath a
+/// read root too. Nothing is served and nothing recorded.
+#[test]
+fn the_gateways_own_files_beneath_a_tools_roots_are_refused() {
+    let setup = Setup::new();
+    let dir = setup.dir.path();
+    let data = dir.join("data");
+    std::fs::create_dir(&data).unwrap();
+    let wasm = fixtures().join("../wasm/echo.wasm").canonicalize().unwrap();
+    let manifest = |root: &str, key: &str| {
+        format!(
+            "[[tool]]\nid = \"echo\"\ndescription = \"d\"\ncomponent = {:?}\nshape = \"command\"\n{key} = [{root:?}]\n[tool.input_schema]\ntype = \"object\"\n",
+            wasm.display().to_string()
+        )
+    };
+    let run = |tools: &Path, extra: &[&std::ffi::OsStr]| {
+        let out = aegis()
+            .arg("gateway")
+            .arg("--tools")
+            .arg(tools)
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (out.status.code(), text(&out.stderr))
+    };
+    let outside = dir.join("tools.toml");
+    std::fs::write(&outside, manifest("data", "write")).unwrap();
+    let inside = data.join("tools.toml");
+    std::fs::write(&inside, manifest(".", "write")).unwrap();
+    let (code, err) = run(&inside, &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--tools ") && err.contains("tool echo's write root"),
+        "{err}"
+    );
+
+    let key = dir.join("k");
+    let record = data.join("record.jsonl");
+    let policy = data.join("policy.yaml");
+    std::fs::copy(dir.join("policy.yaml"), &policy).unwrap();
+    for (flag, file) in [("--audit", &record), ("--policy", &policy)] {
+        let (code, err) = run(
+            &outside,
+            &[
+                flag.as_ref(),
+                file.as_os_str(),
+                "--signing-key".as_ref(),
+                key.as_os_str(),
+            ],
+        );
+        assert_eq!(code, Some(1), "{flag}: {err}");
+        assert!(err.contains(flag), "{err}");
+    }
+    assert!(!record.exists(), "a record was begun beneath the root");
+
+    // Beneath a read root: the secrets only.
+    std::fs::write(&outside, manifest("data", "read")).unwrap();
+    let data_key = data.join("k");
+    std::fs::copy(&key, &data_key).unwrap();
+    let token = data.join("token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let (code, err) = run(&outside, &["--signing-key".as_ref(), data_key.as_os_str()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--signing-key") && err.contains("read root"),
+        "{err}"
+    );
+    let (code, err) = run(
+        &outside,
+        &[
+            "--http".as_ref(),
+            "127.0.0.1:0".as_ref(),
+            "--token-file".as_ref(),
+            token.as_os_str(),
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--token-file"), "{err}");
+}

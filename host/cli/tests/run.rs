@@ -517,3 +517,56 @@ fn host_files_beneath_the_tools_roots_are_refused() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
+
+/// The tool's write roots against what a later `aegis` loads: the profile file (and
+/// its station files) beneath them is refused; the compilation cache beneath them is
+/// not used (cached code runs natively in the host, so a tool that planted it would
+/// leave the sandbox at the next load), with a warning, and the tool still runs.
+#[test]
+fn the_profile_and_the_compilation_cache_beneath_the_tools_roots() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("home");
+    std::fs::create_dir(&root).unwrap();
+    let profile = root.join("mine.toml");
+    std::fs::write(&profile, include_str!("../../../profiles/default.toml")).unwrap();
+    let r = root.to_str().unwrap();
+    let out = aegis()
+        .arg("--profile")
+        .arg(&profile)
+        .arg("run")
+        .args([
+            "--component",
+            guest("echo").to_str().unwrap(),
+            "--id",
+            "echo",
+        ])
+        .args(["--allow-write", r, "--input", "x"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("profile ") && err.contains("--allow-write"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "the tool ran: {err}");
+
+    let out = aegis()
+        .env("XDG_CACHE_HOME", root.join(".cache"))
+        .args(["-v", "run", "--component", guest("echo").to_str().unwrap()])
+        .args(["--id", "echo", "--allow-write", r, "--input", "x"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(out.stdout, b"x");
+    assert!(
+        err.contains("warning: the compilation cache") && err.contains("running uncached"),
+        "{err}"
+    );
+    assert!(!err.contains("aegis: compilation cache "), "{err}");
+    assert!(
+        !root.join(".cache/aegis").exists(),
+        "the cache was made beneath the tool's root"
+    );
+}

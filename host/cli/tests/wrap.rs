@@ -646,7 +646,8 @@ fn write_pins_inside_the_servers_write_grant_is_refused_at_start() {
             .unwrap();
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        let errors = stderr.lines().filter(|l| l.starts_with("error:"));
+        assert_eq!(errors.count(), 1, "{stderr}");
         assert!(
             stderr.contains(flag) && stderr.contains("--allow-write"),
             "{stderr}"
@@ -665,6 +666,110 @@ fn write_pins_inside_the_servers_write_grant_is_refused_at_start() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains("--signing-key") && stderr.contains("--allow-read"),
+        "{stderr}"
+    );
+}
+
+/// The files a profile makes the host load (the profile itself, a station's config
+/// file, a plugin library) are the next session's host: beneath the server's write
+/// grant they are refused, as pins are. The key is refused wherever the confined server
+/// may read it, its exec-support set included (an interpreter laid out as `P/bin/x`
+/// reads `P/lib`), not only beneath --allow-read. A plugin directory the server may
+/// write gets a warning: a later command loads what is planted there by name.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_profiles_files_and_the_key_beneath_what_the_server_reaches_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    let profile = project.join("confined.toml");
+    let policy = project.join("policy.yaml");
+    std::fs::write(&policy, "version: 1\ndefault: allow\n").unwrap();
+    let confined = include_str!("../../../profiles/linux-confined.toml");
+    // The profile itself, and a profile whose policy file is in the grant.
+    let outside = dir.path().join("outside.toml");
+    let with_policy = confined.replacen(
+        "plugin = \"builtin:policy-static\"",
+        "plugin = \"builtin:policy-yaml\"",
+        1,
+    );
+    let with_policy = with_policy.replacen(
+        &with_policy
+            .lines()
+            .find(|l| l.starts_with("config = { verdict"))
+            .unwrap()
+            .to_owned(),
+        "config = { path = \"project/policy.yaml\" }",
+        1,
+    );
+    std::fs::write(&profile, confined).unwrap();
+    std::fs::write(&outside, with_policy).unwrap();
+    for (profile, what) in [(&profile, "profile "), (&outside, "policy.config.path ")] {
+        let out = aegis()
+            .arg("--profile")
+            .arg(profile)
+            .args(["wrap", "--allow-write"])
+            .arg(&project)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains(what) && stderr.contains("--allow-write"),
+            "{stderr}"
+        );
+    }
+    // A key in the lib directory of the program's own prefix.
+    let prefix = dir.path().join("venv");
+    std::fs::create_dir_all(prefix.join("bin")).unwrap();
+    std::fs::create_dir_all(prefix.join("lib")).unwrap();
+    let program = prefix.join("bin/server");
+    std::fs::write(&program, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(
+        &program,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let key = prefix.join("lib/aegis.key");
+    let made = aegis()
+        .args(["keygen", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let out = aegis()
+        .args(["--profile", "linux-confined", "wrap", "--signing-key"])
+        .arg(&key)
+        .arg("--")
+        .arg(&program)
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--signing-key") && stderr.contains("exec-support"),
+        "{stderr}"
+    );
+    // A plugin directory beneath the grant: said, and the session goes on.
+    let plugins = project.join("plugins");
+    let out = aegis()
+        .env("AEGIS_PLUGIN_PATH", &plugins)
+        .args([
+            "--profile",
+            "linux-confined",
+            "wrap",
+            "--best-effort",
+            "--allow-write",
+        ])
+        .arg(&project)
+        .args(["--", "true"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("warning: the plugin directory") && stderr.contains("--allow-write"),
         "{stderr}"
     );
 }

@@ -521,6 +521,41 @@ impl Profile {
         self.label.clone()
     }
 
+    /// The files this profile makes the host read or write, each with what names it
+    /// (`profile`, `audit.plugin`, `policy.config.policies`, …): the profile file, each
+    /// plugin library (a bare name as `registry` finds it on the search path) and each
+    /// config path a station keeps its files under. A caller that starts an untrusted
+    /// program checks these against what the program may write: a profile, plugin or
+    /// policy it could replace would be the next session's.
+    pub fn files(&self, registry: &Registry) -> Vec<(String, PathBuf)> {
+        let mut files = Vec::new();
+        if let ProfileSource::File(f) = &self.source {
+            files.push(("profile".to_owned(), f.clone()));
+        }
+        let stations = [("policy", &self.policy), ("audit", &self.audit)]
+            .into_iter()
+            .chain(self.confinement.iter().map(|c| ("confinement", &c.plugin)));
+        for (station, choice) in stations {
+            let library = match &choice.spec {
+                PluginSpec::Path(p) => Some(p.clone()),
+                PluginSpec::Name(n) => registry.find(n),
+                PluginSpec::Builtin(_) => None,
+            };
+            if let Some(library) = library {
+                files.push((format!("{station}.plugin"), library));
+            }
+            let Ok(config) = toml::from_str::<toml::Table>(&choice.config) else {
+                continue;
+            };
+            for key in CONFIG_PATH_KEYS {
+                if let Some(toml::Value::String(path)) = config.get(key) {
+                    files.push((format!("{station}.config.{key}"), PathBuf::from(path)));
+                }
+            }
+        }
+        files
+    }
+
     /// Resolves (and loads) the plugin for `station` (`policy` or `audit`) as this
     /// profile names it, and checks that it provides that station's kind: a plugin
     /// named for a station it cannot fill is refused here, before anything is built
