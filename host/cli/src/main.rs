@@ -318,6 +318,10 @@ fn main() -> ExitCode {
     if let Some(code) = aegis_runtime::confine::helper_main() {
         return ExitCode::from(code);
     }
+    // The MCP server the demo wraps is this binary too, so the demo needs nothing else.
+    if let Some(code) = demo::server::main_if_asked() {
+        return ExitCode::from(code);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -323,7 +323,36 @@ fn demo_runs_and_ends_on_a_verdict() {
     ] {
         assert!(text.contains(shown), "missing {shown:?} in:\n{text}");
     }
+    // The MCP part: a real stdio server behind `wrap`, a client's two injected tries;
+    // its long lines are wrapped, so they are read with the breaks joined.
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    for shown in [
+        "the client lists 2 tools: read_file, http_post",
+        "client receives standup at 10",
+        "Aegis refused this tool call at the policy station: refused by policy (rule no-exfiltration): nothing leaves this machine from a notes session",
+        "the record's line for the refused post:",
+    ] {
+        assert!(flat.contains(shown), "missing {shown:?} in:\n{text}");
+    }
     assert!(!text.contains("kingdom"), "the secret never shows");
+    assert!(
+        !text.contains("would have sent"),
+        "the post never reaches the server"
+    );
+    let mcp = text
+        .split("6. The same stations")
+        .nth(1)
+        .unwrap_or_default();
+    assert_eq!(
+        mcp.matches("Aegis refused this tool call at the policy station")
+            .count(),
+        2,
+        "both injected calls are refused by policy:\n{mcp}"
+    );
+    assert!(
+        mcp.contains("wrap's record") && mcp.contains("Verified (pinned to "),
+        "{mcp}"
+    );
     assert!(text.contains("Verified (pinned to "));
     assert!(text.contains("Tampered — bad signature"));
     assert!(text.contains("Indeterminate — session 0 does not end with a close record"));

@@ -5,7 +5,9 @@
 //! committed guest components (embedded in the binary) through all four stations: an
 //! allowed call, refusals by policy and by capability, escape attempts, each resource
 //! ceiling. Then it verifies the chain it wrote, pinned to the key, damages it three
-//! ways to show each caught, and verifies the committed golden vector.
+//! ways to show each caught, and verifies the committed golden vector. Last, it puts an
+//! MCP server (this binary, [`server`]) behind `aegis wrap` and plays a client whose
+//! model was prompt-injected ([`mcp`]).
 
 /// Prints a line; a closed stdout (`aegis demo | head`) is not an error.
 macro_rules! say {
@@ -13,6 +15,9 @@ macro_rules! say {
         { let _ = crate::print(format!("{}\n", format_args!($($arg)*)).as_bytes()); }
     };
 }
+
+mod mcp;
+pub mod server;
 
 use crate::style::Painter;
 use aegis_record::key::SigningKey;
@@ -23,37 +28,37 @@ use aegis_runtime::{Host, Profile};
 use std::path::Path;
 
 /// The golden session from `spec/vectors/golden/`, signed by the public vector key.
-const GOLDEN: &[u8] = include_bytes!("../../../spec/vectors/golden/golden.aarl");
+const GOLDEN: &[u8] = include_bytes!("../../../../spec/vectors/golden/golden.aarl");
 
 /// The guests the walk runs, from `tests/fixtures/wasm` (their sources are beside them).
 const GUESTS: &[(&str, &[u8])] = &[
     (
         "read-file",
-        include_bytes!("../../../tests/fixtures/wasm/read-file.wasm"),
+        include_bytes!("../../../../tests/fixtures/wasm/read-file.wasm"),
     ),
     (
         "write-file",
-        include_bytes!("../../../tests/fixtures/wasm/write-file.wasm"),
+        include_bytes!("../../../../tests/fixtures/wasm/write-file.wasm"),
     ),
     (
         "symlink-out",
-        include_bytes!("../../../tests/fixtures/wasm/symlink-out.wasm"),
+        include_bytes!("../../../../tests/fixtures/wasm/symlink-out.wasm"),
     ),
     (
         "net",
-        include_bytes!("../../../tests/fixtures/wasm/net.wasm"),
+        include_bytes!("../../../../tests/fixtures/wasm/net.wasm"),
     ),
     (
         "memory-bomb",
-        include_bytes!("../../../tests/fixtures/wasm/memory-bomb.wasm"),
+        include_bytes!("../../../../tests/fixtures/wasm/memory-bomb.wasm"),
     ),
     (
         "spin",
-        include_bytes!("../../../tests/fixtures/wasm/spin.wasm"),
+        include_bytes!("../../../../tests/fixtures/wasm/spin.wasm"),
     ),
     (
         "flood",
-        include_bytes!("../../../tests/fixtures/wasm/flood.wasm"),
+        include_bytes!("../../../../tests/fixtures/wasm/flood.wasm"),
     ),
 ];
 
@@ -147,21 +152,24 @@ fn short_key_ids(text: &str) -> String {
     out
 }
 
-/// `text` in lines of at most `width` characters, broken at spaces (a word longer than
-/// `width` is cut).
+/// `text` in lines of at most `width` characters, broken at spaces; a word longer than
+/// `width` (a record line has few spaces) is broken across lines, never cut.
 fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut lines = vec![String::new()];
     for word in text.split(' ') {
-        let last = lines.last_mut().expect("never empty");
-        let used = last.chars().count();
-        if used > 0 && used + 1 + word.chars().count() > width {
-            lines.push(String::new());
+        let chars: Vec<char> = word.chars().collect();
+        for piece in chars.chunks(width.max(1)) {
+            let last = lines.last_mut().expect("never empty");
+            let used = last.chars().count();
+            if used > 0 && used + 1 + piece.len() > width {
+                lines.push(String::new());
+            }
+            let last = lines.last_mut().expect("never empty");
+            if !last.is_empty() {
+                last.push(' ');
+            }
+            last.extend(piece);
         }
-        let last = lines.last_mut().expect("never empty");
-        if !last.is_empty() {
-            last.push(' ');
-        }
-        last.extend(word.chars().take(width));
     }
     lines
 }
@@ -398,6 +406,12 @@ fn walk(interrupts: &crate::interrupt::Interrupts) -> Result<bool, Stop> {
     as_expected &= matches!(r.verdict(), Verdict::Verified(_));
 
     say!(
+        "\n{}",
+        p.bold("6. The same stations in front of an MCP server (aegis wrap)")
+    );
+    as_expected &= mcp::walk(p, &base, &key_path, &key, interrupts)?;
+
+    say!(
         "\n{} aegis run --component tests/fixtures/wasm/echo.wasm --id echo --input hello",
         p.bold("Try it:")
     );
@@ -556,4 +570,17 @@ fn demo_pipeline(
             tool("flood", "flood", &[], &[], tight),
         ])
         .open()?)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A record line has few spaces: its long "words" go on across lines, none cut.
+    #[test]
+    fn wrap_breaks_long_words_and_loses_nothing() {
+        let text = format!("short {} tail", "x".repeat(25));
+        let lines = super::wrap(&text, 10);
+        assert!(lines.iter().all(|l| l.chars().count() <= 10), "{lines:?}");
+        assert_eq!(lines.concat().replace(' ', ""), text.replace(' ', ""));
+        assert_eq!(lines, ["short", "xxxxxxxxxx", "xxxxxxxxxx", "xxxxx tail"]);
+    }
 }
