@@ -88,17 +88,18 @@ impl Wrapped {
     }
 }
 
-fn start(policy: &Path, record: &Path, key: &Path) -> Result<Wrapped, Stop> {
+/// The default profile as embedded, written out for `wrap`: by name, a `default.toml`
+/// of the user's on the profile path would be found first.
+const DEFAULT_PROFILE: &str = include_str!("../../../../profiles/default.toml");
+
+fn start(base: &Path, policy: &Path, record: &Path, key: &Path) -> Result<Wrapped, Stop> {
     let me = std::env::current_exe()?;
+    let profile = base.join("default.toml");
+    std::fs::write(&profile, DEFAULT_PROFILE)?;
     let mut child = Command::new(&me)
-        .args([
-            "--profile",
-            "default",
-            "--color",
-            "never",
-            "wrap",
-            "--policy",
-        ])
+        .arg("--profile")
+        .arg(&profile)
+        .args(["--color", "never", "wrap", "--policy"])
         .arg(policy)
         .arg("--audit")
         .arg(record)
@@ -170,7 +171,7 @@ pub(super) fn walk(
         "  {}",
         p.dim("Policy: read_file only beneath notes/ (rule notes-only); http_post never (rule no-exfiltration).")
     );
-    let mut wrapped = start(&policy_path, &record, key_path)?;
+    let mut wrapped = start(base, &policy_path, &record, key_path)?;
     wrapped.ask(
         1,
         "initialize",
