@@ -15,7 +15,7 @@
 //!   writes, but two sessions interleaving lines would be reported as a broken chain.
 
 use aegis_station_api::{ErrorKind, PluginError, Retention, Sink, Tail, TailKind};
-use rusqlite::{Connection, OptionalExtension as _, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension as _, params};
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
@@ -57,7 +57,31 @@ impl SqliteSink {
     pub fn from_config(config: &str) -> Result<SqliteSink, PluginError> {
         let c: Config =
             toml::from_str(config).map_err(|e| PluginError::new(ErrorKind::CONFIG, e.message()))?;
-        let db = Connection::open(&c.path).map_err(|e| db_err(&c.path, &e))?;
+        // Never through a link (SQLite's own O_NOFOLLOW), never a FIFO, a device or a
+        // directory: the record is a regular file of its own, as the file sink's is.
+        if let Ok(m) = std::fs::symlink_metadata(&c.path)
+            && !m.is_file()
+        {
+            let found = if m.file_type().is_symlink() {
+                "a symbolic link"
+            } else if m.is_dir() {
+                "a directory"
+            } else {
+                "not a regular file"
+            };
+            return Err(PluginError::new(
+                ErrorKind::REFUSED,
+                format!(
+                    "{}: {found}; refused (the record must be a regular file of its own, never reached through a link)",
+                    c.path.display()
+                ),
+            ));
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_NOFOLLOW;
+        let db = Connection::open_with_flags(&c.path, flags).map_err(|e| db_err(&c.path, &e))?;
         db.pragma_update(None, "journal_mode", "WAL")
             .and_then(|()| db.pragma_update(None, "synchronous", "FULL"))
             .and_then(|()| {
@@ -163,6 +187,40 @@ impl Sink for SqliteSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The record is never reached through a link (a dangling one would create the
+    /// database where it points), nor opened as a FIFO or a directory: each is refused
+    /// with its kind named, and nothing is created.
+    #[cfg(unix)]
+    #[test]
+    fn a_link_a_fifo_or_a_directory_at_the_path_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = dir.path().join("elsewhere.db");
+        let link = dir.path().join("link.db");
+        std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+        let fifo = dir.path().join("fifo.db");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let sub = dir.path().join("sub.db");
+        std::fs::create_dir(&sub).unwrap();
+        for (path, says) in [
+            (&link, "a symbolic link"),
+            (&fifo, "not a regular file"),
+            (&sub, "a directory"),
+        ] {
+            let e = SqliteSink::from_config(&format!("path = {path:?}"))
+                .err()
+                .unwrap();
+            assert_eq!(e.kind, ErrorKind::REFUSED, "{}", e.message);
+            assert!(e.message.contains(says), "{}", e.message);
+        }
+        assert!(!elsewhere.exists(), "the database was made through the link");
+    }
 
     #[test]
     fn rows_round_trip_byte_exact() {
