@@ -331,12 +331,9 @@ pub fn start(
 
 /// Runs `aegis confine`.
 pub fn confine(profile_name: &str, args: &ConfineArgs) -> u8 {
-    let profile = match Profile::find(profile_name) {
+    let profile = match crate::use_profile(profile_name) {
         Ok(p) => p,
-        Err(e) => {
-            crate::error(e);
-            return exit::REFUSED;
-        }
+        Err(code) => return code,
     };
     let report = args
         .report

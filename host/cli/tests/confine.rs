@@ -229,7 +229,12 @@ fn an_unenforceable_confinement_starts_nothing_unless_best_effort() {
     let out = run(&[]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    // The profile line, then the one line saying why.
+    assert!(
+        stderr.starts_with("aegis: profile default (embedded)\n"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 2, "{stderr}");
     assert!(stderr.contains(&missing.display().to_string()), "{stderr}");
     assert!(!marker.exists(), "the command ran");
 
