@@ -205,8 +205,9 @@ rules:
     );
 }
 
-// Claim (4), gateway path. The gateway parses arguments with serde_json and refuses
-// neither colliding keys nor `__proto__` (the wrap relay refuses `__proto__`). A Node
+// Claim (4), gateway path. The station is the last line here: the gateway now refuses a
+// body with colliding keys or `__proto__` before it reads it (issue 29), but a station
+// must hold on its own for any host that hands it such arguments. A Node
 // tool that merges its input into defaults with `Object.assign({}, defaults, input)`
 // gets `input.__proto__` as the merged object's prototype, so `opts.path` is
 // /etc/shadow, while the policy sees `path` absent and the deny does not apply.
