@@ -214,3 +214,76 @@ fn every_readme_command_runs_on_a_fresh_machine() {
         assert_eq!(mode, 0o700, "{}", d.display());
     }
 }
+
+/// The evidence script's claims (spec/evidence-claims.tsv) against the documents and
+/// the tree: each claim's ID has its row in spec/FINDINGS.md, each command names a
+/// package and a test target that exist, and each test name it filters on is a test
+/// function in that target, so no claim can quietly run nothing. (The script refuses a
+/// claim whose command ran no test; this catches it before anything is built.)
+#[test]
+fn every_evidence_claim_is_in_the_findings_and_names_real_tests() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let claims = std::fs::read_to_string(root.join("spec/evidence-claims.tsv")).unwrap();
+    let findings = std::fs::read_to_string(root.join("spec/FINDINGS.md")).unwrap();
+    // Package name -> its directory, from the workspace members' manifests.
+    let mut packages = std::collections::HashMap::new();
+    for dir in ["host", "stations", "sinks", "tests", "."] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+            let manifest = entry.path().join("Cargo.toml");
+            let Ok(text) = std::fs::read_to_string(&manifest) else {
+                continue;
+            };
+            if let Some(name) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("name = \""))
+                .and_then(|r| r.strip_suffix('"'))
+            {
+                packages.insert(name.to_owned(), entry.path());
+            }
+        }
+    }
+    let mut seen = 0;
+    let mut problems = Vec::new();
+    for (n, line) in claims.lines().enumerate() {
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let fields: Vec<&str> = line.split('\t').collect();
+        assert_eq!(fields.len(), 4, "evidence-claims.tsv:{}: {line}", n + 1);
+        let (id, command) = (fields[0], fields[2]);
+        seen += 1;
+        if !findings.contains(&format!("| {id} |")) {
+            problems.push(format!("{id}: no row in spec/FINDINGS.md"));
+        }
+        let words: Vec<&str> = command.split_whitespace().collect();
+        let after = |flag: &str| {
+            words
+                .iter()
+                .position(|w| *w == flag)
+                .and_then(|i| words.get(i + 1))
+        };
+        let (Some(package), Some(target)) = (after("-p"), after("--test")) else {
+            problems.push(format!("{id}: no -p PACKAGE --test TARGET in {command:?}"));
+            continue;
+        };
+        let Some(dir) = packages.get(*package) else {
+            problems.push(format!("{id}: no package {package}"));
+            continue;
+        };
+        let file = dir.join("tests").join(format!("{target}.rs"));
+        let Ok(source) = std::fs::read_to_string(&file) else {
+            problems.push(format!("{id}: no test target {}", file.display()));
+            continue;
+        };
+        // Names after `--` (a filter, or the value of a `--skip`) must be tests there.
+        if let Some(dash) = words.iter().position(|w| *w == "--") {
+            for name in words[dash + 1..].iter().filter(|w| !w.starts_with('-')) {
+                if !source.contains(&format!("fn {name}")) {
+                    problems.push(format!("{id}: {target} has no test named {name}*"));
+                }
+            }
+        }
+    }
+    assert!(seen >= 20, "only {seen} claims");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

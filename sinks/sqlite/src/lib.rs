@@ -219,7 +219,10 @@ mod tests {
             assert_eq!(e.kind, ErrorKind::REFUSED, "{}", e.message);
             assert!(e.message.contains(says), "{}", e.message);
         }
-        assert!(!elsewhere.exists(), "the database was made through the link");
+        assert!(
+            !elsewhere.exists(),
+            "the database was made through the link"
+        );
     }
 
     #[test]
