@@ -479,7 +479,7 @@ pub trait PolicyEvaluator: Send + Sync {
     /// owned strings into a table made for this one call ([`index_decisions`]). A
     /// library built before the method existed does not reach it: abi_stable 0.11's
     /// layout check refuses a vtable shorter than the host's at load (measured in
-    /// `host/runtime/tests/plugin_abi.rs`; see `spec/PLUGINS.md`).
+    /// `host/runtime/tests/all/plugin_abi.rs`; see `spec/PLUGINS.md`).
     fn evaluate_axes_indexed(
         &self,
         request: &PolicyRequest<'_>,

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the pinned official MCP peers the CLI's tests drive: the Python SDK (client
-# side) and two reference servers from npm for host/cli/tests/wrap_peers.rs, and the
+# side) and two reference servers from npm for host/cli/tests/all/wrap_peers.rs, and the
 # official conformance suite with the Node 22 it needs (npm's `node` package brings
-# the binary, as npm/node_modules/.bin/node) for host/cli/tests/gateway.rs.
+# the binary, as npm/node_modules/.bin/node) for host/cli/tests/all/gateway.rs.
 # Usage: install.sh [PREFIX]   (default: $CARGO_TARGET_DIR or target, then /mcp-peers)
 # Idempotent: a stamp naming the pins marks a finished install. Test binaries running
 # at once serialise on a lock, so only the first one installs.

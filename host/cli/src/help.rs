@@ -2,7 +2,7 @@
 //! and through clap the man page and the completions.
 //!
 //! Each EXIT STATUS line starts with its code (or codes, `a/b/c`) after two spaces: the
-//! README, `tests/exit_codes.rs` and the code agree on these lists, and the test reads
+//! README, `tests/all/exit_codes.rs` and the code agree on these lists, and the test reads
 //! them from `--help` and triggers every code listed against the built binary.
 
 /// `aegis --help`: every code any command uses, and the environment it reads.

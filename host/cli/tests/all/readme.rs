@@ -270,16 +270,31 @@ fn every_evidence_claim_is_in_the_findings_and_names_real_tests() {
             problems.push(format!("{id}: no package {package}"));
             continue;
         };
-        let file = dir.join("tests").join(format!("{target}.rs"));
+        // A target is `tests/T.rs`, or `tests/T/main.rs` with a module per topic.
+        let tests = dir.join("tests");
+        let (file, modules) = match tests.join(format!("{target}.rs")) {
+            f if f.is_file() => (f, None),
+            _ => (tests.join(target).join("main.rs"), Some(tests.join(target))),
+        };
         let Ok(source) = std::fs::read_to_string(&file) else {
             problems.push(format!("{id}: no test target {}", file.display()));
             continue;
         };
-        // Names after `--` (a filter, or the value of a `--skip`) must be tests there.
+        // Names after `--` (a filter, or the value of a `--skip`) must be tests there:
+        // `module::` a module of the target, `module::name` a test in it, `name` a test
+        // in a single-file target.
         if let Some(dash) = words.iter().position(|w| *w == "--") {
             for name in words[dash + 1..].iter().filter(|w| !w.starts_with('-')) {
-                if !source.contains(&format!("fn {name}")) {
-                    problems.push(format!("{id}: {target} has no test named {name}*"));
+                let found = match (name.split_once("::"), &modules) {
+                    (Some((module, rest)), Some(dir)) => {
+                        std::fs::read_to_string(dir.join(format!("{module}.rs")))
+                            .is_ok_and(|m| rest.is_empty() || m.contains(&format!("fn {rest}")))
+                    }
+                    (None, None) => source.contains(&format!("fn {name}")),
+                    _ => false,
+                };
+                if !found {
+                    problems.push(format!("{id}: {target} has no test or module {name}"));
                 }
             }
         }

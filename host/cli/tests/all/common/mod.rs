@@ -1,6 +1,9 @@
 //! Reading JSON lines in the wrap tests: what the client received and what the record
 //! holds.
 
+pub mod fifo;
+pub mod peers;
+
 use aegis_record::json::{Object, Value, parse};
 
 pub fn text(b: &[u8]) -> String {

@@ -11,9 +11,8 @@
 //! Each test checks the record too: `aegis verify` says Verified, and every `tools/call`
 //! the client sent has exactly one intent and one outcome.
 
-mod common;
-#[path = "common/peers.rs"]
-mod peers;
+use crate::common;
+use crate::common::peers;
 
 use aegis_record::json::{Object, Value};
 use common::{at, field, object, text};

@@ -8,9 +8,8 @@
 //! `aegis wrap ... -- tee.py -- node SERVER`: tee.py taps both sides of the relay, so
 //! the test compares the bytes the server wrote with the bytes the client received.
 
-mod common;
-#[path = "common/peers.rs"]
-mod peers;
+use crate::common;
+use crate::common::peers;
 
 use aegis_record::json::{Object, Value};
 use common::{at, field, object, text};

@@ -1,6 +1,6 @@
 //! The stdio session with real processes and real pipes: what it relays, in what order,
 //! and that it ends when a peer stops cooperating. The calls' record is the CLI's
-//! business (host/cli/tests/wrap.rs drives the same session over the runtime); here the
+//! business (host/cli/tests/all/wrap.rs drives the same session over the runtime); here the
 //! gate refuses every call, and the traffic is requests and notifications.
 
 use aegis_mcp::relay::{CallEnd, Gate, Refusal, RefusedCall, Relay, RelayConfig, ToolCall};

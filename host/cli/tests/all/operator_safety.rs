@@ -8,8 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-#[path = "common/fifo.rs"]
-mod fifo;
+use crate::common::fifo;
 
 fn aegis() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_aegis"));

@@ -1,6 +1,6 @@
 //! The pinned official MCP peers (tests/mcp-peers/install.sh), installed once per
 //! machine into `<target dir>/mcp-peers`; a failed install fails the test naming them.
-//! Included by the tests that drive them (`#[path = "common/peers.rs"] mod peers;`).
+//! Used by the tests that drive them (`crate::common::peers`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

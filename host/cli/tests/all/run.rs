@@ -528,7 +528,7 @@ fn the_profile_and_the_compilation_cache_beneath_the_tools_roots() {
     let root = dir.path().join("home");
     std::fs::create_dir(&root).unwrap();
     let profile = root.join("mine.toml");
-    std::fs::write(&profile, include_str!("../../../profiles/default.toml")).unwrap();
+    std::fs::write(&profile, include_str!("../../../../profiles/default.toml")).unwrap();
     let r = root.to_str().unwrap();
     let out = aegis()
         .arg("--profile")

@@ -5,10 +5,8 @@
 //! Each test checks the record too: it verifies, and every `tools/call` the client sent
 //! has exactly one intent and one outcome.
 
-mod common;
-#[path = "common/fifo.rs"]
-#[allow(dead_code, reason = "wrap's tests use the reader side only")]
-mod fifo;
+use crate::common;
+use crate::common::fifo;
 
 use aegis_mcp::stdio::DEFAULT_QUEUE_BYTES;
 use aegis_record::json::{Object, Value};
@@ -685,7 +683,7 @@ fn the_profiles_files_and_the_key_beneath_what_the_server_reaches_are_refused() 
     let profile = project.join("confined.toml");
     let policy = project.join("policy.yaml");
     std::fs::write(&policy, "version: 1\ndefault: allow\n").unwrap();
-    let confined = include_str!("../../../profiles/linux-confined.toml");
+    let confined = include_str!("../../../../profiles/linux-confined.toml");
     // The profile itself, and a profile whose policy file is in the grant.
     let outside = dir.path().join("outside.toml");
     let with_policy = confined.replacen(

@@ -1,0 +1,25 @@
+//! The `aegis` binary's integration tests, as one test binary: each module was a test
+//! target of its own, and each linked wasmtime and the whole host again (most of CI's
+//! link time and of `target/`). One module per topic, as wasmtime's own `tests/all`.
+//!
+//! Run one topic with a filter: `cargo test -p aegis --test all -- wrap::`.
+
+mod common;
+
+mod cedar;
+mod confine;
+mod exit_codes;
+mod gateway;
+mod interrupt;
+mod operator_cli;
+mod operator_safety;
+mod plugins;
+mod readme;
+mod recheck;
+mod run;
+mod shared_record;
+mod terminal;
+mod verify;
+mod verify_only;
+mod wrap;
+mod wrap_peers;

@@ -1,0 +1,6 @@
+//! `aegis-mcp`'s integration tests as one test binary (each module was a target of its
+//! own, and each linked the whole crate and its dependencies again). Run one topic with
+//! a filter: `cargo test -p aegis-mcp --test all -- relay::`.
+
+mod relay;
+mod stdio;
