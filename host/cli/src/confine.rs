@@ -81,6 +81,15 @@ pub fn host_files(
     more: impl IntoIterator<Item = HostFile>,
 ) -> Vec<HostFile> {
     let mut files: Vec<HostFile> = more.into_iter().collect();
+    // The program that decides: this binary, and the helper it would start to confine
+    // a program (whether or not it is there yet: a program could put one there).
+    if let Ok(me) = std::env::current_exe() {
+        files.push(HostFile::new("the aegis binary", &me));
+        files.push(HostFile::new(
+            "the confinement helper",
+            &me.with_file_name("aegis-confine-helper"),
+        ));
+    }
     if let Some(host) = host {
         files.extend(host.policy.as_deref().map(|p| HostFile::new("--policy", p)));
         files.extend(host.audit.as_deref().map(|p| HostFile::new("--audit", p)));
@@ -91,11 +100,19 @@ pub fn host_files(
         );
     }
     if let Some(profile) = profile {
+        // A station a flag replaces loads nothing of the profile's.
+        let replaced = |what: &str| {
+            host.is_some_and(|h| {
+                (what.starts_with("policy.") && h.policy.is_some())
+                    || (what.starts_with("audit.") && h.audit.is_some())
+            })
+        };
         let registry = aegis_runtime::Registry::new();
         files.extend(
             profile
                 .files(&registry)
                 .into_iter()
+                .filter(|(what, _)| !replaced(what))
                 .map(|(what, path)| HostFile::new(what, &path)),
         );
     }
@@ -174,10 +191,21 @@ impl Reach {
         })
     }
 
+    /// Whether the program is granted no directory at all.
+    pub fn is_empty(&self) -> bool {
+        self.write.is_empty() && self.read.is_empty()
+    }
+
     /// Whether the program may write beneath `dir` (the grant's words, when it may).
     pub fn writes_at(&self, dir: &Path) -> Option<&str> {
         self.holding(dir, false)
     }
+}
+
+/// Whether the file at `path` (not followed) has more than one name.
+fn other_names(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && m.nlink() > 1)
 }
 
 fn shown(p: &Path) -> std::borrow::Cow<'_, str> {
@@ -198,6 +226,17 @@ fn shown(p: &Path) -> std::borrow::Cow<'_, str> {
 /// The usage exit code.
 pub fn refuse_granted(reach: &Reach, files: &[HostFile]) -> Result<(), u8> {
     for f in files {
+        // A secret with another name (a hard link) may be read through that name from
+        // a granted directory; names cannot be listed cheaply, so any second name is
+        // refused while the program is granted anything.
+        if f.secret && !reach.is_empty() && other_names(&f.path) {
+            crate::error(format_args!(
+                "{} {} has another name (a hard link), which the program could read it by; keep a single name",
+                f.what,
+                shown(&f.path),
+            ));
+            return Err(exit::TAMPERED_OR_USAGE);
+        }
         if let Some(named) = reach.holding(&f.path, f.secret) {
             let why = if f.secret {
                 "where the program could read it and act as this host"
@@ -230,7 +269,8 @@ pub fn warn_granted(reach: &Reach, dirs: &[(&str, PathBuf)]) {
     }
 }
 
-/// The directories a later command searches for profiles and plugins by name, for
+/// The directories a later command loads from without naming a file: profiles and
+/// plugins found by name, and the compilation cache (native code), for
 /// [`warn_granted`].
 pub fn searched_dirs() -> Vec<(&'static str, PathBuf)> {
     let profiles = aegis_runtime::profile::search_path()
@@ -241,7 +281,10 @@ pub fn searched_dirs() -> Vec<(&'static str, PathBuf)> {
         .to_vec()
         .into_iter()
         .map(|d| ("plugin directory", d));
-    profiles.chain(plugins).collect()
+    let cache = crate::run::cache_path()
+        .into_iter()
+        .map(|d| ("compilation cache", d));
+    profiles.chain(plugins).chain(cache).collect()
 }
 
 /// Flags of `aegis confine`.

@@ -196,6 +196,10 @@ pub fn gateway(profile_name: &str, a: &GatewayArgs) -> u8 {
     if let Err(code) = refuse_tools_reach(&reach, a, &manifest, &profile) {
         return code;
     }
+    let cache_dir = match crate::run::cache_dir(&reach) {
+        Ok(dir) => dir,
+        Err(code) => return code,
+    };
     // What the record should say about how the calls came in.
     let mut serving = aegis_record::json::Object::new();
     serving.insert("command", "gateway");
@@ -225,7 +229,7 @@ pub fn gateway(profile_name: &str, a: &GatewayArgs) -> u8 {
     let builder = crate::waiting(builder, a.host.no_wait, &interrupts);
     let options = GatewayOptions {
         capacity: a.max_calls,
-        cache_dir: crate::run::cache_dir(&reach),
+        cache_dir,
         role: a.host.role.clone(),
     };
     let gateway = match Gateway::open(builder, &manifest, &options, notes()) {

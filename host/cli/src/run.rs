@@ -58,36 +58,48 @@ pub struct RunArgs {
     args: Vec<String>,
 }
 
-/// Where compiled components are cached between runs, if the environment names a home
-/// and the directory can be written: a cache that cannot be written weakens nothing, so
-/// the tool runs uncached, with one warning, instead of being refused.
-///
-/// Nor is a cache the tools may write beneath (a write root of `$HOME`): cached code
-/// runs as native code in this process, so a tool that plants it there escapes the
-/// sandbox at the next load. Such a cache is not used, with one warning.
-pub(crate) fn cache_dir(tools: &crate::confine::Reach) -> Option<PathBuf> {
+/// Where compiled components are cached between runs, if the environment names a home:
+/// `$XDG_CACHE_HOME/aegis/wasmtime`, else `~/.cache/aegis/wasmtime`.
+pub(crate) fn cache_path() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    let dir = base.join("aegis").join("wasmtime");
+    Some(base.join("aegis").join("wasmtime"))
+}
+
+/// The compilation cache to use ([`cache_path`]), if it can be written: a cache that
+/// cannot be written weakens nothing, so the tool runs uncached, with one warning,
+/// instead of being refused.
+///
+/// A cache the tools may write beneath (a write root of `$HOME`, or a link into a
+/// root) is refused instead: cached code runs as native code in this process, so a
+/// tool that planted an entry there would leave the sandbox at the next load of any
+/// later command, whatever that command grants. Not using it here would not help.
+///
+/// # Errors
+/// The usage exit code, after saying why.
+pub(crate) fn cache_dir(tools: &crate::confine::Reach) -> Result<Option<PathBuf>, u8> {
+    let Some(dir) = cache_path() else {
+        return Ok(None);
+    };
     if let Some(named) = tools.writes_at(&dir) {
-        crate::say(format_args!(
-            "warning: the compilation cache {} is beneath {named}, where a tool could plant native code; running uncached",
+        crate::error(format_args!(
+            "the compilation cache {} is beneath {named}: a tool could plant native code there that a later aegis loads; set XDG_CACHE_HOME to a directory outside the tools' roots",
             aegis_record::text::escape(&dir.display().to_string())
         ));
-        return None;
+        return Err(exit::TAMPERED_OR_USAGE);
     }
     match usable_cache(&dir) {
         Ok(()) => {
             crate::detail(format_args!("aegis: compilation cache {}", dir.display()));
-            Some(dir)
+            Ok(Some(dir))
         }
         Err(e) => {
             crate::say(format_args!(
                 "warning: the compilation cache {} cannot be used ({e}); running uncached",
                 dir.display()
             ));
-            None
+            Ok(None)
         }
     }
 }
@@ -195,7 +207,7 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
     };
     // The profile's own files, now that it is known. (The component may be beneath
     // the tool's roots: one it rewrites runs with the same grants next time.)
-    let host_files = crate::confine::host_files(None, Some(&profile), []);
+    let host_files = crate::confine::host_files(Some(&a.host), Some(&profile), []);
     if let Err(code) = crate::confine::refuse_granted(&reach, &host_files) {
         return code;
     }
@@ -206,8 +218,12 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
     };
     // One call per process: reserving an instance pool (about 3-4 ms) would cost more
     // than it saves (benches/results/sandbox.md).
+    let cache_dir = match cache_dir(&reach) {
+        Ok(dir) => dir,
+        Err(code) => return code,
+    };
     let builder = builder.sandbox_options(Options {
-        cache_dir: cache_dir(&reach),
+        cache_dir,
         concurrent_calls: None,
     });
     // From here on a signal stops the tool and lets the record end whole.

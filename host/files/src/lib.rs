@@ -542,14 +542,16 @@ fn parent(path: &Path) -> &Path {
     }
 }
 
-/// Flushes the directory entry of a rename. The directory is opened as the files are:
-/// never through a final link, never blocking, and only a directory (`O_DIRECTORY`).
+/// Flushes the directory entry of a rename. The directory is opened never blocking and
+/// only as a directory (`O_DIRECTORY`: a FIFO or a device there is refused). A link to
+/// it is followed, as the rename just followed it: a parent directory named through a
+/// link (`/var/run`) is the same directory either way.
 #[cfg(unix)]
 fn sync_dir(dir: &Path) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt as _;
     std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(dir)?
         .sync_all()
 }
@@ -559,29 +561,102 @@ fn sync_dir(_dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// The first of `dirs` beneath which the file `path` lives, if any: where a program
-/// granted those directories could replace it, or plant a link or a FIFO in its place.
+/// The first of `dirs` a program granted them could use to change what `path` names,
+/// if any: where it could replace the file, plant a link or a FIFO in its place, or
+/// redirect a directory on the way.
 ///
-/// The file's own name is not resolved (a link planted there is still inside); its
-/// directory is, as are `dirs` (a grant names what its path resolves to). A directory
-/// that does not exist yet counts by where it would be. `dirs` that do not exist hold
-/// nothing. A path whose directory cannot be placed (a `..` after a directory that does
-/// not exist yet, which a granted program could create as a link) counts as inside the
-/// first of `dirs`: fail closed.
+/// Two tests, either enough:
+/// - **By name.** The entry of the file, or of any directory on the way to it as the
+///   path names them (a link included), lives beneath one of `dirs`: the program could
+///   replace that entry. Each entry's own name is not resolved (a link planted there is
+///   still inside, and a link inside a grant that points out is inside too, since the
+///   program can swap it); the directories above it are, as are `dirs`. A directory
+///   that does not exist yet counts by where it would be.
+/// - **By identity.** A directory the path resolves through is one of `dirs` by device
+///   and inode: a bind mount, a link to a grant, or another spelling of it (a
+///   case-insensitive file system) is the same directory whatever its name.
+///
+/// `dirs` that do not exist hold nothing. A path whose directory cannot be placed (a
+/// `..` after a directory that does not exist yet, which a granted program could
+/// create as a link) counts as inside the first of `dirs`: fail closed.
 pub fn inside<'d>(path: &Path, dirs: &'d [PathBuf]) -> Option<&'d Path> {
+    if dirs.is_empty() {
+        return None;
+    }
     let Some(file) = resolve_parent(path) else {
         return dirs.first().map(PathBuf::as_path);
     };
-    dirs.iter()
-        .find(|d| {
+    let by_name = |entry: &Path| {
+        dirs.iter().find(|d| {
             let lexical = std::path::absolute(d).ok();
             let real = std::fs::canonicalize(d).ok();
             [lexical, real]
                 .into_iter()
                 .flatten()
-                .any(|d| file.starts_with(&d))
+                .any(|d| entry.starts_with(&d))
         })
-        .map(PathBuf::as_path)
+    };
+    // Every prefix of the path as given, each placed as the file is: its directory
+    // resolved, its own name kept.
+    let Ok(absolute) = std::path::absolute(path) else {
+        return dirs.first().map(PathBuf::as_path);
+    };
+    let mut prefix = PathBuf::new();
+    for part in absolute.components() {
+        prefix.push(part);
+        if !matches!(part, std::path::Component::Normal(_)) {
+            continue;
+        }
+        match resolve_parent(&prefix) {
+            Some(entry) => {
+                if let Some(d) = by_name(&entry) {
+                    return Some(d);
+                }
+            }
+            None => return dirs.first().map(PathBuf::as_path),
+        }
+    }
+    if let Some(d) = by_name(&file) {
+        return Some(d);
+    }
+    by_identity(&file, dirs)
+}
+
+/// The first of `dirs` that is, by device and inode, the directory `file` resolves
+/// into or one above it (the file itself too, when it is a directory).
+#[cfg(unix)]
+fn by_identity<'d>(file: &Path, dirs: &'d [PathBuf]) -> Option<&'d Path> {
+    use std::os::unix::fs::MetadataExt as _;
+    let ids: Vec<(u64, u64, &Path)> = dirs
+        .iter()
+        .filter_map(|d| {
+            std::fs::metadata(d)
+                .ok()
+                .map(|m| (m.dev(), m.ino(), d.as_path()))
+        })
+        .collect();
+    // The deepest existing place, links followed (a directory named by the path is
+    // the one it resolves to), then each directory above it up to `/`.
+    let mut at = file.to_path_buf();
+    let start = loop {
+        if let Ok(real) = std::fs::canonicalize(&at) {
+            break real;
+        }
+        if !at.pop() {
+            return None;
+        }
+    };
+    start.ancestors().find_map(|a| {
+        let m = std::fs::metadata(a).ok()?;
+        ids.iter()
+            .find(|(dev, ino, _)| (*dev, *ino) == (m.dev(), m.ino()))
+            .map(|(_, _, d)| *d)
+    })
+}
+
+#[cfg(not(unix))]
+fn by_identity<'d>(_file: &Path, _dirs: &'d [PathBuf]) -> Option<&'d Path> {
+    None
 }
 
 /// `path` made absolute with every directory on the way resolved (the nearest existing
@@ -619,6 +694,64 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         assert!(inside(&outside.path().join("x"), &dirs).is_none());
         assert!(inside(&outside.path().join("no/../x"), &[]).is_none());
+    }
+
+    /// From a review (helper): `G/cfg -> ../safe` resolved outside the grant, so a host
+    /// file named `G/cfg/x` passed the check, and the program could swap `G/cfg` for a
+    /// directory of its own afterwards. A link (or a directory) on the way that lives in
+    /// a grant counts as inside, wherever it points.
+    #[cfg(unix)]
+    #[test]
+    fn a_link_on_the_way_that_lives_in_a_grant_is_inside() {
+        let root = tempfile::tempdir().unwrap();
+        let (grant, safe) = (root.path().join("g"), root.path().join("safe"));
+        std::fs::create_dir(&grant).unwrap();
+        std::fs::create_dir(&safe).unwrap();
+        std::os::unix::fs::symlink("../safe", grant.join("cfg")).unwrap();
+        let dirs = [grant.clone()];
+        assert!(inside(&grant.join("cfg/pins"), &dirs).is_some());
+        assert!(inside(&grant.join("cfg/../../safe/pins"), &dirs).is_some());
+        // The same file named without passing through the grant is outside it.
+        assert!(inside(&safe.join("pins"), &dirs).is_none());
+    }
+
+    /// From a review (helper): a bind mount, or a link to a grant, names the granted
+    /// directory by another path; string prefixes missed it. Compared by device and
+    /// inode, it is the grant. (A link stands in for the bind mount, which needs root.)
+    #[cfg(unix)]
+    #[test]
+    fn a_grant_reached_by_another_name_is_the_grant() {
+        let root = tempfile::tempdir().unwrap();
+        let grant = root.path().join("g");
+        std::fs::create_dir(&grant).unwrap();
+        let alias = root.path().join("alias");
+        std::os::unix::fs::symlink(&grant, &alias).unwrap();
+        // A grant given through the alias, a file named through the real path.
+        assert!(inside(&grant.join("policy.yaml"), std::slice::from_ref(&alias)).is_some());
+        // A directory that is a link into the grant (a cache, a plugin directory).
+        let cache = root.path().join("cache");
+        std::os::unix::fs::symlink(&grant, &cache).unwrap();
+        let grants = std::slice::from_ref(&grant);
+        assert!(inside(&cache, grants).is_some());
+        assert!(inside(&cache.join("modules/x"), grants).is_some());
+        assert!(inside(&root.path().join("other"), &[grant]).is_none());
+    }
+
+    /// From a review (helper): the flush after the rename opened the directory with
+    /// `O_NOFOLLOW`, so a file written through a linked directory (`/var/run`) was
+    /// renamed into place and then reported as failed.
+    #[cfg(unix)]
+    #[test]
+    fn a_file_written_through_a_linked_directory_is_not_an_error() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("real")).unwrap();
+        std::os::unix::fs::symlink("real", root.path().join("link")).unwrap();
+        let p = root.path().join("link/report.json");
+        write(&p, b"{}").unwrap();
+        assert_eq!(
+            std::fs::read(root.path().join("real/report.json")).unwrap(),
+            b"{}"
+        );
     }
 
     #[cfg(unix)]

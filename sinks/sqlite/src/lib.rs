@@ -45,6 +45,19 @@ pub struct SqliteSink {
     state: Mutex<State>,
 }
 
+/// `path` with its directory resolved (links followed) and its final name as written;
+/// `path` itself when the directory cannot be resolved (SQLite then says why).
+fn real_directory(path: &std::path::Path) -> PathBuf {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    match (std::fs::canonicalize(dir), path.file_name()) {
+        (Ok(real), Some(name)) => real.join(name),
+        _ => path.to_owned(),
+    }
+}
+
 fn db_err(path: &std::path::Path, e: &rusqlite::Error) -> PluginError {
     PluginError::new(ErrorKind::IO, format!("{}: {e}", path.display()))
 }
@@ -77,11 +90,15 @@ impl SqliteSink {
                 ),
             ));
         }
+        // SQLite's NOFOLLOW refuses a link anywhere in the name, where the file sink
+        // refuses one only at the final name: the directories are resolved first, so a
+        // profile reached through a linked ~/.config works with either sink.
+        let opened = real_directory(&c.path);
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_NOFOLLOW;
-        let db = Connection::open_with_flags(&c.path, flags).map_err(|e| db_err(&c.path, &e))?;
+        let db = Connection::open_with_flags(&opened, flags).map_err(|e| db_err(&c.path, &e))?;
         db.pragma_update(None, "journal_mode", "WAL")
             .and_then(|()| db.pragma_update(None, "synchronous", "FULL"))
             .and_then(|()| {
@@ -223,6 +240,13 @@ mod tests {
             !elsewhere.exists(),
             "the database was made through the link"
         );
+        // A link on the way (a dotfiles-managed ~/.config) is followed, as the file
+        // sink follows it: only the final name must not be a link.
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::os::unix::fs::symlink("real", dir.path().join("via")).unwrap();
+        let via = dir.path().join("via/r.db");
+        SqliteSink::from_config(&format!("path = {via:?}")).unwrap();
+        assert!(dir.path().join("real/r.db").is_file());
     }
 
     #[test]

@@ -519,9 +519,9 @@ fn host_files_beneath_the_tools_roots_are_refused() {
 }
 
 /// The tool's write roots against what a later `aegis` loads: the profile file (and
-/// its station files) beneath them is refused; the compilation cache beneath them is
-/// not used (cached code runs natively in the host, so a tool that planted it would
-/// leave the sandbox at the next load), with a warning, and the tool still runs.
+/// its station files) beneath them is refused, and so is the compilation cache (cached
+/// code runs natively in the host, so a tool that planted it would leave the sandbox
+/// at the next load of any later run).
 #[test]
 fn the_profile_and_the_compilation_cache_beneath_the_tools_roots() {
     let dir = tempfile::tempdir().unwrap();
@@ -551,22 +551,143 @@ fn the_profile_and_the_compilation_cache_beneath_the_tools_roots() {
     );
     assert!(out.stdout.is_empty(), "the tool ran: {err}");
 
-    let out = aegis()
-        .env("XDG_CACHE_HOME", root.join(".cache"))
-        .args(["-v", "run", "--component", guest("echo").to_str().unwrap()])
-        .args(["--id", "echo", "--allow-write", r, "--input", "x"])
-        .output()
-        .unwrap();
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{err}");
-    assert_eq!(out.stdout, b"x");
+    // From a review (helper): running uncached was not enough, since the tool could
+    // still plant an entry that every later run loads as native code. The cache
+    // beneath a write root is refused, named by its own path or through a link.
+    let linked = dir.path().join("linked-cache");
+    std::os::unix::fs::symlink(&root, &linked).unwrap();
+    for (cache, inside) in [(root.join(".cache"), ".cache"), (linked.clone(), "linked")] {
+        let out = aegis()
+            .env("XDG_CACHE_HOME", &cache)
+            .args(["-v", "run", "--component", guest("echo").to_str().unwrap()])
+            .args(["--id", "echo", "--allow-write", r, "--input", "x"])
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{inside}: {err}");
+        assert!(out.stdout.is_empty(), "{inside}: the tool ran: {err}");
+        assert!(
+            err.contains("error: the compilation cache") && err.contains("XDG_CACHE_HOME"),
+            "{inside}: {err}"
+        );
+    }
     assert!(
-        err.contains("warning: the compilation cache") && err.contains("running uncached"),
-        "{err}"
-    );
-    assert!(!err.contains("aegis: compilation cache "), "{err}");
-    assert!(
-        !root.join(".cache/aegis").exists(),
+        !root.join(".cache/aegis").exists() && !root.join("aegis").exists(),
         "the cache was made beneath the tool's root"
     );
+}
+
+/// From a review (helper), each a way around the check of the host's files against a
+/// tool's roots: the aegis binary (and the confinement helper beside it, which `confine`
+/// runs unconfined) beneath a write root; a host file named through a link that lives
+/// in a root (the tool swaps the link afterwards); a signing key with a second name.
+/// And what must not be refused: a profile's record that `--audit` replaces.
+#[test]
+fn the_binary_links_on_the_way_and_second_names_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, safe) = (dir.path().join("root"), dir.path().join("safe"));
+    std::fs::create_dir(&root).unwrap();
+    std::fs::create_dir(&safe).unwrap();
+    let echo = guest("echo");
+    let run_in = |bin: &Path, extra: &[&std::ffi::OsStr]| {
+        let out = Command::new(bin)
+            .env(
+                "XDG_CACHE_HOME",
+                std::env::temp_dir().join("aegis-run-tests-cache"),
+            )
+            .arg("run")
+            .arg("--component")
+            .arg(&echo)
+            .args(["--id", "echo", "--input", "x"])
+            .args(extra)
+            .output()
+            .unwrap();
+        (out.status.code(), text(&out.stderr))
+    };
+    // The binary beneath the root: a copy of it in a granted bin/.
+    let bin = root.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let copy = bin.join("aegis");
+    // Copied by another process: a write descriptor held here while another test
+    // forks would make the copy busy to execute (ETXTBSY).
+    let copied = Command::new("cp")
+        .arg(env!("CARGO_BIN_EXE_aegis"))
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let (code, err) = run_in(&copy, &["--allow-write".as_ref(), root.as_os_str()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("the aegis binary"), "{err}");
+    std::fs::remove_dir_all(&bin).unwrap();
+
+    let me = Path::new(env!("CARGO_BIN_EXE_aegis"));
+    // A policy reached through a link that lives in the root.
+    std::fs::write(safe.join("policy.yaml"), "version: 1\ndefault: allow\n").unwrap();
+    std::os::unix::fs::symlink("../safe", root.join("cfg")).unwrap();
+    let through = root.join("cfg/policy.yaml");
+    let (code, err) = run_in(
+        me,
+        &[
+            "--allow-write".as_ref(),
+            root.as_os_str(),
+            "--policy".as_ref(),
+            through.as_os_str(),
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--policy"), "{err}");
+    // The same policy by its own path is used.
+    let own = safe.join("policy.yaml");
+    let (code, err) = run_in(
+        me,
+        &[
+            "--allow-write".as_ref(),
+            root.as_os_str(),
+            "--policy".as_ref(),
+            own.as_os_str(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+
+    // A key with a second name, and a tool granted anything.
+    let key = safe.join("k");
+    let made = Command::new(me)
+        .args(["keygen", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    std::fs::hard_link(&key, dir.path().join("k2")).unwrap();
+    let (code, err) = run_in(
+        me,
+        &[
+            "--allow-read".as_ref(),
+            root.as_os_str(),
+            "--signing-key".as_ref(),
+            key.as_os_str(),
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("another name"), "{err}");
+
+    std::fs::remove_file(dir.path().join("k2")).unwrap();
+    // durable-file's record is ./aegis-audit.aarl; --audit replaces it, so a root of
+    // "." is no reason to refuse.
+    let out = Command::new(me)
+        .current_dir(&root)
+        .env(
+            "XDG_CACHE_HOME",
+            std::env::temp_dir().join("aegis-run-tests-cache"),
+        )
+        .args(["--profile", "durable-file", "run", "--component"])
+        .arg(&echo)
+        .args(["--id", "echo", "--input", "x", "--allow-write", "."])
+        .arg("--audit")
+        .arg(safe.join("r.aarl"))
+        .arg("--signing-key")
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
