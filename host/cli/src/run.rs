@@ -407,30 +407,19 @@ pub fn describe(record: &CallRecord) -> String {
     )
 }
 
-/// What each station decided, in words: [`describe`] without the call's place.
+/// What each station decided, in words: [`describe`] without the call's place. A call
+/// that did not succeed says what the one refusal type says of it
+/// ([`aegis_runtime::refusal::refusal_of`]), as `wrap` and `gateway` do.
 pub fn verdict(record: &CallRecord) -> String {
     let o = &record.outcome;
-    if aegis_runtime::pipeline::stopped_before_the_stations(o)
-        && let ExecutionOutcome::HostDenied { reason } = &o.execution
-    {
-        // No station was asked: the caller (the MCP relay) refused it, or it was abandoned.
-        return format!("not run: {reason}");
-    }
-    if let Some(refusal) = record.station_refusal() {
-        return refusal;
-    }
-    match &o.execution {
-        ExecutionOutcome::Success => format!(
+    if record.station_refusal().is_none() && matches!(o.execution, ExecutionOutcome::Success) {
+        return format!(
             "success: {} bytes out in {} ms",
             record.output.as_ref().map_or(0, Vec::len),
             o.wall_ms.map_or(0, |w| w.get())
-        ),
-        ExecutionOutcome::Trap { message } => format!("trapped: {message}"),
-        ExecutionOutcome::ResourceExceeded { kind } => {
-            format!("stopped by the {kind} ceiling; no output returned")
-        }
-        ExecutionOutcome::HostDenied { reason } => format!("not run: {reason}"),
+        );
     }
+    aegis_runtime::refusal::refusal_of(record).reason
 }
 
 /// The arguments `input` states: input that opens as a JSON object (its first byte

@@ -31,8 +31,9 @@
 //!   handed back, whatever they became.
 
 use crate::manifest::{Delivery, OutputKind, ToolSpec};
-use aegis_record::ExecutionOutcome;
-use aegis_runtime::pipeline::{CallClass, CallRecord, CallRequest, stopped_before_the_stations};
+use aegis_record::json::Value;
+use aegis_runtime::pipeline::{CallRecord, CallRequest};
+use aegis_runtime::refusal::{META_KEY, Refusal, Station, refusal_of};
 use aegis_runtime::{AuditNotice, CancelToken, Executed, Pipeline, PipelineError};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
@@ -183,11 +184,24 @@ pub(crate) const CANCELLED: &str =
 /// Why calls stop, and new ones are refused, once the gateway is stopping.
 pub(crate) const SHUTTING_DOWN: &str = "the gateway is shutting down";
 
-/// What a refused or failed call is answered with.
-fn refusal(station: &str, what: &str, call_id: &str) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(format!(
-        "aegis {station}: {what} (call {call_id})"
-    ))])
+/// What a refused or failed call is answered with: the one refusal result `wrap` sends
+/// too ([`Refusal::tool_result`]): the text a model reads, `isError`, and the facts in
+/// `_meta`.
+fn refused(refusal: &Refusal) -> CallToolResult {
+    let mut result = CallToolResult::error(vec![ContentBlock::text(refusal.text())]);
+    let meta = Value::Object(refusal.meta()).to_canonical();
+    // Canonical JSON of an object always reads back as one.
+    if let Ok(facts) = serde_json::from_slice::<serde_json::Value>(&meta) {
+        let mut object = serde_json::Map::new();
+        object.insert(META_KEY.to_owned(), facts);
+        result.meta = Some(rmcp::model::MetaObject(object));
+    }
+    result
+}
+
+/// A refusal of the gateway's own, placed on the record as `call_id`.
+fn gateway_refusal(reason: String, call_id: &str) -> CallToolResult {
+    refused(&Refusal::new(Station::Gateway, reason).recorded(call_id))
 }
 
 /// The frame the gateway's request digest is taken over: the RFC 8785 canonical JSON
@@ -260,36 +274,6 @@ fn invocation(
                 None => Vec::new(),
             },
         }),
-    }
-}
-
-/// The station a recorded call's end is named after.
-fn station_of(record: &CallRecord) -> &'static str {
-    if stopped_before_the_stations(&record.outcome) {
-        return "gateway";
-    }
-    match record.class() {
-        CallClass::PolicyDenied | CallClass::RateLimited | CallClass::PendingApproval => "policy",
-        CallClass::CapabilityDenied => "capability",
-        CallClass::Success
-        | CallClass::Trap
-        | CallClass::ResourceExceeded
-        | CallClass::HostDenied => "sandbox",
-    }
-}
-
-/// What happened, in words, for a call that produced no output.
-fn what_happened(record: &CallRecord) -> String {
-    if let Some(refusal) = record.station_refusal() {
-        return refusal;
-    }
-    match &record.outcome.execution {
-        ExecutionOutcome::Success => "succeeded".into(),
-        ExecutionOutcome::Trap { message } => format!("trapped: {message}"),
-        ExecutionOutcome::ResourceExceeded { kind } => {
-            format!("stopped by the {kind} ceiling; no output returned")
-        }
-        ExecutionOutcome::HostDenied { reason } => format!("not run: {reason}"),
     }
 }
 
@@ -413,7 +397,7 @@ impl GatewayServer {
             Ok(call_id)
         });
         match recorded {
-            Ok(call_id) => Ok(refusal("gateway", &format!("refused: {reason}"), &call_id)),
+            Ok(call_id) => Ok(gateway_refusal(reason.to_string(), &call_id)),
             Err(e) => Err(self.failed(&e)),
         }
     }
@@ -503,7 +487,7 @@ impl GatewayServer {
             return Err(McpError::invalid_params(
                 format!(
                     "unknown tool {name:?}: {} (call {})",
-                    what_happened(&record),
+                    refusal_of(&record).reason,
                     record.outcome.call_id
                 ),
                 None,
@@ -591,22 +575,20 @@ impl GatewayServer {
     fn result(&self, tool: &Served, record: &CallRecord) -> CallToolResult {
         let call_id = &record.outcome.call_id;
         let Some(output) = &record.output else {
-            return refusal(station_of(record), &what_happened(record), call_id);
+            return refused(&refusal_of(record));
         };
         if tool.spec.output == OutputKind::Content {
             return match crate::content::blocks(output) {
                 Ok(blocks) => CallToolResult::success(blocks),
-                Err(why) => refusal(
-                    "gateway",
-                    &format!("the tool succeeded but its output is not MCP content blocks: {why}"),
+                Err(why) => gateway_refusal(
+                    format!("the tool succeeded but its output is not MCP content blocks: {why}"),
                     call_id,
                 ),
             };
         }
         let Ok(text) = std::str::from_utf8(output) else {
-            return refusal(
-                "gateway",
-                &format!(
+            return gateway_refusal(
+                format!(
                     "the tool succeeded but its output ({} bytes) is not UTF-8 text, which this gateway does not serve",
                     output.len()
                 ),
@@ -619,17 +601,15 @@ impl GatewayServer {
         let value: serde_json::Value = match serde_json::from_str(text) {
             Ok(v) => v,
             Err(e) => {
-                return refusal(
-                    "gateway",
-                    &format!("the tool's output is not the JSON its output schema declares: {e}"),
+                return gateway_refusal(
+                    format!("the tool's output is not the JSON its output schema declares: {e}"),
                     call_id,
                 );
             }
         };
         if let Some(e) = schema.iter_errors(&value).next() {
-            return refusal(
-                "gateway",
-                &format!("the tool's output does not match its output schema: {e}"),
+            return gateway_refusal(
+                format!("the tool's output does not match its output schema: {e}"),
                 call_id,
             );
         }

@@ -27,10 +27,10 @@ use std::time::Instant;
 
 use aegis_record::json::MAX_SAFE_INTEGER;
 use aegis_runtime::capability::{Limits, ToolRegistry};
-use aegis_runtime::pipeline::{CallClass, CallRequest};
+use aegis_runtime::pipeline::CallRequest;
 use aegis_runtime::{Ending, Executed, OwnedCall, Pipeline};
 
-use crate::relay::{CallEnd, Gate, Refusal, RefusedCall, ToolCall};
+use crate::relay::{CallEnd, Gate, Refusal, RefusedCall, Station, ToolCall};
 use crate::stdio::{Notice, Sink};
 
 /// A relayed grant's ceilings: the relay enforces none on the server, so the grant
@@ -122,11 +122,10 @@ impl Gate for HostGate {
             Ok(c) => c,
             Err(e) => {
                 self.failed(&e);
-                return Err(Refusal {
-                    station: "audit".into(),
-                    reason: format!("the call's intent could not be recorded: {e}"),
-                    call_id: None,
-                });
+                return Err(Refusal::new(
+                    Station::Audit,
+                    format!("the call's intent could not be recorded: {e}"),
+                ));
             }
         };
         if let Some(grant) = owned.authorize() {
@@ -144,36 +143,19 @@ impl Gate for HostGate {
             }) {
                 self.failed(&e);
             }
-            return Err(Refusal {
-                station: "host".into(),
-                reason: reason.into(),
-                call_id: Some(call_id),
-            });
+            return Err(Refusal::new(Station::Host, reason).recorded(call_id));
         }
         let call_id = owned.call_id().to_owned();
         match owned.finish(Executed::NotRun) {
-            Ok(record) => {
-                let station = match record.class() {
-                    CallClass::CapabilityDenied => "capability",
-                    // No station was asked (see `stopped_before_the_stations`).
-                    CallClass::HostDenied => "host",
-                    _ => "policy",
-                };
-                Err(Refusal {
-                    station: station.into(),
-                    reason: record
-                        .station_refusal()
-                        .unwrap_or_else(|| "refused before it ran".into()),
-                    call_id: Some(call_id),
-                })
-            }
+            // The station the record names, in its words (aegis_runtime::refusal).
+            Ok(record) => Err(aegis_runtime::refusal::refusal_of(&record)),
             Err(e) => {
                 self.failed(&e);
-                Err(Refusal {
-                    station: "audit".into(),
-                    reason: format!("refused, and the refusal could not be recorded: {e}"),
-                    call_id: Some(call_id),
-                })
+                Err(Refusal::new(
+                    Station::Audit,
+                    format!("refused, and the refusal could not be recorded: {e}"),
+                )
+                .recorded(call_id))
             }
         }
     }

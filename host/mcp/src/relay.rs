@@ -132,7 +132,7 @@ enum Cancelled {
 const CANCEL_MEMBERS: [&str; 2] = ["requestId", "reason"];
 
 /// The namespaced `_meta` key carrying a refusal's facts.
-pub const REFUSAL_META_KEY: &str = "dev.aegis/refusal";
+pub const REFUSAL_META_KEY: &str = aegis_record::refusal::META_KEY;
 
 /// The default bound on requests waiting for an answer: a client that never lets the
 /// server answer cannot grow the table without end.
@@ -189,26 +189,7 @@ pub struct RefusedCall<'a> {
     pub refusal: &'a Refusal,
 }
 
-/// Why a call was refused, and where.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
-    /// The station that refused: `relay`, `pins`, or one of the gate's (`policy`, …).
-    pub station: String,
-    /// The reason, for a person.
-    pub reason: String,
-    /// The audit record's call id, when the refusal was recorded.
-    pub call_id: Option<String>,
-}
-
-impl Refusal {
-    fn new(station: &str, reason: impl Into<String>) -> Self {
-        Refusal {
-            station: station.to_owned(),
-            reason: reason.into(),
-            call_id: None,
-        }
-    }
-}
+pub use aegis_record::refusal::{Refusal, Station};
 
 /// How a forwarded call ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1020,7 +1001,7 @@ impl<G: Gate> Relay<G> {
         }
         if request.method == "tools/call" {
             let decided = match id_problem {
-                Some(why) => Err(self.refuse_here(&request, Refusal::new("relay", why))),
+                Some(why) => Err(self.refuse_here(&request, Refusal::new(Station::Relay, why))),
                 None => self.decide_call(&request, false, logs),
             };
             return match decided {
@@ -1072,22 +1053,26 @@ impl<G: Gate> Relay<G> {
     ) -> Result<G::Pending, Refusal> {
         if request.duplicate_keys {
             let why = "the frame has duplicate keys, so the server may read another call than the one decided";
-            return Err(self.refuse_here(request, Refusal::new("relay", why)));
+            return Err(self.refuse_here(request, Refusal::new(Station::Relay, why)));
         }
         let name = match request.tool_name() {
             Ok(name) => name,
             Err(problem) => {
-                return Err(self.refuse_here(request, Refusal::new("relay", problem.to_string())));
+                return Err(
+                    self.refuse_here(request, Refusal::new(Station::Relay, problem.to_string()))
+                );
             }
         };
         let arguments = match request.arguments() {
             Ok(arguments) => arguments,
             Err(problem) => {
-                return Err(self.refuse_here(request, Refusal::new("relay", problem.to_string())));
+                return Err(
+                    self.refuse_here(request, Refusal::new(Station::Relay, problem.to_string()))
+                );
             }
         };
         match self.pins.check(&name, self.config.pin_mode) {
-            Err(why) => return Err(self.refuse_here(request, Refusal::new("pins", why))),
+            Err(why) => return Err(self.refuse_here(request, Refusal::new(Station::Pins, why))),
             Ok(Some(note)) => logs.push(format!("pins (record only): calling anyway: {note}")),
             Ok(None) => {}
         }
@@ -1153,7 +1138,7 @@ impl<G: Gate> Relay<G> {
                     if request.method == "tools/call" {
                         let decided = match id_problem {
                             Some(why) => {
-                                Err(self.refuse_here(&request, Refusal::new("relay", why)))
+                                Err(self.refuse_here(&request, Refusal::new(Station::Relay, why)))
                             }
                             None => self.decide_call(&request, true, logs),
                         };
@@ -1431,7 +1416,7 @@ impl<G: Gate> Relay<G> {
     fn refuse_held(&mut self, frame: &[u8], why: &str) -> Option<(String, Refusal)> {
         match classify(frame) {
             Message::Request(request) => {
-                let refusal = self.refuse_here(&request, Refusal::new("pins", why));
+                let refusal = self.refuse_here(&request, Refusal::new(Station::Pins, why));
                 Some((request.id.raw, refusal))
             }
             _ => None,
@@ -1754,29 +1739,14 @@ fn refusal_log(id: &RequestId, refusal: &Refusal) -> String {
     )
 }
 
-/// The answer to a refused call: a `result` with `isError`, so the model reads the reason.
+/// The answer to a refused call: a `result` with `isError`, so the model reads the reason
+/// ([`Refusal::tool_result`], the one format the gateway sends too).
 fn refusal_reply(raw_id: &str, refusal: &Refusal) -> Vec<u8> {
-    let call_id = refusal.call_id.as_deref().unwrap_or("none recorded");
-    let text = format!(
-        "Aegis refused this tool call at the {} station: {} (call id: {call_id})",
-        refusal.station, refusal.reason
-    );
-    let mut out =
-        format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"result":{{"content":[{{"type":"text","text":"#);
-    json::write_string(&text, &mut out);
-    out.push_str(r#"}],"isError":true,"_meta":{"#);
-    json::write_string(REFUSAL_META_KEY, &mut out);
-    out.push_str(r#":{"call_id":"#);
-    match &refusal.call_id {
-        Some(id) => json::write_string(id, &mut out),
-        None => out.push_str("null"),
-    }
-    out.push_str(r#","reason":"#);
-    json::write_string(&refusal.reason, &mut out);
-    out.push_str(r#","station":"#);
-    json::write_string(&refusal.station, &mut out);
-    out.push_str("}}}}");
-    out.into_bytes()
+    let result = aegis_record::json::Value::Object(refusal.tool_result()).to_canonical();
+    let mut out = format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"result":"#).into_bytes();
+    out.extend(result);
+    out.push(b'}');
+    out
 }
 
 fn error_reply(raw_id: &str, code: i64, message: &str) -> Vec<u8> {

@@ -31,6 +31,7 @@ pub mod digest;
 pub mod json;
 pub mod key;
 pub mod line;
+pub mod refusal;
 pub mod text;
 pub mod verify;
 

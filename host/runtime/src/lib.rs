@@ -18,6 +18,7 @@ pub mod pipeline;
 pub mod plugin;
 pub mod profile;
 pub mod recheck;
+pub mod refusal;
 pub mod registry;
 pub mod sandbox;
 

@@ -242,14 +242,17 @@ async fn exercise(client: &RunningService<RoleClient, ()>) -> usize {
     assert_eq!(r.is_error, Some(true));
     let said = first_text(&r);
     assert!(
-        said.starts_with("aegis policy: refused by policy (rule no-reverse)"),
+        said.starts_with("Aegis refused this tool call at the policy station: refused by policy (rule no-reverse)"),
         "{said}"
     );
-    assert!(said.contains("(call call-"), "{said}");
+    assert!(said.contains("(call id: call-"), "{said}");
 
     // A trap, a tool's own error, a ceiling: the sandbox.
     let said = first_text(&call(client, "panic", serde_json::json!({})).await);
-    assert!(said.starts_with("aegis sandbox: trapped"), "{said}");
+    assert!(
+        said.starts_with("Aegis stopped this tool call in the sandbox: trapped"),
+        "{said}"
+    );
     let said = first_text(&call(client, "refuse", serde_json::json!({})).await);
     assert!(said.contains("refused: this tool says no"), "{said}");
     let said = first_text(&call(client, "spin", serde_json::json!({})).await);
@@ -258,7 +261,9 @@ async fn exercise(client: &RunningService<RoleClient, ()>) -> usize {
     // Arguments that do not match the schema: refused by the gateway, recorded.
     let r = call(client, "echo-structured", serde_json::json!({"message": 7})).await;
     assert_eq!(r.is_error, Some(true));
-    assert!(first_text(&r).starts_with("aegis gateway: refused: the arguments do not match"));
+    assert!(first_text(&r).starts_with(
+        "Aegis refused this tool call at the gateway station: the arguments do not match"
+    ));
 
     // An unknown tool: a JSON-RPC error naming the recorded call.
     let e = client
@@ -820,14 +825,23 @@ fn check_python(got: &Object) {
     );
     assert!(error(calls[2]));
     assert!(
-        field(calls[2], "text").starts_with("aegis policy: refused by policy (rule no-reverse)"),
+        field(calls[2], "text").starts_with("Aegis refused this tool call at the policy station: refused by policy (rule no-reverse)"),
         "{}",
         field(calls[2], "text")
     );
+    // The facts in `_meta`, as `wrap` sends them: one refusal format for both.
+    assert!(
+        field(calls[2], "result").contains("dev.aegis/refusal"),
+        "{}",
+        field(calls[2], "result")
+    );
     assert!(error(calls[3]));
-    assert!(field(calls[3], "text").starts_with("aegis sandbox: "));
+    assert!(field(calls[3], "text").starts_with("Aegis stopped this tool call in the sandbox: "));
     assert!(error(calls[4]));
-    assert!(field(calls[4], "text").starts_with("aegis gateway: refused: the arguments"));
+    assert!(
+        field(calls[4], "text")
+            .starts_with("Aegis refused this tool call at the gateway station: the arguments")
+    );
 }
 
 #[test]

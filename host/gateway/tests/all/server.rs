@@ -107,7 +107,9 @@ async fn cancellation_stops_the_tool_and_capacity_refuses_the_next_call() {
     assert_eq!(refused.is_error, Some(true));
     let said = refused.content[0].as_text().unwrap().text.clone();
     assert!(
-        said.starts_with("aegis gateway: refused: at capacity: 1 calls"),
+        said.starts_with(
+            "Aegis refused this tool call at the gateway station: at capacity: 1 calls"
+        ),
         "{said}"
     );
 
@@ -267,12 +269,12 @@ async fn content_blocks_are_served_checked_and_refused_with_the_reason() {
         let said = r.content[0].as_text().unwrap().text.clone();
         assert!(
             said.starts_with(
-                "aegis gateway: the tool succeeded but its output is not MCP content blocks: "
+                "Aegis refused this tool call at the gateway station: the tool succeeded but its output is not MCP content blocks: "
             ),
             "{said}"
         );
         assert!(said.contains(why), "{why}: {said}");
-        assert!(said.contains("(call call-"), "{said}");
+        assert!(said.contains("(call id: call-"), "{said}");
     }
 
     client.cancel().await.unwrap();
@@ -328,7 +330,10 @@ async fn a_rule_over_arguments_decides_each_call() {
     let refused = call(serde_json::json!({"message": "hello there"})).await;
     assert_eq!(refused.is_error, Some(true), "{refused:?}");
     let text = refused.content[0].as_text().unwrap().text.clone();
-    assert!(text.starts_with("aegis policy:"), "{text}");
+    assert!(
+        text.starts_with("Aegis refused this tool call at the policy station:"),
+        "{text}"
+    );
     wait_for(&record, &serving, "both outcomes", |r| {
         of_type(r, "outcome").len() == 2
     })

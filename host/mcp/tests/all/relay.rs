@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use aegis_mcp::frame::Frame;
 use aegis_mcp::pins::PinSet;
 use aegis_mcp::relay::{
-    Action, CallEnd, Gate, PinMode, Refusal, RefusedCall, Relay, RelayConfig, ToolCall,
+    Action, CallEnd, Gate, PinMode, Refusal, RefusedCall, Relay, RelayConfig, Station, ToolCall,
 };
 use proptest::prelude::*;
 
@@ -40,11 +40,10 @@ impl Gate for CountingGate {
         let mut log = self.log.borrow_mut();
         if self.deny.contains(&call.name) {
             log.gate_refused += 1;
-            return Err(Refusal {
-                station: "policy".into(),
-                reason: format!("rule no-{} denies it", call.name),
-                call_id: Some(format!("c{}", log.gate_refused)),
-            });
+            return Err(
+                Refusal::new(Station::Policy, format!("rule no-{} denies it", call.name))
+                    .recorded(format!("c{}", log.gate_refused)),
+            );
         }
         log.opened += 1;
         Ok(log.opened)
@@ -158,8 +157,8 @@ fn a_refused_call_is_answered_with_a_result_and_never_forwarded() {
     assert_eq!(
         reply,
         vec![concat!(
-            r#"{"jsonrpc":"2.0","id":1.0,"result":{"content":[{"type":"text","text":"Aegis refused this tool call at the policy station: rule no-rm denies it (call id: c1)"}],"#,
-            r#""isError":true,"_meta":{"dev.aegis/refusal":{"call_id":"c1","reason":"rule no-rm denies it","station":"policy"}}}}"#,
+            r#"{"jsonrpc":"2.0","id":1.0,"result":{"_meta":{"dev.aegis/refusal":{"call_id":"c1","reason":"rule no-rm denies it","station":"policy"}},"#,
+            r#""content":[{"text":"Aegis refused this tool call at the policy station: rule no-rm denies it (call id: c1)","type":"text"}],"isError":true}}"#,
             "\n"
         )]
     );
@@ -481,7 +480,7 @@ fn a_batch_with_a_refused_call_is_refused_whole() {
         "{reply}"
     );
     assert!(reply.contains(r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32001"#));
-    assert!(reply.contains(r#"{"jsonrpc":"2.0","id":3,"result":{"content""#));
+    assert!(reply.contains(r#"{"jsonrpc":"2.0","id":3,"result":{"_meta""#));
     assert!(reply.ends_with("]\n"));
     assert_eq!(relay.pending(), 0);
     let log = relay.gate().log.borrow();
@@ -506,7 +505,7 @@ fn a_batch_refused_by_the_relay_decides_and_answers_every_element() {
     assert!(to_server(&actions).is_empty());
     let reply = to_client(&actions).concat();
     assert!(reply.contains(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32001"#));
-    assert!(reply.contains(r#"{"jsonrpc":"2.0","id":2,"result":{"content""#));
+    assert!(reply.contains(r#"{"jsonrpc":"2.0","id":2,"result":{"_meta""#));
     assert!(reply.contains("never listed"));
     assert!(reply.contains(r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32001"#));
     assert!(reply.contains(r#"{"jsonrpc":"2.0","id":4,"error":{"code":-32001"#));

@@ -3,7 +3,9 @@
 //! business (host/cli/tests/all/wrap.rs drives the same session over the runtime); here the
 //! gate refuses every call, and the traffic is requests and notifications.
 
-use aegis_mcp::relay::{CallEnd, Gate, Refusal, RefusedCall, Relay, RelayConfig, ToolCall};
+use aegis_mcp::relay::{
+    CallEnd, Gate, Refusal, RefusedCall, Relay, RelayConfig, Station, ToolCall,
+};
 use aegis_mcp::stdio::{Ended, Notice, Session, Sink, StdioConfig};
 use std::io::{PipeReader, Read, Write};
 use std::process::Command;
@@ -17,11 +19,7 @@ impl Gate for NoCalls {
     type Pending = ();
 
     fn open(&self, _: &ToolCall<'_>) -> Result<(), Refusal> {
-        Err(Refusal {
-            station: "test".into(),
-            reason: "no calls here".into(),
-            call_id: None,
-        })
+        Err(Refusal::new(Station::Host, "no calls here"))
     }
 
     fn finish(&self, (): (), _: CallEnd<'_>) {}

@@ -243,7 +243,10 @@ async fn a_tool_reaching_outside_its_roots_gets_nothing_however_it_asks() {
         calls += 1;
         assert_eq!(r.is_error, Some(true), "{path}: {r:?}");
         let said = text_of(&r);
-        assert!(said.starts_with("aegis sandbox: "), "{path}: {said}");
+        assert!(
+            said.starts_with("Aegis stopped this tool call in the sandbox: "),
+            "{path}: {said}"
+        );
         assert!(!said.contains(SECRET), "{said}");
     }
     for path in [s.path("outside"), s.path(""), "/".into()] {
