@@ -245,6 +245,55 @@ fn walk(interrupts: &crate::interrupt::Interrupts) -> Result<bool, Stop> {
         "\n{}",
         p.bold("2. Tool calls through the embedded default profile")
     );
+    let (file, mut as_expected) = calls(p, &base, &key, interrupts)?;
+
+    say!(
+        "\n{}",
+        p.bold("3. Verify it, pinned to the key printed above")
+    );
+    let pinned = Some(vec![key.public_key().into()]);
+    let ok = check(p, "as written", &file, pinned.clone());
+    as_expected &= matches!(ok.verdict(), Verdict::Verified(_));
+
+    say!("\n{}", p.bold("4. Damage it and verify again"));
+    as_expected &= damage(p, &file, pinned)?;
+
+    say!(
+        "\n{}",
+        p.bold("5. The committed golden vector (spec/vectors/golden)")
+    );
+    let r = check(p, "unpinned", GOLDEN, None);
+    as_expected &= matches!(r.verdict(), Verdict::Verified(_));
+
+    say!(
+        "\n{}",
+        p.bold("6. The same stations in front of an MCP server (aegis wrap)")
+    );
+    as_expected &= mcp::walk(p, &base, &key_path, &key, interrupts)?;
+
+    say!(
+        "\n{} aegis run --component tests/fixtures/wasm/echo.wasm --id echo --input hello",
+        p.bold("Try it:")
+    );
+    say!(
+        "\n{}",
+        if as_expected {
+            p.good("Every call and every verdict came out as Aegis promises.")
+        } else {
+            p.bad("Something differed from what Aegis promises: this is a bug.")
+        }
+    );
+    Ok(as_expected)
+}
+
+/// Part 2: the guests and their files in `base`, each step through the pipeline, one
+/// line per call. The record as written, and whether every call ended as promised.
+fn calls(
+    p: Painter,
+    base: &Path,
+    key: &SigningKey,
+    interrupts: &crate::interrupt::Interrupts,
+) -> Result<(Vec<u8>, bool), Stop> {
     let tools = base.join("tools");
     std::fs::create_dir(&tools)?;
     for (name, bytes) in GUESTS {
@@ -268,8 +317,40 @@ fn walk(interrupts: &crate::interrupt::Interrupts) -> Result<bool, Stop> {
         "  {}",
         p.dim("Granted: read-notes reads notes/; write-notes reads notes/ and writes out/; the rest get nothing.")
     );
+    let mut as_expected = true;
+    for s in &steps(&notes, &out, &secret) {
+        let args: Vec<&str> = s.args.iter().map(String::as_str).collect();
+        stopped(interrupts)?;
+        let r = pipeline.call(&CallRequest {
+            args: &args,
+            cancel: Some(interrupts.token()),
+            ..CallRequest::new(s.tool, s.input)
+        })?;
+        stopped(interrupts)?;
+        let leaked = r
+            .output
+            .as_deref()
+            .is_some_and(|o| String::from_utf8_lossy(o).contains("kingdom"));
+        let ok = r.class() == s.expected && !leaked && !planted(&notes);
+        as_expected &= ok;
+        show(p, s, &r, &args, base, ok);
+    }
+    let file = pipeline
+        .into_audit()
+        .map_err(|_| "a demo call is still open")?
+        .close_and_export()?;
+    say!(
+        "  {} lines, {} bytes: an open line, an intent and an outcome per call, a close line",
+        file.iter().filter(|&&b| b == b'\n').count(),
+        file.len()
+    );
+    Ok((file, as_expected))
+}
 
-    let steps = [
+/// The walk's calls, in order: one allowed, one refusal per station, the escapes, the
+/// ceilings.
+fn steps(notes: &Path, out: &Path, secret: &Path) -> Vec<Step> {
+    vec![
         step(
             "allowed",
             "read-notes",
@@ -311,7 +392,7 @@ fn walk(interrupts: &crate::interrupt::Interrupts) -> Result<bool, Stop> {
         step(
             "escape",
             "make-link",
-            &[&out.join("link"), &secret],
+            &[&out.join("link"), secret],
             CallClass::Success,
         ),
         step(
@@ -323,67 +404,40 @@ fn walk(interrupts: &crate::interrupt::Interrupts) -> Result<bool, Stop> {
         step("ceiling", "memory-bomb", &[], CallClass::ResourceExceeded),
         step("ceiling", "spin", &[], CallClass::ResourceExceeded),
         step("ceiling", "flood", &[], CallClass::ResourceExceeded),
-    ];
-    let mut as_expected = true;
-    for s in &steps {
-        let args: Vec<&str> = s.args.iter().map(String::as_str).collect();
-        stopped(interrupts)?;
-        let r = pipeline.call(&CallRequest {
-            args: &args,
-            cancel: Some(interrupts.token()),
-            ..CallRequest::new(s.tool, s.input)
-        })?;
-        stopped(interrupts)?;
-        let leaked = r
-            .output
-            .as_deref()
-            .is_some_and(|o| String::from_utf8_lossy(o).contains("kingdom"));
-        let ok = r.class() == s.expected && !leaked && !planted(&notes);
-        as_expected &= ok;
-        // A refusal the walk set up is Aegis keeping its promise: green, and for an
-        // escape the word is "refused", whatever the tool made of it. Red is only for
-        // a call that ended otherwise than promised.
-        let verdict = if ok && s.shows == "escape" {
-            format!("refused: {}", refusal(&r, &base))
-        } else {
-            crate::run::verdict(&r)
-        };
-        let verdict = aegis_record::text::escape(&verdict);
-        say_wrapped(
-            &format!("  {:<10} {:<12} ", s.shows, s.tool),
-            STEP_PREFIX,
-            &verdict,
-            |t| if ok { p.good(t) } else { p.bad(t) },
-        );
-        let detail = aegis_record::text::escape(&detail(&r, &args, &base, s.shows)).into_owned();
-        if !detail.is_empty() {
-            say_wrapped(&" ".repeat(STEP_PREFIX), STEP_PREFIX, &detail, |t| p.dim(t));
-        }
-        if !ok {
-            say!("  {}", p.bad("^ not what the walk expected: this is a bug"));
-        }
+    ]
+}
+
+/// One call's line, and its detail beneath. A refusal the walk set up is Aegis keeping
+/// its promise: green, and for an escape the word is "refused", whatever the tool made
+/// of it. Red is only for a call that ended otherwise than promised.
+fn show(p: Painter, s: &Step, r: &CallRecord, args: &[&str], base: &Path, ok: bool) {
+    let verdict = if ok && s.shows == "escape" {
+        format!("refused: {}", refusal(r, base))
+    } else {
+        crate::run::verdict(r)
+    };
+    let verdict = aegis_record::text::escape(&verdict);
+    say_wrapped(
+        &format!("  {:<10} {:<12} ", s.shows, s.tool),
+        STEP_PREFIX,
+        &verdict,
+        |t| if ok { p.good(t) } else { p.bad(t) },
+    );
+    let detail = aegis_record::text::escape(&detail(r, args, base, s.shows)).into_owned();
+    if !detail.is_empty() {
+        say_wrapped(&" ".repeat(STEP_PREFIX), STEP_PREFIX, &detail, |t| p.dim(t));
     }
-    let file = pipeline
-        .into_audit()
-        .map_err(|_| "a demo call is still open")?
-        .close_and_export()?;
-    say!(
-        "  {} lines, {} bytes: an open line, an intent and an outcome per call, a close line",
-        file.iter().filter(|&&b| b == b'\n').count(),
-        file.len()
-    );
+    if !ok {
+        say!("  {}", p.bad("^ not what the walk expected: this is a bug"));
+    }
+}
 
-    say!(
-        "\n{}",
-        p.bold("3. Verify it, pinned to the key printed above")
-    );
-    let pinned = Some(vec![key.public_key().into()]);
-    let ok = check(p, "as written", &file, pinned.clone());
-    as_expected &= matches!(ok.verdict(), Verdict::Verified(_));
-
-    say!("\n{}", p.bold("4. Damage it and verify again"));
+/// Part 4: the record damaged three ways, each caught: a denial reworded (Tampered), the
+/// close line cut off (Indeterminate), the right file against another key (Tampered).
+fn damage(p: Painter, file: &[u8], pinned: Option<Vec<TrustAnchor>>) -> Result<bool, Stop> {
+    let mut as_expected = true;
     let lines: Vec<&[u8]> = file.split_inclusive(|&b| b == b'\n').collect();
-    let reworded = String::from_utf8_lossy(&file).replacen("never allowed", "always allowed", 1);
+    let reworded = String::from_utf8_lossy(file).replacen("never allowed", "always allowed", 1);
     let r = check(p, "a denial reworded", reworded.as_bytes(), pinned.clone());
     as_expected &= matches!(r.verdict(), Verdict::Tampered(_));
     let no_close: Vec<u8> = lines[..lines.len() - 1].concat();
@@ -393,36 +447,10 @@ fn walk(interrupts: &crate::interrupt::Interrupts) -> Result<bool, Stop> {
     let r = check(
         p,
         "checked against another key",
-        &file,
+        file,
         Some(vec![outsider.into()]),
     );
     as_expected &= matches!(r.verdict(), Verdict::Tampered(_));
-
-    say!(
-        "\n{}",
-        p.bold("5. The committed golden vector (spec/vectors/golden)")
-    );
-    let r = check(p, "unpinned", GOLDEN, None);
-    as_expected &= matches!(r.verdict(), Verdict::Verified(_));
-
-    say!(
-        "\n{}",
-        p.bold("6. The same stations in front of an MCP server (aegis wrap)")
-    );
-    as_expected &= mcp::walk(p, &base, &key_path, &key, interrupts)?;
-
-    say!(
-        "\n{} aegis run --component tests/fixtures/wasm/echo.wasm --id echo --input hello",
-        p.bold("Try it:")
-    );
-    say!(
-        "\n{}",
-        if as_expected {
-            p.good("Every call and every verdict came out as Aegis promises.")
-        } else {
-            p.bad("Something differed from what Aegis promises: this is a bug.")
-        }
-    );
     Ok(as_expected)
 }
 
