@@ -300,14 +300,12 @@ fn valid_id(id: &str) -> bool {
 
 fn check_tool(t: RawTool, text: &str, path: &Path, dir: &Path) -> Result<ToolSpec, ManifestError> {
     let id = t.id.get_ref().clone();
-    let invalid =
-        |span: std::ops::Range<usize>, field: &str, message: String| ManifestError::Invalid {
-            path: path.to_owned(),
-            line: line_of(text, span.start),
-            tool: id.clone(),
-            field: field.to_owned(),
-            message,
-        };
+    let at = Place {
+        text,
+        path,
+        id: &id,
+    };
+    let invalid = |span, field: &str, message| at.invalid(span, field, message);
     if !valid_id(&id) {
         return Err(invalid(
             t.id.span(),
@@ -351,10 +349,71 @@ fn check_tool(t: RawTool, text: &str, path: &Path, dir: &Path) -> Result<ToolSpe
         }
         None => None,
     };
-    let output = match t.output.as_ref().map(|o| (o.get_ref().as_str(), o.span())) {
+    let output = output_kind(&t, output_schema.is_some(), &at)?;
+    let delivery = delivery(&t, &input_schema, &at)?;
+    let limits = limits(&t, &at)?;
+    let roots_line = [&t.read, &t.write]
+        .into_iter()
+        .flatten()
+        .map(|r| line_of(text, r.span().start))
+        .next()
+        .unwrap_or_else(|| line_of(text, t.id.span().start));
+    let roots = |r: &Option<Spanned<Vec<String>>>| -> Vec<PathBuf> {
+        r.as_ref()
+            .map(|r| r.get_ref().iter().map(|p| dir.join(p)).collect())
+            .unwrap_or_default()
+    };
+    let resolve = |p: &str| dir.join(p);
+    Ok(ToolSpec {
+        description: t.description.get_ref().clone(),
+        component: resolve(t.component.get_ref()),
+        shape,
+        delivery,
+        read: roots(&t.read),
+        write: roots(&t.write),
+        limits,
+        input_schema,
+        output_schema,
+        output,
+        annotations: t.annotations.unwrap_or_default(),
+        lines: Lines {
+            id: line_of(text, t.id.span().start),
+            component: line_of(text, t.component.span().start),
+            shape: line_of(text, t.shape.span().start),
+            roots: roots_line,
+        },
+        id,
+    })
+}
+
+/// Where a tool's errors point: the manifest's text and file, and the tool.
+struct Place<'a> {
+    text: &'a str,
+    path: &'a Path,
+    id: &'a str,
+}
+
+impl Place<'_> {
+    /// The one-line error naming file, line, tool and field.
+    fn invalid(&self, span: std::ops::Range<usize>, field: &str, message: String) -> ManifestError {
+        ManifestError::Invalid {
+            path: self.path.to_owned(),
+            line: line_of(self.text, span.start),
+            tool: self.id.to_owned(),
+            field: field.to_owned(),
+            message,
+        }
+    }
+}
+
+/// What the tool's output becomes (`output`): text, or MCP content blocks, which an
+/// output schema cannot describe.
+fn output_kind(t: &RawTool, has_schema: bool, at: &Place<'_>) -> Result<OutputKind, ManifestError> {
+    let invalid = |span, field: &str, message| at.invalid(span, field, message);
+    let found = match t.output.as_ref().map(|o| (o.get_ref().as_str(), o.span())) {
         None | Some(("text", _)) => OutputKind::Text,
         Some(("content", span)) => {
-            if output_schema.is_some() {
+            if has_schema {
                 return Err(invalid(
                     span,
                     "output",
@@ -372,11 +431,22 @@ fn check_tool(t: RawTool, text: &str, path: &Path, dir: &Path) -> Result<ToolSpe
             ));
         }
     };
+    Ok(found)
+}
+
+/// How the arguments reach the tool (`arguments`, `argv`, `stdin`): as JSON, or as
+/// argv entries and stdin naming properties of the input schema.
+fn delivery(
+    t: &RawTool,
+    input_schema: &serde_json::Map<String, serde_json::Value>,
+    at: &Place<'_>,
+) -> Result<Delivery, ManifestError> {
+    let invalid = |span, field: &str, message| at.invalid(span, field, message);
     let properties = input_schema
         .get("properties")
         .and_then(serde_json::Value::as_object);
     let declared = |name: &str| properties.is_some_and(|p| p.contains_key(name));
-    let delivery = match t
+    let found = match t
         .arguments
         .as_ref()
         .map(|a| (a.get_ref().as_str(), a.span()))
@@ -442,7 +512,13 @@ fn check_tool(t: RawTool, text: &str, path: &Path, dir: &Path) -> Result<ToolSpe
             ));
         }
     };
-    let limits = match &t.limits {
+    Ok(found)
+}
+
+/// The tool's ceilings (`limits`), each at least 1, the defaults where absent.
+fn limits(t: &RawTool, at: &Place<'_>) -> Result<Limits, ManifestError> {
+    let invalid = |span, field: &str, message| at.invalid(span, field, message);
+    let found = match &t.limits {
         None => DEFAULT_LIMITS,
         Some(l) => {
             let l = l.get_ref();
@@ -468,38 +544,7 @@ fn check_tool(t: RawTool, text: &str, path: &Path, dir: &Path) -> Result<ToolSpe
             }
         }
     };
-    let roots_line = [&t.read, &t.write]
-        .into_iter()
-        .flatten()
-        .map(|r| line_of(text, r.span().start))
-        .next()
-        .unwrap_or_else(|| line_of(text, t.id.span().start));
-    let roots = |r: &Option<Spanned<Vec<String>>>| -> Vec<PathBuf> {
-        r.as_ref()
-            .map(|r| r.get_ref().iter().map(|p| dir.join(p)).collect())
-            .unwrap_or_default()
-    };
-    let resolve = |p: &str| dir.join(p);
-    Ok(ToolSpec {
-        description: t.description.get_ref().clone(),
-        component: resolve(t.component.get_ref()),
-        shape,
-        delivery,
-        read: roots(&t.read),
-        write: roots(&t.write),
-        limits,
-        input_schema,
-        output_schema,
-        output,
-        annotations: t.annotations.unwrap_or_default(),
-        lines: Lines {
-            id: line_of(text, t.id.span().start),
-            component: line_of(text, t.component.span().start),
-            shape: line_of(text, t.shape.span().start),
-            roots: roots_line,
-        },
-        id,
-    })
+    Ok(found)
 }
 
 /// A TOML table as the JSON object it spells.
