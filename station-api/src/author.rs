@@ -120,6 +120,15 @@ pub trait Sink: Send + Sync + 'static {
     fn read_lines(&self, start: u64, max: u32) -> Result<Vec<Vec<u8>>, PluginError>;
 }
 
+/// A rate limit as a policy states it: at most `max` calls per `per_seconds`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rate {
+    /// Calls allowed per window.
+    pub max: u64,
+    /// The window, in seconds.
+    pub per_seconds: u64,
+}
+
 /// Token buckets for rate-limited rules, one per rule id, shared by every thread that
 /// evaluates: what a policy station keeps to answer a rate limit. A bucket starts full
 /// (`max` tokens) and refills at `max` per `per_seconds`; a rule whose rate changes (a
@@ -140,6 +149,11 @@ impl RateLimits {
     /// No bucket yet.
     pub fn new() -> RateLimits {
         RateLimits::default()
+    }
+
+    /// Takes one token from rule `id`'s bucket at `rate`; whether there was one.
+    pub fn take_at(&self, id: &str, rate: Rate) -> bool {
+        self.take(id, rate.max, rate.per_seconds)
     }
 
     /// Takes one token from rule `id`'s bucket (at most `max` calls per `per_seconds`);

@@ -749,7 +749,7 @@ impl RootModule for PluginModuleRef {
 }
 
 mod author;
-pub use author::{Confinement, Guarded, Policy, RateLimits, Sink};
+pub use author::{Confinement, Guarded, Policy, Rate, RateLimits, Sink};
 
 #[doc(hidden)]
 pub mod __private {

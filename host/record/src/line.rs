@@ -872,6 +872,20 @@ pub enum DecisionVerdict {
     },
 }
 
+/// A fresh approval id for a parked call (`PolicyOutcome::PendingApproval`): `apr-` and
+/// 128 random bits in hex. Every policy station makes them this one way.
+pub fn new_approval_id() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No randomness: fall back to time, still unique within this process.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        bytes = t.to_le_bytes();
+    }
+    format!("apr-{}", crate::digest::encode_hex(&bytes))
+}
+
 /// A human approval verdict for one `approval_id`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DecisionLine {

@@ -250,7 +250,8 @@ impl CedarEngine {
             };
             if d.verdict != Verdict::ALLOW {
                 if d.verdict == Verdict::PENDING_APPROVAL {
-                    approval_id = ROption::RSome(RString::from(new_approval_id()));
+                    approval_id =
+                        ROption::RSome(RString::from(aegis_record::line::new_approval_id()));
                 }
                 extra = d.extra;
                 break;
@@ -372,7 +373,7 @@ impl CedarEngine {
 
     /// Takes one token from policy `id`'s bucket; whether there was one.
     fn take(&self, id: &str, rate: Rate) -> bool {
-        self.buckets.take(id, rate.max, rate.per_seconds)
+        self.buckets.take_at(id, rate)
     }
 
     /// [`CedarEngine::decide`] in the owned form: one [`PolicyDecision`] per axis asked.
@@ -509,19 +510,6 @@ fn to_cedar(v: &serde_json::Value, depth: usize) -> Option<RestrictedExpression>
             RestrictedExpression::new_record(record).ok()?
         }
     })
-}
-
-/// A fresh approval id: `apr-` and 128 random bits in hex.
-fn new_approval_id() -> String {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
-        // No randomness: fall back to time, still unique within this process.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        bytes = t.to_le_bytes();
-    }
-    format!("apr-{}", aegis_record::digest::encode_hex(&bytes))
 }
 
 impl Policy for CedarEngine {

@@ -88,14 +88,8 @@ pub struct LoadWarning {
     pub message: String,
 }
 
-/// A `@rate_limit`: at most `max` calls per `per_seconds`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rate {
-    /// Calls allowed per window.
-    pub max: u64,
-    /// The window.
-    pub per_seconds: u64,
-}
+/// A `@rate_limit`: at most `max` calls per `per_seconds` (the station API's one type).
+pub use aegis_station_api::Rate;
 
 /// What this station reads from one policy beside Cedar's own meaning.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -291,7 +291,7 @@ impl PolicyEngine {
             Action::Allow => Decided::new(Verdict::ALLOW, Some(at), reason(false)),
             Action::Deny => Decided::new(Verdict::DENY, Some(at), reason(false)),
             Action::PendingApproval => Decided {
-                approval_id: Some(approval_id()),
+                approval_id: Some(aegis_record::line::new_approval_id()),
                 ..Decided::new(Verdict::PENDING_APPROVAL, Some(at), reason(false))
             },
             Action::RateLimit => {
@@ -315,7 +315,7 @@ impl PolicyEngine {
 
     /// Takes one token from rule `id`'s bucket; whether there was one.
     fn take(&self, id: &str, rate: Rate) -> bool {
-        self.buckets.take(id, rate.max, rate.per_seconds)
+        self.buckets.take_at(id, rate)
     }
 }
 
@@ -387,19 +387,6 @@ fn owned(set: &PolicySet, d: Decided) -> PolicyDecision {
             .map(RString::from)
             .map_or(ROption::RNone, ROption::RSome),
     }
-}
-
-/// A fresh approval id: `apr-` and 128 random bits in hex.
-fn approval_id() -> String {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
-        // No randomness: fall back to time, still unique within this process.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        bytes = t.to_le_bytes();
-    }
-    format!("apr-{}", aegis_record::digest::encode_hex(&bytes))
 }
 
 impl Policy for PolicyEngine {

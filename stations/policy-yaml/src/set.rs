@@ -74,14 +74,8 @@ impl Action {
     }
 }
 
-/// A `rate` block: at most `max` calls per `per_seconds`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rate {
-    /// Calls allowed per window.
-    pub max: u64,
-    /// The window.
-    pub per_seconds: u64,
-}
+/// A `rate` block: at most `max` calls per `per_seconds` (the station API's one type).
+pub use aegis_station_api::Rate;
 
 /// One rule. An axis of `None` matches anything; a named axis matches only a request
 /// that names the same value (a rule on `role` never matches a call that claims none).
