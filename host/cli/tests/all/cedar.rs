@@ -1,15 +1,12 @@
 //! `aegis run --profile cedar-example`: the Cedar station loaded from its cdylib decides
 //! real calls as examples/policy.yaml would, and the record it writes verifies.
 
+use crate::common::text;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// `aegis` with the checkout's profiles and a plugin directory holding only the Cedar

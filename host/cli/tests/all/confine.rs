@@ -5,6 +5,7 @@
 //! got; the assertions are exact, so a probe that starts succeeding fails the test.
 #![cfg(target_os = "linux")]
 
+use crate::common::text;
 use std::io::ErrorKind;
 use std::net::{TcpListener, UdpSocket};
 use std::os::linux::net::SocketAddrExt;
@@ -28,10 +29,6 @@ fn python() -> PathBuf {
         .output()
         .expect("python3 is on PATH");
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// A directory with `in/a.txt` (granted read), `out/` (granted write) and

@@ -5,6 +5,7 @@
 //! The few codes no test can provoke from outside are listed in `NOT_PROVOKED` with the
 //! reason; a code documented and neither provoked nor listed fails the test.
 
+use crate::common::text;
 use std::collections::BTreeSet;
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
@@ -56,10 +57,6 @@ fn root() -> PathBuf {
 
 fn guest(name: &str) -> PathBuf {
     root().join(format!("tests/fixtures/wasm/{name}.wasm"))
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// The codes `aegis <command> --help` lists under EXIT STATUS (`N` and `128+N`, which

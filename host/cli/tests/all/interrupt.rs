@@ -6,6 +6,7 @@
 //! a guest spinning in its own code and one blocked in a host call (sleep); and a
 //! later run appending to the same file.
 
+use crate::common::{guest, text};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -17,14 +18,6 @@ fn aegis() -> Command {
         std::env::temp_dir().join("aegis-run-tests-cache"),
     );
     c
-}
-
-fn guest(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/fixtures/wasm/{name}.wasm"))
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn keygen(dir: &Path) -> PathBuf {

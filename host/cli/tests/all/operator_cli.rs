@@ -3,6 +3,7 @@
 //! themselves and with `run`, profile-relative paths, and degrading rather than refusing
 //! where nothing is weakened (an unwritable compilation cache).
 
+use crate::common::{guest, text};
 use aegis_record::json::{self, Object, Value};
 use aegis_test_support::cdylib;
 use std::path::{Path, PathBuf};
@@ -24,14 +25,6 @@ fn aegis_in(dir: &Path) -> Command {
         .env_remove("NO_COLOR")
         .stdin(std::process::Stdio::null());
     c
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn guest(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/fixtures/wasm/{name}.wasm"))
 }
 
 fn code(o: &Output) -> Option<i32> {

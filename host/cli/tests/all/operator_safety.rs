@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use crate::common::fifo;
+use crate::common::{guest, text};
 
 fn aegis() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_aegis"));
@@ -19,16 +20,8 @@ fn aegis() -> Command {
     c
 }
 
-fn guest(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/fixtures/wasm/{name}.wasm"))
-}
-
 fn golden() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../spec/vectors/golden/golden.aarl")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// Runs `aegis ARGS` through a shell with `redirect` applied (`2>&-`, `>/dev/full`).

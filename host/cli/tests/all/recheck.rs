@@ -5,6 +5,7 @@
 //! are asserted line for line; so are the exit codes, the refusal of a tampered record,
 //! the warnings, and that rechecking writes nothing.
 
+use crate::common::text;
 use aegis_record::key::SigningKey;
 use aegis_runtime::capability::{DEFAULT_LIMITS, ToolKind, ToolManifest};
 use aegis_runtime::handler::{HandlerFailure, HostContext, HostHandler};
@@ -101,10 +102,6 @@ rules:
 ";
 
 const BIN: &str = env!("CARGO_BIN_EXE_aegis");
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// Every tool of these records: it hands its input back.
 fn echo(_: &HostContext, input: &[u8]) -> Result<Vec<u8>, HandlerFailure> {

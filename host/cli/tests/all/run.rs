@@ -2,8 +2,9 @@
 //! grant, each refusal class on its documented exit code, and a durable record that
 //! verifies.
 
+use crate::common::{guest, text};
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 fn aegis() -> Command {
@@ -16,10 +17,6 @@ fn aegis() -> Command {
     c
 }
 
-fn guest(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/fixtures/wasm/{name}.wasm"))
-}
-
 fn run(args: &[&str]) -> Output {
     aegis().arg("run").args(args).output().unwrap()
 }
@@ -30,10 +27,6 @@ fn tool(guest_name: &str, id: &str, extra: &[&str]) -> Output {
     let mut args = vec!["--component", component.to_str().unwrap(), "--id", id];
     args.extend_from_slice(extra);
     run(&args)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 #[test]

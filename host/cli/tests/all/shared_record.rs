@@ -3,6 +3,7 @@
 //! `--no-wait` a busy record fails at once with its own exit code (5), not the one for a
 //! refused configuration (4).
 
+use crate::common::text;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -15,10 +16,6 @@ fn aegis() -> Command {
         std::env::temp_dir().join("aegis-run-tests-cache"),
     );
     c
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// A fresh key in `dir`, and its key id.

@@ -36,3 +36,9 @@ pub fn at(o: &Object, path: &[&str]) -> String {
     }
     field(cur, last)
 }
+
+/// A committed guest component (tests/fixtures/wasm) by name.
+pub fn guest(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../../tests/fixtures/wasm/{name}.wasm"))
+}
