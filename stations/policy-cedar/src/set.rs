@@ -234,113 +234,12 @@ impl CedarSet {
             }
         }
         let mut warnings = Vec::new();
-
-        // The schema twice: once as Cedar's validator takes it, once as the fragment
-        // whose JSON form the hash covers. Both only at load.
-        let (fragment, schema_warnings) =
-            SchemaFragment::from_cedarschema_str(schema).map_err(|e| {
-                err(
-                    schema_file,
-                    diagnostic_line(&e, schema),
-                    format!("schema: {}", diagnostic_message(&e)),
-                )
-            })?;
-        for w in schema_warnings {
-            warnings.push(LoadWarning {
-                file: schema_file.to_owned(),
-                line: diagnostic_line(&w, schema),
-                message: one_line(&diagnostic_message(&w)),
-            });
-        }
-        let schema_json = fragment
-            .to_json_value()
-            .map_err(|e| err(schema_file, 0, format!("schema: {e}")))?;
-        let (cedar_schema, _) = Schema::from_cedarschema_str(schema).map_err(|e| {
-            err(
-                schema_file,
-                diagnostic_line(&e, schema),
-                format!("schema: {}", diagnostic_message(&e)),
-            )
-        })?;
-        check_model(&cedar_schema, schema_file)?;
-
-        let parsed = PolicySet::from_str(policies).map_err(|e| {
-            err(
-                policies_file,
-                diagnostic_line(&e, policies),
-                diagnostic_message(&e),
-            )
-        })?;
-        if let Some(t) = parsed.templates().next() {
-            let line = policy_lines(policies, std::iter::once(t.to_string()))
-                .first()
-                .copied()
-                .unwrap_or(0);
-            return Err(err(
-                policies_file,
-                line,
-                "a template (a policy with ?principal or ?resource); this station takes only static policies",
-            ));
-        }
-
-        // Cedar names policies `policy0`, `policy1`, … in source order; the lines are
-        // found by walking the text in that order.
-        let mut in_order: Vec<(usize, &Policy)> = parsed
-            .policies()
-            .map(|p| {
-                let n = p
-                    .id()
-                    .to_string()
-                    .strip_prefix("policy")
-                    .and_then(|n| n.parse::<usize>().ok())
-                    .unwrap_or(usize::MAX);
-                (n, p)
-            })
-            .collect();
-        in_order.sort_by_key(|&(n, _)| n);
-        let lines = policy_lines(policies, in_order.iter().map(|(_, p)| p.to_string()));
-
-        let mut metas: Vec<(PolicyMeta, Policy)> = Vec::with_capacity(in_order.len());
-        let mut seen: HashMap<String, usize> = HashMap::with_capacity(in_order.len());
-        for (i, (_, policy)) in in_order.iter().enumerate() {
-            let line = lines.get(i).copied().unwrap_or(0);
-            let meta = read_meta(policy, line, policies_file)?;
-            if let Some(first) = seen.insert(meta.id.clone(), line) {
-                return Err(err(
-                    policies_file,
-                    line,
-                    format!(
-                        "@id: duplicate policy id {:?} (first at line {first})",
-                        meta.id
-                    ),
-                ));
-            }
-            let renamed = policy.new_id(PolicyId::new(&meta.id));
-            metas.push((meta, renamed));
-        }
-        metas.sort_by(|a, b| a.0.id.cmp(&b.0.id));
-
+        let (cedar_schema, schema_json) = load_schema(schema, schema_file, &mut warnings)?;
+        let parsed = static_policies(policies, policies_file)?;
+        let metas = named_policies(&parsed, policies, policies_file)?;
         let set = PolicySet::from_policies(metas.iter().map(|(_, p)| p.clone()))
             .map_err(|e| err(policies_file, 0, e.to_string()))?;
-        let validation =
-            Validator::new(cedar_schema.clone()).validate(&set, ValidationMode::Strict);
-        if let Some(e) = validation.validation_errors().next() {
-            return Err(err(
-                policies_file,
-                diagnostic_line(e, policies),
-                format!(
-                    "does not validate against the schema: {}",
-                    diagnostic_message(e)
-                ),
-            ));
-        }
-        for w in validation.validation_warnings() {
-            warnings.push(LoadWarning {
-                file: policies_file.to_owned(),
-                line: diagnostic_line(w, policies),
-                message: one_line(&diagnostic_message(w)),
-            });
-        }
+        validate(&set, &cedar_schema, policies, policies_file, &mut warnings)?;
         let entities = cedar_schema
             .action_entities()
             .map_err(|e| err(schema_file, 0, format!("schema: actions: {e}")))?;
@@ -681,4 +580,142 @@ fn argument_scopes<'p>(
     PolicySet::from_policies(scopes)
         .map(Some)
         .map_err(|e| format!("the scopes of the policies that read arguments: {e}"))
+}
+/// The schema twice: once as Cedar's validator takes it, once as the fragment whose
+/// JSON form the policy set's hash covers; its warnings added to `warnings`.
+fn load_schema(
+    schema: &str,
+    schema_file: &str,
+    warnings: &mut Vec<LoadWarning>,
+) -> Result<(Schema, serde_json::Value), LoadError> {
+    let (fragment, schema_warnings) =
+        SchemaFragment::from_cedarschema_str(schema).map_err(|e| {
+            err(
+                schema_file,
+                diagnostic_line(&e, schema),
+                format!("schema: {}", diagnostic_message(&e)),
+            )
+        })?;
+    for w in schema_warnings {
+        warnings.push(LoadWarning {
+            file: schema_file.to_owned(),
+            line: diagnostic_line(&w, schema),
+            message: one_line(&diagnostic_message(&w)),
+        });
+    }
+    let schema_json = fragment
+        .to_json_value()
+        .map_err(|e| err(schema_file, 0, format!("schema: {e}")))?;
+    let (cedar_schema, _) = Schema::from_cedarschema_str(schema).map_err(|e| {
+        err(
+            schema_file,
+            diagnostic_line(&e, schema),
+            format!("schema: {}", diagnostic_message(&e)),
+        )
+    })?;
+    check_model(&cedar_schema, schema_file)?;
+
+    Ok((cedar_schema, schema_json))
+}
+
+/// The policies as Cedar parses them; a template (`?principal`, `?resource`) is
+/// refused at its line: this station takes only static policies.
+fn static_policies(policies: &str, policies_file: &str) -> Result<PolicySet, LoadError> {
+    let parsed = PolicySet::from_str(policies).map_err(|e| {
+        err(
+            policies_file,
+            diagnostic_line(&e, policies),
+            diagnostic_message(&e),
+        )
+    })?;
+    if let Some(t) = parsed.templates().next() {
+        let line = policy_lines(policies, std::iter::once(t.to_string()))
+            .first()
+            .copied()
+            .unwrap_or(0);
+        return Err(err(
+            policies_file,
+            line,
+            "a template (a policy with ?principal or ?resource); this station takes only static policies",
+        ));
+    }
+
+    Ok(parsed)
+}
+
+/// Each policy with what this station reads from it ([`PolicyMeta`]), renamed to its
+/// `@id`, sorted by id; a duplicate id is refused at its line.
+fn named_policies(
+    parsed: &PolicySet,
+    policies: &str,
+    policies_file: &str,
+) -> Result<Vec<(PolicyMeta, Policy)>, LoadError> {
+    // Cedar names policies `policy0`, `policy1`, … in source order; the lines are
+    // found by walking the text in that order.
+    let mut in_order: Vec<(usize, &Policy)> = parsed
+        .policies()
+        .map(|p| {
+            let n = p
+                .id()
+                .to_string()
+                .strip_prefix("policy")
+                .and_then(|n| n.parse::<usize>().ok())
+                .unwrap_or(usize::MAX);
+            (n, p)
+        })
+        .collect();
+    in_order.sort_by_key(|&(n, _)| n);
+    let lines = policy_lines(policies, in_order.iter().map(|(_, p)| p.to_string()));
+
+    let mut metas: Vec<(PolicyMeta, Policy)> = Vec::with_capacity(in_order.len());
+    let mut seen: HashMap<String, usize> = HashMap::with_capacity(in_order.len());
+    for (i, (_, policy)) in in_order.iter().enumerate() {
+        let line = lines.get(i).copied().unwrap_or(0);
+        let meta = read_meta(policy, line, policies_file)?;
+        if let Some(first) = seen.insert(meta.id.clone(), line) {
+            return Err(err(
+                policies_file,
+                line,
+                format!(
+                    "@id: duplicate policy id {:?} (first at line {first})",
+                    meta.id
+                ),
+            ));
+        }
+        let renamed = policy.new_id(PolicyId::new(&meta.id));
+        metas.push((meta, renamed));
+    }
+    metas.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+
+    Ok(metas)
+}
+
+/// Strict validation against the schema: the first error refuses the set, warnings are
+/// added to `warnings`.
+fn validate(
+    set: &PolicySet,
+    cedar_schema: &Schema,
+    policies: &str,
+    policies_file: &str,
+    warnings: &mut Vec<LoadWarning>,
+) -> Result<(), LoadError> {
+    let validation = Validator::new(cedar_schema.clone()).validate(set, ValidationMode::Strict);
+    if let Some(e) = validation.validation_errors().next() {
+        return Err(err(
+            policies_file,
+            diagnostic_line(e, policies),
+            format!(
+                "does not validate against the schema: {}",
+                diagnostic_message(e)
+            ),
+        ));
+    }
+    for w in validation.validation_warnings() {
+        warnings.push(LoadWarning {
+            file: policies_file.to_owned(),
+            line: diagnostic_line(w, policies),
+            message: one_line(&diagnostic_message(w)),
+        });
+    }
+    Ok(())
 }
