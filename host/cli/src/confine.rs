@@ -175,12 +175,16 @@ impl Reach {
         self.read.push((dir.to_owned(), named));
     }
 
-    /// Where `path` is writable, else (for a secret) readable: the grant's words.
+    /// Where `path` is writable, else (for a secret) readable: the grant's words. One
+    /// [`aegis_files::inside`] walk per list, its answer mapped back to its words.
     fn holding(&self, path: &Path, secret: bool) -> Option<&str> {
         fn beneath<'r>(list: &'r [(PathBuf, String)], path: &Path) -> Option<&'r str> {
+            let dirs: Vec<PathBuf> = list.iter().map(|(d, _)| d.clone()).collect();
+            let found = aegis_files::inside(path, &dirs)?;
             list.iter()
-                .find(|(dir, _)| aegis_files::inside(path, std::slice::from_ref(dir)).is_some())
-                .map(|(_, named)| named.as_str())
+                .zip(&dirs)
+                .find(|(_, d)| d.as_path() == found)
+                .map(|((_, named), _)| named.as_str())
         }
         beneath(&self.write, path).or_else(|| {
             if secret {
@@ -255,9 +259,10 @@ pub fn refuse_granted(reach: &Reach, files: &[HostFile]) -> Result<(), u8> {
 }
 
 /// Warns, one line each, about directories the host searches by name (profiles,
-/// plugins) that the program may write beneath: a profile or plugin planted there is
-/// what a later command picks up. A warning, not a refusal: they are searched only for
-/// names, and a grant of a home directory would otherwise refuse every command.
+/// plugins) that a confined native program may write beneath: a profile or plugin
+/// planted there is what a later command picks up. A warning, not a refusal, for `wrap`
+/// and `confine`: a native program granted a home directory can already plant what the
+/// user's shell runs. A WASM tool's roots are held stricter ([`searched_host_files`]).
 pub fn warn_granted(reach: &Reach, dirs: &[(&str, PathBuf)]) {
     for (what, dir) in dirs {
         if let Some(named) = reach.writes_at(dir) {
@@ -285,6 +290,17 @@ pub fn searched_dirs() -> Vec<(&'static str, PathBuf)> {
         .into_iter()
         .map(|d| ("compilation cache", d));
     profiles.chain(plugins).chain(cache).collect()
+}
+
+/// The searched profile and plugin directories as host files, for `run` and `gateway`:
+/// a WASM tool has no other way out of its sandbox than what the host loads later, so
+/// a root over one of them is refused, as the compilation cache is
+/// ([`crate::run::cache_dir`], which says so in its own words).
+pub fn searched_host_files() -> impl Iterator<Item = HostFile> {
+    searched_dirs()
+        .into_iter()
+        .filter(|(what, _)| *what != "compilation cache")
+        .map(|(what, dir)| HostFile::new(format!("the {what}"), &dir))
 }
 
 /// Flags of `aegis confine`.

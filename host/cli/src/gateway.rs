@@ -124,8 +124,9 @@ fn shown(p: &std::path::Path) -> String {
 
 /// Refuses a file the gateway trusts beneath a tool's roots: the manifest (a tool that
 /// rewrites it widens its own grants at the next start), a component (another tool's
-/// code), the profile's files, `--policy` and `--audit`; and the signing key or the
-/// bearer token where a tool may read them. The compilation cache is checked apart
+/// code), the profile's files, `--policy` and `--audit`, the directories a later
+/// command loads profiles and plugins from; and the signing key or the bearer token
+/// where a tool may read them. The compilation cache is checked apart
 /// ([`crate::run::cache_dir`]).
 fn refuse_tools_reach(
     reach: &Reach,
@@ -145,10 +146,9 @@ fn refuse_tools_reach(
             .as_deref()
             .map(|p| HostFile::secret("--token-file", p)),
     );
+    more.extend(crate::confine::searched_host_files());
     let files = crate::confine::host_files(Some(&a.host), Some(profile), more);
-    crate::confine::refuse_granted(reach, &files)?;
-    crate::confine::warn_granted(reach, &crate::confine::searched_dirs());
-    Ok(())
+    crate::confine::refuse_granted(reach, &files)
 }
 
 pub fn gateway(profile_name: &str, a: &GatewayArgs) -> u8 {

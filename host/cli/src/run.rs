@@ -205,13 +205,17 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    // The profile's own files, now that it is known. (The component may be beneath
-    // the tool's roots: one it rewrites runs with the same grants next time.)
-    let host_files = crate::confine::host_files(Some(&a.host), Some(&profile), []);
+    // The profile's own files, now that it is known, and the directories a later
+    // command loads profiles and plugins from. (The component may be beneath the
+    // tool's roots: one it rewrites runs with the same grants next time.)
+    let host_files = crate::confine::host_files(
+        Some(&a.host),
+        Some(&profile),
+        crate::confine::searched_host_files(),
+    );
     if let Err(code) = crate::confine::refuse_granted(&reach, &host_files) {
         return code;
     }
-    crate::confine::warn_granted(&reach, &crate::confine::searched_dirs());
     let builder = match a.host.apply(Host::builder(profile).tool_registry(tools)) {
         Ok(b) => b,
         Err(code) => return code,

@@ -586,15 +586,19 @@ pub fn inside<'d>(path: &Path, dirs: &'d [PathBuf]) -> Option<&'d Path> {
     let Some(file) = resolve_parent(path) else {
         return dirs.first().map(PathBuf::as_path);
     };
-    let by_name = |entry: &Path| {
-        dirs.iter().find(|d| {
-            let lexical = std::path::absolute(d).ok();
-            let real = std::fs::canonicalize(d).ok();
-            [lexical, real]
-                .into_iter()
-                .flatten()
-                .any(|d| entry.starts_with(&d))
+    // Each grant as written (made absolute) and as it resolves, placed once.
+    let placed: Vec<(&'d Path, [Option<PathBuf>; 2])> = dirs
+        .iter()
+        .map(|d| {
+            let forms = [std::path::absolute(d).ok(), std::fs::canonicalize(d).ok()];
+            (d.as_path(), forms)
         })
+        .collect();
+    let by_name = |entry: &Path| {
+        placed
+            .iter()
+            .find(|(_, forms)| forms.iter().flatten().any(|d| entry.starts_with(d)))
+            .map(|(d, _)| *d)
     };
     // Every prefix of the path as given, each placed as the file is: its directory
     // resolved, its own name kept.
@@ -615,9 +619,6 @@ pub fn inside<'d>(path: &Path, dirs: &'d [PathBuf]) -> Option<&'d Path> {
             }
             None => return dirs.first().map(PathBuf::as_path),
         }
-    }
-    if let Some(d) = by_name(&file) {
-        return Some(d);
     }
     by_identity(&file, dirs)
 }

@@ -544,6 +544,8 @@ impl Profile {
             if let Some(library) = library {
                 files.push((format!("{station}.plugin"), library));
             }
+            // The config text is what `Profile::parse` wrote with `toml::to_string`, so it
+            // reads; a station given text that does not refuses it when it is built.
             let Ok(config) = toml::from_str::<toml::Table>(&choice.config) else {
                 continue;
             };

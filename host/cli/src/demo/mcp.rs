@@ -21,6 +21,9 @@ use std::time::Duration;
 /// past what a call takes, so a fault shows as a failure and not a hang.
 const ANSWER_WITHIN: Duration = Duration::from_secs(60);
 
+/// The most of `wrap`'s record the part reads back: a handful of lines.
+const RECORD: aegis_files::Cap = aegis_files::Cap::new(1 << 20, "the demo's MCP record");
+
 /// The part's policy: `read_file` only beneath the notes, `http_post` never.
 fn policy(notes: &Path) -> String {
     let notes = serde_json::to_string(&notes.display().to_string()).unwrap_or_default();
@@ -95,7 +98,7 @@ const DEFAULT_PROFILE: &str = include_str!("../../../../profiles/default.toml");
 fn start(base: &Path, policy: &Path, record: &Path, key: &Path) -> Result<Wrapped, Stop> {
     let me = std::env::current_exe()?;
     let profile = base.join("default.toml");
-    std::fs::write(&profile, DEFAULT_PROFILE)?;
+    aegis_files::write(&profile, DEFAULT_PROFILE.as_bytes())?;
     let mut child = Command::new(&me)
         .arg("--profile")
         .arg(&profile)
@@ -161,7 +164,7 @@ pub(super) fn walk(
 ) -> Result<bool, Stop> {
     let notes = base.join("notes");
     let policy_path = base.join("mcp-policy.yaml");
-    std::fs::write(&policy_path, policy(&notes))?;
+    aegis_files::write(&policy_path, policy(&notes).as_bytes())?;
     let record = base.join("mcp-record.aarl");
     say!(
         "  {}",
@@ -260,7 +263,9 @@ pub(super) fn walk(
         }
         return Ok(false);
     }
-    let file = std::fs::read(&record)?;
+    // Read as every record the host reads back: a regular file of its own, bounded
+    // (a server ran beside it, unconfined).
+    let file = aegis_files::read(&record, RECORD)?;
     // The outcome line of the refused post, as written: what an auditor reads.
     let post = refused_ids.last().and_then(|id| {
         file.split(|&b| b == b'\n')

@@ -297,7 +297,7 @@ fn calls(
     let tools = base.join("tools");
     std::fs::create_dir(&tools)?;
     for (name, bytes) in GUESTS {
-        std::fs::write(tools.join(format!("{name}.wasm")), bytes)?;
+        aegis_files::write(&tools.join(format!("{name}.wasm")), bytes)?;
     }
     let (notes, out, secret) = (
         base.join("notes"),
@@ -306,11 +306,11 @@ fn calls(
     );
     std::fs::create_dir(&notes)?;
     std::fs::create_dir(&out)?;
-    std::fs::write(notes.join("today.md"), "standup at 10\n")?;
-    std::fs::write(&secret, "the keys to the kingdom\n")?;
+    aegis_files::write(&notes.join("today.md"), b"standup at 10\n")?;
+    aegis_files::write(&secret, b"the keys to the kingdom\n")?;
     std::os::unix::fs::symlink(&secret, notes.join("shortcut"))?;
     let policy_path = base.join("policy.yaml");
-    std::fs::write(&policy_path, POLICY)?;
+    aegis_files::write(&policy_path, POLICY.as_bytes())?;
     let pipeline = demo_pipeline(&tools, &notes, &out, &policy_path, key.clone())?;
     say!("  {}", p.dim(&pipeline.notice().to_string()));
     say!(

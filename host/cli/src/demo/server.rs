@@ -8,12 +8,13 @@
 
 use serde_json::{Value, json};
 use std::io::{BufRead as _, Read as _, Write as _};
+use std::path::Path;
 
 /// The first argument that starts this binary as the demo's server.
 pub const SERVER_ARG: &str = "__aegis-demo-mcp-server";
 
-/// The most of a file `read_file` returns.
-const MAX_READ: u64 = 64 << 10;
+/// The most of a file `read_file` reads.
+const MAX_READ: aegis_files::Cap = aegis_files::Cap::new(64 << 10, "a file the demo server reads");
 
 /// The longest request line read; a longer one ends the server.
 const MAX_LINE: u64 = 1 << 20;
@@ -111,14 +112,10 @@ fn call(params: &Value) -> Value {
             .to_owned()
     };
     let (text, is_error) = match params.get("name").and_then(Value::as_str) {
-        Some("read_file") => match std::fs::File::open(arg("path")) {
-            Ok(f) => {
-                let mut text = String::new();
-                match f.take(MAX_READ).read_to_string(&mut text) {
-                    Ok(_) => (text, false),
-                    Err(e) => (e.to_string(), true),
-                }
-            }
+        // Any path the call names (holding it to the notes is the policy's job), but as
+        // a file of its own: never a FIFO to wait on, never past MAX_READ.
+        Some("read_file") => match aegis_files::read_to_string(Path::new(&arg("path")), MAX_READ) {
+            Ok(text) => (text, false),
             Err(e) => (e.to_string(), true),
         },
         Some("http_post") => (

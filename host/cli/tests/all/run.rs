@@ -615,6 +615,38 @@ fn the_binary_links_on_the_way_and_second_names_are_refused() {
     std::fs::remove_dir_all(&bin).unwrap();
 
     let me = Path::new(env!("CARGO_BIN_EXE_aegis"));
+    // The helper alone granted (a file grant): the next confine would start what the
+    // program wrote there, unconfined.
+    let helper = me.with_file_name("aegis-confine-helper");
+    let out = Command::new(me)
+        .arg("confine")
+        .arg("--allow-write")
+        .arg(&helper)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("the confinement helper"), "{err}");
+    // A plugin directory a later command loads from by name, beneath the root: a WASM
+    // tool that planted a library there would run as native code in that command.
+    let out = Command::new(me)
+        .env("AEGIS_PLUGIN_PATH", root.join("plugins"))
+        .env(
+            "XDG_CACHE_HOME",
+            std::env::temp_dir().join("aegis-run-tests-cache"),
+        )
+        .arg("run")
+        .arg("--component")
+        .arg(&echo)
+        .args(["--id", "echo", "--input", "x", "--allow-write"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("the plugin directory"), "{err}");
+    assert!(out.stdout.is_empty(), "the tool ran: {err}");
     // A policy reached through a link that lives in the root.
     std::fs::write(safe.join("policy.yaml"), "version: 1\ndefault: allow\n").unwrap();
     std::os::unix::fs::symlink("../safe", root.join("cfg")).unwrap();
