@@ -436,8 +436,8 @@ fn json_object_arguments(input: &[u8]) -> Option<String> {
     if input.trim_ascii_start().first() != Some(&b'{') {
         return None;
     }
-    match aegis_policy_arguments::unambiguous::read_object(input) {
-        Ok(map) => serde_json_canonicalizer::to_string(&serde_json::Value::Object(map)).ok(),
-        Err(_) => Some(String::from_utf8_lossy(input).into_owned()),
-    }
+    Some(
+        aegis_policy_arguments::unambiguous::canonical_object(input)
+            .unwrap_or_else(|_| String::from_utf8_lossy(input).into_owned()),
+    )
 }

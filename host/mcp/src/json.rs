@@ -717,41 +717,11 @@ pub(crate) fn write_canonical(node: Node<'_>, out: &mut String) {
     }
 }
 
-/// ECMAScript `Number::toString` for a finite double.
+/// ECMAScript `Number::toString` for a finite double. ryu-js, as the arguments' writer
+/// uses (`aegis_policy_arguments`): a hand-made formatter over Rust's shortest digits
+/// broke ECMAScript's ties the other way (`600000000000000.2` came out `.3`).
 fn write_es_number(x: f64, out: &mut String) {
-    if x == 0.0 {
-        out.push('0'); // -0 too
-        return;
-    }
-    if x < 0.0 {
-        out.push('-');
-    }
-    // `{:e}` gives the shortest digits that round-trip, as ECMAScript requires.
-    let sci = format!("{:e}", x.abs());
-    let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    let k = digits.len() as i64;
-    let n = exponent.parse::<i64>().unwrap_or(0) + 1;
-    if k <= n && n <= 21 {
-        out.push_str(&digits);
-        out.extend(std::iter::repeat_n('0', (n - k) as usize));
-    } else if 0 < n && n <= 21 {
-        out.push_str(&digits[..n as usize]);
-        out.push('.');
-        out.push_str(&digits[n as usize..]);
-    } else if -6 < n && n <= 0 {
-        out.push_str("0.");
-        out.extend(std::iter::repeat_n('0', (-n) as usize));
-        out.push_str(&digits);
-    } else {
-        out.push_str(&digits[..1]);
-        if k > 1 {
-            out.push('.');
-            out.push_str(&digits[1..]);
-        }
-        let e = n - 1;
-        let _ = write!(out, "e{}{}", if e < 0 { '-' } else { '+' }, e.abs());
-    }
+    out.push_str(ryu_js::Buffer::new().format_finite(x));
 }
 
 #[cfg(test)]
@@ -782,6 +752,9 @@ mod tests {
             ("333333333.33333329", "333333333.3333333"),
             ("4.50", "4.5"),
             ("9007199254740993", "9007199254740992"),
+            // Two shortest spellings, .2 and .3, lie equally near the double (…0.25):
+            // ECMAScript takes the even digit.
+            ("600000000000000.2", "600000000000000.2"),
             ("1e400", "1e400"),
             ("NaN", "NaN"),
         ] {
@@ -842,6 +815,80 @@ mod tests {
             let Value::Object(object) = node.value() else { unreachable!() };
             proptest::prop_assert_eq!(matches!(object.lookup(&a), Lookup::Ambiguous), same);
             proptest::prop_assert_eq!(matches!(object.lookup(&b), Lookup::One(_)), !same);
+        }
+    }
+
+    /// JSON text for the differential test below: numbers in many spellings (exponents,
+    /// trailing zeros, `-0`, integers past 2^53, long fractions), strings with escapes
+    /// and characters outside the BMP, and nesting.
+    fn any_json() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let number = prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<u64>().prop_map(|n| n.to_string()),
+            any::<f64>()
+                .prop_filter("finite", |x| x.is_finite())
+                .prop_map(|x| format!("{x:e}")),
+            any::<f64>()
+                .prop_filter("finite", |x| x.is_finite())
+                .prop_map(|x| format!("{x}")),
+            "-?(0|[1-9][0-9]{0,24})(\\.[0-9]{1,24})?([eE][+-]?[0-9]{1,3})?",
+        ];
+        // Raw characters a string may hold, and escapes (a quote, a backslash, a
+        // control character, a surrogate pair).
+        let string = proptest::collection::vec(
+            prop_oneof![
+                "[a-z\u{e9}\u{1f600}\u{e000}\u{7f}/ ]",
+                Just(r#"\""#.to_owned()),
+                Just(r"\\".to_owned()),
+                Just(r"\/".to_owned()),
+                Just(r"\n".to_owned()),
+                "\\\\u00[01][0-9a-f]",
+                Just(r"\ud83d\ude00".to_owned()),
+            ],
+            0..8,
+        )
+        .prop_map(|parts| format!("\"{}\"", parts.concat()));
+        let leaf = prop_oneof![
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            Just("false".to_owned()),
+            number,
+            string,
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|items| format!("[{}]", items.join(" , "))),
+                proptest::collection::btree_map("[a-z\u{e9}\u{1f600}\u{e000}]{1,3}", inner, 0..4)
+                    .prop_map(|members| {
+                        let body: Vec<String> = members
+                            .into_iter()
+                            .map(|(k, v)| format!("\"{k}\" : {v}"))
+                            .collect();
+                        format!("{{{}}}", body.join(","))
+                    }),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// The host has two RFC 8785 writers: this one, which the pins hash tool
+        /// definitions with, and the arguments' one (`aegis_policy_arguments`, serde_json
+        /// and ryu-js), which every front end gives the policy. On every object both
+        /// read one way only they write the same text.
+        #[test]
+        fn both_canonical_writers_agree(value in any_json(), key in "[a-z]{1,4}") {
+            let text = format!("{{\"{key}\": {value}}}");
+            let node = parse(text.as_bytes());
+            proptest::prop_assert!(node.is_ok(), "{}", text);
+            let node = node.unwrap();
+            let theirs = aegis_policy_arguments::unambiguous::canonical_object(text.as_bytes());
+            if let (false, Ok(theirs)) = (node.has_colliding_keys(), theirs) {
+                let mut ours = String::new();
+                write_canonical(node, &mut ours);
+                proptest::prop_assert_eq!(ours, theirs, "{}", text);
+            }
         }
     }
 

@@ -98,6 +98,26 @@ pub fn read_object(text: &[u8]) -> Result<Map<String, Value>, Ambiguity> {
     }
 }
 
+/// A call's arguments as every front end gives them to the policy: [`read_object`],
+/// then written as RFC 8785 canonical JSON ([`canonical_of`]). `aegis run`, the relay
+/// of `aegis wrap`, the gateway and the pipeline (for what a station reports it read)
+/// all use this one function, so one call's arguments have one text whichever front
+/// end carried it.
+///
+/// # Errors
+/// [`Ambiguity`]: the text does not read one way only, or is not one object.
+pub fn canonical_object(text: &[u8]) -> Result<String, Ambiguity> {
+    read_object(text).map(|map| canonical_of(&map))
+}
+
+/// An arguments object already read (by a reader that refused ambiguity) as RFC 8785
+/// canonical JSON: members in UTF-16 key order, numbers as ECMAScript writes doubles.
+pub fn canonical_of(map: &Map<String, Value>) -> String {
+    // Writing a tree of strings, finite numbers, booleans and nulls cannot fail; an
+    // empty string would be refused by every reader, never taken as `{}`.
+    serde_json_canonicalizer::to_string(map).unwrap_or_default()
+}
+
 /// A value whose objects are checked as they are read. The first ambiguity found is kept
 /// in `found`; the deserializer is then stopped with an error that carries no meaning.
 #[derive(Clone, Copy)]
