@@ -125,6 +125,7 @@ fn axes(rule: &str) -> DecisionAxes {
 
 fn ran(call: &str, execution: ExecutionOutcome, response: Option<&[u8]>) -> OutcomeLine {
     OutcomeLine {
+        stop: None,
         call_id: call.into(),
         tool_id: "read-notes".into(),
         request_digest: RequestDigest::of_request(call.as_bytes()),
@@ -157,6 +158,7 @@ fn ran(call: &str, execution: ExecutionOutcome, response: Option<&[u8]>) -> Outc
 
 fn not_run(call: &str, tool: &str, policy: PolicyOutcome) -> OutcomeLine {
     OutcomeLine {
+        stop: None,
         call_id: call.into(),
         tool_id: tool.into(),
         request_digest: RequestDigest::of_request(call.as_bytes()),

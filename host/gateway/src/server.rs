@@ -31,10 +31,11 @@
 //!   handed back, whatever they became.
 
 use crate::manifest::{Delivery, OutputKind, ToolSpec};
+use aegis_policy_arguments::unambiguous::canonical_of;
 use aegis_record::json::Value;
 use aegis_runtime::pipeline::{CallRecord, CallRequest};
-use aegis_runtime::refusal::{META_KEY, Refusal, Station, refusal_of};
-use aegis_runtime::{AuditNotice, CancelToken, Executed, Pipeline, PipelineError};
+use aegis_runtime::refusal::{Cause, META_KEY, Refusal, refusal_of};
+use aegis_runtime::{AuditNotice, CancelToken, Pipeline, PipelineError};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -199,20 +200,17 @@ fn refused(refusal: &Refusal) -> CallToolResult {
     result
 }
 
-/// A refusal of the gateway's own, placed on the record as `call_id`.
-fn gateway_refusal(reason: String, call_id: &str) -> CallToolResult {
-    refused(&Refusal::new(Station::Gateway, reason).recorded(call_id))
+/// Output the gateway withholds after the call succeeded (it is not what the manifest
+/// declares), placed on the record as `call_id`.
+fn withheld(reason: String, call_id: &str) -> CallToolResult {
+    refused(&Refusal::new(Cause::OutputWithheld, reason).recorded(call_id))
 }
 
 /// The frame the gateway's request digest is taken over: the RFC 8785 canonical JSON
 /// of `{"arguments": <the call's arguments, {} when absent>, "name": <the tool>}`.
 /// Stdio lines and HTTP bodies frame one call differently; this does not.
 pub fn request_frame(name: &str, arguments: &JsonObject) -> Vec<u8> {
-    // Serializing JSON values cannot fail; an empty frame would still be digested,
-    // never silently skipped.
-    serde_json_canonicalizer::to_string(&serde_json::Value::Object(arguments.clone()))
-        .map(|canonical| frame_of(name, &canonical))
-        .unwrap_or_default()
+    frame_of(name, &canonical_of(arguments))
 }
 
 /// [`request_frame`] from the arguments' canonical JSON, already made for the policy
@@ -375,29 +373,22 @@ impl GatewayServer {
         )
     }
 
-    /// Records a call the gateway refuses before the stations: an intent, then an
-    /// outcome whose stations were not reached and whose execution gives `reason`.
+    /// Records a call the gateway refuses before the stations, as every such call is
+    /// ([`Pipeline::refuse_before_stations`]), and answers it.
     fn refuse(
         &self,
         pipeline: &Pipeline,
         name: &str,
         frame: &[u8],
-        reason: &str,
+        refusal: Refusal,
     ) -> Result<CallToolResult, McpError> {
         let request = CallRequest {
             frame: Some(frame),
             role: self.inner.role.as_deref(),
             ..CallRequest::new(name, b"")
         };
-        let recorded = pipeline.begin(&request).and_then(|call| {
-            let call_id = call.call_id().to_owned();
-            call.finish(Executed::NotStarted {
-                reason: format!("refused by the gateway: {reason}"),
-            })?;
-            Ok(call_id)
-        });
-        match recorded {
-            Ok(call_id) => Ok(gateway_refusal(reason.to_string(), &call_id)),
+        match pipeline.refuse_before_stations(&request, &refusal) {
+            Ok(record) => Ok(refused(&refusal.recorded(record.outcome.call_id))),
             Err(e) => Err(self.failed(&e)),
         }
     }
@@ -464,13 +455,12 @@ impl GatewayServer {
         token: &CancelToken,
     ) -> Result<CallToolResult, McpError> {
         let name = params.name.to_string();
-        let arguments = serde_json::Value::Object(params.arguments.unwrap_or_default());
-        // One canonical form serves the digest's frame, the policy and the tool's input.
-        let canonical = serde_json_canonicalizer::to_string(&arguments);
-        let frame = match &canonical {
-            Ok(c) => frame_of(&name, c),
-            Err(_) => Vec::new(),
-        };
+        let map = params.arguments.unwrap_or_default();
+        // One canonical form serves the digest's frame, the policy and the tool's input:
+        // the host's one (the body was refused before here if it read two ways).
+        let canonical = canonical_of(&map);
+        let frame = frame_of(&name, &canonical);
+        let arguments = serde_json::Value::Object(map);
         let closed = || McpError::internal_error(SHUTTING_DOWN, None);
         let Some(tool) = self.inner.tools.get(&name) else {
             // Through the stations all the same: the capability station refuses a tool
@@ -478,7 +468,7 @@ impl GatewayServer {
             let nothing = Invocation {
                 input: Vec::new(),
                 args: Vec::new(),
-                arguments: canonical.unwrap_or_default(),
+                arguments: canonical,
             };
             let record = match self.run(&name, &frame, &nothing, token).await? {
                 Ran::Recorded(record) => record,
@@ -505,16 +495,23 @@ impl GatewayServer {
                 "the arguments do not match the tool's input schema: {}",
                 mismatch.join("; ")
             );
-            return self.refuse(&pipeline, &name, &frame, &reason);
+            return self.refuse(
+                &pipeline,
+                &name,
+                &frame,
+                Refusal::new(Cause::InvalidArguments, reason),
+            );
         }
-        let made = canonical
-            .map_err(|e| e.to_string())
-            .and_then(|c| invocation(&tool.spec.delivery, &arguments, c));
-        let invocation = match made {
+        let invocation = match invocation(&tool.spec.delivery, &arguments, canonical) {
             Ok(i) => i,
             Err(reason) => {
                 let pipeline = self.pipeline().ok_or_else(closed)?;
-                return self.refuse(&pipeline, &name, &frame, &reason);
+                return self.refuse(
+                    &pipeline,
+                    &name,
+                    &frame,
+                    Refusal::new(Cause::InvalidArguments, reason),
+                );
             }
         };
         match self.run(&name, &frame, &invocation, token).await? {
@@ -543,7 +540,8 @@ impl GatewayServer {
                      try again when one ends",
                     self.inner.capacity
                 );
-                return Ok(Ran::Refused(self.refuse(&pipeline, name, frame, &reason)?));
+                let refusal = Refusal::new(Cause::AtCapacity, reason);
+                return Ok(Ran::Refused(self.refuse(&pipeline, name, frame, refusal)?));
             }
         };
         let args: Vec<&str> = invocation.args.iter().map(String::as_str).collect();
@@ -580,14 +578,14 @@ impl GatewayServer {
         if tool.spec.output == OutputKind::Content {
             return match crate::content::blocks(output) {
                 Ok(blocks) => CallToolResult::success(blocks),
-                Err(why) => gateway_refusal(
+                Err(why) => withheld(
                     format!("the tool succeeded but its output is not MCP content blocks: {why}"),
                     call_id,
                 ),
             };
         }
         let Ok(text) = std::str::from_utf8(output) else {
-            return gateway_refusal(
+            return withheld(
                 format!(
                     "the tool succeeded but its output ({} bytes) is not UTF-8 text, which this gateway does not serve",
                     output.len()
@@ -601,14 +599,14 @@ impl GatewayServer {
         let value: serde_json::Value = match serde_json::from_str(text) {
             Ok(v) => v,
             Err(e) => {
-                return gateway_refusal(
+                return withheld(
                     format!("the tool's output is not the JSON its output schema declares: {e}"),
                     call_id,
                 );
             }
         };
         if let Some(e) = schema.iter_errors(&value).next() {
-            return gateway_refusal(
+            return withheld(
                 format!("the tool's output does not match its output schema: {e}"),
                 call_id,
             );

@@ -30,7 +30,7 @@ use aegis_runtime::capability::{Limits, ToolRegistry};
 use aegis_runtime::pipeline::CallRequest;
 use aegis_runtime::{Ending, Executed, OwnedCall, Pipeline};
 
-use crate::relay::{CallEnd, Gate, Refusal, RefusedCall, Station, ToolCall};
+use crate::relay::{CallEnd, Cause, Gate, Refusal, RefusedCall, ToolCall};
 use crate::stdio::{Notice, Sink};
 
 /// A relayed grant's ceilings: the relay enforces none on the server, so the grant
@@ -123,7 +123,7 @@ impl Gate for HostGate {
             Err(e) => {
                 self.failed(&e);
                 return Err(Refusal::new(
-                    Station::Audit,
+                    Cause::NotRecorded,
                     format!("the call's intent could not be recorded: {e}"),
                 ));
             }
@@ -139,11 +139,12 @@ impl Gate for HostGate {
             let reason = "the policy sets ceilings (limits) on this tool, and aegis wrap cannot hold a relayed server to them";
             let call_id = owned.call_id().to_owned();
             if let Err(e) = owned.finish(Executed::NotStarted {
+                cause: Cause::UnenforceableLimits,
                 reason: reason.into(),
             }) {
                 self.failed(&e);
             }
-            return Err(Refusal::new(Station::Host, reason).recorded(call_id));
+            return Err(Refusal::new(Cause::UnenforceableLimits, reason).recorded(call_id));
         }
         let call_id = owned.call_id().to_owned();
         match owned.finish(Executed::NotRun) {
@@ -152,7 +153,7 @@ impl Gate for HostGate {
             Err(e) => {
                 self.failed(&e);
                 Err(Refusal::new(
-                    Station::Audit,
+                    Cause::NotRecorded,
                     format!("refused, and the refusal could not be recorded: {e}"),
                 )
                 .recorded(call_id))
@@ -174,23 +175,10 @@ impl Gate for HostGate {
     }
 
     fn refused(&self, call: &RefusedCall<'_>) -> Option<String> {
-        // The relay refused before the stations: an intent, then an outcome whose
-        // stations say "not reached" and whose execution names the relay's reason.
+        // The relay refused before the stations: recorded as every such call is.
         let request = self.request(call.frame, call.name.unwrap_or("(unreadable)"), None);
-        let owned = match self.pipeline.begin_owned(&request) {
-            Ok(c) => c,
-            Err(e) => {
-                self.failed(&e);
-                return None;
-            }
-        };
-        let call_id = owned.call_id().to_owned();
-        let reason = format!(
-            "refused by the relay ({}): {}",
-            call.refusal.station, call.refusal.reason
-        );
-        match owned.finish(Executed::NotStarted { reason }) {
-            Ok(_) => Some(call_id),
+        match self.pipeline.refuse_before_stations(&request, call.refusal) {
+            Ok(record) => Some(record.outcome.call_id),
             Err(e) => {
                 self.failed(&e);
                 None
@@ -251,12 +239,6 @@ fn canonical_arguments(text: Option<&str>) -> String {
     let Some(text) = text.filter(|t| *t != "null") else {
         return "{}".to_owned();
     };
-    match crate::json::parse(text.as_bytes()) {
-        Ok(node) => {
-            let mut out = String::with_capacity(text.len());
-            crate::json::write_canonical(node, &mut out);
-            out
-        }
-        Err(_) => text.to_owned(),
-    }
+    aegis_policy_arguments::unambiguous::canonical_object(text.as_bytes())
+        .unwrap_or_else(|_| text.to_owned())
 }

@@ -189,7 +189,7 @@ pub struct RefusedCall<'a> {
     pub refusal: &'a Refusal,
 }
 
-pub use aegis_record::refusal::{Refusal, Station};
+pub use aegis_record::refusal::{Cause, Refusal, Station};
 
 /// How a forwarded call ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1001,7 +1001,7 @@ impl<G: Gate> Relay<G> {
         }
         if request.method == "tools/call" {
             let decided = match id_problem {
-                Some(why) => Err(self.refuse_here(&request, Refusal::new(Station::Relay, why))),
+                Some(why) => Err(self.refuse_here(&request, Refusal::new(Cause::IdInUse, why))),
                 None => self.decide_call(&request, false, logs),
             };
             return match decided {
@@ -1053,26 +1053,30 @@ impl<G: Gate> Relay<G> {
     ) -> Result<G::Pending, Refusal> {
         if request.duplicate_keys {
             let why = "the frame has duplicate keys, so the server may read another call than the one decided";
-            return Err(self.refuse_here(request, Refusal::new(Station::Relay, why)));
+            return Err(self.refuse_here(request, Refusal::new(Cause::UnreadableRequest, why)));
         }
         let name = match request.tool_name() {
             Ok(name) => name,
             Err(problem) => {
-                return Err(
-                    self.refuse_here(request, Refusal::new(Station::Relay, problem.to_string()))
-                );
+                return Err(self.refuse_here(
+                    request,
+                    Refusal::new(Cause::UnreadableRequest, problem.to_string()),
+                ));
             }
         };
         let arguments = match request.arguments() {
             Ok(arguments) => arguments,
             Err(problem) => {
-                return Err(
-                    self.refuse_here(request, Refusal::new(Station::Relay, problem.to_string()))
-                );
+                return Err(self.refuse_here(
+                    request,
+                    Refusal::new(Cause::UnreadableRequest, problem.to_string()),
+                ));
             }
         };
         match self.pins.check(&name, self.config.pin_mode) {
-            Err(why) => return Err(self.refuse_here(request, Refusal::new(Station::Pins, why))),
+            Err(why) => {
+                return Err(self.refuse_here(request, Refusal::new(Cause::PinMismatch, why)));
+            }
             Ok(Some(note)) => logs.push(format!("pins (record only): calling anyway: {note}")),
             Ok(None) => {}
         }
@@ -1138,7 +1142,7 @@ impl<G: Gate> Relay<G> {
                     if request.method == "tools/call" {
                         let decided = match id_problem {
                             Some(why) => {
-                                Err(self.refuse_here(&request, Refusal::new(Station::Relay, why)))
+                                Err(self.refuse_here(&request, Refusal::new(Cause::IdInUse, why)))
                             }
                             None => self.decide_call(&request, true, logs),
                         };
@@ -1416,7 +1420,7 @@ impl<G: Gate> Relay<G> {
     fn refuse_held(&mut self, frame: &[u8], why: &str) -> Option<(String, Refusal)> {
         match classify(frame) {
             Message::Request(request) => {
-                let refusal = self.refuse_here(&request, Refusal::new(Station::Pins, why));
+                let refusal = self.refuse_here(&request, Refusal::new(Cause::Unlisted, why));
                 Some((request.id.raw, refusal))
             }
             _ => None,
@@ -1734,7 +1738,7 @@ fn refusal_log(id: &RequestId, refusal: &Refusal) -> String {
     format!(
         "refused tools/call {} at {}: {}",
         id.raw,
-        refusal.station,
+        refusal.station(),
         refusal.reason.escape_debug()
     )
 }

@@ -30,6 +30,7 @@ pub mod chain;
 pub mod digest;
 pub mod json;
 pub mod key;
+pub mod legacy;
 pub mod line;
 pub mod refusal;
 pub mod text;

@@ -17,6 +17,7 @@ use crate::digest::{
 };
 use crate::json::{Object, SafeInt, Value};
 use crate::key::PublicKey;
+use crate::refusal::Cause;
 
 /// The `schema_version` this crate reads and writes.
 pub const SCHEMA_VERSION: u32 = 2;
@@ -798,6 +799,53 @@ pub struct OutcomeLine {
     pub peak_memory_bytes: Option<SafeInt>,
     /// The inputs the verdict turned on.
     pub decision_axes: DecisionAxes,
+    /// What stopped a call the host did not run, as tokens; `None` when the tool ran to
+    /// an ending of its own, or on a line written before the member existed (see
+    /// [`OutcomeLine::stopped`]).
+    pub stop: Option<Stop>,
+}
+
+/// What stopped a call the host did not run (an outcome's `stop`): a [`Cause`] (so its
+/// station), and the grant axis the refusal was about when it was about one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stop {
+    /// Why.
+    pub cause: Cause,
+    /// The grant axis refused (`fs.write`), when the refusal names one.
+    pub axis: Option<String>,
+}
+
+impl Stop {
+    /// A stop about no particular axis.
+    pub fn new(cause: Cause) -> Stop {
+        Stop { cause, axis: None }
+    }
+
+    /// A stop about `axis`.
+    pub fn about(cause: Cause, axis: impl Into<String>) -> Stop {
+        Stop {
+            cause,
+            axis: Some(axis.into()),
+        }
+    }
+
+    fn to_object(&self) -> Object {
+        let mut o = Object::new();
+        o.insert_opt("axis", self.axis.as_deref().map(text_value));
+        o.insert("cause", self.cause.token());
+        o.insert("station", self.cause.station().name());
+        o
+    }
+
+    fn from_object(obj: &Object) -> Result<Stop, FieldError> {
+        let f = Fields::new(obj, "stop");
+        Ok(Stop {
+            // A pair this version does not know is a later version's: read as unknown,
+            // never as malformed (spec/SPEC.md §12).
+            cause: Cause::of_tokens(f.str("station")?, f.str("cause")?),
+            axis: f.opt_string("axis")?,
+        })
+    }
 }
 
 impl LineBody for OutcomeLine {
@@ -816,6 +864,7 @@ impl LineBody for OutcomeLine {
         o.insert_opt("wall_ms", self.wall_ms);
         o.insert_opt("peak_memory_bytes", self.peak_memory_bytes);
         o.insert("decision_axes", self.decision_axes.to_object());
+        o.insert_opt("stop", self.stop.as_ref().map(Stop::to_object));
         o
     }
 }
@@ -841,7 +890,24 @@ impl OutcomeLine {
             wall_ms: f.opt_int("wall_ms")?,
             peak_memory_bytes: f.opt_int("peak_memory_bytes")?,
             decision_axes: DecisionAxes::from_object(f.object("decision_axes")?)?,
+            stop: f.opt_object("stop")?.map(Stop::from_object).transpose()?,
         })
+    }
+
+    /// What stopped the call: the line's `stop`, or for a line without one (written
+    /// before the member existed) what this host's earlier reasons state
+    /// ([`crate::legacy::stop_of`]). `None` when the tool ran to an ending of its own.
+    pub fn stopped(&self) -> Option<Stop> {
+        match &self.stop {
+            Some(stop) => Some(stop.clone()),
+            None => crate::legacy::stop_of(self),
+        }
+    }
+
+    /// True when no station decided the call: a front end or the host stopped it first.
+    pub fn stopped_before_the_stations(&self) -> bool {
+        self.stopped()
+            .is_some_and(|stop| stop.cause.before_the_stations())
     }
 }
 
@@ -964,6 +1030,7 @@ mod tests {
 
     fn sample_outcome() -> OutcomeLine {
         OutcomeLine {
+            stop: None,
             call_id: "c".into(),
             tool_id: "t".into(),
             request_digest: RequestDigest::of_request(b"req"),

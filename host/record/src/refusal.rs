@@ -62,12 +62,185 @@ impl std::fmt::Display for Station {
     }
 }
 
-/// A call that did not run or was stopped: the station, the reason for a person, and
-/// the call's id on the record when it was recorded.
+/// Why a call was stopped, as a token a reader matches on instead of the reason's
+/// words. Each cause belongs to one [`Station`] ([`Cause::station`]). The record states
+/// the causes of calls that did not run (an outcome's `stop`, spec/SPEC.md §6.3); the
+/// sandbox's endings (`Trapped`, `Exceeded`, `NoOutput`) and `OutputWithheld` have
+/// their own record (`execution`) and are causes only in what a client receives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Cause {
+    /// Policy: a rule, or the default, refused.
+    Denied,
+    /// Policy: a rate limit refused.
+    RateLimited,
+    /// Policy: parked for a person's approval.
+    PendingApproval,
+    /// Policy: the station failed, or answered what the host cannot read; refused.
+    StationFailed,
+    /// Capability: no manifest for the tool.
+    Unregistered,
+    /// Capability: the manifest does not declare the capability named.
+    Undeclared,
+    /// Capability: the grant would carry an axis the policy was not asked about.
+    Unasked,
+    /// Sandbox: the host could not start the tool (a root or its manifest gone, a
+    /// component unopenable or no longer the one registered).
+    NotStarted,
+    /// Sandbox: a running host handler gave up when its context refused an effect
+    /// outside the grant.
+    EffectRefused,
+    /// Sandbox: the call was abandoned after the stations allowed it.
+    Abandoned,
+    /// Sandbox: the tool trapped, failed or was cancelled.
+    Trapped,
+    /// Sandbox: a ceiling stopped the tool.
+    Exceeded,
+    /// Sandbox: the tool ran and returned no output.
+    NoOutput,
+    /// Audit: the call's intent or outcome could not be written.
+    NotRecorded,
+    /// Relay: a request that does not read one way only, or names no tool it can read.
+    UnreadableRequest,
+    /// Relay: a request id already in use (reused, or cancelled and not yet answered).
+    IdInUse,
+    /// Pins: the tool's definition is not the pinned one, or the tool is not pinned.
+    PinMismatch,
+    /// Pins: the call waited for a listing of the server's tools that never completed.
+    Unlisted,
+    /// Gateway: arguments that do not match the tool's schema or delivery.
+    InvalidArguments,
+    /// Gateway: as many calls running as the sandbox pool holds.
+    AtCapacity,
+    /// Gateway: the tool succeeded but its output is not what its manifest declares.
+    OutputWithheld,
+    /// Host: the call's arguments do not read one way only; no station was asked.
+    AmbiguousArguments,
+    /// Host: the call was abandoned before any station decided.
+    AbandonedBeforeStations,
+    /// Host: the policy set ceilings the host cannot hold a relayed server to.
+    UnenforceableLimits,
+    /// A cause this reader does not know (a later version's token), read from a
+    /// record; never written.
+    Unknown,
+}
+
+impl Cause {
+    /// Every cause this version writes, for tests and documentation.
+    pub const ALL: [Cause; 24] = [
+        Cause::Denied,
+        Cause::RateLimited,
+        Cause::PendingApproval,
+        Cause::StationFailed,
+        Cause::Unregistered,
+        Cause::Undeclared,
+        Cause::Unasked,
+        Cause::NotStarted,
+        Cause::EffectRefused,
+        Cause::Abandoned,
+        Cause::Trapped,
+        Cause::Exceeded,
+        Cause::NoOutput,
+        Cause::NotRecorded,
+        Cause::UnreadableRequest,
+        Cause::IdInUse,
+        Cause::PinMismatch,
+        Cause::Unlisted,
+        Cause::InvalidArguments,
+        Cause::AtCapacity,
+        Cause::OutputWithheld,
+        Cause::AmbiguousArguments,
+        Cause::AbandonedBeforeStations,
+        Cause::UnenforceableLimits,
+    ];
+
+    /// The station this cause belongs to.
+    pub const fn station(self) -> Station {
+        use Cause::*;
+        match self {
+            Denied | RateLimited | PendingApproval | StationFailed => Station::Policy,
+            Unregistered | Undeclared | Unasked => Station::Capability,
+            NotStarted | EffectRefused | Abandoned | Trapped | Exceeded | NoOutput => {
+                Station::Sandbox
+            }
+            NotRecorded => Station::Audit,
+            UnreadableRequest | IdInUse => Station::Relay,
+            PinMismatch | Unlisted => Station::Pins,
+            InvalidArguments | AtCapacity | OutputWithheld => Station::Gateway,
+            AmbiguousArguments | AbandonedBeforeStations | UnenforceableLimits | Unknown => {
+                Station::Host
+            }
+        }
+    }
+
+    /// The token on the record and on the wire (`denied`, `pin_mismatch`, …).
+    pub const fn token(self) -> &'static str {
+        use Cause::*;
+        match self {
+            Denied => "denied",
+            RateLimited => "rate_limited",
+            PendingApproval => "pending_approval",
+            StationFailed => "station_failed",
+            Unregistered => "unregistered",
+            Undeclared => "undeclared",
+            Unasked => "unasked",
+            NotStarted => "not_started",
+            EffectRefused => "effect_refused",
+            Abandoned => "abandoned",
+            Trapped => "trapped",
+            Exceeded => "resource_exceeded",
+            NoOutput => "no_output",
+            NotRecorded => "not_recorded",
+            UnreadableRequest => "unreadable_request",
+            IdInUse => "id_in_use",
+            PinMismatch => "pin_mismatch",
+            Unlisted => "unlisted",
+            InvalidArguments => "invalid_arguments",
+            AtCapacity => "at_capacity",
+            OutputWithheld => "output_withheld",
+            AmbiguousArguments => "ambiguous_arguments",
+            AbandonedBeforeStations => "abandoned_before_stations",
+            UnenforceableLimits => "unenforceable_limits",
+            Unknown => "unknown",
+        }
+    }
+
+    /// The cause a record's `station` and `cause` tokens name; [`Cause::Unknown`] for a
+    /// pair this version does not write (a later version's token, or a station that does
+    /// not own the cause).
+    pub fn of_tokens(station: &str, cause: &str) -> Cause {
+        Cause::ALL
+            .into_iter()
+            .find(|c| c.token() == cause && c.station().name() == station)
+            .unwrap_or(Cause::Unknown)
+    }
+
+    /// True when no station was asked: the call stopped at a front end's check or the
+    /// host's, before the policy station decided anything.
+    pub const fn before_the_stations(self) -> bool {
+        matches!(
+            self.station(),
+            Station::Relay | Station::Pins | Station::Gateway
+        ) && !matches!(self, Cause::OutputWithheld)
+            || matches!(
+                self,
+                Cause::AmbiguousArguments | Cause::AbandonedBeforeStations
+            )
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.token())
+    }
+}
+
+/// A call that did not run or was stopped: the cause (and so the station), the reason
+/// for a person, and the call's id on the record when it was recorded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
-    /// Where it was stopped.
-    pub station: Station,
+    /// What stopped it; [`Refusal::station`] is its station.
+    pub cause: Cause,
     /// Why, in words a model can act on.
     pub reason: String,
     /// The record's call id, when the refusal was recorded.
@@ -76,12 +249,17 @@ pub struct Refusal {
 
 impl Refusal {
     /// A refusal not (yet) on the record.
-    pub fn new(station: Station, reason: impl Into<String>) -> Refusal {
+    pub fn new(cause: Cause, reason: impl Into<String>) -> Refusal {
         Refusal {
-            station,
+            cause,
             reason: reason.into(),
             call_id: None,
         }
+    }
+
+    /// Where it was stopped.
+    pub const fn station(&self) -> Station {
+        self.cause.station()
     }
 
     /// The same, placed on the record as `call_id`.
@@ -94,7 +272,7 @@ impl Refusal {
     /// The text a model reads: who stopped the call, why, and its id on the record.
     pub fn text(&self) -> String {
         let call_id = self.call_id.as_deref().unwrap_or("none recorded");
-        match self.station {
+        match self.station() {
             Station::Sandbox => format!(
                 "Aegis stopped this tool call in the sandbox: {} (call id: {call_id})",
                 self.reason
@@ -106,15 +284,16 @@ impl Refusal {
         }
     }
 
-    /// The facts under [`META_KEY`]: `{"call_id": …, "reason": …, "station": …}`,
-    /// `call_id` absent when the refusal is not on the record.
+    /// The facts under [`META_KEY`]: `{"call_id": …, "cause": …, "reason": …,
+    /// "station": …}`, `call_id` absent when the refusal is not on the record.
     pub fn meta(&self) -> Object {
         let mut o = Object::new();
         if let Some(id) = &self.call_id {
             o.insert("call_id", id.as_str());
         }
+        o.insert("cause", self.cause.token());
         o.insert("reason", self.reason.as_str());
-        o.insert("station", self.station.name());
+        o.insert("station", self.station().name());
         o
     }
 
@@ -147,20 +326,53 @@ mod tests {
     /// The wire format is one canonical object; its text and its `_meta` say the same.
     #[test]
     fn a_refusal_renders_one_result() {
-        let r = Refusal::new(Station::Pins, "tool \"x\" changed").recorded("call-1-2");
+        let r = Refusal::new(Cause::PinMismatch, "tool \"x\" changed").recorded("call-1-2");
         let text = String::from_utf8(Value::Object(r.tool_result()).to_canonical()).unwrap();
         assert_eq!(
             text,
-            r#"{"_meta":{"dev.aegis/refusal":{"call_id":"call-1-2","reason":"tool \"x\" changed","station":"pins"}},"content":[{"text":"Aegis refused this tool call at the pins station: tool \"x\" changed (call id: call-1-2)","type":"text"}],"isError":true}"#
+            r#"{"_meta":{"dev.aegis/refusal":{"call_id":"call-1-2","cause":"pin_mismatch","reason":"tool \"x\" changed","station":"pins"}},"content":[{"text":"Aegis refused this tool call at the pins station: tool \"x\" changed (call id: call-1-2)","type":"text"}],"isError":true}"#
         );
-        let unrecorded = Refusal::new(Station::Relay, "why");
+        let unrecorded = Refusal::new(Cause::IdInUse, "why");
         assert_eq!(unrecorded.meta().get("call_id"), None);
         assert!(unrecorded.text().ends_with("(call id: none recorded)"));
-        let stopped = Refusal::new(Station::Sandbox, "trapped: unreachable");
+        let stopped = Refusal::new(Cause::Trapped, "trapped: unreachable");
         assert!(
             stopped
                 .text()
                 .starts_with("Aegis stopped this tool call in the sandbox: ")
+        );
+    }
+
+    /// Every cause reads back from its tokens; a pair no cause owns reads as unknown.
+    #[test]
+    fn causes_read_back_from_their_tokens() {
+        let mut tokens = std::collections::HashSet::new();
+        for cause in Cause::ALL {
+            assert_eq!(
+                Cause::of_tokens(cause.station().name(), cause.token()),
+                cause
+            );
+            assert!(tokens.insert(cause.token()), "{cause} twice");
+        }
+        assert_eq!(Cause::of_tokens("pins", "denied"), Cause::Unknown);
+        assert_eq!(Cause::of_tokens("policy", "vetoed"), Cause::Unknown);
+        assert_eq!(Cause::of_tokens("host", "unknown"), Cause::Unknown);
+        let before: Vec<_> = Cause::ALL
+            .into_iter()
+            .filter(|c| c.before_the_stations())
+            .collect();
+        assert_eq!(
+            before,
+            [
+                Cause::UnreadableRequest,
+                Cause::IdInUse,
+                Cause::PinMismatch,
+                Cause::Unlisted,
+                Cause::InvalidArguments,
+                Cause::AtCapacity,
+                Cause::AmbiguousArguments,
+                Cause::AbandonedBeforeStations,
+            ]
         );
     }
 }

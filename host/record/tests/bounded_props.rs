@@ -159,6 +159,7 @@ fn write(f: &Fields) -> Vec<u8> {
         arguments: None,
     };
     let granted = OutcomeLine {
+        stop: None,
         call_id: f.call_id.clone(),
         tool_id: f.tool_id.clone(),
         request_digest,
@@ -211,6 +212,7 @@ fn write(f: &Fields) -> Vec<u8> {
         ),
     ] {
         s.append(&OutcomeLine {
+            stop: None,
             policy,
             capability: CapabilityOutcome::Denied {
                 reason: f.reason.clone(),

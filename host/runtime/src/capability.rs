@@ -297,6 +297,17 @@ pub struct RootGone {
 }
 
 impl CapabilityDenied {
+    /// The record's `stop` for this refusal: its cause, about the axis refused.
+    pub fn stop(&self) -> aegis_record::line::Stop {
+        use aegis_record::line::Stop;
+        use aegis_record::refusal::Cause;
+        match self {
+            CapabilityDenied::Unregistered(_) => Stop::new(Cause::Unregistered),
+            CapabilityDenied::Undeclared { .. } => Stop::about(Cause::Undeclared, self.axis()),
+            CapabilityDenied::Unasked { .. } => Stop::about(Cause::Unasked, self.axis()),
+        }
+    }
+
     /// The axis refused, for the record's `denied_capability`.
     pub fn axis(&self) -> &str {
         match self {

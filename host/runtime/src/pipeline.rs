@@ -64,7 +64,10 @@ use crate::handler::{self, Axis, HostHandler};
 use crate::outcome::Ending;
 use crate::profile::ProfileError;
 use crate::sandbox::{CancelToken, Sandbox, SandboxError};
+use aegis_policy_arguments::unambiguous::canonical_object;
 use aegis_record::json::SafeInt;
+use aegis_record::line::Stop;
+use aegis_record::refusal::{Cause, Refusal, Station};
 use aegis_record::{
     CapabilityOutcome, DecisionAxes, ExecutionOutcome, FsAxis, IntentLine, NetAxis, OutcomeLine,
     PolicyOutcome, PolicySetHash, RequestDigest, ResponseDigest, WriteError,
@@ -185,37 +188,26 @@ pub enum CallClass {
     HostDenied,
 }
 
-/// True when neither policy nor capability decided the call: both are on the record as
-/// [`NOT_REACHED`], and the execution says why it stopped (the MCP relay refused it, or
-/// it was abandoned before the stations). Such a call is [`CallClass::HostDenied`], never
-/// a policy denial: no policy was asked.
-pub fn stopped_before_the_stations(outcome: &OutcomeLine) -> bool {
-    matches!(&outcome.policy, PolicyOutcome::Denied { reason } if reason == NOT_REACHED)
-        && matches!(&outcome.capability, CapabilityOutcome::Denied { reason, .. } if reason == NOT_REACHED)
-}
-
 impl CallClass {
-    /// The class an outcome line states.
+    /// The class an outcome line states: by what stopped it
+    /// ([`OutcomeLine::stopped`]: the line's `stop`, or on an older line what its
+    /// reasons state), else by the tool's own ending. A call no station decided is
+    /// [`CallClass::HostDenied`], never a policy denial: no policy was asked.
     pub fn of(outcome: &OutcomeLine) -> CallClass {
-        if stopped_before_the_stations(outcome) {
+        let Some(stop) = outcome.stopped() else {
             return match &outcome.execution {
-                // Nothing but a refusal can follow stations that never decided; should a
-                // line say otherwise, its execution is what it claims.
                 ExecutionOutcome::Success => CallClass::Success,
                 ExecutionOutcome::Trap { .. } => CallClass::Trap,
                 ExecutionOutcome::ResourceExceeded { .. } => CallClass::ResourceExceeded,
                 ExecutionOutcome::HostDenied { .. } => CallClass::HostDenied,
             };
-        }
-        match (&outcome.policy, &outcome.capability, &outcome.execution) {
-            (PolicyOutcome::Denied { .. }, _, _) => CallClass::PolicyDenied,
-            (PolicyOutcome::RateLimited { .. }, _, _) => CallClass::RateLimited,
-            (PolicyOutcome::PendingApproval { .. }, _, _) => CallClass::PendingApproval,
-            (_, CapabilityOutcome::Denied { .. }, _) => CallClass::CapabilityDenied,
-            (_, _, ExecutionOutcome::Success) => CallClass::Success,
-            (_, _, ExecutionOutcome::Trap { .. }) => CallClass::Trap,
-            (_, _, ExecutionOutcome::ResourceExceeded { .. }) => CallClass::ResourceExceeded,
-            (_, _, ExecutionOutcome::HostDenied { .. }) => CallClass::HostDenied,
+        };
+        match stop.cause {
+            Cause::Denied | Cause::StationFailed => CallClass::PolicyDenied,
+            Cause::RateLimited => CallClass::RateLimited,
+            Cause::PendingApproval => CallClass::PendingApproval,
+            cause if cause.station() == Station::Capability => CallClass::CapabilityDenied,
+            _ => CallClass::HostDenied,
         }
     }
 }
@@ -241,7 +233,7 @@ impl CallRecord {
     /// the relay's refusal text); `None` when policy and capability both let it through.
     pub fn station_refusal(&self) -> Option<String> {
         let o = &self.outcome;
-        if stopped_before_the_stations(o)
+        if o.stopped_before_the_stations()
             && let ExecutionOutcome::HostDenied { reason } = &o.execution
         {
             // No station was asked (the arguments read two ways, the caller refused it,
@@ -493,6 +485,38 @@ impl Pipeline {
         })
     }
 
+    /// Records a call refused before any station was asked, by a front end's own check
+    /// (the relay's, the pins', the gateway's) or the host's: an intent, then an outcome
+    /// whose stations say not reached, whose execution gives the refusal's reason and
+    /// whose `stop` its cause. The one recorder for such calls; `refusal`'s cause is one
+    /// of those [`Cause::before_the_stations`] names.
+    ///
+    /// # Errors
+    /// A failure to keep the record, as [`Pipeline::call`].
+    pub fn refuse_before_stations(
+        &self,
+        request: &CallRequest<'_>,
+        refusal: &Refusal,
+    ) -> Result<CallRecord, PipelineError> {
+        let reason = match refusal.station() {
+            Station::Relay | Station::Pins => {
+                format!(
+                    "refused by the relay ({}): {}",
+                    refusal.station(),
+                    refusal.reason
+                )
+            }
+            station => format!("refused by the {station}: {}", refusal.reason),
+        };
+        self.open_call(request)?.finish(
+            self,
+            Executed::NotStarted {
+                cause: refusal.cause,
+                reason,
+            },
+        )
+    }
+
     /// Runs the policy and capability stations over `request` without recording or
     /// executing anything: the outcome they would lead to (unsigned, with a placeholder
     /// call id) and the grant, if one was minted. For benches, and for re-evaluating a
@@ -516,7 +540,10 @@ impl Pipeline {
         if let Some(text) = call.arguments.as_deref()
             && let Err(why) = aegis_policy_arguments::unambiguous::read_object(text.as_bytes())
         {
-            d.refused = Some(format!("{AMBIGUOUS_ARGUMENTS}: {why}").into());
+            d.refused = Some((
+                Stop::new(Cause::AmbiguousArguments),
+                format!("{AMBIGUOUS_ARGUMENTS}: {why}").into(),
+            ));
             return (d, None);
         }
         let named = call.capability.as_deref();
@@ -534,14 +561,16 @@ impl Pipeline {
         let decided = decide_policy(&self.policy, &call.ask(), axes, planned.is_ok());
         d.matched_rule = decided.matched_rule;
         d.arguments_read = decided.arguments_read;
-        match decided.policy {
-            PolicyOutcome::Allowed => d.policy = Some(PolicyOutcome::Allowed),
-            refused => {
+        match (decided.policy, decided.stop) {
+            (PolicyOutcome::Allowed, _) => d.policy = Some(PolicyOutcome::Allowed),
+            (refused, stop) => {
                 let why = match refused {
                     PolicyOutcome::PendingApproval { .. } => PARKED,
                     _ => NOT_EXECUTED,
                 };
-                d.refuse_before_capability(refused, why);
+                // Never `None` for a refusal; should it be, the refusal is still one.
+                let stop = stop.unwrap_or(Stop::new(Cause::StationFailed));
+                d.refuse_before_capability(refused, stop, why);
                 return (d, None);
             }
         }
@@ -575,7 +604,7 @@ impl Pipeline {
                     reason: denied.to_string(),
                     denied_capability: Some(denied.axis().to_owned()),
                 });
-                d.refused = Some(NOT_EXECUTED.into());
+                d.refused = Some((denied.stop(), NOT_EXECUTED.into()));
                 (d, None)
             }
         }
@@ -596,11 +625,13 @@ impl Pipeline {
         // Never into the sandbox or a handler: the tool lives in the relayed server.
         if grant.is_relayed() {
             return Executed::NotStarted {
+                cause: Cause::NotStarted,
                 reason: RELAYED_NOT_HERE.into(),
             };
         }
         let Some(manifest) = self.tools.manifest(grant.tool_id()) else {
             return Executed::NotStarted {
+                cause: Cause::NotStarted,
                 reason: "the tool's manifest is gone".into(),
             };
         };
@@ -608,6 +639,7 @@ impl Pipeline {
         // is handed anything.
         if let Err(gone) = grant.check_roots() {
             return Executed::NotStarted {
+                cause: Cause::NotStarted,
                 reason: gone.to_string(),
             };
         }
@@ -635,6 +667,7 @@ impl Pipeline {
                 handler::execute(self.handlers.get(grant.tool_id()), grant, request.input)
             }
             ToolKind::Relayed => Executed::NotStarted {
+                cause: Cause::NotStarted,
                 reason: RELAYED_NOT_HERE.into(),
             },
         }
@@ -647,8 +680,11 @@ impl Pipeline {
 pub enum Executed {
     /// Nothing ran: a station refused.
     NotRun,
-    /// The host could not start the tool.
+    /// The host did not start the tool: it could not, or (before the stations, or
+    /// with a front end's own refusal) it would not.
     NotStarted {
+        /// What stopped it, for the record's `stop`.
+        cause: Cause,
         /// Why.
         reason: String,
     },
@@ -749,29 +785,37 @@ struct Decisions {
     grant_id: Option<String>,
     fs: Option<FsAxis>,
     net: Option<NetAxis>,
-    /// Why nothing runs, once a station refused (`not executed`, `parked for approval`).
-    refused: Option<Cow<'static, str>>,
+    /// Why nothing runs, once a station refused: the stop, and the execution's words
+    /// (`not executed`, `parked for approval`).
+    refused: Option<(Stop, Cow<'static, str>)>,
 }
 
 impl Decisions {
-    fn refuse_before_capability(&mut self, policy: PolicyOutcome, why: &'static str) {
+    fn refuse_before_capability(&mut self, policy: PolicyOutcome, stop: Stop, why: &'static str) {
         self.policy = Some(policy);
         self.capability = Some(CapabilityOutcome::Denied {
             reason: POLICY_BLOCKED.to_owned(),
             denied_capability: None,
         });
-        self.refused = Some(why.into());
+        self.refused = Some((stop, why.into()));
     }
 
     /// The ending of a call that ran nothing: the refusal, or (no station refused)
     /// an abandonment.
     fn not_run(&self) -> Ended {
-        Ended::host_denied(
-            self.refused
-                .clone()
-                .unwrap_or(ABANDONED.into())
-                .into_owned(),
-        )
+        match &self.refused {
+            Some((stop, why)) => Ended::stopped(stop.clone(), why.clone().into_owned()),
+            None => Ended::stopped(Stop::new(self.abandoned()), ABANDONED.to_owned()),
+        }
+    }
+
+    /// The cause of abandoning the call now: before the stations, or after they allowed.
+    fn abandoned(&self) -> Cause {
+        if self.policy.is_none() {
+            Cause::AbandonedBeforeStations
+        } else {
+            Cause::Abandoned
+        }
     }
 }
 
@@ -781,19 +825,27 @@ struct Ended {
     response_digest: Option<ResponseDigest>,
     wall_ms: Option<u64>,
     peak_memory_bytes: Option<u64>,
+    /// Set exactly when `execution` is `host_denied`: what stopped the call.
+    stop: Option<Stop>,
 }
 
 impl Ended {
-    fn host_denied(reason: String) -> Ended {
-        Ended::unmeasured(ExecutionOutcome::HostDenied { reason })
+    /// The host did not run the tool (`host_denied`), for `stop`.
+    fn stopped(stop: Stop, reason: String) -> Ended {
+        Ended {
+            stop: Some(stop),
+            ..Ended::unmeasured(ExecutionOutcome::HostDenied { reason })
+        }
     }
 
+    /// An ending of the tool's own that left no measurements.
     fn unmeasured(execution: ExecutionOutcome) -> Ended {
         Ended {
             execution,
             response_digest: None,
             wall_ms: None,
             peak_memory_bytes: None,
+            stop: None,
         }
     }
 }
@@ -854,6 +906,7 @@ fn outcome_line(stated: Stated, d: Decisions, ended: Ended) -> OutcomeLine {
             arguments: d.arguments_read,
             ..DecisionAxes::default()
         },
+        stop: ended.stop,
     }
 }
 
@@ -880,17 +933,18 @@ impl Open {
         let mut stderr = Vec::new();
         let ended = match executed {
             Executed::NotRun => self.decided.not_run(),
-            Executed::NotStarted { reason } => Ended::host_denied(reason),
+            Executed::NotStarted { cause, reason } => Ended::stopped(Stop::new(cause), reason),
             Executed::Failed { message } => Ended::unmeasured(ExecutionOutcome::Trap { message }),
             // A handler's context refused an effect: the tool started, so its time is
             // recorded; it used no linear memory.
             Executed::Refused {
-                reason, wall_ms, ..
+                axis,
+                reason,
+                wall_ms,
             } => Ended {
-                response_digest: None,
-                execution: ExecutionOutcome::HostDenied { reason },
                 wall_ms: Some(wall_ms),
                 peak_memory_bytes: Some(0),
+                ..Ended::stopped(Stop::about(Cause::EffectRefused, axis.as_str()), reason)
             },
             Executed::Ran {
                 ending,
@@ -909,6 +963,7 @@ impl Open {
                     execution: execution_of(ending),
                     wall_ms: Some(wall_ms),
                     peak_memory_bytes: Some(peak_memory_bytes),
+                    stop: None,
                 }
             }
             Executed::Relayed {
@@ -924,6 +979,7 @@ impl Open {
                     execution: execution_of(ending),
                     wall_ms: Some(wall_ms),
                     peak_memory_bytes: None,
+                    stop: None,
                 }
             }
         };
@@ -945,16 +1001,14 @@ impl Open {
     /// The drop guard's outcome: what had been decided, and an execution that says
     /// the call was abandoned (or, while unwinding, that the host panicked).
     fn abandon(self, pipeline: &Pipeline) {
-        let execution = if std::thread::panicking() {
-            ExecutionOutcome::Trap {
+        let ended = if std::thread::panicking() {
+            Ended::unmeasured(ExecutionOutcome::Trap {
                 message: HOST_PANIC.to_owned(),
-            }
+            })
         } else {
-            ExecutionOutcome::HostDenied {
-                reason: ABANDONED.to_owned(),
-            }
+            Ended::stopped(Stop::new(self.decided.abandoned()), ABANDONED.to_owned())
         };
-        let outcome = outcome_line(self.stated, self.decided, Ended::unmeasured(execution));
+        let outcome = outcome_line(self.stated, self.decided, ended);
         // Nothing to report to: a failure here has already poisoned the session, and
         // the missing outcome leaves the call in flight for `aegis verify` to flag.
         let _ = pipeline.audit.session.append(&outcome);
@@ -1152,7 +1206,7 @@ fn ask_policy<'a>(
     // What the record holds must be one JSON object: anything else is a station fault.
     let arguments_read = match arguments_read.as_str() {
         "" => None,
-        text => Some(canonical_object(text).ok_or_else(|| {
+        text => Some(canonical_object(text.as_bytes()).map_err(|_| {
             "it reported the arguments it read as something other than one JSON object".to_owned()
         })?),
     };
@@ -1203,15 +1257,6 @@ fn ask_policy<'a>(
     })
 }
 
-/// `text` as RFC 8785 canonical JSON, if it is one JSON object.
-fn canonical_object(text: &str) -> Option<String> {
-    let value: serde_json::Value = serde_json::from_str(text).ok()?;
-    if !value.is_object() {
-        return None;
-    }
-    serde_json_canonicalizer::to_string(&value).ok()
-}
-
 /// What the policy station is asked about a call besides its axes: the call as its
 /// caller stated it, or as a record states it ([`replay_policy`]).
 #[derive(Clone, Copy, Debug)]
@@ -1244,6 +1289,8 @@ pub struct PolicyDecided {
     /// The station said the decision turned on arguments it was not given (it decided
     /// the way that cannot widen): a replay cannot know what the call would get.
     pub arguments_needed: bool,
+    /// For a refusal, its cause and the grant axis it was about; `None` for an allow.
+    pub stop: Option<Stop>,
 }
 
 /// Asks `policy` about `axes` for the call `ask` and reads the answer exactly as a live
@@ -1256,45 +1303,70 @@ fn decide_policy(
     axes: &[RStr<'_>],
     grant_axes: bool,
 ) -> PolicyDecided {
-    let refused = |policy| PolicyDecided {
-        policy,
+    let failed = |reason| PolicyDecided {
+        policy: PolicyOutcome::Denied { reason },
         matched_rule: None,
         narrowing: NarrowingLimits::default(),
         arguments_read: None,
         arguments_needed: false,
+        stop: Some(Stop::new(Cause::StationFailed)),
     };
     let mut answer = match ask_policy(policy, ask, axes) {
         Ok(answer) => answer,
         Err(why) => {
-            let reason = format!("the policy station failed, so the call is refused: {why}");
-            return refused(PolicyOutcome::Denied { reason });
+            return failed(format!(
+                "the policy station failed, so the call is refused: {why}"
+            ));
         }
     };
     // A refusal names the grant axis it was about; a name the caller made up is
     // already on the record as decision_axes.capability and is not repeated. An allow
     // records no reason, so none is built for it.
-    let refusal = || match answer.axis {
-        axis if grant_axes && !axis.is_empty() => format!("{axis}: {}", answer.reason()),
-        _ => answer.reason().to_owned(),
+    let axis = Some(answer.axis).filter(|axis| grant_axes && !axis.is_empty());
+    let refusal = || match axis {
+        Some(axis) => format!("{axis}: {}", answer.reason()),
+        None => answer.reason().to_owned(),
     };
-    let policy = match answer.decision.verdict {
-        Verdict::ALLOW => PolicyOutcome::Allowed,
-        Verdict::DENY => PolicyOutcome::Denied { reason: refusal() },
-        Verdict::RATE_LIMIT => PolicyOutcome::RateLimited { reason: refusal() },
+    let about = |cause| Stop {
+        cause,
+        axis: axis.map(str::to_owned),
+    };
+    let (policy, stop) = match answer.decision.verdict {
+        Verdict::ALLOW => (PolicyOutcome::Allowed, None),
+        Verdict::DENY => (
+            PolicyOutcome::Denied { reason: refusal() },
+            Some(about(Cause::Denied)),
+        ),
+        Verdict::RATE_LIMIT => (
+            PolicyOutcome::RateLimited { reason: refusal() },
+            Some(about(Cause::RateLimited)),
+        ),
         Verdict::PENDING_APPROVAL => match answer.approval_id.clone().into_option() {
-            Some(approval_id) => PolicyOutcome::PendingApproval {
-                approval_id: approval_id.into_string(),
-            },
-            None => PolicyOutcome::Denied {
-                reason: "pending_approval without an approval id".to_owned(),
-            },
+            Some(approval_id) => (
+                PolicyOutcome::PendingApproval {
+                    approval_id: approval_id.into_string(),
+                },
+                Some(about(Cause::PendingApproval)),
+            ),
+            None => (
+                PolicyOutcome::Denied {
+                    reason: "pending_approval without an approval id".to_owned(),
+                },
+                Some(Stop::new(Cause::StationFailed)),
+            ),
         },
-        Verdict(other) => PolicyOutcome::Denied {
-            reason: format!("the policy station answered verdict {other}, unknown to this host"),
-        },
+        Verdict(other) => (
+            PolicyOutcome::Denied {
+                reason: format!(
+                    "the policy station answered verdict {other}, unknown to this host"
+                ),
+            },
+            Some(Stop::new(Cause::StationFailed)),
+        ),
     };
     PolicyDecided {
         policy,
+        stop,
         // The one string an allow builds: the record owns its matched rule.
         matched_rule: answer.matched_rule().map(str::to_owned),
         narrowing: answer.narrowing,
@@ -1370,6 +1442,7 @@ fn axis_names(axes: &[Capability]) -> &'static [RStr<'static>] {
 /// What a sandbox that could not start the tool becomes.
 fn could_not_start(e: &SandboxError) -> Executed {
     Executed::NotStarted {
+        cause: Cause::NotStarted,
         reason: format!("the sandbox could not start the tool: {e}"),
     }
 }

@@ -59,8 +59,10 @@
 //!   or limits: a call refused by a different rule is unchanged.
 
 use crate::capability::Capability;
-use crate::pipeline::{self, PolicyAsk, stopped_before_the_stations};
+use crate::pipeline::{self, PolicyAsk};
 use aegis_record::json::{Value, parse_line};
+use aegis_record::line::Stop;
+use aegis_record::refusal::Cause;
 use aegis_record::{CapabilityOutcome, IntentLine, OutcomeLine, PolicyOutcome, PolicySetHash};
 use aegis_station_api::PolicyEvaluatorBox;
 use std::collections::{BTreeSet, HashMap};
@@ -421,7 +423,7 @@ fn ask(
         return Err(Undecidable::InFlight);
     };
     let o = &recorded.outcome;
-    if stopped_before_the_stations(o) {
+    if o.stopped_before_the_stations() {
         return Err(Undecidable::NotAsked);
     }
     let axes = &o.decision_axes;
@@ -467,7 +469,7 @@ fn asked_axes(o: &OutcomeLine, facts: &SessionFacts) -> Result<(Vec<String>, boo
     match facts.tool_axes.get(&o.tool_id) {
         Some(Some(axes)) => Ok((axes.clone(), true)),
         _ => Err(Undecidable::AxesNotRecorded {
-            refused_axis: refused_axis(&o.policy).map(str::to_owned),
+            refused_axis: policy_refusal(o).and_then(|stop| stop.axis),
         }),
     }
 }
@@ -507,8 +509,8 @@ fn stated_axes(o: &OutcomeLine) -> Option<Vec<String>> {
         ) if axis == "tool.registry" => Some(vec![String::new()]),
         // A refusal of a grant axis is prefixed with it; a failing station's words say
         // nothing about the axes. Anything else was about the empty capability.
-        (PolicyOutcome::Denied { reason } | PolicyOutcome::RateLimited { reason }, _)
-            if refused_axis(&o.policy).is_none() && !station_failed(reason) =>
+        (PolicyOutcome::Denied { .. } | PolicyOutcome::RateLimited { .. }, _)
+            if policy_refusal(o).is_some_and(|stop| stop.axis.is_none()) =>
         {
             Some(vec![String::new()])
         }
@@ -516,27 +518,12 @@ fn stated_axes(o: &OutcomeLine) -> Option<Vec<String>> {
     }
 }
 
-/// The grant axis a refusal names (`fs.write: …`), if it names one.
-fn refused_axis(policy: &PolicyOutcome) -> Option<&'static str> {
-    let (PolicyOutcome::Denied { reason } | PolicyOutcome::RateLimited { reason }) = policy else {
-        return None;
-    };
-    Capability::ALL
-        .into_iter()
-        .map(Capability::as_str)
-        .find(|axis| {
-            reason
-                .strip_prefix(axis)
-                .is_some_and(|rest| rest.starts_with(": "))
-        })
-}
-
-/// Whether a refusal's reason is one the host writes when the station did not answer a
-/// verdict it could read (see [`pipeline::replay_policy`]): such a refusal names no axis
-/// whatever was asked.
-fn station_failed(reason: &str) -> bool {
-    reason.starts_with("the policy station ")
-        || reason.starts_with("pending_approval without an approval id")
+/// A refusal by a rule or a rate limit (not a failing station, whose refusal names no
+/// axis whatever was asked), with the grant axis it was about, if any: typed, from the
+/// outcome's `stop` ([`OutcomeLine::stopped`]).
+fn policy_refusal(o: &OutcomeLine) -> Option<Stop> {
+    o.stopped()
+        .filter(|stop| matches!(stop.cause, Cause::Denied | Cause::RateLimited))
 }
 
 /// Whether a record string ends with the record's truncation marker
@@ -636,7 +623,7 @@ fn read_calls(record: &[u8]) -> Result<(Vec<Read>, Vec<SessionFacts>), RecheckEr
 
 /// Records what an outcome states about its tool's axes in its session.
 fn learn(facts: &mut SessionFacts, o: &OutcomeLine) {
-    if o.decision_axes.capability.is_some() || stopped_before_the_stations(o) {
+    if o.decision_axes.capability.is_some() || o.stopped_before_the_stations() {
         return;
     }
     let Some(axes) = stated_axes(o) else {
@@ -664,14 +651,5 @@ mod tests {
         assert!(cut(&bounded));
         assert!(!cut("admin"));
         assert!(!cut("x...[truncated: 12 bytes, sha256 abc]"));
-    }
-
-    #[test]
-    fn a_refusal_names_its_axis_only_with_the_prefix() {
-        let denied = |r: &str| PolicyOutcome::Denied { reason: r.into() };
-        assert_eq!(refused_axis(&denied("fs.write: no")), Some("fs.write"));
-        assert_eq!(refused_axis(&denied("fs.writer: no")), None);
-        assert_eq!(refused_axis(&denied("no shell")), None);
-        assert_eq!(refused_axis(&PolicyOutcome::Allowed), None);
     }
 }

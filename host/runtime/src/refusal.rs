@@ -2,27 +2,28 @@
 //! are [`aegis_record::refusal`] (the relay core renders them without the runtime);
 //! here, what a recorded call says about it.
 
-pub use aegis_record::refusal::{META_KEY, Refusal, Station};
+pub use aegis_record::refusal::{Cause, META_KEY, Refusal, Station};
 
-use crate::pipeline::{CallClass, CallRecord, stopped_before_the_stations};
+use crate::pipeline::CallRecord;
 use aegis_record::line::ExecutionOutcome;
+
+/// What ended a recorded call: the cause its outcome states
+/// ([`aegis_record::line::OutcomeLine::stopped`]), or for a tool that ran, its ending.
+pub fn cause_of(record: &CallRecord) -> Cause {
+    if let Some(stop) = record.outcome.stopped() {
+        return stop.cause;
+    }
+    match &record.outcome.execution {
+        ExecutionOutcome::Success => Cause::NoOutput,
+        ExecutionOutcome::ResourceExceeded { .. } => Cause::Exceeded,
+        ExecutionOutcome::Trap { .. } | ExecutionOutcome::HostDenied { .. } => Cause::Trapped,
+    }
+}
 
 /// The station that ended a recorded call: the host when no station was asked, else
 /// the station whose verdict the outcome states.
 pub fn station_of(record: &CallRecord) -> Station {
-    if stopped_before_the_stations(&record.outcome) {
-        return Station::Host;
-    }
-    match record.class() {
-        CallClass::PolicyDenied | CallClass::RateLimited | CallClass::PendingApproval => {
-            Station::Policy
-        }
-        CallClass::CapabilityDenied => Station::Capability,
-        CallClass::Success
-        | CallClass::Trap
-        | CallClass::ResourceExceeded
-        | CallClass::HostDenied => Station::Sandbox,
-    }
+    cause_of(record).station()
 }
 
 /// What stopped a recorded call that returned no output, in the station's words
@@ -39,5 +40,5 @@ pub fn refusal_of(record: &CallRecord) -> Refusal {
             }
             ExecutionOutcome::HostDenied { reason } => format!("not run: {reason}"),
         });
-    Refusal::new(station_of(record), reason).recorded(record.outcome.call_id.clone())
+    Refusal::new(cause_of(record), reason).recorded(record.outcome.call_id.clone())
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use aegis_mcp::frame::Frame;
 use aegis_mcp::pins::PinSet;
 use aegis_mcp::relay::{
-    Action, CallEnd, Gate, PinMode, Refusal, RefusedCall, Relay, RelayConfig, Station, ToolCall,
+    Action, CallEnd, Cause, Gate, PinMode, Refusal, RefusedCall, Relay, RelayConfig, ToolCall,
 };
 use proptest::prelude::*;
 
@@ -41,7 +41,7 @@ impl Gate for CountingGate {
         if self.deny.contains(&call.name) {
             log.gate_refused += 1;
             return Err(
-                Refusal::new(Station::Policy, format!("rule no-{} denies it", call.name))
+                Refusal::new(Cause::Denied, format!("rule no-{} denies it", call.name))
                     .recorded(format!("c{}", log.gate_refused)),
             );
         }
@@ -157,7 +157,7 @@ fn a_refused_call_is_answered_with_a_result_and_never_forwarded() {
     assert_eq!(
         reply,
         vec![concat!(
-            r#"{"jsonrpc":"2.0","id":1.0,"result":{"_meta":{"dev.aegis/refusal":{"call_id":"c1","reason":"rule no-rm denies it","station":"policy"}},"#,
+            r#"{"jsonrpc":"2.0","id":1.0,"result":{"_meta":{"dev.aegis/refusal":{"call_id":"c1","cause":"denied","reason":"rule no-rm denies it","station":"policy"}},"#,
             r#""content":[{"text":"Aegis refused this tool call at the policy station: rule no-rm denies it (call id: c1)","type":"text"}],"isError":true}}"#,
             "\n"
         )]

@@ -3,9 +3,7 @@
 //! business (host/cli/tests/all/wrap.rs drives the same session over the runtime); here the
 //! gate refuses every call, and the traffic is requests and notifications.
 
-use aegis_mcp::relay::{
-    CallEnd, Gate, Refusal, RefusedCall, Relay, RelayConfig, Station, ToolCall,
-};
+use aegis_mcp::relay::{CallEnd, Cause, Gate, Refusal, RefusedCall, Relay, RelayConfig, ToolCall};
 use aegis_mcp::stdio::{Ended, Notice, Session, Sink, StdioConfig};
 use std::io::{PipeReader, Read, Write};
 use std::process::Command;
@@ -19,7 +17,7 @@ impl Gate for NoCalls {
     type Pending = ();
 
     fn open(&self, _: &ToolCall<'_>) -> Result<(), Refusal> {
-        Err(Refusal::new(Station::Host, "no calls here"))
+        Err(Refusal::new(Cause::UnenforceableLimits, "no calls here"))
     }
 
     fn finish(&self, (): (), _: CallEnd<'_>) {}

@@ -23,6 +23,7 @@ pub fn intent_for(call: &str, tool: &str) -> aegis_record::IntentLine {
 pub fn unrun_outcome(call: &str, tool: &str) -> aegis_record::OutcomeLine {
     use aegis_record::*;
     OutcomeLine {
+        stop: None,
         call_id: call.into(),
         tool_id: tool.into(),
         request_digest: RequestDigest::of_request(call.as_bytes()),

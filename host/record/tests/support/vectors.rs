@@ -101,6 +101,7 @@ fn axes(rule: &str) -> DecisionAxes {
 
 fn not_run(call: &str, tool: &str, policy: PolicyOutcome, reason: &str) -> OutcomeLine {
     OutcomeLine {
+        stop: None,
         call_id: call.into(),
         tool_id: tool.into(),
         request_digest: RequestDigest::of_request(call.as_bytes()),
@@ -123,6 +124,7 @@ fn not_run(call: &str, tool: &str, policy: PolicyOutcome, reason: &str) -> Outco
 
 fn ran(call: &str, execution: ExecutionOutcome, response: Option<&[u8]>) -> OutcomeLine {
     OutcomeLine {
+        stop: None,
         call_id: call.into(),
         tool_id: "read-notes".into(),
         request_digest: RequestDigest::of_request(call.as_bytes()),

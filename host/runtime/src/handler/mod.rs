@@ -71,6 +71,7 @@ mod files;
 mod http;
 mod log;
 
+use aegis_record::refusal::Cause;
 use context::Root;
 pub use context::{HostContext, Stop};
 pub use error::{ErrorClass, HandlerError, HandlerFailure};
@@ -122,6 +123,7 @@ const MAX_CHUNK_LINE: usize = 1024;
 pub fn execute(handler: Option<&HostHandler>, grant: &Grant, input: &[u8]) -> Executed {
     let Some(handler) = handler else {
         return Executed::NotStarted {
+            cause: Cause::NotStarted,
             reason: format!(
                 "no handler is registered for host tool {:?}",
                 grant.tool_id()
@@ -132,6 +134,7 @@ pub fn execute(handler: Option<&HostHandler>, grant: &Grant, input: &[u8]) -> Ex
         Ok(c) => c,
         Err(e) => {
             return Executed::NotStarted {
+                cause: Cause::NotStarted,
                 reason: format!("the handler context could not be built: {e}"),
             };
         }

@@ -7,11 +7,14 @@
 //! `Executed::Relayed`): on the old code they do not compile.
 
 use aegis_record::json::{Object, Value};
+use aegis_record::line::Stop;
+use aegis_record::refusal::{Cause, Refusal};
 use aegis_record::{CapabilityOutcome, ExecutionOutcome, PolicyOutcome, ResponseDigest};
+use aegis_runtime::capability::DEFAULT_LIMITS;
 use aegis_runtime::capability::Grant;
 use aegis_runtime::pipeline::{ABANDONED, CallRequest, HOST_PANIC};
 use aegis_runtime::{CallClass, Ending, Executed, Host, OwnedCall, Profile};
-use aegis_suites::{Harness, plain_tool};
+use aegis_suites::{Harness, plain_tool, wasm_tool};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -322,15 +325,13 @@ fn a_call_stopped_before_the_stations_is_not_a_policy_denial() {
     let h = harness();
     let refused = h
         .pipeline
-        .begin(&CallRequest::new("relayed", b""))
-        .unwrap()
-        .finish(Executed::NotStarted {
-            reason: "refused by the relay (pins): tool \"x\" was never listed".into(),
-        })
+        .refuse_before_stations(
+            &CallRequest::new("relayed", b""),
+            &Refusal::new(Cause::PinMismatch, "tool \"x\" was never listed"),
+        )
         .unwrap();
-    assert!(aegis_runtime::pipeline::stopped_before_the_stations(
-        &refused.outcome
-    ));
+    assert!(refused.outcome.stopped_before_the_stations());
+    assert_eq!(refused.outcome.stop, Some(Stop::new(Cause::PinMismatch)));
     assert_eq!(refused.class(), CallClass::HostDenied);
     assert_eq!(CallClass::of(&refused.outcome), CallClass::HostDenied);
     assert!(
@@ -349,9 +350,7 @@ fn a_call_stopped_before_the_stations_is_not_a_policy_denial() {
     let mut call = deny.pipeline.begin(&CallRequest::new("echo", b"")).unwrap();
     assert!(call.authorize().is_none());
     let denied = call.finish(Executed::NotRun).unwrap();
-    assert!(!aegis_runtime::pipeline::stopped_before_the_stations(
-        &denied.outcome
-    ));
+    assert!(!denied.outcome.stopped_before_the_stations());
     assert_eq!(denied.class(), CallClass::PolicyDenied);
     // Read back from the verified file, the lines class the same.
     let refused_id = refused.outcome.call_id.clone();
@@ -365,4 +364,107 @@ fn a_call_stopped_before_the_stations_is_not_a_policy_denial() {
     assert!(
         matches!(&abandoned.execution, ExecutionOutcome::HostDenied { reason } if reason == ABANDONED)
     );
+}
+
+/// Every exit path writes `stop`, and a reader of a file written before the member
+/// existed (`aegis_record::legacy`, the same line without it) comes to the same station
+/// and, where the old words told causes apart, the same cause and axis: old and new
+/// records class and recheck alike.
+#[test]
+fn every_stop_written_is_what_an_older_line_states() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = "version: 1\ndefault: allow\nrules:\n  \
+        - id: no-write\n    action: deny\n    tool: writer\n    capability: fs.write\n  \
+        - id: budget\n    action: rate_limit\n    tool: limited\n    rate: { max: 1, per_seconds: 3600 }\n  \
+        - id: ask\n    action: pending_approval\n    tool: parked\n  \
+        - id: no-shell\n    action: deny\n    tool: shell\n";
+    let h = Harness::new(
+        policy,
+        vec![
+            plain_tool("echo", "echo"),
+            wasm_tool("writer", "write-file", &[], &[dir.path()], DEFAULT_LIMITS),
+            plain_tool("limited", "echo"),
+            plain_tool("parked", "echo"),
+            plain_tool("shell", "echo"),
+        ],
+        Default::default(),
+    );
+    let call = |tool: &str, arguments: Option<&str>| {
+        h.pipeline
+            .call(&CallRequest {
+                arguments,
+                ..CallRequest::new(tool, b"")
+            })
+            .unwrap()
+            .outcome
+    };
+    // The budget's one call runs; the next is limited.
+    assert!(call("limited", None).stop.is_none());
+    let mut outcomes = vec![
+        call("writer", None),
+        call("limited", None),
+        call("parked", None),
+        call("shell", None),
+        call("unknown", None),
+        call("echo", Some(r#"{"path":1,"PATH":2}"#)),
+    ];
+    for refusal in [
+        Refusal::new(Cause::PinMismatch, "tool changed"),
+        Refusal::new(Cause::UnreadableRequest, "duplicate keys"),
+        Refusal::new(Cause::InvalidArguments, "not the schema"),
+        Refusal::new(Cause::AtCapacity, "at capacity: 4 calls are running"),
+    ] {
+        let request = CallRequest::new("echo", b"");
+        outcomes.push(
+            h.pipeline
+                .refuse_before_stations(&request, &refusal)
+                .unwrap()
+                .outcome,
+        );
+    }
+    let before = h.pipeline.begin(&CallRequest::new("echo", b"")).unwrap();
+    let before_id = before.call_id().to_owned();
+    drop(before);
+    let mut after = h.pipeline.begin(&CallRequest::new("echo", b"")).unwrap();
+    assert!(after.authorize().is_some());
+    let after_id = after.call_id().to_owned();
+    drop(after);
+    let checked = h.finish();
+    outcomes.push(checked.outcome(&before_id).clone());
+    outcomes.push(checked.outcome(&after_id).clone());
+    let causes: Vec<(Cause, Option<&str>)> = outcomes
+        .iter()
+        .map(|o| {
+            let stop = o
+                .stop
+                .as_ref()
+                .expect("every host_denied outcome has a stop");
+            (stop.cause, stop.axis.as_deref())
+        })
+        .collect();
+    assert_eq!(
+        causes,
+        [
+            (Cause::Denied, Some("fs.write")),
+            (Cause::RateLimited, None),
+            (Cause::PendingApproval, None),
+            (Cause::Denied, None),
+            (Cause::Unregistered, None),
+            (Cause::AmbiguousArguments, None),
+            (Cause::PinMismatch, None),
+            (Cause::UnreadableRequest, None),
+            (Cause::InvalidArguments, None),
+            (Cause::AtCapacity, None),
+            (Cause::AbandonedBeforeStations, None),
+            (Cause::Abandoned, None),
+        ]
+    );
+    for outcome in &outcomes {
+        let older = aegis_record::OutcomeLine {
+            stop: None,
+            ..outcome.clone()
+        };
+        assert_eq!(older.stopped(), outcome.stop, "{}", outcome.call_id);
+        assert_eq!(CallClass::of(&older), CallClass::of(outcome));
+    }
 }
