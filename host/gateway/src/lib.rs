@@ -41,7 +41,7 @@ pub use server::{GatewayServer, Note, Notes, request_frame};
 
 use aegis_runtime::capability::{RegistrationError, ToolKind, ToolManifest, ToolRegistry};
 use aegis_runtime::sandbox::{DEFAULT_CONCURRENT_CALLS, Options, Sandbox, Shape};
-use aegis_runtime::{AuditNotice, Host, HostBuilder, OpenError, OpenedAudit};
+use aegis_runtime::{AuditNotice, Host, HostBuilder, OpenError};
 use rmcp::ServiceExt as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -268,10 +268,8 @@ impl Gateway {
     /// [`GatewayError::Close`]: a call still holds the host, or the close line could
     /// not be written.
     pub fn close(self) -> Result<(), GatewayError> {
-        let (audit, record_failed) = self.stop()?;
-        audit
-            .session
-            .close()
+        let (host, record_failed) = self.stop();
+        host.close()
             .map_err(|e| GatewayError::Close(e.to_string()))?;
         Gateway::closed(record_failed)
     }
@@ -282,24 +280,20 @@ impl Gateway {
     /// # Errors
     /// As [`Gateway::close`], or the sink could not be read.
     pub fn close_and_export(self) -> Result<Vec<u8>, GatewayError> {
-        let (audit, record_failed) = self.stop()?;
-        let record = audit
+        let (host, record_failed) = self.stop();
+        let record = host
             .close_and_export()
             .map_err(|e| GatewayError::Close(e.to_string()))?;
         Gateway::closed(record_failed).map(|()| record)
     }
 
-    /// Every call ended and no share of the host left but ours: the audit session, and
-    /// whether a line failed while serving.
-    fn stop(self) -> Result<(OpenedAudit, bool), GatewayError> {
+    /// Every call ended and no share of the host left but ours: the host, and whether
+    /// a line failed while serving.
+    fn stop(self) -> (Host, bool) {
         self.server.shut_down(server::SHUTTING_DOWN);
         let record_failed = self.server.record_failed();
         drop(self.server);
-        let audit = self
-            .host
-            .into_audit()
-            .map_err(|_| GatewayError::Close("a call is still open".into()))?;
-        Ok((audit, record_failed))
+        (self.host, record_failed)
     }
 
     fn closed(record_failed: bool) -> Result<(), GatewayError> {

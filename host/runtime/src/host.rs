@@ -268,6 +268,28 @@ impl Host {
         self.pipeline.notice()
     }
 
+    /// Ends the host and its session with the close line, so the record ends anchored:
+    /// the one place a front end (`run`, `wrap`, `gateway`, the demo) closes one.
+    ///
+    /// # Errors
+    /// [`CloseError::CallOpen`]: a call begun with [`Host::begin`] is still open (the
+    /// session is left to its drop, which closes it after that call's outcome); or the
+    /// close line could not be written.
+    pub fn close(self) -> Result<(), CloseError> {
+        let audit = self.into_audit().map_err(|_| CloseError::CallOpen)?;
+        audit.session.close().map(drop).map_err(CloseError::Write)
+    }
+
+    /// [`Host::close`], then the sink's whole record: the only way to see a volatile
+    /// sink's lines, which end with the process.
+    ///
+    /// # Errors
+    /// As [`Host::close`], or the sink could not be read.
+    pub fn close_and_export(self) -> Result<Vec<u8>, CloseError> {
+        let audit = self.into_audit().map_err(|_| CloseError::CallOpen)?;
+        audit.close_and_export().map_err(CloseError::Export)
+    }
+
     /// Ends the host, handing back its audit session (to close or export it).
     ///
     /// # Errors
@@ -279,6 +301,21 @@ impl Host {
             Err(pipeline) => Err(Host { pipeline }),
         }
     }
+}
+
+/// Why a host's session could not be closed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CloseError {
+    /// A call is still open; its outcome is owed first.
+    #[error("a call is still open")]
+    CallOpen,
+    /// The close line could not be written.
+    #[error(transparent)]
+    Write(aegis_record::chain::WriteError),
+    /// The close line could not be written, or the record read back.
+    #[error(transparent)]
+    Export(std::io::Error),
 }
 
 impl std::ops::Deref for Host {

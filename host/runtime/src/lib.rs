@@ -23,7 +23,7 @@ pub mod registry;
 pub mod sandbox;
 
 pub use audit::{AuditNotice, OpenedAudit, RetentionError, export, open_audit};
-pub use host::{Host, HostBuilder, PluginSource};
+pub use host::{CloseError, Host, HostBuilder, PluginSource};
 pub use outcome::{Ending, Exceeded};
 pub use pipeline::{
     Call, CallClass, CallRecord, CallRequest, Executed, OpenError, OwnedCall, Pipeline,
