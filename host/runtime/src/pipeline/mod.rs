@@ -183,7 +183,7 @@ pub enum CallClass {
     ResourceExceeded,
     /// The host did not run it (it could not start the tool, or the call was
     /// abandoned), or a host handler's context refused an effect outside the grant; or
-    /// the call stopped before any station decided (see [`stopped_before_the_stations`]):
+    /// the call stopped before any station decided (see [`OutcomeLine::stopped_before_the_stations`]):
     /// the caller refused it itself, as the MCP relay does a call to an unknown tool.
     HostDenied,
 }
