@@ -23,7 +23,10 @@
 //!   refused, recorded, and answered `isError` naming the gateway, never queued.
 //!
 //! # Non-guarantees
-//! - A tool's stderr goes to the operator ([`Note::ToolStderr`]), never to the client.
+//! - A tool's stderr goes to the operator ([`Note::ToolStderr`]); when the tool failed,
+//!   its last 2 KiB (escaped) also goes to the client after the refusal's words, marked
+//!   as the tool's output (`aegis_record::refusal::Refusal::with_tool_stderr`): what a
+//!   tool writes is untrusted either way, like its stdout.
 //! - Output that is not UTF-8 is not served as text: the record says the tool
 //!   succeeded, the client gets `isError` saying why it got no text. Likewise a tool
 //!   declared `output = "content"` whose output is not valid content blocks (see
@@ -189,7 +192,9 @@ pub(crate) const SHUTTING_DOWN: &str = "the gateway is shutting down";
 /// too ([`Refusal::tool_result`]): the text a model reads, `isError`, and the facts in
 /// `_meta`.
 fn refused(refusal: &Refusal) -> CallToolResult {
-    let mut result = CallToolResult::error(vec![ContentBlock::text(refusal.text())]);
+    let mut content = vec![ContentBlock::text(refusal.text())];
+    content.extend(refusal.tool_stderr_text().map(ContentBlock::text));
+    let mut result = CallToolResult::error(content);
     let meta = Value::Object(refusal.meta()).to_canonical();
     // Canonical JSON of an object always reads back as one.
     if let Ok(facts) = serde_json::from_slice::<serde_json::Value>(&meta) {
@@ -573,7 +578,9 @@ impl GatewayServer {
     fn result(&self, tool: &Served, record: &CallRecord) -> CallToolResult {
         let call_id = &record.outcome.call_id;
         let Some(output) = &record.output else {
-            return refused(&refusal_of(record));
+            // A tool that failed usually said why on stderr: its tail goes with the
+            // refusal, as the tool's words.
+            return refused(&refusal_of(record).with_tool_stderr(&record.stderr));
         };
         if tool.spec.output == OutputKind::Content {
             return match crate::content::blocks(output) {

@@ -245,7 +245,14 @@ pub struct Refusal {
     pub reason: String,
     /// The record's call id, when the refusal was recorded.
     pub call_id: Option<String>,
+    /// The tail of what the tool wrote on stderr before it failed, escaped: shown to
+    /// the client after the host's words, as the tool's (untrusted) output.
+    pub tool_stderr: Option<String>,
 }
+
+/// The most of a failed tool's stderr a client is shown: its last bytes, where the
+/// reason usually is (`No such file or directory`).
+pub const STDERR_TAIL: usize = 2048;
 
 impl Refusal {
     /// A refusal not (yet) on the record.
@@ -254,6 +261,7 @@ impl Refusal {
             cause,
             reason: reason.into(),
             call_id: None,
+            tool_stderr: None,
         }
     }
 
@@ -267,6 +275,28 @@ impl Refusal {
     pub fn recorded(mut self, call_id: impl Into<String>) -> Refusal {
         self.call_id = Some(call_id.into());
         self
+    }
+
+    /// The same, with the tail of the tool's stderr (at most [`STDERR_TAIL`] bytes, its
+    /// control characters escaped but its lines kept). Nothing is added for a tool that
+    /// wrote nothing, or for a call the host did not run.
+    #[must_use]
+    pub fn with_tool_stderr(mut self, stderr: &[u8]) -> Refusal {
+        let from = stderr.len().saturating_sub(STDERR_TAIL);
+        let tail = String::from_utf8_lossy(&stderr[from..]);
+        // A cut mid-character leaves a replacement character at the start: drop it.
+        let tail = tail.trim_start_matches('\u{fffd}').trim_end();
+        if !tail.is_empty() && self.station() == Station::Sandbox {
+            self.tool_stderr = Some(crate::text::escape_keeping_lines(tail).into_owned());
+        }
+        self
+    }
+
+    /// The second text block a client is shown when the tool said why it failed.
+    pub fn tool_stderr_text(&self) -> Option<String> {
+        self.tool_stderr.as_ref().map(|tail| {
+            format!("What the tool wrote on stderr (its last lines; tool output, not Aegis's words):\n{tail}")
+        })
     }
 
     /// The text a model reads: who stopped the call, why, and its id on the record.
@@ -300,14 +330,19 @@ impl Refusal {
     /// The whole MCP tool result, as canonical JSON: one text block ([`Refusal::text`]),
     /// `isError: true`, and [`Refusal::meta`] under [`META_KEY`].
     pub fn tool_result(&self) -> Object {
-        let mut block = Object::new();
-        block.insert("text", self.text());
-        block.insert("type", "text");
+        let block = |text: String| {
+            let mut block = Object::new();
+            block.insert("text", text);
+            block.insert("type", "text");
+            Value::Object(block)
+        };
+        let mut content = vec![block(self.text())];
+        content.extend(self.tool_stderr_text().map(block));
         let mut meta = Object::new();
         meta.insert(META_KEY, Value::Object(self.meta()));
         let mut result = Object::new();
         result.insert("_meta", Value::Object(meta));
-        result.insert("content", Value::Array(vec![Value::Object(block)]));
+        result.insert("content", Value::Array(content));
         result.insert("isError", true);
         result
     }
@@ -340,6 +375,31 @@ mod tests {
             stopped
                 .text()
                 .starts_with("Aegis stopped this tool call in the sandbox: ")
+        );
+    }
+
+    /// A failed tool's stderr comes after the host's words, its tail only, escaped; a
+    /// refusal before the tool ran carries none.
+    #[test]
+    fn a_failed_tools_stderr_tail_is_shown_escaped() {
+        let mut stderr = "x".repeat(5000).into_bytes();
+        stderr.extend_from_slice("\u{e9}read-file: /nope: No such file\x1b[31m\n".as_bytes());
+        let r = Refusal::new(Cause::Trapped, "trapped: the tool exited with status 1")
+            .with_tool_stderr(&stderr);
+        let tail = r.tool_stderr.as_deref().unwrap();
+        assert!(tail.len() <= STDERR_TAIL + 8, "{}", tail.len());
+        assert!(tail.ends_with("No such file\\u{1b}[31m"), "{tail}");
+        let Value::Array(content) = r.tool_result().get("content").unwrap().clone() else {
+            panic!("content is an array")
+        };
+        assert_eq!(content.len(), 2);
+        let refused = Refusal::new(Cause::Denied, "no").with_tool_stderr(b"anything");
+        assert_eq!(refused.tool_stderr, None);
+        assert_eq!(
+            Refusal::new(Cause::Trapped, "t")
+                .with_tool_stderr(b" \n")
+                .tool_stderr,
+            None
         );
     }
 

@@ -237,6 +237,24 @@ async fn exercise(client: &RunningService<RoleClient, ()>) -> usize {
     let r = call(client, "read-file", serde_json::json!({"path": hello})).await;
     assert_eq!(first_text(&r), "hello from a read root\n", "{r:?}");
 
+    // A tool that fails says why: its stderr's tail follows the host's words, escaped.
+    let missing = fixtures().join("data/no-such-file\u{1b}[2J.txt");
+    let r = call(client, "read-file", serde_json::json!({"path": missing})).await;
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    let said = first_text(&r);
+    assert!(said.contains("exited with status 1"), "{said}");
+    let told = r
+        .content
+        .get(1)
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.clone());
+    let told = told.expect("a second block with the tool's stderr");
+    assert!(told.contains("No such file or directory"), "{told}");
+    assert!(
+        told.contains("\\u{1b}[2J") && !told.contains('\u{1b}'),
+        "{told}"
+    );
+
     // A policy refusal names the station and the call id.
     let r = call(client, "reverse", serde_json::json!({})).await;
     assert_eq!(r.is_error, Some(true));
@@ -289,7 +307,7 @@ async fn exercise(client: &RunningService<RoleClient, ()>) -> usize {
         let r = r.unwrap();
         assert_eq!(first_text(&r), format!(r#"{{"message":"m{i}"}}"#));
     }
-    9 + 16
+    10 + 16
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
