@@ -423,7 +423,17 @@ pub fn verdict(record: &CallRecord) -> String {
             o.wall_ms.map_or(0, |w| w.get())
         );
     }
-    aegis_runtime::refusal::refusal_of(record).reason
+    let reason = aegis_runtime::refusal::refusal_of(record).reason;
+    let flag = match &o.execution {
+        ExecutionOutcome::ResourceExceeded { kind } => match kind.as_str() {
+            "memory" => "--max-memory",
+            "wall_time" => "--max-wall-ms",
+            "output" => "--max-output",
+            _ => return reason,
+        },
+        _ => return reason,
+    };
+    format!("{reason}; raise it with {flag}, unless a policy rule's limits hold it lower")
 }
 
 /// The arguments `input` states: input that opens as a JSON object (its first byte

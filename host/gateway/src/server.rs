@@ -35,6 +35,7 @@
 
 use crate::manifest::{Delivery, OutputKind, ToolSpec};
 use aegis_policy_arguments::unambiguous::canonical_of;
+use aegis_record::ExecutionOutcome;
 use aegis_record::json::Value;
 use aegis_runtime::pipeline::{CallRecord, CallRequest};
 use aegis_runtime::refusal::{Cause, META_KEY, Refusal, refusal_of};
@@ -203,6 +204,20 @@ fn refused(refusal: &Refusal) -> CallToolResult {
         result.meta = Some(rmcp::model::MetaObject(object));
     }
     result
+}
+
+/// Where an operator raises the ceiling `kind` that stopped a call: the tool's
+/// `[tool.limits]` in the manifest, unless a policy rule's `limits` holds it lower.
+fn raise_hint(kind: &str) -> String {
+    let field = match kind {
+        "memory" => "memory_bytes",
+        "wall_time" => "wall_ms",
+        "output" => "output_bytes",
+        _ => return String::new(),
+    };
+    format!(
+        " (the operator raises it with limits.{field} in the tool's manifest, unless a policy rule's limits hold it lower)"
+    )
 }
 
 /// Output the gateway withholds after the call succeeded (it is not what the manifest
@@ -580,7 +595,11 @@ impl GatewayServer {
         let Some(output) = &record.output else {
             // A tool that failed usually said why on stderr: its tail goes with the
             // refusal, as the tool's words.
-            return refused(&refusal_of(record).with_tool_stderr(&record.stderr));
+            let mut refusal = refusal_of(record).with_tool_stderr(&record.stderr);
+            if let ExecutionOutcome::ResourceExceeded { kind } = &record.outcome.execution {
+                refusal.reason.push_str(&raise_hint(kind));
+            }
+            return refused(&refusal);
         };
         if tool.spec.output == OutputKind::Content {
             return match crate::content::blocks(output) {

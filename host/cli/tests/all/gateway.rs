@@ -274,7 +274,10 @@ async fn exercise(client: &RunningService<RoleClient, ()>) -> usize {
     let said = first_text(&call(client, "refuse", serde_json::json!({})).await);
     assert!(said.contains("refused: this tool says no"), "{said}");
     let said = first_text(&call(client, "spin", serde_json::json!({})).await);
-    assert!(said.contains("wall_time ceiling"), "{said}");
+    assert!(
+        said.contains("wall_time ceiling of ") && said.contains("limits.wall_ms"),
+        "{said}"
+    );
 
     // Arguments that do not match the schema: refused by the gateway, recorded.
     let r = call(client, "echo-structured", serde_json::json!({"message": 7})).await;

@@ -168,6 +168,27 @@ fn each_refusal_class_has_its_exit_code() {
     );
 }
 
+/// A ceiling that stopped a call is named with its value and the flag that raises it.
+#[test]
+fn a_ceiling_says_its_value_and_how_to_raise_it() {
+    let spin = guest("spin");
+    let out = run(&[
+        "--component",
+        spin.to_str().unwrap(),
+        "--id",
+        "s",
+        "--max-wall-ms",
+        "50",
+    ]);
+    assert_eq!(out.status.code(), Some(15));
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("stopped by the wall_time ceiling of 50 ms")
+            && said.contains("raise it with --max-wall-ms"),
+        "{said}"
+    );
+}
+
 #[test]
 fn bad_input_is_one_line_with_its_exit_code() {
     let dir = tempfile::tempdir().unwrap();
