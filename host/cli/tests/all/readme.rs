@@ -302,3 +302,55 @@ fn every_evidence_claim_is_in_the_findings_and_names_real_tests() {
     assert!(seen >= 20, "only {seen} claims");
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// Every `builtin:NAME` the docs, examples and profiles name is a plugin this binary
+/// links: a copied comment naming one that does not exist fails a profile at load.
+#[test]
+fn every_builtin_the_docs_name_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let known: Vec<String> = aegis_runtime::Registry::new()
+        .builtins()
+        .iter()
+        .map(|p| p.metadata().name.to_string())
+        .collect();
+    let mut files = vec![root.join("README.md"), root.join("SECURITY.md")];
+    for dir in [
+        "spec",
+        "examples",
+        "examples/cedar",
+        "profiles",
+        "host/cli/src",
+    ] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+            files.push(entry.path());
+        }
+    }
+    for dir in ["host", "stations", "sinks"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+            files.push(entry.path().join("README.md"));
+        }
+    }
+    let mut named = 0;
+    for file in files {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        for (at, _) in text.match_indices("builtin:") {
+            let name: String = text[at + "builtin:".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+                .collect();
+            // `builtin:NAME` as a placeholder, or the prefix alone in prose.
+            if name.is_empty() || name == "NAME" || name.chars().all(|c| c.is_ascii_uppercase()) {
+                continue;
+            }
+            named += 1;
+            assert!(
+                known.contains(&name),
+                "{} names builtin:{name}, which is not one of {known:?}",
+                file.display()
+            );
+        }
+    }
+    assert!(named > 5, "the docs name built-ins; found {named}");
+}
