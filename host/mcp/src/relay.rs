@@ -1739,7 +1739,7 @@ fn refusal_log(id: &RequestId, refusal: &Refusal) -> String {
         "refused tools/call {} at {}: {}",
         id.raw,
         refusal.station(),
-        refusal.reason.escape_debug()
+        aegis_record::text::escape(&refusal.reason)
     )
 }
 

@@ -144,6 +144,28 @@ fn an_allowed_call_is_forwarded_byte_exact_and_ends_once() {
     assert_eq!(log.ended[&1], "response tool_error=true");
 }
 
+/// The operator's log line quotes a refusal as it reads: quotes and apostrophes as they
+/// are (`escape_debug` wrote `the server\'s`), control characters escaped.
+#[test]
+fn a_refusals_log_line_reads_as_written() {
+    let mut relay = listed(CountingGate::default(), RelayConfig::default());
+    let actions = relay.from_client(line(&call("1", "o'neil\\u001b[2J")));
+    let logs: Vec<&String> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Log(l) if l.starts_with("refused tools/call") => Some(l),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(logs.len(), 1, "{actions:?}");
+    assert!(logs[0].contains("\"o'neil\\u{1b}[2J\""), "{}", logs[0]);
+    assert!(
+        !logs[0].contains('\u{1b}') && !logs[0].contains("\\'"),
+        "{}",
+        logs[0]
+    );
+}
+
 #[test]
 fn a_refused_call_is_answered_with_a_result_and_never_forwarded() {
     let gate = CountingGate {
