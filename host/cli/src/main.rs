@@ -8,8 +8,11 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use error::CliError;
+
 mod confine;
 mod demo;
+mod error;
 mod gateway;
 mod help;
 mod interrupt;
@@ -344,54 +347,7 @@ fn main() -> ExitCode {
         Verbosity::Normal
     });
     style::set(cli.color);
-    // A global option must not be silently ignored where it means nothing.
-    if cli.profile.is_some() && !cli.command.uses_profile() {
-        error(format_args!(
-            "--profile has no effect on `aegis {}`, which uses no profile; leave it out",
-            cli.command.name()
-        ));
-        return ExitCode::from(exit::TAMPERED_OR_USAGE);
-    }
-    let profile = cli.profile.as_deref().unwrap_or("default");
-    let code = match cli.command {
-        Command::Verify(args) => aegis_verify::run(&args),
-        Command::Recheck(args) => recheck::recheck(profile, &args),
-        Command::Keygen { out, force } => key::keygen(&out, force),
-        Command::Key {
-            command: key::KeyCommand::Show { keyfile },
-        } => key::show(&keyfile),
-        Command::Run(args) => run::run(profile, &args),
-        Command::Wrap(args) => wrap::wrap(profile, &args),
-        Command::Gateway(args) => gateway::gateway(profile, &args),
-        Command::Confine(args) => confine::confine(profile, &args),
-        Command::Demo => {
-            // The walk runs on the embedded default profile.
-            note(format_args!(
-                "aegis: profile default ({})",
-                aegis_runtime::ProfileSource::Embedded
-            ));
-            demo::run()
-        }
-        Command::Plugins {
-            command: PluginsCommand::List { paths, json },
-        } => plugins::list(&paths, json),
-        Command::Profiles {
-            command: ProfilesCommand::List,
-        } => plugins::list_profiles(),
-        Command::Export { out, force } => plugins::export(profile, &out, force),
-        Command::Profiles {
-            command: ProfilesCommand::Show { name, json },
-        } => plugins::show_profile(name.as_deref().unwrap_or(profile), json),
-        Command::Completions { shell } => {
-            let mut out = Vec::new();
-            clap_complete::generate(shell, &mut Cli::command(), "aegis", &mut out);
-            match print(&out) {
-                Ok(()) => exit::OK,
-                Err(_) => exit::UNREADABLE,
-            }
-        }
-        Command::Man { command } => man(command.as_deref()),
-    };
+    let code = dispatch(cli).unwrap_or_else(failed);
     // Data that could not be written is a failure, even if the command's work succeeded.
     if let Some(e) = STDOUT_FAILED.get()
         && code == exit::OK
@@ -402,9 +358,71 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
+/// Says why the command failed (unless it was said already) and gives its exit code:
+/// the one place a [`CliError`] is printed.
+fn failed(e: CliError) -> u8 {
+    if !e.said() {
+        error(&e);
+    }
+    e.exit_code()
+}
+
+/// Runs the command: its exit code, or why it failed.
+fn dispatch(cli: Cli) -> Result<u8, CliError> {
+    // A global option must not be silently ignored where it means nothing.
+    if cli.profile.is_some() && !cli.command.uses_profile() {
+        return Err(CliError::Usage(format!(
+            "--profile has no effect on `aegis {}`, which uses no profile; leave it out",
+            cli.command.name()
+        )));
+    }
+    let profile = cli.profile.as_deref().unwrap_or("default");
+    match cli.command {
+        // verify keeps its own errors: its crate is the auditor's build too.
+        Command::Verify(args) => Ok(aegis_verify::run(&args)),
+        Command::Recheck(args) => Ok(recheck::recheck(profile, &args)),
+        Command::Keygen { out, force } => key::keygen(&out, force),
+        Command::Key {
+            command: key::KeyCommand::Show { keyfile },
+        } => key::show(&keyfile),
+        Command::Run(args) => Ok(run::run(profile, &args)),
+        Command::Wrap(args) => Ok(wrap::wrap(profile, &args)),
+        Command::Gateway(args) => Ok(gateway::gateway(profile, &args)),
+        Command::Confine(args) => Ok(confine::confine(profile, &args)),
+        Command::Demo => {
+            // The walk runs on the embedded default profile.
+            note(format_args!(
+                "aegis: profile default ({})",
+                aegis_runtime::ProfileSource::Embedded
+            ));
+            Ok(demo::run())
+        }
+        Command::Plugins {
+            command: PluginsCommand::List { paths, json },
+        } => Ok(plugins::list(&paths, json)),
+        Command::Profiles {
+            command: ProfilesCommand::List,
+        } => Ok(plugins::list_profiles()),
+        Command::Export { out, force } => Ok(plugins::export(profile, &out, force)),
+        Command::Profiles {
+            command: ProfilesCommand::Show { name, json },
+        } => Ok(plugins::show_profile(
+            name.as_deref().unwrap_or(profile),
+            json,
+        )),
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "aegis", &mut out);
+            print(&out).map_err(|_| CliError::Stdout)?;
+            Ok(exit::OK)
+        }
+        Command::Man { command } => man(command.as_deref()),
+    }
+}
+
 /// `aegis man [COMMAND]`: the page, rendered from the clap definitions (so it lists what
 /// `--help` lists, EXAMPLES and EXIT STATUS included).
-fn man(command: Option<&str>) -> u8 {
+fn man(command: Option<&str>) -> Result<u8, CliError> {
     let mut top = Cli::command();
     top.build();
     let page = match command {
@@ -414,27 +432,23 @@ fn man(command: Option<&str>) -> u8 {
             // A subcommand carries no version of its own; its page names aegis's.
             Some(sub) => sub.clone().version(env!("CARGO_PKG_VERSION")),
             None => {
-                error(format_args!(
+                return Err(CliError::Usage(format!(
                     "no command {:?} (one of: {})",
                     aegis_record::text::escape(name),
                     top.get_subcommands()
                         .map(|c| c.get_name().to_owned())
                         .collect::<Vec<_>>()
                         .join(", ")
-                ));
-                return exit::TAMPERED_OR_USAGE;
+                )));
             }
         },
     };
     let mut out = Vec::new();
-    if let Err(e) = clap_mangen::Man::new(page).render(&mut out) {
-        error(format_args!("the man page could not be rendered: {e}"));
-        return exit::UNREADABLE;
-    }
-    match print(&out) {
-        Ok(()) => exit::OK,
-        Err(_) => exit::UNREADABLE,
-    }
+    clap_mangen::Man::new(page)
+        .render(&mut out)
+        .map_err(|e| CliError::Unreadable(format!("the man page could not be rendered: {e}")))?;
+    print(&out).map_err(|_| CliError::Stdout)?;
+    Ok(exit::OK)
 }
 
 /// Opens the host, taking turns on a record another process is writing (as cargo does on

@@ -1,0 +1,45 @@
+//! Why a command failed, and the exit code each kind of failure takes.
+//!
+//! A subcommand returns `Ok(code)` for what it came to (success, verify's and recheck's
+//! verdicts, run's class, a server's status, a signal's 128+N) and `Err(CliError)` when
+//! it could not do its work. `main` says the error, once, as `error: …` and exits with
+//! [`CliError::exit_code`]; the codes are [`crate::exit`]'s, as each `--help` documents.
+
+use crate::exit;
+
+/// A command's failure. The message is complete as it stands (anything a file, a peer
+/// or a guest chose is already escaped); the variant is the kind, and so the code.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The command line asks for something that cannot be done: a flag's value, a file
+    /// in the way, a host file where a confined program may reach it (exit 1).
+    #[error("{0}")]
+    Usage(String),
+    /// The input, a file or a root could not be read or written (exit 2).
+    #[error("{0}")]
+    Unreadable(String),
+    /// Standard output refused the command's data (exit 2). Not said here: [`crate::print`]
+    /// kept why, and `main` says it only of a command that otherwise succeeded.
+    #[error("standard output could not be written")]
+    Stdout,
+    /// A profile, plugin, key or sink was refused, or the signal handlers could not be
+    /// installed (exit 4).
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl CliError {
+    /// The exit code this failure takes.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Usage(_) => exit::TAMPERED_OR_USAGE,
+            CliError::Unreadable(_) | CliError::Stdout => exit::UNREADABLE,
+            CliError::Refused(_) => exit::REFUSED,
+        }
+    }
+
+    /// Whether the failure was already said, or is not said at all (see the variants).
+    pub fn said(&self) -> bool {
+        matches!(self, CliError::Stdout)
+    }
+}
