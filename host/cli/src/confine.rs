@@ -392,7 +392,8 @@ pub fn start(
 pub fn confine(profile_name: &str, args: &ConfineArgs) -> u8 {
     let profile = match crate::use_profile(profile_name) {
         Ok(p) => p,
-        Err(code) => return code,
+        // Until this command returns CliError itself.
+        Err(e) => return crate::failed(e),
     };
     let report = args
         .report

@@ -26,6 +26,12 @@ pub enum CliError {
     /// installed (exit 4).
     #[error("{0}")]
     Refused(String),
+    /// Another process is writing the record (exit 5).
+    #[error("{0}")]
+    Busy(String),
+    /// recheck: the record is Tampered, so nothing was replayed (exit 8).
+    #[error("{0}")]
+    Tampered(String),
 }
 
 impl CliError {
@@ -35,6 +41,8 @@ impl CliError {
             CliError::Usage(_) => exit::TAMPERED_OR_USAGE,
             CliError::Unreadable(_) | CliError::Stdout => exit::UNREADABLE,
             CliError::Refused(_) => exit::REFUSED,
+            CliError::Busy(_) => exit::BUSY,
+            CliError::Tampered(_) => exit::RECHECK_TAMPERED,
         }
     }
 

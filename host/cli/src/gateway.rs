@@ -190,7 +190,8 @@ pub fn gateway(profile_name: &str, a: &GatewayArgs) -> u8 {
     };
     let profile = match crate::use_profile(profile_name) {
         Ok(p) => p,
-        Err(code) => return code,
+        // Until this command returns CliError itself.
+        Err(e) => return crate::failed(e),
     };
     let reach = tools_reach(&manifest);
     if let Err(code) = refuse_tools_reach(&reach, a, &manifest, &profile) {

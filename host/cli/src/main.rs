@@ -380,7 +380,7 @@ fn dispatch(cli: Cli) -> Result<u8, CliError> {
     match cli.command {
         // verify keeps its own errors: its crate is the auditor's build too.
         Command::Verify(args) => Ok(aegis_verify::run(&args)),
-        Command::Recheck(args) => Ok(recheck::recheck(profile, &args)),
+        Command::Recheck(args) => recheck::recheck(profile, &args),
         Command::Keygen { out, force } => key::keygen(&out, force),
         Command::Key {
             command: key::KeyCommand::Show { keyfile },
@@ -399,17 +399,14 @@ fn dispatch(cli: Cli) -> Result<u8, CliError> {
         }
         Command::Plugins {
             command: PluginsCommand::List { paths, json },
-        } => Ok(plugins::list(&paths, json)),
+        } => plugins::list(&paths, json),
         Command::Profiles {
             command: ProfilesCommand::List,
-        } => Ok(plugins::list_profiles()),
-        Command::Export { out, force } => Ok(plugins::export(profile, &out, force)),
+        } => plugins::list_profiles(),
+        Command::Export { out, force } => plugins::export(profile, &out, force),
         Command::Profiles {
             command: ProfilesCommand::Show { name, json },
-        } => Ok(plugins::show_profile(
-            name.as_deref().unwrap_or(profile),
-            json,
-        )),
+        } => plugins::show_profile(name.as_deref().unwrap_or(profile), json),
         Command::Completions { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "aegis", &mut out);
@@ -549,24 +546,18 @@ impl HostFlags {
 /// it came from, so a profile picked up from an unexpected place is visible.
 ///
 /// # Errors
-/// The exit code, after printing why the profile was refused.
-fn use_profile(name_or_path: &str) -> Result<aegis_runtime::Profile, u8> {
-    match aegis_runtime::Profile::find(name_or_path) {
-        Ok(p) => {
-            // A profile's name and path are the operator's, but a path can hold anything.
-            let source = p.source.to_string();
-            note(format_args!(
-                "aegis: profile {} ({})",
-                aegis_record::text::escape(&p.name),
-                aegis_record::text::escape(&source)
-            ));
-            Ok(p)
-        }
-        Err(e) => {
-            error(e);
-            Err(exit::REFUSED)
-        }
-    }
+/// Why the profile was refused.
+fn use_profile(name_or_path: &str) -> Result<aegis_runtime::Profile, CliError> {
+    let p =
+        aegis_runtime::Profile::find(name_or_path).map_err(|e| CliError::Refused(e.to_string()))?;
+    // A profile's name and path are the operator's, but a path can hold anything.
+    let source = p.source.to_string();
+    note(format_args!(
+        "aegis: profile {} ({})",
+        aegis_record::text::escape(&p.name),
+        aegis_record::text::escape(&source)
+    ));
+    Ok(p)
 }
 
 /// Set when stdout refused a write for any reason but a closed pipe.

@@ -203,7 +203,8 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
     }
     let profile = match crate::use_profile(profile_name) {
         Ok(p) => p,
-        Err(code) => return code,
+        // Until this command returns CliError itself.
+        Err(e) => return crate::failed(e),
     };
     // The profile's own files, now that it is known, and the directories a later
     // command loads profiles and plugins from. (The component may be beneath the

@@ -85,7 +85,8 @@ impl std::io::Write for ClientOut {
 pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
     let profile = match crate::use_profile(profile_name) {
         Ok(p) => p,
-        Err(code) => return code,
+        // Until this command returns CliError itself.
+        Err(e) => return crate::failed(e),
     };
     // Checked before the server starts: a file the session trusts or writes must not be
     // where the confined server can replace it (a link, a FIFO, pins of its own
