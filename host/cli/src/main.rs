@@ -385,17 +385,17 @@ fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Key {
             command: key::KeyCommand::Show { keyfile },
         } => key::show(&keyfile),
-        Command::Run(args) => Ok(run::run(profile, &args)),
-        Command::Wrap(args) => Ok(wrap::wrap(profile, &args)),
-        Command::Gateway(args) => Ok(gateway::gateway(profile, &args)),
-        Command::Confine(args) => Ok(confine::confine(profile, &args)),
+        Command::Run(args) => run::run(profile, &args),
+        Command::Wrap(args) => wrap::wrap(profile, &args),
+        Command::Gateway(args) => gateway::gateway(profile, &args),
+        Command::Confine(args) => confine::confine(profile, &args),
         Command::Demo => {
             // The walk runs on the embedded default profile.
             note(format_args!(
                 "aegis: profile default ({})",
                 aegis_runtime::ProfileSource::Embedded
             ));
-            Ok(demo::run())
+            demo::run()
         }
         Command::Plugins {
             command: PluginsCommand::List { paths, json },
@@ -450,13 +450,16 @@ fn man(command: Option<&str>) -> Result<u8, CliError> {
 
 /// Opens the host, taking turns on a record another process is writing (as cargo does on
 /// a shared directory) unless `no_wait`: says once what it waits for, and a signal ends
-/// the wait. The exit code when it cannot open: [`exit::BUSY`] (or the signal's code)
-/// for a busy record, [`exit::REFUSED`] otherwise. Nothing is recorded either way.
+/// the wait. Nothing is recorded when it cannot open.
+///
+/// # Errors
+/// [`CliError::Busy`] (with the signal's code if one ended the wait) for a busy record,
+/// [`CliError::Refused`] otherwise.
 fn open_host(
     builder: aegis_runtime::HostBuilder,
     no_wait: bool,
     interrupts: &interrupt::Interrupts,
-) -> Result<aegis_runtime::Host, u8> {
+) -> Result<aegis_runtime::Host, CliError> {
     let host = waiting(builder, no_wait, interrupts)
         .open()
         .map_err(|e| open_failed(e, interrupts))?;
@@ -482,14 +485,16 @@ fn waiting(
     })
 }
 
-/// Says why the host did not open; the exit code (see [`open_host`]).
-fn open_failed(e: aegis_runtime::pipeline::OpenError, interrupts: &interrupt::Interrupts) -> u8 {
-    let busy = matches!(e, aegis_runtime::pipeline::OpenError::Busy(_));
-    error(e);
-    if busy {
-        interrupts.exit_code().unwrap_or(exit::BUSY)
-    } else {
-        exit::REFUSED
+/// Why the host did not open (see [`open_host`]).
+fn open_failed(
+    e: aegis_runtime::pipeline::OpenError,
+    interrupts: &interrupt::Interrupts,
+) -> CliError {
+    match e {
+        aegis_runtime::pipeline::OpenError::Busy(_) => {
+            CliError::Busy(e.to_string()).or_interrupted(interrupts.exit_code())
+        }
+        _ => CliError::Refused(e.to_string()),
     }
 }
 
@@ -520,8 +525,11 @@ impl HostFlags {
     /// `--policy`, `--audit` and `--signing-key` applied to `builder`.
     ///
     /// # Errors
-    /// The exit code, after saying why, when the key cannot be loaded.
-    fn apply(&self, builder: aegis_runtime::HostBuilder) -> Result<aegis_runtime::HostBuilder, u8> {
+    /// [`CliError::Refused`] when the key cannot be loaded.
+    fn apply(
+        &self,
+        builder: aegis_runtime::HostBuilder,
+    ) -> Result<aegis_runtime::HostBuilder, CliError> {
         let mut builder = builder;
         if let Some(policy) = &self.policy {
             builder = builder.policy_file("--policy", policy);
@@ -530,13 +538,9 @@ impl HostFlags {
             builder = builder.audit_file("--audit", audit);
         }
         if let Some(path) = &self.signing_key {
-            match aegis_record::key::SigningKey::load(path) {
-                Ok(k) => builder = builder.signing_key(k),
-                Err(e) => {
-                    error(format_args!("--signing-key: {e}"));
-                    return Err(exit::REFUSED);
-                }
-            }
+            let key = aegis_record::key::SigningKey::load(path)
+                .map_err(|e| CliError::Refused(format!("--signing-key: {e}")))?;
+            builder = builder.signing_key(key);
         }
         Ok(builder)
     }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::confine::HostFile;
-use crate::exit;
+use crate::{CliError, exit};
 
 /// `aegis wrap`'s arguments.
 #[derive(clap::Args)]
@@ -82,12 +82,8 @@ impl std::io::Write for ClientOut {
     }
 }
 
-pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
-    let profile = match crate::use_profile(profile_name) {
-        Ok(p) => p,
-        // Until this command returns CliError itself.
-        Err(e) => return crate::failed(e),
-    };
+pub fn wrap(profile_name: &str, a: &WrapArgs) -> Result<u8, CliError> {
+    let profile = crate::use_profile(profile_name)?;
     // Checked before the server starts: a file the session trusts or writes must not be
     // where the confined server can replace it (a link, a FIFO, pins of its own
     // choosing), nor the key where it can read it.
@@ -101,30 +97,19 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
     // Against the grants as given before any of them is read; against everything the
     // confined server may reach (its exec-support set too) when it is started.
     let granted = crate::confine::Reach::of_grant(&a.grant);
-    if let Err(code) = crate::confine::refuse_granted(&granted, &host_files) {
-        return code;
-    }
-    let pins = match &a.pins {
-        Some(path) => match PinSet::read_pins_file(path) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                crate::error(e);
-                return exit::UNREADABLE;
-            }
-        },
-        None => None,
-    };
+    crate::confine::refuse_granted(&granted, &host_files)?;
+    let pins = a
+        .pins
+        .as_deref()
+        .map(PinSet::read_pins_file)
+        .transpose()
+        .map_err(|e| CliError::Unreadable(e.to_string()))?;
     if a.max_frame == 0 {
-        crate::error("--max-frame must be at least 1");
-        return exit::TAMPERED_OR_USAGE;
+        return Err(CliError::Usage("--max-frame must be at least 1".to_owned()));
     }
-    let builder = match a
+    let builder = a
         .host
-        .apply(Host::builder(profile.clone()).tool_registry(host_gate::tool_registry()))
-    {
-        Ok(b) => b,
-        Err(code) => return code,
-    };
+        .apply(Host::builder(profile.clone()).tool_registry(host_gate::tool_registry()))?;
     let sink = stderr_sink();
     let session = Session::new(
         StdioConfig {
@@ -137,13 +122,10 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
     let forwarder = session.signal_forwarder();
     // Caught from before the server starts, so none is lost between spawn and watch.
     let interrupts =
-        match crate::interrupt::Interrupts::install_with(move |signal| forwarder.forward(signal)) {
-            Ok(i) => i,
-            Err(e) => {
-                crate::error(format_args!("signal handlers could not be installed: {e}"));
-                return exit::REFUSED;
-            }
-        };
+        crate::interrupt::Interrupts::install_with(move |signal| forwarder.forward(signal))
+            .map_err(|e| {
+                CliError::Refused(format!("signal handlers could not be installed: {e}"))
+            })?;
     // Under a confining profile the helper confines itself and reports first, so the
     // open line can say what was enforced; it runs none of the server until the host is
     // open and says go.
@@ -155,17 +137,13 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
                     .stdout(Stdio::piped())
                     .stderr(Stdio::inherit());
             });
-        match started {
-            Ok(c) => Some(c),
-            Err(code) => return code,
-        }
+        Some(started?)
     } else {
         if !a.grant.grants().is_empty() {
-            crate::error(format_args!(
+            return Err(CliError::Usage(format!(
                 "--allow-read, --allow-write, --allow-net and --best-effort confine the server, but profile {} names no confinement backend; use --profile linux-confined",
                 escape(&profile.name)
-            ));
-            return exit::TAMPERED_OR_USAGE;
+            )));
         }
         None
     };
@@ -174,10 +152,7 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
         None => builder,
     };
     // Nothing is recorded and no server started until the host is open.
-    let host = match crate::open_host(builder, a.host.no_wait, &interrupts) {
-        Ok(h) => h,
-        Err(code) => return code,
-    };
+    let host = crate::open_host(builder, a.host.no_wait, &interrupts)?;
     crate::note(format_args!("aegis: {}", host.notice()));
     let gate = HostGate::new(host.pipeline().clone(), a.host.role.clone(), sink);
     let health = gate.health();
@@ -197,9 +172,8 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
         Some(confined) => match confined.start() {
             Ok(child) => session.run_child(relay, child, std::io::stdin(), ClientOut),
             Err(e) => {
-                let code = crate::confine::failed(&e);
                 let _ = close(host);
-                return code;
+                return Err(CliError::Confine(e));
             }
         },
         None => {
@@ -213,12 +187,12 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
     let ended = match ended {
         Ok(ended) => ended,
         Err(e) => {
-            crate::error(escape(&e.to_string()));
             let _ = close(host);
-            return match e {
-                StdioError::Spawn { .. } => exit::UNREADABLE,
-                _ => exit::REFUSED,
-            };
+            let message = escape(&e.to_string()).into_owned();
+            return Err(match e {
+                StdioError::Spawn { .. } => CliError::Unreadable(message),
+                _ => CliError::Refused(message),
+            });
         }
     };
     if let (Some(path), Some(pins)) = (&a.write_pins, &ended.pins)
@@ -226,16 +200,15 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
     {
         crate::error(e);
     }
-    if let Err(e) = close(host) {
-        crate::error(format_args!(
+    close(host).map_err(|e| {
+        CliError::RecordFailed(format!(
             "the session's close line could not be written: {e}"
-        ));
-        return exit::RECORD_FAILED;
-    }
+        ))
+    })?;
     if health.failed() {
-        return exit::RECORD_FAILED;
+        return Err(CliError::RecordFailedSaid);
     }
-    ended.exit_code().unwrap_or(exit::UNREADABLE)
+    Ok(ended.exit_code().unwrap_or(exit::UNREADABLE))
 }
 
 /// Ends the session with its close line.
