@@ -8,7 +8,7 @@ use aegis_record::json::Value;
 use aegis_runtime::Profile;
 use aegis_runtime::confine::{self, ConfineError, Confined, Grants, Plan};
 
-use crate::exit;
+use crate::CliError;
 
 /// What the operator grants a confined program (`confine`, and `wrap` under a profile
 /// that confines).
@@ -227,19 +227,18 @@ fn shown(p: &Path) -> std::borrow::Cow<'_, str> {
 /// open flag does.
 ///
 /// # Errors
-/// The usage exit code.
-pub fn refuse_granted(reach: &Reach, files: &[HostFile]) -> Result<(), u8> {
+/// [`CliError::Usage`], naming the file and the grant.
+pub fn refuse_granted(reach: &Reach, files: &[HostFile]) -> Result<(), CliError> {
     for f in files {
         // A secret with another name (a hard link) may be read through that name from
         // a granted directory; names cannot be listed cheaply, so any second name is
         // refused while the program is granted anything.
         if f.secret && !reach.is_empty() && other_names(&f.path) {
-            crate::error(format_args!(
+            return Err(CliError::Usage(format!(
                 "{} {} has another name (a hard link), which the program could read it by; keep a single name",
                 f.what,
                 shown(&f.path),
-            ));
-            return Err(exit::TAMPERED_OR_USAGE);
+            )));
         }
         if let Some(named) = reach.holding(&f.path, f.secret) {
             let why = if f.secret {
@@ -247,12 +246,11 @@ pub fn refuse_granted(reach: &Reach, files: &[HostFile]) -> Result<(), u8> {
             } else {
                 "where the program could replace it (with a link, a FIFO or content of its own)"
             };
-            crate::error(format_args!(
+            return Err(CliError::Usage(format!(
                 "{} {} is beneath {named}, {why}; keep it outside what the program is granted",
                 f.what,
                 shown(&f.path),
-            ));
-            return Err(exit::TAMPERED_OR_USAGE);
+            )));
         }
     }
     Ok(())
@@ -326,15 +324,6 @@ fn helper_binary() -> std::io::Result<PathBuf> {
     Ok(if small.is_file() { small } else { me })
 }
 
-/// Says why a confined start failed and picks its exit code.
-pub fn failed(e: &ConfineError) -> u8 {
-    crate::error(aegis_record::text::escape(&e.to_string()));
-    match e {
-        ConfineError::Exec(_) => confine::EXIT_EXEC,
-        _ => confine::EXIT_REFUSED,
-    }
-}
-
 /// Starts `command` confined as `profile` and `grant` say, with `configure` setting
 /// its stdio; returns the helper waiting for its go, and prints what is enforced.
 /// Before the helper is started, `host_files` are refused where the program could
@@ -346,23 +335,22 @@ pub fn start(
     command: &[OsString],
     host_files: &[HostFile],
     configure: impl FnOnce(&mut std::process::Command),
-) -> Result<Confined, u8> {
+) -> Result<Confined, CliError> {
     let Some((program, rest)) = command.split_first() else {
-        crate::error("no command given");
-        return Err(exit::TAMPERED_OR_USAGE);
+        return Err(CliError::Usage("no command given".to_owned()));
     };
-    let program = confine::resolve_program(program).map_err(|e| failed(&e))?;
-    let plan = Plan::for_program(profile, &program, grant.grants()).map_err(|e| failed(&e))?;
+    let program = confine::resolve_program(program).map_err(CliError::Confine)?;
+    let plan = Plan::for_program(profile, &program, grant.grants()).map_err(CliError::Confine)?;
     let reach = Reach::of_plan(&plan, grant);
     refuse_granted(&reach, host_files)?;
     warn_granted(&reach, &searched_dirs());
     let helper = helper_binary().map_err(|e| {
-        failed(&ConfineError::Helper(format!(
+        CliError::Confine(ConfineError::Helper(format!(
             "cannot find the aegis binary to start: {e}"
         )))
     })?;
     let confined =
-        confine::spawn(&helper, &plan, &program, rest, configure).map_err(|e| failed(&e))?;
+        confine::spawn(&helper, &plan, &program, rest, configure).map_err(CliError::Confine)?;
     let report = confined.report();
     let seccomp = report
         .details
@@ -389,21 +377,15 @@ pub fn start(
 }
 
 /// Runs `aegis confine`.
-pub fn confine(profile_name: &str, args: &ConfineArgs) -> u8 {
-    let profile = match crate::use_profile(profile_name) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
+pub fn confine(profile_name: &str, args: &ConfineArgs) -> Result<u8, CliError> {
+    let profile = crate::use_profile(profile_name)?;
     let report = args
         .report
         .as_deref()
         .filter(|r| r.as_os_str() != "-")
         .map(|r| HostFile::new("--report", r));
     let host_files = host_files(None, Some(&profile), report);
-    let confined = match start(&profile, &args.grant, &args.command, &host_files, |_| {}) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
+    let confined = start(&profile, &args.grant, &args.command, &host_files, |_| {})?;
     if let Some(to) = &args.report {
         let mut text = Value::Object(confined.report().to_object()).to_canonical();
         text.push(b'\n');
@@ -414,6 +396,7 @@ pub fn confine(profile_name: &str, args: &ConfineArgs) -> u8 {
             // run's command is refused, not followed (issue 29).
             aegis_files::write(to, &text).map_err(|e| e.into_io().to_string())
         };
+        // A report that cannot be written is said, and the command runs all the same.
         if let Err(e) = written {
             crate::error(format_args!(
                 "--report {}: {}",
@@ -422,17 +405,11 @@ pub fn confine(profile_name: &str, args: &ConfineArgs) -> u8 {
             ));
         }
     }
-    let mut child = match confined.start() {
-        Ok(c) => c,
-        Err(e) => return failed(&e),
-    };
-    match child.wait() {
-        Ok(status) => status_code(status),
-        Err(e) => {
-            crate::error(format_args!("waiting for the command: {e}"));
-            exit::UNREADABLE
-        }
-    }
+    let mut child = confined.start().map_err(CliError::Confine)?;
+    let status = child
+        .wait()
+        .map_err(|e| CliError::Unreadable(format!("waiting for the command: {e}")))?;
+    Ok(status_code(status))
 }
 
 /// The shell's convention: the exit code, or 128 + the signal.

@@ -17,8 +17,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::CliError;
 use crate::confine::{HostFile, Reach};
-use crate::exit;
 
 /// `aegis gateway`'s arguments.
 #[derive(clap::Args)]
@@ -86,15 +86,16 @@ fn notes() -> Notes {
     })
 }
 
-/// The exit code for a gateway that failed to start, serve or close.
-fn code_of(e: &GatewayError) -> u8 {
+/// Why a gateway failed to start, serve or close, by the code its kind takes.
+fn gateway_failed(e: GatewayError) -> CliError {
+    let message = e.to_string();
     match e {
-        GatewayError::Open(_) => exit::REFUSED,
+        GatewayError::Open(_) => CliError::Refused(message),
         GatewayError::Bind { .. } | GatewayError::Serve(_) | GatewayError::Sandbox(_) => {
-            exit::SERVE_FAILED
+            CliError::ServeFailed(message)
         }
-        GatewayError::Close(_) => exit::RECORD_FAILED,
-        _ => exit::UNREADABLE,
+        GatewayError::Close(_) => CliError::RecordFailed(message),
+        _ => CliError::Unreadable(message),
     }
 }
 
@@ -133,7 +134,7 @@ fn refuse_tools_reach(
     a: &GatewayArgs,
     manifest: &Manifest,
     profile: &aegis_runtime::Profile,
-) -> Result<(), u8> {
+) -> Result<(), CliError> {
     let mut more = vec![HostFile::new("--tools", &manifest.path)];
     more.extend(
         manifest
@@ -151,31 +152,20 @@ fn refuse_tools_reach(
     crate::confine::refuse_granted(reach, &files)
 }
 
-pub fn gateway(profile_name: &str, a: &GatewayArgs) -> u8 {
+pub fn gateway(profile_name: &str, a: &GatewayArgs) -> Result<u8, CliError> {
     if a.max_calls == 0 {
-        crate::error("--max-calls must be at least 1");
-        return exit::TAMPERED_OR_USAGE;
+        return Err(CliError::Usage("--max-calls must be at least 1".to_owned()));
     }
-    let manifest = match Manifest::load(&a.tools) {
-        Ok(m) => m,
-        Err(e) => {
-            crate::error(e);
-            return exit::UNREADABLE;
-        }
-    };
+    let manifest = Manifest::load(&a.tools).map_err(|e| CliError::Unreadable(e.to_string()))?;
     let transport = match a.http {
         None => Transport::Stdio,
         Some(addr) => {
-            let token = match &a.token_file {
-                Some(path) => match aegis_gateway::http::read_token(path) {
-                    Ok(t) => Some(t),
-                    Err(e) => {
-                        crate::error(e);
-                        return exit::UNREADABLE;
-                    }
-                },
-                None => None,
-            };
+            let token = a
+                .token_file
+                .as_deref()
+                .map(aegis_gateway::http::read_token)
+                .transpose()
+                .map_err(|e| CliError::Unreadable(e.to_string()))?;
             Transport::Http(HttpOptions {
                 token,
                 max_body: a.max_body,
@@ -188,18 +178,10 @@ pub fn gateway(profile_name: &str, a: &GatewayArgs) -> u8 {
             })
         }
     };
-    let profile = match crate::use_profile(profile_name) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
+    let profile = crate::use_profile(profile_name)?;
     let reach = tools_reach(&manifest);
-    if let Err(code) = refuse_tools_reach(&reach, a, &manifest, &profile) {
-        return code;
-    }
-    let cache_dir = match crate::run::cache_dir(&reach) {
-        Ok(dir) => dir,
-        Err(code) => return code,
-    };
+    refuse_tools_reach(&reach, a, &manifest, &profile)?;
+    let cache_dir = crate::run::cache_dir(&reach)?;
     // What the record should say about how the calls came in.
     let mut serving = aegis_record::json::Object::new();
     serving.insert("command", "gateway");
@@ -213,37 +195,25 @@ pub fn gateway(profile_name: &str, a: &GatewayArgs) -> u8 {
         }
     };
     serving.insert("max_calls", a.max_calls);
-    let builder = match a.host.apply(Host::builder(profile).serving(serving)) {
-        Ok(b) => b,
-        Err(code) => return code,
-    };
+    let builder = a.host.apply(Host::builder(profile).serving(serving))?;
     // Caught from before the wait for a busy record (a signal ends it, nothing
     // recorded); the server watches the same two itself once it runs.
-    let interrupts = match crate::interrupt::Interrupts::install_stop_signals() {
-        Ok(i) => i,
-        Err(e) => {
-            crate::error(format_args!("signal handlers could not be installed: {e}"));
-            return exit::REFUSED;
-        }
-    };
+    let interrupts = crate::interrupt::Interrupts::install_stop_signals()
+        .map_err(|e| CliError::Refused(format!("signal handlers could not be installed: {e}")))?;
     let builder = crate::waiting(builder, a.host.no_wait, &interrupts);
     let options = GatewayOptions {
         capacity: a.max_calls,
         cache_dir,
         role: a.host.role.clone(),
     };
-    let gateway = match Gateway::open(builder, &manifest, &options, notes()) {
-        Ok(g) => g,
-        Err(GatewayError::Open(e)) => return crate::open_failed(e, &interrupts),
-        Err(e) => {
-            crate::error(&e);
-            return code_of(&e);
-        }
-    };
+    let gateway = Gateway::open(builder, &manifest, &options, notes()).map_err(|e| match e {
+        GatewayError::Open(e) => crate::open_failed(e, &interrupts),
+        e => gateway_failed(e),
+    })?;
     // A signal that came while the tools were loaded ends the gateway before it serves.
     if let Some(code) = interrupts.exit_code() {
         let _ = gateway.close();
-        return code;
+        return Ok(code);
     }
     let names: Vec<String> = gateway
         .server()
@@ -260,11 +230,6 @@ pub fn gateway(profile_name: &str, a: &GatewayArgs) -> u8 {
             escape(at)
         ));
     });
-    match aegis_gateway::run(gateway, transport, ready) {
-        Ok(()) => exit::OK,
-        Err(e) => {
-            crate::error(&e);
-            code_of(&e)
-        }
-    }
+    aegis_gateway::run(gateway, transport, ready).map_err(gateway_failed)?;
+    Ok(crate::exit::OK)
 }

@@ -1,7 +1,7 @@
 //! `aegis keygen` and `aegis key show`: make a signing key, and say which key a seed
 //! file holds, in the two lines every other command prints (`public_key`, `key_id`).
 
-use crate::{error, exit, print};
+use crate::{CliError, exit, print};
 use aegis_record::key::{KeyError, SigningKey, create_key_dirs};
 use std::path::Path;
 
@@ -26,55 +26,33 @@ fn describe(key: &SigningKey) -> String {
 }
 
 /// `aegis key show KEYFILE`.
-pub fn show(path: &Path) -> u8 {
-    match SigningKey::load(path) {
-        Ok(key) => match print(describe(&key).as_bytes()) {
-            Ok(()) => exit::OK,
-            Err(_) => exit::UNREADABLE,
-        },
-        Err(e @ KeyError::Io { .. }) => {
-            error(e);
-            exit::UNREADABLE
-        }
-        Err(e) => {
-            error(e);
-            exit::REFUSED
-        }
-    }
+pub fn show(path: &Path) -> Result<u8, CliError> {
+    let key = SigningKey::load(path).map_err(|e| match e {
+        KeyError::Io { .. } => CliError::Unreadable(e.to_string()),
+        _ => CliError::Refused(e.to_string()),
+    })?;
+    print(describe(&key).as_bytes()).map_err(|_| CliError::Stdout)?;
+    Ok(exit::OK)
 }
 
 /// `aegis keygen --out PATH [--force]`: creates the missing directories (0700), writes
 /// the seed (0600) and prints its public half.
-pub fn keygen(out: &Path, force: bool) -> u8 {
-    let key = match SigningKey::generate() {
-        Ok(k) => k,
-        Err(e) => {
-            error(e);
-            return exit::UNREADABLE;
-        }
-    };
-    let written = create_key_dirs(out).and_then(|()| key.write_seed_file(out, force));
-    match written {
-        Ok(()) => {
-            if let Err(e) = print(describe(&key).as_bytes()) {
-                // The seed is safe on disk; make sure its public half is not lost.
-                error(format_args!(
-                    "the public key could not be printed ({e}); the key was written to {}: public_key {} key_id {}",
-                    out.display(),
-                    key.public_key(),
-                    key.key_id()
-                ));
-                return exit::UNREADABLE;
-            }
-            exit::OK
-        }
-        Err(e @ (KeyError::Exists { .. } | KeyError::NotAFile { .. })) => {
-            error(e);
-            exit::TAMPERED_OR_USAGE
-        }
-        Err(e) => {
-            error(e);
-            exit::UNREADABLE
-        }
-    }
+pub fn keygen(out: &Path, force: bool) -> Result<u8, CliError> {
+    let key = SigningKey::generate().map_err(|e| CliError::Unreadable(e.to_string()))?;
+    create_key_dirs(out)
+        .and_then(|()| key.write_seed_file(out, force))
+        .map_err(|e| match e {
+            KeyError::Exists { .. } | KeyError::NotAFile { .. } => CliError::Usage(e.to_string()),
+            _ => CliError::Unreadable(e.to_string()),
+        })?;
+    // The seed is safe on disk; make sure its public half is not lost.
+    print(describe(&key).as_bytes()).map_err(|e| {
+        CliError::Unreadable(format!(
+            "the public key could not be printed ({e}); the key was written to {}: public_key {} key_id {}",
+            out.display(),
+            key.public_key(),
+            key.key_id()
+        ))
+    })?;
+    Ok(exit::OK)
 }

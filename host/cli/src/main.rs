@@ -8,8 +8,11 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use error::CliError;
+
 mod confine;
 mod demo;
+mod error;
 mod gateway;
 mod help;
 mod interrupt;
@@ -344,17 +347,39 @@ fn main() -> ExitCode {
         Verbosity::Normal
     });
     style::set(cli.color);
+    let code = dispatch(cli).unwrap_or_else(failed);
+    // Data that could not be written is a failure, even if the command's work succeeded.
+    if let Some(e) = STDOUT_FAILED.get()
+        && code == exit::OK
+    {
+        error(format_args!("standard output could not be written: {e}"));
+        return ExitCode::from(exit::UNREADABLE);
+    }
+    ExitCode::from(code)
+}
+
+/// Says why the command failed (unless it was said already) and gives its exit code:
+/// the one place a [`CliError`] is printed.
+fn failed(e: CliError) -> u8 {
+    if !e.said() {
+        error(&e);
+    }
+    e.exit_code()
+}
+
+/// Runs the command: its exit code, or why it failed.
+fn dispatch(cli: Cli) -> Result<u8, CliError> {
     // A global option must not be silently ignored where it means nothing.
     if cli.profile.is_some() && !cli.command.uses_profile() {
-        error(format_args!(
+        return Err(CliError::Usage(format!(
             "--profile has no effect on `aegis {}`, which uses no profile; leave it out",
             cli.command.name()
-        ));
-        return ExitCode::from(exit::TAMPERED_OR_USAGE);
+        )));
     }
     let profile = cli.profile.as_deref().unwrap_or("default");
-    let code = match cli.command {
-        Command::Verify(args) => aegis_verify::run(&args),
+    match cli.command {
+        // verify keeps its own errors: its crate is the auditor's build too.
+        Command::Verify(args) => Ok(aegis_verify::run(&args)),
         Command::Recheck(args) => recheck::recheck(profile, &args),
         Command::Keygen { out, force } => key::keygen(&out, force),
         Command::Key {
@@ -385,26 +410,16 @@ fn main() -> ExitCode {
         Command::Completions { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "aegis", &mut out);
-            match print(&out) {
-                Ok(()) => exit::OK,
-                Err(_) => exit::UNREADABLE,
-            }
+            print(&out).map_err(|_| CliError::Stdout)?;
+            Ok(exit::OK)
         }
         Command::Man { command } => man(command.as_deref()),
-    };
-    // Data that could not be written is a failure, even if the command's work succeeded.
-    if let Some(e) = STDOUT_FAILED.get()
-        && code == exit::OK
-    {
-        error(format_args!("standard output could not be written: {e}"));
-        return ExitCode::from(exit::UNREADABLE);
     }
-    ExitCode::from(code)
 }
 
 /// `aegis man [COMMAND]`: the page, rendered from the clap definitions (so it lists what
 /// `--help` lists, EXAMPLES and EXIT STATUS included).
-fn man(command: Option<&str>) -> u8 {
+fn man(command: Option<&str>) -> Result<u8, CliError> {
     let mut top = Cli::command();
     top.build();
     let page = match command {
@@ -414,38 +429,37 @@ fn man(command: Option<&str>) -> u8 {
             // A subcommand carries no version of its own; its page names aegis's.
             Some(sub) => sub.clone().version(env!("CARGO_PKG_VERSION")),
             None => {
-                error(format_args!(
+                return Err(CliError::Usage(format!(
                     "no command {:?} (one of: {})",
                     aegis_record::text::escape(name),
                     top.get_subcommands()
                         .map(|c| c.get_name().to_owned())
                         .collect::<Vec<_>>()
                         .join(", ")
-                ));
-                return exit::TAMPERED_OR_USAGE;
+                )));
             }
         },
     };
     let mut out = Vec::new();
-    if let Err(e) = clap_mangen::Man::new(page).render(&mut out) {
-        error(format_args!("the man page could not be rendered: {e}"));
-        return exit::UNREADABLE;
-    }
-    match print(&out) {
-        Ok(()) => exit::OK,
-        Err(_) => exit::UNREADABLE,
-    }
+    clap_mangen::Man::new(page)
+        .render(&mut out)
+        .map_err(|e| CliError::Unreadable(format!("the man page could not be rendered: {e}")))?;
+    print(&out).map_err(|_| CliError::Stdout)?;
+    Ok(exit::OK)
 }
 
 /// Opens the host, taking turns on a record another process is writing (as cargo does on
 /// a shared directory) unless `no_wait`: says once what it waits for, and a signal ends
-/// the wait. The exit code when it cannot open: [`exit::BUSY`] (or the signal's code)
-/// for a busy record, [`exit::REFUSED`] otherwise. Nothing is recorded either way.
+/// the wait. Nothing is recorded when it cannot open.
+///
+/// # Errors
+/// [`CliError::Busy`] (with the signal's code if one ended the wait) for a busy record,
+/// [`CliError::Refused`] otherwise.
 fn open_host(
     builder: aegis_runtime::HostBuilder,
     no_wait: bool,
     interrupts: &interrupt::Interrupts,
-) -> Result<aegis_runtime::Host, u8> {
+) -> Result<aegis_runtime::Host, CliError> {
     let host = waiting(builder, no_wait, interrupts)
         .open()
         .map_err(|e| open_failed(e, interrupts))?;
@@ -471,14 +485,16 @@ fn waiting(
     })
 }
 
-/// Says why the host did not open; the exit code (see [`open_host`]).
-fn open_failed(e: aegis_runtime::pipeline::OpenError, interrupts: &interrupt::Interrupts) -> u8 {
-    let busy = matches!(e, aegis_runtime::pipeline::OpenError::Busy(_));
-    error(e);
-    if busy {
-        interrupts.exit_code().unwrap_or(exit::BUSY)
-    } else {
-        exit::REFUSED
+/// Why the host did not open (see [`open_host`]).
+fn open_failed(
+    e: aegis_runtime::pipeline::OpenError,
+    interrupts: &interrupt::Interrupts,
+) -> CliError {
+    match e {
+        aegis_runtime::pipeline::OpenError::Busy(_) => {
+            CliError::Busy(e.to_string()).or_interrupted(interrupts.exit_code())
+        }
+        _ => CliError::Refused(e.to_string()),
     }
 }
 
@@ -509,8 +525,11 @@ impl HostFlags {
     /// `--policy`, `--audit` and `--signing-key` applied to `builder`.
     ///
     /// # Errors
-    /// The exit code, after saying why, when the key cannot be loaded.
-    fn apply(&self, builder: aegis_runtime::HostBuilder) -> Result<aegis_runtime::HostBuilder, u8> {
+    /// [`CliError::Refused`] when the key cannot be loaded.
+    fn apply(
+        &self,
+        builder: aegis_runtime::HostBuilder,
+    ) -> Result<aegis_runtime::HostBuilder, CliError> {
         let mut builder = builder;
         if let Some(policy) = &self.policy {
             builder = builder.policy_file("--policy", policy);
@@ -519,13 +538,9 @@ impl HostFlags {
             builder = builder.audit_file("--audit", audit);
         }
         if let Some(path) = &self.signing_key {
-            match aegis_record::key::SigningKey::load(path) {
-                Ok(k) => builder = builder.signing_key(k),
-                Err(e) => {
-                    error(format_args!("--signing-key: {e}"));
-                    return Err(exit::REFUSED);
-                }
-            }
+            let key = aegis_record::key::SigningKey::load(path)
+                .map_err(|e| CliError::Refused(format!("--signing-key: {e}")))?;
+            builder = builder.signing_key(key);
         }
         Ok(builder)
     }
@@ -535,24 +550,18 @@ impl HostFlags {
 /// it came from, so a profile picked up from an unexpected place is visible.
 ///
 /// # Errors
-/// The exit code, after printing why the profile was refused.
-fn use_profile(name_or_path: &str) -> Result<aegis_runtime::Profile, u8> {
-    match aegis_runtime::Profile::find(name_or_path) {
-        Ok(p) => {
-            // A profile's name and path are the operator's, but a path can hold anything.
-            let source = p.source.to_string();
-            note(format_args!(
-                "aegis: profile {} ({})",
-                aegis_record::text::escape(&p.name),
-                aegis_record::text::escape(&source)
-            ));
-            Ok(p)
-        }
-        Err(e) => {
-            error(e);
-            Err(exit::REFUSED)
-        }
-    }
+/// Why the profile was refused.
+fn use_profile(name_or_path: &str) -> Result<aegis_runtime::Profile, CliError> {
+    let p =
+        aegis_runtime::Profile::find(name_or_path).map_err(|e| CliError::Refused(e.to_string()))?;
+    // A profile's name and path are the operator's, but a path can hold anything.
+    let source = p.source.to_string();
+    note(format_args!(
+        "aegis: profile {} ({})",
+        aegis_record::text::escape(&p.name),
+        aegis_record::text::escape(&source)
+    ));
+    Ok(p)
 }
 
 /// Set when stdout refused a write for any reason but a closed pipe.

@@ -1,5 +1,6 @@
 //! `aegis plugins list`, `aegis profiles list` and `aegis profiles show`.
 
+use crate::CliError;
 use aegis_record::json::{Object, Value};
 use aegis_runtime::{Origin, Plugin, PluginChoice, Profile, ProfileSource, Registry};
 use std::fmt::Write as _;
@@ -94,7 +95,9 @@ fn json_line(o: &Object) -> String {
     line
 }
 
-pub fn list(paths: &[PathBuf], json: bool) -> u8 {
+/// `aegis plugins list`. A --path that cannot be read is said as it is found and the
+/// rest listed, so it ends as `Ok(exit::UNREADABLE)`, not as an error.
+pub fn list(paths: &[PathBuf], json: bool) -> Result<u8, CliError> {
     let registry = Registry::new();
     let mut code = crate::exit::OK;
     // A directory that is not there is a typo more often than not: say so.
@@ -144,7 +147,7 @@ pub fn list(paths: &[PathBuf], json: bool) -> u8 {
     } else {
         let _ = crate::print(shown(&out).as_bytes());
     }
-    code
+    Ok(code)
 }
 
 /// The name `--profile` finds a listed profile by: its file's stem (`NAME.toml`), or an
@@ -159,7 +162,7 @@ fn lookup_name(p: &Profile) -> String {
     }
 }
 
-pub fn list_profiles() -> u8 {
+pub fn list_profiles() -> Result<u8, CliError> {
     let mut out = format!("{:<16} {:<40} {}\n", "NAME", "SOURCE", "DESCRIPTION");
     for p in Profile::list() {
         match p {
@@ -186,7 +189,7 @@ pub fn list_profiles() -> u8 {
         }
     }
     let _ = crate::print(shown(&out).as_bytes());
-    crate::exit::OK
+    Ok(crate::exit::OK)
 }
 
 /// What building a station's plugin from its config, as `run` would, came to.
@@ -226,11 +229,8 @@ fn build(profile: &Profile, station: &'static str, choice: &PluginChoice, p: &Pl
     }
 }
 
-pub fn show_profile(name: &str, json: bool) -> u8 {
-    let profile = match crate::use_profile(name) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
+pub fn show_profile(name: &str, json: bool) -> Result<u8, CliError> {
+    let profile = crate::use_profile(name)?;
     let registry = Registry::new();
     let sha = aegis_record::digest::encode_hex(&profile.sha256);
     let mut out = String::new();
@@ -321,53 +321,45 @@ pub fn show_profile(name: &str, json: bool) -> u8 {
     // A refused profile is one line on stderr, as `run` says it; nothing on stdout.
     // The first, as `run` stops at the first.
     if let Some(why) = refusals.first() {
-        crate::error(aegis_record::text::escape(why));
-        return crate::exit::REFUSED;
+        return Err(CliError::Refused(
+            aegis_record::text::escape(why).into_owned(),
+        ));
     }
     if json {
         let _ = crate::print(json_line(&doc).as_bytes());
     } else {
         let _ = crate::print(shown(&out).as_bytes());
     }
-    crate::exit::OK
+    Ok(crate::exit::OK)
 }
 
-pub fn export(profile: &str, out: &std::path::Path, force: bool) -> u8 {
-    let profile = match crate::use_profile(profile) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
+pub fn export(profile: &str, out: &std::path::Path, force: bool) -> Result<u8, CliError> {
+    let profile = crate::use_profile(profile)?;
     let registry = Registry::new();
-    let plugin = match profile.resolve(&registry, "audit", &profile.audit) {
-        Ok(p) => p,
-        Err(e) => {
-            crate::error(e);
-            return crate::exit::REFUSED;
-        }
-    };
+    let plugin = profile
+        .resolve(&registry, "audit", &profile.audit)
+        .map_err(|e| CliError::Refused(e.to_string()))?;
     // Building a sink may create its record (the file and SQLite sinks do): export
     // reads, so a record that is not there is said, never made.
     if let Some(path) = config_path(&profile.audit.config)
         && std::fs::symlink_metadata(&path).is_err()
     {
-        crate::error(format_args!(
+        return Err(CliError::Unreadable(format!(
             "{}: no record there to export (the sink has never written one)",
             path.display()
-        ));
-        return crate::exit::UNREADABLE;
+        )));
     }
-    let sink = match plugin.audit_sink(&profile.audit.config) {
-        Ok(s) => s,
-        Err(e) => {
-            let busy = e.kind == aegis_station_api::ErrorKind::BUSY;
-            crate::error(profile.plugin_error("audit", &profile.audit, e.to_string()));
-            return if busy {
-                crate::exit::BUSY
-            } else {
-                crate::exit::REFUSED
-            };
+    let sink = plugin.audit_sink(&profile.audit.config).map_err(|e| {
+        let busy = e.kind == aegis_station_api::ErrorKind::BUSY;
+        let message = profile
+            .plugin_error("audit", &profile.audit, e.to_string())
+            .to_string();
+        if busy {
+            CliError::Busy(message)
+        } else {
+            CliError::Refused(message)
         }
-    };
+    })?;
     // --force replaces an earlier export and nothing else: a device, a FIFO or a link at
     // `out` is refused. The lines go to a fresh file beside `out` (O_EXCL | O_NOFOLLOW),
     // which takes its place only once complete and flushed (aegis_files): a link planted
@@ -378,50 +370,32 @@ pub fn export(profile: &str, out: &std::path::Path, force: bool) -> u8 {
     } else {
         aegis_files::Replace::Never
     };
-    let refused = |e: aegis_files::FileError| {
-        let code = match &e {
-            aegis_files::FileError::NotAFile { .. } => crate::exit::TAMPERED_OR_USAGE,
-            aegis_files::FileError::Exists { .. } => {
-                crate::error(format_args!(
-                    "{}: already exists (pass --force to replace it)",
-                    out.display()
-                ));
-                return crate::exit::TAMPERED_OR_USAGE;
-            }
-            _ => crate::exit::UNREADABLE,
-        };
-        crate::error(e);
-        code
+    let refused = |e: aegis_files::FileError| match &e {
+        aegis_files::FileError::NotAFile { .. } => CliError::Usage(e.to_string()),
+        aegis_files::FileError::Exists { .. } => CliError::Usage(format!(
+            "{}: already exists (pass --force to replace it)",
+            out.display()
+        )),
+        _ => CliError::Unreadable(e.to_string()),
     };
-    let file = match aegis_files::AtomicFile::create(out, replace, 0o666) {
-        Ok(f) => f,
-        Err(e) => return refused(e),
-    };
+    let file = aegis_files::AtomicFile::create(out, replace, 0o666).map_err(refused)?;
     let mut writer = std::io::BufWriter::new(file);
-    let exported = aegis_runtime::export(&sink, &mut writer).and_then(|n| {
-        let file = writer
-            .into_inner()
-            .map_err(std::io::IntoInnerError::into_error)?;
-        Ok((n, file))
-    });
-    match exported {
-        Ok((n, file)) => match file.commit() {
-            Ok(()) => {
-                crate::note(format_args!(
-                    "exported {n} lines from {} to {}",
-                    sink.location(),
-                    out.display()
-                ));
-                crate::exit::OK
-            }
-            Err(e) => refused(e),
-        },
+    let (n, file) = aegis_runtime::export(&sink, &mut writer)
+        .and_then(|n| {
+            let file = writer
+                .into_inner()
+                .map_err(std::io::IntoInnerError::into_error)?;
+            Ok((n, file))
+        })
         // The unfinished file is removed when dropped; `out` is as it was.
-        Err(e) => {
-            crate::error(format_args!("{}: {e}", out.display()));
-            crate::exit::UNREADABLE
-        }
-    }
+        .map_err(|e| CliError::Unreadable(format!("{}: {e}", out.display())))?;
+    file.commit().map_err(refused)?;
+    crate::note(format_args!(
+        "exported {n} lines from {} to {}",
+        sink.location(),
+        out.display()
+    ));
+    Ok(crate::exit::OK)
 }
 
 /// `config` with its `path` moved into a fresh private directory, when the path names

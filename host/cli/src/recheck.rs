@@ -3,7 +3,7 @@
 //! the replay itself is [`aegis_runtime::recheck`]. Nothing runs and nothing is written:
 //! no sandbox is built and no audit session opened.
 
-use crate::{error, exit, note, print};
+use crate::{CliError, exit, note, print};
 use aegis_record::json::{Object, SafeInt};
 use aegis_record::text::escape;
 use aegis_record::verify::{Options, Trust, Verdict as RecordVerdict, verify};
@@ -65,29 +65,16 @@ const GROUPS: [(Verdict, &str, &str); 4] = [
     ),
 ];
 
-pub fn recheck(profile: &str, args: &RecheckArgs) -> u8 {
+pub fn recheck(profile: &str, args: &RecheckArgs) -> Result<u8, CliError> {
     // The station first: a policy that does not load is a config error, whatever the
     // record holds.
-    let profile = match crate::use_profile(profile) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
+    let profile = crate::use_profile(profile)?;
     let registry = aegis_runtime::Registry::new();
     let (plugin, policy) =
-        match aegis_runtime::host::policy_station(&profile, &registry, args.policy.as_deref()) {
-            Ok(built) => built,
-            Err(e) => {
-                error(e);
-                return exit::REFUSED;
-            }
-        };
-    let trust = match aegis_verify::trust_slice(&args.record) {
-        Ok(trust) => trust,
-        Err(e) => {
-            error(e);
-            return exit::UNREADABLE;
-        }
-    };
+        aegis_runtime::host::policy_station(&profile, &registry, args.policy.as_deref())
+            .map_err(|e| CliError::Refused(e.to_string()))?;
+    let trust =
+        aegis_verify::trust_slice(&args.record).map_err(|e| CliError::Unreadable(e.to_string()))?;
     // Read once: the bytes verified are the bytes replayed, whatever happens to the file.
     // The verifier streams them and stops at the first Tampered finding (an endless
     // source without a newline ends there); the copy kept for the replay is capped.
@@ -101,33 +88,23 @@ pub fn recheck(profile: &str, args: &RecheckArgs) -> u8 {
     let source: Box<dyn std::io::Read> = if stdin {
         Box::new(std::io::stdin().lock())
     } else {
-        match aegis_files::open(path) {
-            Ok(file) => Box::new(file),
-            Err(e) => {
-                error(escape(&e.to_string()));
-                return exit::UNREADABLE;
-            }
-        }
+        let file = aegis_files::open(path)
+            .map_err(|e| CliError::Unreadable(escape(&e.to_string()).into_owned()))?;
+        Box::new(file)
     };
     let mut kept = Kept {
         source,
         bytes: Vec::new(),
     };
-    let report = match verify(&mut kept, &Options { trust, threads: 0 }) {
-        Ok(r) => r,
-        Err(e) => {
-            error(format_args!("{name}: {e}"));
-            return exit::UNREADABLE;
-        }
-    };
+    let report = verify(&mut kept, &Options { trust, threads: 0 })
+        .map_err(|e| CliError::Unreadable(format!("{name}: {e}")))?;
     let bytes = kept.bytes;
     match report.verdict() {
         RecordVerdict::Tampered(_) => {
-            error(format_args!(
+            return Err(CliError::Tampered(format!(
                 "{name}: the record is {}; nothing was replayed",
                 report.headline()
-            ));
-            return exit::RECHECK_TAMPERED;
+            )));
         }
         RecordVerdict::Indeterminate(_) => note(format_args!(
             "aegis: warning: the record is {}; rechecking the calls it holds",
@@ -145,13 +122,8 @@ pub fn recheck(profile: &str, args: &RecheckArgs) -> u8 {
         escape(&m.name),
         escape(&m.version)
     ));
-    let rechecked = match aegis_runtime::recheck::recheck(&bytes, &policy) {
-        Ok(r) => r,
-        Err(e) => {
-            error(format_args!("{name}: {e}"));
-            return exit::UNREADABLE;
-        }
-    };
+    let rechecked = aegis_runtime::recheck::recheck(&bytes, &policy)
+        .map_err(|e| CliError::Unreadable(format!("{name}: {e}")))?;
     let out = if args.record.json {
         let mut b = json(&rechecked, &report.headline()).to_canonical();
         b.push(b'\n');
@@ -159,17 +131,15 @@ pub fn recheck(profile: &str, args: &RecheckArgs) -> u8 {
     } else {
         text(&rechecked).into_bytes()
     };
-    if print(&out).is_err() {
-        return exit::UNREADABLE;
-    }
+    print(&out).map_err(|_| CliError::Stdout)?;
     let counts = rechecked.counts();
-    if counts.changed > 0 {
+    Ok(if counts.changed > 0 {
         exit::RECHECK_CHANGED
     } else if counts.undecidable > 0 {
         exit::RECHECK_UNDECIDABLE
     } else {
         exit::OK
-    }
+    })
 }
 
 /// `rule R`, or `the default` when no rule decided.

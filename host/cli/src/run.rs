@@ -12,7 +12,7 @@ use aegis_runtime::sandbox::Options;
 use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
 
-use crate::exit;
+use crate::{CliError, exit};
 
 /// `aegis run`'s arguments.
 #[derive(clap::Args)]
@@ -77,17 +77,16 @@ pub(crate) fn cache_path() -> Option<PathBuf> {
 /// later command, whatever that command grants. Not using it here would not help.
 ///
 /// # Errors
-/// The usage exit code, after saying why.
-pub(crate) fn cache_dir(tools: &crate::confine::Reach) -> Result<Option<PathBuf>, u8> {
+/// [`CliError::Usage`] for a cache beneath a tool's write root.
+pub(crate) fn cache_dir(tools: &crate::confine::Reach) -> Result<Option<PathBuf>, CliError> {
     let Some(dir) = cache_path() else {
         return Ok(None);
     };
     if let Some(named) = tools.writes_at(&dir) {
-        crate::error(format_args!(
+        return Err(CliError::Usage(format!(
             "the compilation cache {} is beneath {named}: a tool could plant native code there that a later aegis loads; set XDG_CACHE_HOME to a directory outside the tools' roots",
             aegis_record::text::escape(&dir.display().to_string())
-        ));
-        return Err(exit::TAMPERED_OR_USAGE);
+        )));
     }
     match usable_cache(&dir) {
         Ok(()) => {
@@ -163,7 +162,7 @@ fn read_input(a: &RunArgs) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
+pub fn run(profile_name: &str, a: &RunArgs) -> Result<u8, CliError> {
     // The tool may write (and read) beneath its roots: a file the host trusts or writes
     // must not be there (an allow rule appended to the policy, a key read and used).
     let reach = crate::confine::Reach::of_grant(&crate::confine::GrantArgs {
@@ -172,39 +171,27 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
         ..Default::default()
     });
     let host_files = crate::confine::host_files(Some(&a.host), None, []);
-    if let Err(code) = crate::confine::refuse_granted(&reach, &host_files) {
-        return code;
-    }
-    let input = match read_input(a) {
-        Ok(bytes) => bytes,
-        Err(e) => {
-            crate::error(e);
-            return exit::UNREADABLE;
-        }
-    };
+    crate::confine::refuse_granted(&reach, &host_files)?;
+    let input = read_input(a).map_err(CliError::Unreadable)?;
     let limits = Limits {
         max_memory_bytes: a.max_memory.unwrap_or(DEFAULT_LIMITS.max_memory_bytes),
         max_wall_ms: a.max_wall_ms.unwrap_or(DEFAULT_LIMITS.max_wall_ms),
         max_output_bytes: a.max_output.unwrap_or(DEFAULT_LIMITS.max_output_bytes),
     };
     let mut tools = ToolRegistry::new();
-    if let Err(e) = tools.register(ToolManifest {
-        id: a.id.clone(),
-        kind: ToolKind::Wasm {
-            component: a.component.clone(),
-        },
-        fs_read: a.allow_read.clone(),
-        fs_write: a.allow_write.clone(),
-        net: Vec::new(),
-        limits,
-    }) {
-        crate::error(e);
-        return exit::UNREADABLE;
-    }
-    let profile = match crate::use_profile(profile_name) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
+    tools
+        .register(ToolManifest {
+            id: a.id.clone(),
+            kind: ToolKind::Wasm {
+                component: a.component.clone(),
+            },
+            fs_read: a.allow_read.clone(),
+            fs_write: a.allow_write.clone(),
+            net: Vec::new(),
+            limits,
+        })
+        .map_err(|e| CliError::Unreadable(e.to_string()))?;
+    let profile = crate::use_profile(profile_name)?;
     // The profile's own files, now that it is known, and the directories a later
     // command loads profiles and plugins from. (The component may be beneath the
     // tool's roots: one it rewrites runs with the same grants next time.)
@@ -213,35 +200,18 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
         Some(&profile),
         crate::confine::searched_host_files(),
     );
-    if let Err(code) = crate::confine::refuse_granted(&reach, &host_files) {
-        return code;
-    }
-    let builder = match a.host.apply(Host::builder(profile).tool_registry(tools)) {
-        Ok(b) => b,
-        Err(code) => return code,
-    };
+    crate::confine::refuse_granted(&reach, &host_files)?;
+    let builder = a.host.apply(Host::builder(profile).tool_registry(tools))?;
     // One call per process: reserving an instance pool (about 3-4 ms) would cost more
     // than it saves (benches/results/sandbox.md).
-    let cache_dir = match cache_dir(&reach) {
-        Ok(dir) => dir,
-        Err(code) => return code,
-    };
     let builder = builder.sandbox_options(Options {
-        cache_dir,
+        cache_dir: cache_dir(&reach)?,
         concurrent_calls: None,
     });
     // From here on a signal stops the tool and lets the record end whole.
-    let interrupts = match crate::interrupt::Interrupts::install() {
-        Ok(i) => i,
-        Err(e) => {
-            crate::error(format_args!("signal handlers could not be installed: {e}"));
-            return exit::REFUSED;
-        }
-    };
-    let host = match crate::open_host(builder, a.host.no_wait, &interrupts) {
-        Ok(h) => h,
-        Err(code) => return code,
-    };
+    let interrupts = crate::interrupt::Interrupts::install()
+        .map_err(|e| CliError::Refused(format!("signal handlers could not be installed: {e}")))?;
+    let host = crate::open_host(builder, a.host.no_wait, &interrupts)?;
     let roots = |dirs: &[PathBuf]| {
         if dirs.is_empty() {
             "nothing".to_owned()
@@ -276,13 +246,7 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
         Ok(audit) => audit.session.close().map_err(|e| e.to_string()),
         Err(_) => Err("a call is still open".to_owned()),
     };
-    let record = match result {
-        Ok(r) => r,
-        Err(e) => {
-            crate::error(e);
-            return exit::RECORD_FAILED;
-        }
-    };
+    let record = result.map_err(|e| CliError::RecordFailed(e.to_string()))?;
     if a.json {
         show_json(&a.id, &record);
         crate::say(format_args!("aegis: {}", escape(&describe(&record))));
@@ -290,15 +254,14 @@ pub fn run(profile_name: &str, a: &RunArgs) -> u8 {
     } else {
         show(&a.id, &record, &notice);
     }
-    if let Err(e) = closed {
-        crate::error(format_args!(
+    closed.map_err(|e| {
+        CliError::RecordFailed(format!(
             "the session's close line could not be written: {e}"
-        ));
-        return exit::RECORD_FAILED;
-    }
-    interrupts
+        ))
+    })?;
+    Ok(interrupts
         .exit_code()
-        .unwrap_or_else(|| code(record.class()))
+        .unwrap_or_else(|| code(record.class())))
 }
 
 /// Hands the output to stdout and tells the operator, on stderr, what happened.

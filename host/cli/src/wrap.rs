@@ -12,7 +12,7 @@ use aegis_mcp::frame::DEFAULT_MAX_FRAME;
 use aegis_mcp::host_gate::{self, HostGate};
 use aegis_mcp::pins::PinSet;
 use aegis_mcp::relay::{PinMode, Relay, RelayConfig};
-use aegis_mcp::stdio::{Notice, Session, Sink, StdioConfig, StdioError};
+use aegis_mcp::stdio::{Ended, Notice, Session, Sink, StdioConfig, StdioError};
 use aegis_record::text::escape;
 use aegis_runtime::Host;
 use std::path::PathBuf;
@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::confine::HostFile;
-use crate::exit;
+use crate::{CliError, exit};
 
 /// `aegis wrap`'s arguments.
 #[derive(clap::Args)]
@@ -82,48 +82,21 @@ impl std::io::Write for ClientOut {
     }
 }
 
-pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
-    let profile = match crate::use_profile(profile_name) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    // Checked before the server starts: a file the session trusts or writes must not be
-    // where the confined server can replace it (a link, a FIFO, pins of its own
-    // choosing), nor the key where it can read it.
-    let host_files = crate::confine::host_files(
-        Some(&a.host),
-        Some(&profile),
-        [("--pins", &a.pins), ("--write-pins", &a.write_pins)]
-            .into_iter()
-            .filter_map(|(flag, p)| p.as_deref().map(|p| HostFile::new(flag, p))),
-    );
-    // Against the grants as given before any of them is read; against everything the
-    // confined server may reach (its exec-support set too) when it is started.
-    let granted = crate::confine::Reach::of_grant(&a.grant);
-    if let Err(code) = crate::confine::refuse_granted(&granted, &host_files) {
-        return code;
-    }
-    let pins = match &a.pins {
-        Some(path) => match PinSet::read_pins_file(path) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                crate::error(e);
-                return exit::UNREADABLE;
-            }
-        },
-        None => None,
-    };
+pub fn wrap(profile_name: &str, a: &WrapArgs) -> Result<u8, CliError> {
+    let profile = crate::use_profile(profile_name)?;
+    let host_files = refuse_host_files(a, &profile)?;
+    let pins = a
+        .pins
+        .as_deref()
+        .map(PinSet::read_pins_file)
+        .transpose()
+        .map_err(|e| CliError::Unreadable(e.to_string()))?;
     if a.max_frame == 0 {
-        crate::error("--max-frame must be at least 1");
-        return exit::TAMPERED_OR_USAGE;
+        return Err(CliError::Usage("--max-frame must be at least 1".to_owned()));
     }
-    let builder = match a
+    let builder = a
         .host
-        .apply(Host::builder(profile.clone()).tool_registry(host_gate::tool_registry()))
-    {
-        Ok(b) => b,
-        Err(code) => return code,
-    };
+        .apply(Host::builder(profile.clone()).tool_registry(host_gate::tool_registry()))?;
     let sink = stderr_sink();
     let session = Session::new(
         StdioConfig {
@@ -136,50 +109,28 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
     let forwarder = session.signal_forwarder();
     // Caught from before the server starts, so none is lost between spawn and watch.
     let interrupts =
-        match crate::interrupt::Interrupts::install_with(move |signal| forwarder.forward(signal)) {
-            Ok(i) => i,
-            Err(e) => {
-                crate::error(format_args!("signal handlers could not be installed: {e}"));
-                return exit::REFUSED;
-            }
-        };
-    // Under a confining profile the helper confines itself and reports first, so the
-    // open line can say what was enforced; it runs none of the server until the host is
-    // open and says go.
-    let confined = if profile.confinement.is_some() {
-        let started =
-            crate::confine::start(&profile, &a.grant, &a.command, &host_files, |server| {
-                server
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::inherit());
-            });
-        match started {
-            Ok(c) => Some(c),
-            Err(code) => return code,
-        }
-    } else {
-        if !a.grant.grants().is_empty() {
-            crate::error(format_args!(
-                "--allow-read, --allow-write, --allow-net and --best-effort confine the server, but profile {} names no confinement backend; use --profile linux-confined",
-                escape(&profile.name)
-            ));
-            return exit::TAMPERED_OR_USAGE;
-        }
-        None
-    };
+        crate::interrupt::Interrupts::install_with(move |signal| forwarder.forward(signal))
+            .map_err(|e| {
+                CliError::Refused(format!("signal handlers could not be installed: {e}"))
+            })?;
+    let confined = confine_server(a, &profile, &host_files)?;
     let builder = match &confined {
         Some(c) => builder.confinement_report(c.report().to_object()),
         None => builder,
     };
     // Nothing is recorded and no server started until the host is open.
-    let host = match crate::open_host(builder, a.host.no_wait, &interrupts) {
-        Ok(h) => h,
-        Err(code) => return code,
-    };
+    let host = crate::open_host(builder, a.host.no_wait, &interrupts)?;
     crate::note(format_args!("aegis: {}", host.notice()));
     let gate = HostGate::new(host.pipeline().clone(), a.host.role.clone(), sink);
     let health = gate.health();
+    let ended = serve(session, relay(gate, pins, a), confined, &a.command);
+    drop(interrupts);
+    finish(a, host, &health, ended)
+}
+
+/// The relay over `gate`: comparing listings with `pins` when given, else pinning the
+/// session's first listing; enforcing them unless --pins-record-only.
+fn relay(gate: HostGate, pins: Option<PinSet>, a: &WrapArgs) -> Relay<HostGate> {
     let config = RelayConfig {
         pin_mode: if a.pins_record_only {
             PinMode::RecordOnly
@@ -188,53 +139,128 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> u8 {
         },
         ..RelayConfig::default()
     };
-    let relay = match pins {
+    match pins {
         Some(pins) => Relay::with_pins(gate, config, pins),
         None => Relay::new(gate, config),
-    };
-    let ended = match confined {
-        Some(confined) => match confined.start() {
-            Ok(child) => session.run_child(relay, child, std::io::stdin(), ClientOut),
-            Err(e) => {
-                let code = crate::confine::failed(&e);
-                let _ = close(host);
-                return code;
-            }
-        },
-        None => {
-            let (program, args) = a.command.split_first().expect("clap requires a command");
-            let mut server = Command::new(program);
-            server.args(args);
-            session.run(relay, server, std::io::stdin(), ClientOut)
-        }
-    };
-    drop(interrupts);
+    }
+}
+
+/// After the session: writes the pins file, closes the record, and picks the exit code
+/// (the server's status, unless the record or the session failed).
+fn finish(
+    a: &WrapArgs,
+    host: Host,
+    health: &host_gate::RecordHealth,
+    ended: Result<Ended, CliError>,
+) -> Result<u8, CliError> {
     let ended = match ended {
         Ok(ended) => ended,
         Err(e) => {
-            crate::error(escape(&e.to_string()));
             let _ = close(host);
-            return match e {
-                StdioError::Spawn { .. } => exit::UNREADABLE,
-                _ => exit::REFUSED,
-            };
+            return Err(e);
         }
     };
+    // Pins that cannot be written are said; the record is closed all the same.
     if let (Some(path), Some(pins)) = (&a.write_pins, &ended.pins)
         && let Err(e) = pins.write_pins_file(path)
     {
         crate::error(e);
     }
-    if let Err(e) = close(host) {
-        crate::error(format_args!(
+    close(host).map_err(|e| {
+        CliError::RecordFailed(format!(
             "the session's close line could not be written: {e}"
-        ));
-        return exit::RECORD_FAILED;
-    }
+        ))
+    })?;
     if health.failed() {
-        return exit::RECORD_FAILED;
+        return Err(CliError::RecordFailedSaid);
     }
-    ended.exit_code().unwrap_or(exit::UNREADABLE)
+    Ok(ended.exit_code().unwrap_or(exit::UNREADABLE))
+}
+
+/// The files the session trusts or writes (the shared flags, the profile's, the pins),
+/// refused beneath what the server is granted: checked before the server starts, so it
+/// cannot replace one (a link, a FIFO, pins of its own choosing) nor read the key.
+///
+/// # Errors
+/// [`CliError::Usage`], naming the file and the grant.
+fn refuse_host_files(
+    a: &WrapArgs,
+    profile: &aegis_runtime::Profile,
+) -> Result<Vec<HostFile>, CliError> {
+    let host_files = crate::confine::host_files(
+        Some(&a.host),
+        Some(profile),
+        [("--pins", &a.pins), ("--write-pins", &a.write_pins)]
+            .into_iter()
+            .filter_map(|(flag, p)| p.as_deref().map(|p| HostFile::new(flag, p))),
+    );
+    // Against the grants as given before any of them is read; against everything the
+    // confined server may reach (its exec-support set too) when it is started.
+    let granted = crate::confine::Reach::of_grant(&a.grant);
+    crate::confine::refuse_granted(&granted, &host_files)?;
+    Ok(host_files)
+}
+
+/// Under a confining profile, the helper, confined and reporting what is enforced (so
+/// the open line can say it), waiting to run the server until the host is open and
+/// says go; `None` under a profile that confines nothing.
+///
+/// # Errors
+/// The server could not be confined as required, or grants were given that nothing
+/// would enforce.
+fn confine_server(
+    a: &WrapArgs,
+    profile: &aegis_runtime::Profile,
+    host_files: &[HostFile],
+) -> Result<Option<aegis_runtime::confine::Confined>, CliError> {
+    if profile.confinement.is_none() {
+        if !a.grant.grants().is_empty() {
+            return Err(CliError::Usage(format!(
+                "--allow-read, --allow-write, --allow-net and --best-effort confine the server, but profile {} names no confinement backend; use --profile linux-confined",
+                escape(&profile.name)
+            )));
+        }
+        return Ok(None);
+    }
+    let confined = crate::confine::start(profile, &a.grant, &a.command, host_files, |server| {
+        server
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+    })?;
+    Ok(Some(confined))
+}
+
+/// Starts the server (or lets the confined one go) and relays until the session ends.
+///
+/// # Errors
+/// The server could not be started (exit 2, or a confined one's 125/127), or the
+/// session failed (exit 4).
+fn serve(
+    session: Session,
+    relay: Relay<HostGate>,
+    confined: Option<aegis_runtime::confine::Confined>,
+    command: &[std::ffi::OsString],
+) -> Result<Ended, CliError> {
+    let ended = match confined {
+        Some(confined) => {
+            let child = confined.start().map_err(CliError::Confine)?;
+            session.run_child(relay, child, std::io::stdin(), ClientOut)
+        }
+        None => {
+            let (program, args) = command.split_first().expect("clap requires a command");
+            let mut server = Command::new(program);
+            server.args(args);
+            session.run(relay, server, std::io::stdin(), ClientOut)
+        }
+    };
+    ended.map_err(|e| {
+        let message = escape(&e.to_string()).into_owned();
+        match e {
+            StdioError::Spawn { .. } => CliError::Unreadable(message),
+            _ => CliError::Refused(message),
+        }
+    })
 }
 
 /// Ends the session with its close line.

@@ -96,27 +96,24 @@ impl<E: Into<Box<dyn std::error::Error>>> From<E> for Stop {
     }
 }
 
-pub fn run() -> u8 {
+pub fn run() -> Result<u8, crate::CliError> {
     // Ctrl-C (or SIGTERM, SIGHUP) stops the call in flight and ends the walk at the
     // next step; returning drops the temporary directory, and with it the key.
-    let interrupts = match crate::interrupt::Interrupts::install() {
-        Ok(i) => i,
-        Err(e) => {
-            crate::error(format_args!("signal handlers could not be installed: {e}"));
-            return crate::exit::UNREADABLE;
-        }
-    };
-    let code = match walk(&interrupts) {
-        Ok(true) => crate::exit::OK,
-        Ok(false) => crate::exit::TAMPERED_OR_USAGE,
-        Err(Stop::Signal(code)) => code,
-        Err(Stop::Failed(e)) => {
-            crate::error(e);
-            crate::exit::UNREADABLE
-        }
+    let interrupts = crate::interrupt::Interrupts::install().map_err(|e| {
+        crate::CliError::Unreadable(format!("signal handlers could not be installed: {e}"))
+    })?;
+    let ended = match walk(&interrupts) {
+        Ok(true) => Ok(crate::exit::OK),
+        Ok(false) => Ok(crate::exit::TAMPERED_OR_USAGE),
+        Err(Stop::Signal(code)) => Ok(code),
+        Err(Stop::Failed(e)) => Err(crate::CliError::Unreadable(e.to_string())),
     };
     // A signal after the last step still counts: the operator asked to stop.
-    interrupts.exit_code().unwrap_or(code)
+    match (ended, interrupts.exit_code()) {
+        (Ok(_), Some(signal)) => Ok(signal),
+        (Err(e), signal) => Err(e.or_interrupted(signal)),
+        (ended, None) => ended,
+    }
 }
 
 /// `Err(Stop::Signal)` once a signal came.
