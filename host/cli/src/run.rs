@@ -216,8 +216,18 @@ pub fn run(profile_name: &str, a: &RunArgs) -> Result<u8, CliError> {
         if dirs.is_empty() {
             "nothing".to_owned()
         } else {
+            // The tool sees a root at its canonical path, not as the flag spelled it.
             dirs.iter()
-                .map(|d| escape(&d.display().to_string()).into_owned())
+                .map(|d| {
+                    let given = escape(&d.display().to_string()).into_owned();
+                    match std::fs::canonicalize(d) {
+                        Ok(seen) if seen != *d => format!(
+                            "{given} (the tool sees {})",
+                            escape(&seen.display().to_string())
+                        ),
+                        _ => given,
+                    }
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         }
@@ -242,10 +252,7 @@ pub fn run(profile_name: &str, a: &RunArgs) -> Result<u8, CliError> {
     let result = host.call(&request);
     let notice = host.notice().to_string();
     // Close the session so the record ends anchored. No call is open: `call` finished it.
-    let closed = match host.into_audit() {
-        Ok(audit) => audit.session.close().map_err(|e| e.to_string()),
-        Err(_) => Err("a call is still open".to_owned()),
-    };
+    let closed = host.close();
     let record = result.map_err(|e| CliError::RecordFailed(e.to_string()))?;
     if a.json {
         show_json(&a.id, &record);

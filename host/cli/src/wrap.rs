@@ -156,7 +156,7 @@ fn finish(
     let ended = match ended {
         Ok(ended) => ended,
         Err(e) => {
-            let _ = close(host);
+            let _ = host.close();
             return Err(e);
         }
     };
@@ -166,7 +166,7 @@ fn finish(
     {
         crate::error(e);
     }
-    close(host).map_err(|e| {
+    host.close().map_err(|e| {
         CliError::RecordFailed(format!(
             "the session's close line could not be written: {e}"
         ))
@@ -261,12 +261,4 @@ fn serve(
             _ => CliError::Refused(message),
         }
     })
-}
-
-/// Ends the session with its close line.
-fn close(host: Host) -> Result<(), String> {
-    match host.into_audit() {
-        Ok(audit) => audit.session.close().map(drop).map_err(|e| e.to_string()),
-        Err(_) => Err("a call is still open".to_owned()),
-    }
 }

@@ -128,6 +128,23 @@ fn quiet_and_verbose_change_what_run_says_not_what_it_does() {
         verbose.contains("aegis: echo may read nothing, and write nothing"),
         "{verbose}"
     );
+    // A root given relative is shown as the path the tool sees it at.
+    std::fs::create_dir(dir.path().join("spec")).unwrap();
+    let o = aegis_in(dir.path())
+        .args(["-v", "run", "--allow-read", "./spec", "--component"])
+        .arg(guest("echo"))
+        .args(["--id", "echo", "--input", "hi"])
+        .output()
+        .unwrap();
+    let seen = dir.path().join("spec").canonicalize().unwrap();
+    assert!(
+        text(&o.stderr).contains(&format!(
+            "echo may read ./spec (the tool sees {}), and write nothing",
+            seen.display()
+        )),
+        "{}",
+        text(&o.stderr)
+    );
     let o = aegis_in(dir.path())
         .args(["-q", "-v", "profiles", "list"])
         .output()
