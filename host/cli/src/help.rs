@@ -232,7 +232,8 @@ EXAMPLES:
 EXIT STATUS:
   0  written
   1  a usage error, or the output exists (without --force) or is not a regular file
-  2  the sink holds no record, or the sink or the output could not be read or written
+  2  the sink holds no record (none written yet, or a volatile sink, which keeps
+     nothing past its process), or the sink or the output could not be read or written
   4  the profile, its audit plugin or the sink's config was refused
   5  the sink is busy: another process is writing the record (try again)";
 

@@ -360,6 +360,14 @@ pub fn export(profile: &str, out: &std::path::Path, force: bool) -> Result<u8, C
             CliError::Refused(message)
         }
     })?;
+    // A volatile sink is empty in every process but the one that wrote to it: an
+    // export here would be an empty file that reads as "nothing happened".
+    if sink.retention() == aegis_station_api::Retention::VOLATILE {
+        return Err(CliError::Unreadable(format!(
+            "profile {}: its audit sink ({}) is volatile: it keeps its lines only in the process that wrote them, so there is no record to export here; use a profile whose sink retains them (durable-file) or pass --audit PATH to the command that records",
+            profile.name, profile.audit.spec
+        )));
+    }
     // --force replaces an earlier export and nothing else: a device, a FIFO or a link at
     // `out` is refused. The lines go to a fresh file beside `out` (O_EXCL | O_NOFOLLOW),
     // which takes its place only once complete and flushed (aegis_files): a link planted

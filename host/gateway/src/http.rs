@@ -211,7 +211,7 @@ pub async fn bind(options: &HttpOptions) -> Result<tokio::net::TcpListener, Gate
     if !options.addr.ip().is_loopback() && !options.allow_non_loopback {
         return Err(GatewayError::Bind {
             addr: options.addr,
-            message: "not a loopback address; serving beyond this machine needs the operator's explicit opt-in".into(),
+            message: "not a loopback address; to serve beyond this machine, say so with --allow-non-loopback (and put TLS in front: the token crosses the network in clear)".into(),
         });
     }
     tokio::net::TcpListener::bind(options.addr)

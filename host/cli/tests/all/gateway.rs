@@ -989,3 +989,17 @@ fn the_gateways_own_files_beneath_a_tools_roots_are_refused() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--token-file"), "{err}");
 }
+
+/// A non-loopback address is refused, and the refusal names the flag that allows it.
+#[tokio::test]
+async fn a_non_loopback_address_is_refused_naming_the_flag() {
+    let setup = Setup::new();
+    let out = setup
+        .gateway(&["--http", "0.0.0.0:0"])
+        .output()
+        .await
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("--allow-non-loopback"), "{said}");
+}

@@ -315,7 +315,9 @@ fn commands_that_use_a_profile_name_it_on_stderr() {
         .args(["export", "--out", "x.aarl"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    // The default's sink is volatile, so there is nothing to export (code 2); the
+    // profile is named first all the same.
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     assert!(
         text(&o.stderr).starts_with("aegis: profile default (embedded)\n"),
         "{}",
@@ -428,4 +430,31 @@ fn unwired_or_wrong_kind_stations_are_refused_by_show_and_run() {
         "{}",
         text(&o.stderr)
     );
+}
+
+/// `export` on a profile whose sink is volatile (the default) has nothing to export in a
+/// new process: it says so with code 2 and writes no file, rather than an empty one
+/// that reads as a record of nothing.
+#[test]
+fn export_of_a_volatile_sink_is_refused_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("record.aarl");
+    let o = aegis_in(dir.path())
+        .arg("export")
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    let said = text(&o.stderr);
+    assert!(
+        said.contains("volatile") && said.contains("builtin:memory-sink"),
+        "{said}"
+    );
+    assert_eq!(
+        said.lines().filter(|l| l.starts_with("error:")).count(),
+        1,
+        "{said}"
+    );
+    assert!(!out.exists(), "no file is written");
 }
