@@ -1000,11 +1000,7 @@ impl<G: Gate> Relay<G> {
             return Plan::Hold(request.id.key);
         }
         if request.method == "tools/call" {
-            let decided = match id_problem {
-                Some(why) => Err(self.refuse_here(&request, Refusal::new(Cause::IdInUse, why))),
-                None => self.decide_call(&request, false, logs),
-            };
-            return match decided {
+            return match self.decide_call(&request, id_problem, false, logs) {
                 Ok(pending) => {
                     self.client_requests.insert(
                         request.id.key.clone(),
@@ -1044,13 +1040,18 @@ impl<G: Gate> Relay<G> {
         Plan::Forward
     }
 
-    /// The relay's own checks, then the gate. A refusal comes back recorded.
+    /// The relay's own checks, the request id's first, then the gate. A refusal comes
+    /// back recorded.
     fn decide_call(
         &mut self,
         request: &Request<'_>,
+        id_problem: Option<String>,
         in_batch: bool,
         logs: &mut Logs,
     ) -> Result<G::Pending, Refusal> {
+        if let Some(why) = id_problem {
+            return Err(self.refuse_here(request, Refusal::new(Cause::IdInUse, why)));
+        }
         if request.duplicate_keys {
             let why = "the frame has duplicate keys, so the server may read another call than the one decided";
             return Err(self.refuse_here(request, Refusal::new(Cause::UnreadableRequest, why)));
@@ -1132,74 +1133,11 @@ impl<G: Gate> Relay<G> {
         if len > MAX_BATCH {
             return self.oversized_batch(batch, len, logs);
         }
+        // Every element is decided before any is acted on: one refused refuses the batch.
         let mut batch_ids = BTreeSet::new();
         let mut elements = Vec::new();
         for item in batch.messages() {
-            let element = match item {
-                Message::Request(request) => {
-                    let id_problem = self.id_problem(&request.id, &batch_ids);
-                    batch_ids.insert(request.id.key.clone());
-                    if request.method == "tools/call" {
-                        let decided = match id_problem {
-                            Some(why) => {
-                                Err(self.refuse_here(&request, Refusal::new(Cause::IdInUse, why)))
-                            }
-                            None => self.decide_call(&request, true, logs),
-                        };
-                        match decided {
-                            Ok(pending) => Element::Call(request.id, pending),
-                            Err(refusal) => {
-                                logs.push(refusal_log(&request.id, &refusal));
-                                Element::Refused(request.id, refusal)
-                            }
-                        }
-                    } else if let Some(why) = id_problem {
-                        Element::Failed(request.id, why)
-                    } else if let Some(why) = request_problem(&request) {
-                        Element::Failed(request.id, why)
-                    } else {
-                        let kind = self.plain_kind(&request);
-                        Element::Plain(request.id, kind)
-                    }
-                }
-                Message::Notification(n) if n.duplicate_keys => {
-                    Element::Unusable("a notification with duplicate keys".into())
-                }
-                Message::Notification(n) if n.method == "tools/call" => {
-                    Element::Unusable("a tools/call without an id".into())
-                }
-                Message::Notification(n)
-                    if n.method == "notifications/cancelled"
-                        && n.ambiguous_params(&CANCEL_MEMBERS) =>
-                {
-                    Element::Unusable("a cancellation that cannot be read one way only".into())
-                }
-                Message::Notification(n)
-                    if n.method == "notifications/cancelled"
-                        && self.pins.own.waiting.is_some()
-                        && n.cancelled_request().as_ref() == self.pins.own.waiting.as_ref() =>
-                {
-                    Element::Unusable("a cancellation of the relay's own tools/list".into())
-                }
-                Message::Notification(n) if n.method == "notifications/cancelled" => {
-                    Element::Cancel(n.cancelled_request(), n.cancel_reason())
-                }
-                Message::Notification(n) if n.method == "notifications/initialized" => {
-                    Element::Initialized
-                }
-                Message::Notification(_) => Element::Notify,
-                Message::Response(r)
-                    if !r.duplicate_keys && self.server_requests.contains(&r.id.key) =>
-                {
-                    Element::Answer(r.id.key)
-                }
-                Message::Response(r) => Element::Unusable(format!(
-                    "a response to {} that cannot be delivered",
-                    r.id.raw
-                )),
-                Message::Invalid(why) => Element::Unusable(why),
-                Message::NotJson | Message::Batch(_) => Element::Unusable("a nested batch".into()),
-            };
+            let element = self.batch_element(item, &mut batch_ids, logs);
             elements.push(element);
         }
         let whole = elements.iter().all(|e| {
@@ -1209,45 +1147,127 @@ impl<G: Gate> Relay<G> {
             )
         });
         if whole {
-            let mut cancels = Vec::new();
-            let mut initialized = false;
-            for element in elements {
-                match element {
-                    Element::Call(id, pending) => {
-                        self.client_requests.insert(
-                            id.key,
-                            Outstanding {
-                                raw_id: id.raw,
-                                kind: Kind::Call(pending),
-                            },
-                        );
-                    }
-                    Element::Plain(id, kind) => {
-                        self.client_requests.insert(
-                            id.key,
-                            Outstanding {
-                                raw_id: id.raw,
-                                kind,
-                            },
-                        );
-                    }
-                    Element::Answer(key) => {
-                        self.server_requests.remove(&key);
-                    }
-                    Element::Cancel(Some(key), reason) => cancels.push((key, reason)),
-                    Element::Initialized => initialized = true,
-                    _ => {}
-                }
-            }
-            for (key, reason) in cancels {
-                let _ = self.cancel(&key, reason.as_deref(), logs);
-            }
-            if initialized {
-                self.list_tools(logs);
-            }
+            self.forward_batch(elements, logs);
             return Plan::Forward;
         }
-        // Refused whole: answer every request, forward nothing.
+        self.refuse_batch(elements, logs)
+    }
+
+    /// Decides one batch element without acting on it.
+    fn batch_element(
+        &mut self,
+        item: Message<'_>,
+        batch_ids: &mut BTreeSet<IdKey>,
+        logs: &mut Logs,
+    ) -> Element<G::Pending> {
+        match item {
+            Message::Request(request) => self.batch_request(request, batch_ids, logs),
+            Message::Notification(n) => self.batch_notification(&n),
+            Message::Response(r)
+                if !r.duplicate_keys && self.server_requests.contains(&r.id.key) =>
+            {
+                Element::Answer(r.id.key)
+            }
+            Message::Response(r) => Element::Unusable(format!(
+                "a response to {} that cannot be delivered",
+                r.id.raw
+            )),
+            Message::Invalid(why) => Element::Unusable(why),
+            Message::NotJson | Message::Batch(_) => Element::Unusable("a nested batch".into()),
+        }
+    }
+
+    /// A request in a batch: a tools/call is decided (a refusal is recorded), any other
+    /// request checked. Its id counts as pending for the rest of the batch.
+    fn batch_request(
+        &mut self,
+        request: Request<'_>,
+        batch_ids: &mut BTreeSet<IdKey>,
+        logs: &mut Logs,
+    ) -> Element<G::Pending> {
+        let id_problem = self.id_problem(&request.id, batch_ids);
+        batch_ids.insert(request.id.key.clone());
+        if request.method == "tools/call" {
+            return match self.decide_call(&request, id_problem, true, logs) {
+                Ok(pending) => Element::Call(request.id, pending),
+                Err(refusal) => {
+                    logs.push(refusal_log(&request.id, &refusal));
+                    Element::Refused(request.id, refusal)
+                }
+            };
+        }
+        if let Some(why) = id_problem.or_else(|| request_problem(&request)) {
+            return Element::Failed(request.id, why);
+        }
+        let kind = self.plain_kind(&request);
+        Element::Plain(request.id, kind)
+    }
+
+    /// A notification in a batch; what a lone one would be dropped for makes it unusable.
+    fn batch_notification(&self, n: &Notification<'_>) -> Element<G::Pending> {
+        if n.duplicate_keys {
+            return Element::Unusable("a notification with duplicate keys".into());
+        }
+        match n.method.as_str() {
+            "tools/call" => Element::Unusable("a tools/call without an id".into()),
+            "notifications/cancelled" if n.ambiguous_params(&CANCEL_MEMBERS) => {
+                Element::Unusable("a cancellation that cannot be read one way only".into())
+            }
+            "notifications/cancelled"
+                if self.pins.own.waiting.is_some()
+                    && n.cancelled_request().as_ref() == self.pins.own.waiting.as_ref() =>
+            {
+                Element::Unusable("a cancellation of the relay's own tools/list".into())
+            }
+            "notifications/cancelled" => Element::Cancel(n.cancelled_request(), n.cancel_reason()),
+            "notifications/initialized" => Element::Initialized,
+            _ => Element::Notify,
+        }
+    }
+
+    /// A batch with nothing refused: its requests become pending and its answers are
+    /// delivered; its cancellations act once every request in it is pending.
+    fn forward_batch(&mut self, elements: Vec<Element<G::Pending>>, logs: &mut Logs) {
+        let mut cancels = Vec::new();
+        let mut initialized = false;
+        for element in elements {
+            match element {
+                Element::Call(id, pending) => {
+                    self.client_requests.insert(
+                        id.key,
+                        Outstanding {
+                            raw_id: id.raw,
+                            kind: Kind::Call(pending),
+                        },
+                    );
+                }
+                Element::Plain(id, kind) => {
+                    self.client_requests.insert(
+                        id.key,
+                        Outstanding {
+                            raw_id: id.raw,
+                            kind,
+                        },
+                    );
+                }
+                Element::Answer(key) => {
+                    self.server_requests.remove(&key);
+                }
+                Element::Cancel(Some(key), reason) => cancels.push((key, reason)),
+                Element::Initialized => initialized = true,
+                _ => {}
+            }
+        }
+        for (key, reason) in cancels {
+            let _ = self.cancel(&key, reason.as_deref(), logs);
+        }
+        if initialized {
+            self.list_tools(logs);
+        }
+    }
+
+    /// Refused whole: answer every request, forward nothing.
+    fn refuse_batch(&mut self, elements: Vec<Element<G::Pending>>, logs: &mut Logs) -> Plan {
         let not_run = "not run: another message in its batch was refused";
         let mut answers: Vec<Vec<u8>> = Vec::new();
         for element in elements {

@@ -5,11 +5,11 @@ use aegis_record::json::{Object, Value};
 use aegis_station_api::PluginError;
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, NetPort,
-    PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    PathBeneath, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use crate::seccomp::{self, FilterPlan};
+use crate::seccomp::{self, Filter, FilterPlan};
 use crate::{Enforced, Grant, refused};
 
 /// The newest ABI this build knows; rights beyond the kernel's are dropped (best effort)
@@ -71,24 +71,79 @@ fn is_plain(path: &str) -> bool {
         })
 }
 
+/// The rule paths as opened, and what the report says of them.
+struct RulePaths {
+    rules: Vec<PathBeneath<OwnedFd>>,
+    /// The paths that could not be opened (best effort only).
+    unopened: Vec<Value>,
+    /// A rule binds what the path named when it was opened: a symlink grants its target.
+    /// Where that differs from the path given, the report says what was opened.
+    followed: Vec<Value>,
+    /// Whether any write rule names a file or directory rather than a device (the
+    /// exec-support set grants `/dev/null` write to every program): without one the
+    /// program has no file whose times it needs to set (see [`FilterPlan`]). A path
+    /// that cannot be stat'ed counts as a file, which keeps the filter's choice on the
+    /// side that breaks nothing.
+    writes_files: bool,
+}
+
+/// What Landlock enforces here once this process is restricted.
+struct Landlocked {
+    effective: ABI,
+    kernel_abi: u32,
+    no_new_privs: bool,
+    fs_on: BitFlags<AccessFs>,
+    net_on: BitFlags<AccessNet>,
+    scopes_on: BitFlags<Scope>,
+}
+
 pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
     let mut gaps = Vec::new();
 
     // 1. Every rule path, opened here so that one that cannot be is reported.
+    let paths = open_rule_paths(grant, &mut gaps)?;
+
+    // 2. Landlock.
+    let landlocked = restrict_with_landlock(grant, paths.rules, &mut gaps)?;
+
+    // 3. No capability survives into the program, even as root.
+    let caps = drop_capabilities(grant.required)?;
+
+    // 4. seccomp, last: nothing after it needs what it refuses.
+    let plan = FilterPlan {
+        net: grant.net,
+        landlock_restricts_unix: landlocked.fs_on.contains(AccessFs::ResolveUnix),
+        writes_files: paths.writes_files,
+    };
+    let filter = install_seccomp(grant, plan, &mut gaps)?;
+
+    let details = report_details(
+        grant,
+        &landlocked,
+        paths.unopened,
+        paths.followed,
+        &filter,
+        caps,
+    );
+    Ok(Enforced {
+        gaps,
+        details,
+        abi: landlocked.kernel_abi,
+    })
+}
+
+/// Opens the read, exec and write rule paths with their rights. One that cannot be
+/// opened refuses a required grant and is a gap in a best-effort one.
+fn open_rule_paths(grant: &Grant, gaps: &mut Vec<String>) -> Result<RulePaths, PluginError> {
     let read_only = AccessFs::ReadFile | AccessFs::ReadDir;
     let exec = read_only | AccessFs::Execute;
     let write = AccessFs::from_all(NEWEST) & !AccessFs::Execute;
-    let mut rules = Vec::new();
-    let mut unopened = Vec::new();
-    // A rule binds what the path named when it was opened: a symlink grants its target.
-    // Where that differs from the path given, the report says what was opened.
-    let mut followed = Vec::new();
-    // Whether any write rule names a file or directory rather than a device (the
-    // exec-support set grants `/dev/null` write to every program): without one the
-    // program has no file whose times it needs to set (see [`FilterPlan`]). A path
-    // that cannot be stat'ed counts as a file, which keeps the filter's choice on the
-    // side that breaks nothing.
-    let mut writes_files = false;
+    let mut paths = RulePaths {
+        rules: Vec::new(),
+        unopened: Vec::new(),
+        followed: Vec::new(),
+        writes_files: false,
+    };
     for (list, access) in [
         (&grant.read, read_only),
         (&grant.exec, exec),
@@ -101,12 +156,12 @@ pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
                         let mut o = Object::new();
                         o.insert("asked", path.as_str());
                         o.insert("opened", opened);
-                        followed.push(Value::Object(o));
+                        paths.followed.push(Value::Object(o));
                     }
                     if access == write && !is_device(&fd) {
-                        writes_files = true;
+                        paths.writes_files = true;
                     }
-                    rules.push(PathBeneath::new(fd, access));
+                    paths.rules.push(PathBeneath::new(fd, access));
                 }
                 Err(why) => {
                     if grant.required {
@@ -115,13 +170,63 @@ pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
                         )));
                     }
                     gaps.push(format!("rule path {path} could not be opened ({why})"));
-                    unopened.push(Value::from(path.as_str()));
+                    paths.unopened.push(Value::from(path.as_str()));
                 }
             }
         }
     }
+    Ok(paths)
+}
 
-    // 2. Landlock. ABI-3 filesystem rights are the floor at the required level.
+fn landlock_refused(e: landlock::RulesetError) -> PluginError {
+    refused(format!(
+        "confine-landlock: Landlock cannot enforce what is required: {e}"
+    ))
+}
+
+/// Restricts this process with a ruleset handling every right this build knows; what
+/// the kernel does not enforce refuses a required grant or becomes a gap.
+fn restrict_with_landlock(
+    grant: &Grant,
+    rules: Vec<PathBeneath<OwnedFd>>,
+    gaps: &mut Vec<String>,
+) -> Result<Landlocked, PluginError> {
+    let handled_fs = AccessFs::from_all(NEWEST);
+    let handled_net = AccessNet::BindTcp | AccessNet::ConnectTcp;
+    let scopes = Scope::AbstractUnixSocket | Scope::Signal;
+    let created = create_ruleset(grant, handled_fs, handled_net, scopes)?;
+    let created = add_rules(created, rules, &grant.connect_ports)?;
+    let status = created.restrict_self().map_err(landlock_refused)?;
+    let (effective, kernel_abi) = abi_levels(&status.landlock);
+    if grant.required && (status.ruleset == RulesetStatus::NotEnforced || !status.no_new_privs) {
+        return Err(refused(format!(
+            "confine-landlock: Landlock is not enforced here (kernel ABI {kernel_abi}, no_new_privs {})",
+            status.no_new_privs
+        )));
+    }
+    if !status.no_new_privs {
+        gaps.push("no_new_privs could not be set".into());
+    }
+    let landlocked = Landlocked {
+        effective,
+        kernel_abi,
+        no_new_privs: status.no_new_privs,
+        fs_on: handled_fs & AccessFs::from_all(effective),
+        net_on: handled_net & AccessNet::from_all(effective),
+        scopes_on: scopes & Scope::from_all(effective),
+    };
+    landlocked.report_gaps(grant, handled_fs & !landlocked.fs_on, gaps);
+    Ok(landlocked)
+}
+
+/// The ruleset, before its rules. ABI-3 filesystem rights are the floor at the required
+/// level; TCP rights are required only when a required grant asks for network.
+fn create_ruleset(
+    grant: &Grant,
+    handled_fs: BitFlags<AccessFs>,
+    handled_net: BitFlags<AccessNet>,
+    scopes: BitFlags<Scope>,
+) -> Result<RulesetCreated, PluginError> {
     let floor = if grant.required {
         CompatLevel::HardRequirement
     } else {
@@ -132,15 +237,7 @@ pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
     } else {
         CompatLevel::BestEffort
     };
-    let handled_fs = AccessFs::from_all(NEWEST);
-    let handled_net = AccessNet::BindTcp | AccessNet::ConnectTcp;
-    let scopes = Scope::AbstractUnixSocket | Scope::Signal;
-    let landlock_error = |e: landlock::RulesetError| {
-        refused(format!(
-            "confine-landlock: Landlock cannot enforce what is required: {e}"
-        ))
-    };
-    let ruleset = Ruleset::default()
+    Ruleset::default()
         .set_compatibility(floor)
         .handle_access(AccessFs::from_all(ABI::V3))
         .and_then(|r| {
@@ -150,19 +247,32 @@ pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
         .and_then(|r| r.set_compatibility(net_level).handle_access(handled_net))
         .and_then(|r| r.set_compatibility(CompatLevel::BestEffort).scope(scopes))
         .and_then(Ruleset::create)
-        .map_err(landlock_error)?;
+        .map_err(landlock_refused)
+}
+
+/// Adds the path rules and a connect rule for each granted TCP port.
+fn add_rules(
+    created: RulesetCreated,
+    rules: Vec<PathBeneath<OwnedFd>>,
+    connect_ports: &[u16],
+) -> Result<RulesetCreated, PluginError> {
     // A rule narrower than asked (a file given directory rights) is narrowed, not refused.
-    let mut created = ruleset.set_compatibility(CompatLevel::BestEffort);
+    let mut created = created.set_compatibility(CompatLevel::BestEffort);
     for rule in rules {
-        created = created.add_rule(rule).map_err(landlock_error)?;
+        created = created.add_rule(rule).map_err(landlock_refused)?;
     }
-    for port in &grant.connect_ports {
+    for port in connect_ports {
         created = created
             .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
-            .map_err(landlock_error)?;
+            .map_err(landlock_refused)?;
     }
-    let status = created.restrict_self().map_err(landlock_error)?;
-    let (effective, kernel_abi) = match status.landlock {
+    Ok(created)
+}
+
+/// The ABI the ruleset was enforced at and the kernel's own (both unsupported, 0, without
+/// Landlock).
+fn abi_levels(landlock: &LandlockStatus) -> (ABI, u32) {
+    match *landlock {
         LandlockStatus::Available {
             effective_abi,
             kernel_abi,
@@ -171,51 +281,43 @@ pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
             kernel_abi.map_or(effective_abi as u32, |v| u32::try_from(v).unwrap_or(0)),
         ),
         _ => (ABI::Unsupported, 0),
-    };
-    if grant.required && (status.ruleset == RulesetStatus::NotEnforced || !status.no_new_privs) {
-        return Err(refused(format!(
-            "confine-landlock: Landlock is not enforced here (kernel ABI {kernel_abi}, no_new_privs {})",
-            status.no_new_privs
-        )));
     }
-    if !status.no_new_privs {
-        gaps.push("no_new_privs could not be set".into());
-    }
-    let fs_on = handled_fs & AccessFs::from_all(effective);
-    let net_on = handled_net & AccessNet::from_all(effective);
-    let scopes_on = scopes & Scope::from_all(effective);
-    let fs_off = handled_fs & !fs_on;
-    let unix_by_landlock = fs_on.contains(AccessFs::ResolveUnix);
-    for right in fs_off.iter() {
-        // Pathname unix sockets are refused by seccomp instead (see below).
-        if right != AccessFs::ResolveUnix {
+}
+
+impl Landlocked {
+    /// A gap for each right the kernel's ABI leaves unenforced.
+    fn report_gaps(&self, grant: &Grant, fs_off: BitFlags<AccessFs>, gaps: &mut Vec<String>) {
+        let kernel_abi = self.kernel_abi;
+        for right in fs_off.iter() {
+            // Pathname unix sockets are refused by seccomp instead (see below).
+            if right != AccessFs::ResolveUnix {
+                gaps.push(format!(
+                    "landlock: filesystem right {right:?} needs a newer kernel (ABI {})",
+                    self.effective as u32
+                ));
+            }
+        }
+        if self.net_on.is_empty() && grant.net {
             gaps.push(format!(
-                "landlock: filesystem right {right:?} needs a newer kernel (ABI {})",
-                effective as u32
+                "landlock: TCP port rules need ABI 4 (kernel ABI {kernel_abi}); any TCP port is reachable"
+            ));
+        }
+        if !self.scopes_on.contains(Scope::Signal) {
+            gaps.push(format!(
+                "landlock: signals to processes outside the sandbox need ABI 6 (kernel ABI {kernel_abi})"
             ));
         }
     }
-    if net_on.is_empty() && grant.net {
-        gaps.push(format!(
-            "landlock: TCP port rules need ABI 4 (kernel ABI {kernel_abi}); any TCP port is reachable"
-        ));
-    }
-    if !scopes_on.contains(Scope::Signal) {
-        gaps.push(format!(
-            "landlock: signals to processes outside the sandbox need ABI 6 (kernel ABI {kernel_abi})"
-        ));
-    }
+}
 
-    // 3. No capability survives into the program, even as root.
-    let caps = drop_capabilities(grant.required)?;
-
-    // 4. seccomp, last: nothing after it needs what it refuses.
-    let filter = seccomp::build(FilterPlan {
-        net: grant.net,
-        landlock_restricts_unix: unix_by_landlock,
-        writes_files,
-    })
-    .map_err(|e| refused(format!("confine-landlock: {e}")))?;
+/// Builds the seccomp filter and installs its programs. A program the kernel refuses
+/// refuses a required grant and is a gap in a best-effort one.
+fn install_seccomp(
+    grant: &Grant,
+    plan: FilterPlan,
+    gaps: &mut Vec<String>,
+) -> Result<Filter, PluginError> {
+    let filter = seccomp::build(plan).map_err(|e| refused(format!("confine-landlock: {e}")))?;
     for program in &filter.programs {
         if let Err(e) = seccompiler::apply_filter(program) {
             if grant.required {
@@ -226,17 +328,51 @@ pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
             gaps.push(format!("seccomp: a filter was refused ({e})"));
         }
     }
+    Ok(filter)
+}
 
+/// The report's `details` object.
+fn report_details(
+    grant: &Grant,
+    landlocked: &Landlocked,
+    unopened: Vec<Value>,
+    followed: Vec<Value>,
+    filter: &Filter,
+    caps: Value,
+) -> Object {
+    let mut details = Object::new();
+    details.insert("backend", "confine-landlock");
+    details.insert(
+        "level",
+        if grant.required {
+            "required"
+        } else {
+            "best_effort"
+        },
+    );
+    details.insert("landlock", landlock_details(landlocked));
+    details.insert("rules", rules_details(grant, unopened, followed));
+    details.insert("seccomp", seccomp_details(filter));
+    details.insert("no_new_privs", landlocked.no_new_privs);
+    details.insert("capabilities", caps);
+    details
+}
+
+fn landlock_details(landlocked: &Landlocked) -> Object {
     let mut landlock = Object::new();
-    landlock.insert("kernel_abi", kernel_abi);
-    landlock.insert("effective_abi", effective as u32);
-    landlock.insert("handled_fs", names(fs_on));
-    landlock.insert("handled_net", names(net_on));
-    landlock.insert("scopes", names(scopes_on));
+    landlock.insert("kernel_abi", landlocked.kernel_abi);
+    landlock.insert("effective_abi", landlocked.effective as u32);
+    landlock.insert("handled_fs", names(landlocked.fs_on));
+    landlock.insert("handled_net", names(landlocked.net_on));
+    landlock.insert("scopes", names(landlocked.scopes_on));
     landlock.insert(
         "ports_not_hosts",
         "TCP rules name ports: a granted port is reachable on every host",
     );
+    landlock
+}
+
+fn rules_details(grant: &Grant, unopened: Vec<Value>, followed: Vec<Value>) -> Object {
     let mut rules = Object::new();
     rules.insert("read", strings(&grant.read));
     rules.insert("exec", strings(&grant.exec));
@@ -253,6 +389,10 @@ pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
     );
     rules.insert("unopened", Value::Array(unopened));
     rules.insert("followed", Value::Array(followed));
+    rules
+}
+
+fn seccomp_details(filter: &Filter) -> Object {
     let mut sc = Object::new();
     sc.insert("sha256", encode_hex(&filter.sha256()));
     sc.insert(
@@ -267,26 +407,7 @@ pub(crate) fn apply(grant: &Grant) -> Result<Enforced, PluginError> {
         "programs",
         u32::try_from(filter.programs.len()).unwrap_or(u32::MAX),
     );
-    let mut details = Object::new();
-    details.insert("backend", "confine-landlock");
-    details.insert(
-        "level",
-        if grant.required {
-            "required"
-        } else {
-            "best_effort"
-        },
-    );
-    details.insert("landlock", landlock);
-    details.insert("rules", rules);
-    details.insert("seccomp", sc);
-    details.insert("no_new_privs", status.no_new_privs);
-    details.insert("capabilities", caps);
-    Ok(Enforced {
-        gaps,
-        details,
-        abi: kernel_abi,
-    })
+    sc
 }
 
 /// Clears every capability set; the bounding set first, while CAP_SETPCAP is still held.

@@ -10,7 +10,7 @@ use super::verdict::{
 use super::workers::{BATCH, Batch, Job, Shared, sig_failure};
 use super::{MAX_ID_BYTES, MAX_LINE_BYTES, MAX_LISTED_CALLS, Options};
 use crate::digest::{KeyId, LineHash, sha256};
-use crate::json::{self, Object, ParseError, Value};
+use crate::json::{self, Layout, Object, ParseError, Value};
 use crate::key::{Signature, VerifyingKey};
 use crate::line::{
     DecisionLine, FieldError, Fields, IntentLine, LineType, OpenLine, OutcomeLine, SCHEMA_VERSION,
@@ -218,6 +218,41 @@ pub(super) struct Walk<'a> {
 /// A finding that ends the walk.
 type Stop = Tampered;
 
+fn malformed(line: u64, detail: String) -> Tampered {
+    Tampered::Malformed { line, detail }
+}
+
+fn bad_field(line: u64) -> impl Fn(FieldError) -> Tampered {
+    move |e| malformed(line, e.to_string())
+}
+
+/// The members every line carries, read before its type is known.
+struct Head {
+    line_type: LineType,
+    seq: u64,
+    prev_hash: LineHash,
+}
+
+impl Head {
+    fn read(no: u64, obj: &Object) -> Result<Head, Stop> {
+        let f = Fields::new(obj, "");
+        let version = f.int("schema_version").map_err(bad_field(no))?;
+        if version.get() != u64::from(SCHEMA_VERSION) {
+            return Err(malformed(
+                no,
+                format!("schema_version: expected {SCHEMA_VERSION}, found {version}"),
+            ));
+        }
+        Ok(Head {
+            line_type: LineType::from_token(f.str("line_type").map_err(bad_field(no))?),
+            seq: f.int("seq").map_err(bad_field(no))?.get(),
+            prev_hash: f
+                .hex("prev_hash", LineHash::from_hex)
+                .map_err(bad_field(no))?,
+        })
+    }
+}
+
 impl<'a> Walk<'a> {
     pub(super) fn new(options: &'a Options, tx: SyncSender<Batch>, shared: &'a Shared) -> Walk<'a> {
         Walk {
@@ -330,33 +365,13 @@ impl<'a> Walk<'a> {
 
     fn line(&mut self, no: u64, bytes: &[u8], oversize: bool, last: bool) -> Result<(), Stop> {
         self.out.saw_line = true;
-        let malformed = |detail: String| Tampered::Malformed { line: no, detail };
         if oversize {
-            return Err(malformed(format!("longer than {MAX_LINE_BYTES} bytes")));
+            return Err(malformed(no, format!("longer than {MAX_LINE_BYTES} bytes")));
         }
-        let (obj, layout) = match json::parse_line(bytes) {
-            Ok((Value::Object(o), layout)) => (o, layout),
-            Ok(_) => return Err(malformed("not a JSON object".into())),
-            Err(e @ ParseError::Syntax { .. }) => {
-                if last {
-                    self.out.torn = Some(no);
-                    return Ok(());
-                }
-                return Err(malformed(e.to_string()));
-            }
-            Err(e) => return Err(malformed(format!("outside the value space: {e}"))),
+        let Some((obj, layout)) = self.parse(no, bytes, last)? else {
+            return Ok(());
         };
-        let field = |e: FieldError| malformed(e.to_string());
-        let f = Fields::new(&obj, "");
-        let version = f.int("schema_version").map_err(field)?;
-        if version.get() != u64::from(SCHEMA_VERSION) {
-            return Err(malformed(format!(
-                "schema_version: expected {SCHEMA_VERSION}, found {version}"
-            )));
-        }
-        let line_type = LineType::from_token(f.str("line_type").map_err(field)?);
-        let seq = f.int("seq").map_err(field)?.get();
-        let prev_hash = f.hex("prev_hash", LineHash::from_hex).map_err(field)?;
+        let head = Head::read(no, &obj)?;
         // Lines as written by a conforming emitter are already canonical: hash them as
         // they are and cut the signature out, instead of serializing twice more.
         debug_assert!(!layout.canonical || obj.to_canonical() == bytes);
@@ -367,10 +382,44 @@ impl<'a> Walk<'a> {
         };
         self.signing_input = layout.without_signature(bytes);
 
-        if line_type == LineType::Open {
-            return self.open(no, &obj, seq, prev_hash, hash);
+        if head.line_type == LineType::Open {
+            return self.open(no, &obj, head.seq, head.prev_hash, hash);
         }
+        let at = self.chain(no, head.seq, head.prev_hash, hash)?;
+        self.by_type(no, at, &head.line_type, &obj)
+    }
 
+    /// Parses a line as a JSON object; `None` for a final line torn mid-write, which is
+    /// noted.
+    fn parse(
+        &mut self,
+        no: u64,
+        bytes: &[u8],
+        last: bool,
+    ) -> Result<Option<(Object, Layout)>, Stop> {
+        match json::parse_line(bytes) {
+            Ok((Value::Object(o), layout)) => Ok(Some((o, layout))),
+            Ok(_) => Err(malformed(no, "not a JSON object".into())),
+            Err(e @ ParseError::Syntax { .. }) => {
+                if last {
+                    self.out.torn = Some(no);
+                    return Ok(None);
+                }
+                Err(malformed(no, e.to_string()))
+            }
+            Err(e) => Err(malformed(no, format!("outside the value space: {e}"))),
+        }
+    }
+
+    /// Chains a line other than an open onto its session: after an open, seq not going
+    /// back, prev_hash the session's tail. Skipped seqs are a finding, not a stop.
+    fn chain(
+        &mut self,
+        no: u64,
+        seq: u64,
+        prev_hash: LineHash,
+        hash: LineHash,
+    ) -> Result<Position, Stop> {
         let Some(session) = self.session.as_mut() else {
             return Err(Tampered::SessionBoundary {
                 session: 0,
@@ -410,34 +459,29 @@ impl<'a> Walk<'a> {
         if let Some(g) = gap {
             self.note(g, no);
         }
+        Ok(at)
+    }
 
-        match &line_type {
-            LineType::Intent => {
-                if obj.contains_key("signature") || obj.contains_key("key_id") {
-                    return Err(malformed(
-                        "an intent line carries a signature or key_id; intents are never signed"
-                            .into(),
-                    ));
-                }
-                let intent = IntentLine::from_object(&obj).map_err(field)?;
-                let order = self.next_order;
-                self.next_order += 1;
-                if let Some(s) = self.session.as_mut() {
-                    s.in_flight.insert(
-                        sha256(intent.call_id.as_bytes()),
-                        Pending::new(order, seq, &intent.call_id, &intent.tool_id),
-                    );
-                }
-            }
+    /// What each line type asks beyond the chain: its own members, a signature, and
+    /// the calls in flight, decisions and anchors it changes.
+    fn by_type(
+        &mut self,
+        no: u64,
+        at: Position,
+        line_type: &LineType,
+        obj: &Object,
+    ) -> Result<(), Stop> {
+        match line_type {
+            LineType::Intent => self.intent(no, at.seq, obj)?,
             LineType::Outcome => {
-                let outcome = OutcomeLine::from_object(&obj).map_err(field)?;
-                self.signed(no, at, &obj)?;
+                let outcome = OutcomeLine::from_object(obj).map_err(bad_field(no))?;
+                self.signed(no, at, obj)?;
                 if let Some(s) = self.session.as_mut() {
                     s.in_flight.remove(&sha256(outcome.call_id.as_bytes()));
                 }
             }
             LineType::Decision => {
-                let decision = DecisionLine::from_object(&obj).map_err(field)?;
+                let decision = DecisionLine::from_object(obj).map_err(bad_field(no))?;
                 if !self.decided.insert(sha256(decision.approval_id.as_bytes())) {
                     return Err(Tampered::DuplicateDecision {
                         at,
@@ -445,10 +489,10 @@ impl<'a> Walk<'a> {
                         approval_id: decision.approval_id,
                     });
                 }
-                self.signed(no, at, &obj)?;
+                self.signed(no, at, obj)?;
             }
             LineType::Close => {
-                self.signed(no, at, &obj)?;
+                self.signed(no, at, obj)?;
                 if let Some(s) = self.session.as_mut() {
                     s.anchored = true;
                     // Calls left without outcome at a close will never get one.
@@ -457,7 +501,7 @@ impl<'a> Walk<'a> {
                 }
             }
             LineType::Checkpoint => {
-                self.signed(no, at, &obj)?;
+                self.signed(no, at, obj)?;
                 if let Some(s) = self.session.as_mut() {
                     s.anchored = true;
                 }
@@ -465,7 +509,7 @@ impl<'a> Walk<'a> {
             }
             LineType::Unknown(token) => {
                 if obj.contains_key("signature") {
-                    self.signed(no, at, &obj)?;
+                    self.signed(no, at, obj)?;
                 }
                 self.note(
                     Indeterminate::UnknownLineType {
@@ -481,6 +525,26 @@ impl<'a> Walk<'a> {
         Ok(())
     }
 
+    /// An intent is never signed; it puts its call in flight until an outcome names it.
+    fn intent(&mut self, no: u64, seq: u64, obj: &Object) -> Result<(), Stop> {
+        if obj.contains_key("signature") || obj.contains_key("key_id") {
+            return Err(malformed(
+                no,
+                "an intent line carries a signature or key_id; intents are never signed".into(),
+            ));
+        }
+        let intent = IntentLine::from_object(obj).map_err(bad_field(no))?;
+        let order = self.next_order;
+        self.next_order += 1;
+        if let Some(s) = self.session.as_mut() {
+            s.in_flight.insert(
+                sha256(intent.call_id.as_bytes()),
+                Pending::new(order, seq, &intent.call_id, &intent.tool_id),
+            );
+        }
+        Ok(())
+    }
+
     fn open(
         &mut self,
         no: u64,
@@ -489,16 +553,17 @@ impl<'a> Walk<'a> {
         prev_hash: LineHash,
         hash: LineHash,
     ) -> Result<(), Stop> {
-        let malformed = |detail: String| Tampered::Malformed { line: no, detail };
         let index = self.sessions;
-        let open = OpenLine::from_object(obj).map_err(|e| malformed(e.to_string()))?;
+        let open = OpenLine::from_object(obj).map_err(bad_field(no))?;
         if seq != 0 {
-            return Err(malformed(format!(
-                "open line with seq {seq}; sessions start at 0"
-            )));
+            return Err(malformed(
+                no,
+                format!("open line with seq {seq}; sessions start at 0"),
+            ));
         }
         if prev_hash != LineHash::GENESIS {
             return Err(malformed(
+                no,
                 "open line's prev_hash is not the genesis digest".into(),
             ));
         }
