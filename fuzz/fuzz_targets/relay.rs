@@ -38,7 +38,7 @@ use std::collections::BTreeSet;
 
 use aegis_mcp::frame::{DEFAULT_MAX_FRAME, Frame, FrameReader};
 use aegis_mcp::relay::{
-    Action, CallEnd, Gate, MAX_LOG_LINES, PinMode, Refusal, RefusedCall, Relay, RelayConfig,
+    Action, CallEnd, Cause, Gate, MAX_LOG_LINES, PinMode, Refusal, RefusedCall, Relay, RelayConfig,
     ToolCall,
 };
 use libfuzzer_sys::fuzz_target;
@@ -56,11 +56,7 @@ impl Gate for CountingGate {
     fn open(&self, call: &ToolCall<'_>) -> Result<u64, Refusal> {
         if call.name == "rm" || call.name.starts_with('x') {
             *self.refusals.borrow_mut() += 1;
-            return Err(Refusal {
-                station: "policy".into(),
-                reason: "denied".into(),
-                call_id: None,
-            });
+            return Err(Refusal::new(Cause::Denied, "denied"));
         }
         let mut opened = self.opened.borrow_mut();
         *opened += 1;
@@ -162,7 +158,7 @@ fuzz_target!(|data: &[u8]| {
             let refused = *relay.gate().refusals.borrow() > before;
             let logs = actions
                 .iter()
-                .filter(|a| matches!(a, Action::Log(_)))
+                .filter(|a| matches!(a, Action::Log(_) | Action::Warn(_)))
                 .count();
             assert!(logs <= MAX_LOG_LINES + 1, "{logs} log lines for one frame");
             for action in &actions {
@@ -173,14 +169,16 @@ fuzz_target!(|data: &[u8]| {
                         assert_eq!(Some(bytes), input.as_ref(), "forwarded bytes differ");
                     }
                     Action::ToClient(bytes) if !from_client && Some(bytes) != input.as_ref() => {
+                        let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+                        // The relay's errors, or a listing with tools left out.
+                        let shortened = has(b"\"tools\":[")
+                            && input.as_ref().is_some_and(|i| bytes.len() < i.len());
                         assert!(
-                            bytes
-                                .windows(b"\"error\":{\"code\":-32003".len())
-                                .any(|w| w == b"\"error\":{\"code\":-32003"),
-                            "a server frame was changed into something else than the relay's errors"
+                            has(b"\"error\":{\"code\":-32003") || shortened,
+                            "a server frame was changed into something else than the relay's errors or a shortened listing"
                         );
                     }
-                    Action::ToClient(_) | Action::Log(_) => {}
+                    Action::ToClient(_) | Action::Log(_) | Action::Warn(_) => {}
                 }
             }
         }

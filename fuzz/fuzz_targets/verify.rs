@@ -61,7 +61,10 @@ fn check_text(report: &Report) {
             u32::from(c)
         );
     }
-    assert!(text.ends_with('\n'), "to_text() does not end with a newline: {text:?}");
+    assert!(
+        text.ends_with('\n'),
+        "to_text() does not end with a newline: {text:?}"
+    );
     let expected = 1
         + report.keys().len()
         + report.published_test_keys().len()
@@ -77,7 +80,11 @@ fn check_text(report: &Report) {
         "to_text() has {} lines for {expected} entries: {text:?}",
         lines.len()
     );
-    assert_eq!(lines[0], report.headline(), "first line is not the headline");
+    assert_eq!(
+        lines[0],
+        report.headline(),
+        "first line is not the headline"
+    );
 }
 
 fn check_json(report: &Report) {

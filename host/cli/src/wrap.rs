@@ -64,6 +64,7 @@ pub struct WrapArgs {
 fn stderr_sink() -> Sink {
     Arc::new(|notice: Notice<'_>| match notice {
         Notice::Note(line) => crate::note(format_args!("aegis: {}", escape(line))),
+        Notice::Warning(line) => crate::say(format_args!("warning: {}", escape(line))),
         Notice::Error(line) => crate::error(escape(line)),
     })
 }

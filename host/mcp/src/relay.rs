@@ -241,6 +241,9 @@ pub enum Action {
     ToClient(Vec<u8>),
     /// A one-line diagnostic for stderr.
     Log(String),
+    /// A one-line warning the operator must see whatever the verbosity: a tool the
+    /// server changed, withheld from the client.
+    Warn(String),
 }
 
 /// What to do when a listing differs from the pins.
@@ -338,6 +341,9 @@ struct PinState {
     ambiguous: BTreeMap<String, String>,
     /// Why the last listing could not be read, until a complete listing is read.
     unreadable: Option<String>,
+    /// Whether a change refuses the tool (and withholds it from the client's listings)
+    /// or is only recorded.
+    mode: PinMode,
     /// Counts `notifications/tools/list_changed`: only a listing asked for after the
     /// last one clears `stale`.
     generation: u64,
@@ -413,6 +419,22 @@ impl PinState {
             (Some(p), PinMode::Enforce) => Err(p),
             (Some(p), PinMode::RecordOnly) => Ok(Some(p)),
         }
+    }
+
+    /// Why the client must not be shown `name` in a listing: the same changes that refuse
+    /// its calls (changed, added, listed twice, held by the pins file, a pinned field
+    /// spelt another way), so a rewritten description never reaches the model. Nothing
+    /// is withheld with `--pins-record-only`, and nothing before there are pins.
+    fn withheld(&self, name: &str) -> bool {
+        if self.mode == PinMode::RecordOnly {
+            return false;
+        }
+        self.ambiguous.contains_key(name)
+            || self.changes.contains_key(name)
+            || self
+                .pinned
+                .as_ref()
+                .is_some_and(|p| p.is_duplicate(name) || p.held(name).is_some())
     }
 
     /// A page of the client's listing (`None`: the server answered with an error, which
@@ -585,7 +607,14 @@ impl PinState {
             self.too_many = true;
             return;
         }
-        logs.push(format!("tools/list: {change}"));
+        logs.warn(match self.mode {
+            PinMode::Enforce => format!(
+                "tools/list: {change}; the client is not shown it and its calls are refused for the rest of the session (aegis pins accept to take the change)"
+            ),
+            PinMode::RecordOnly => {
+                format!("tools/list: {change}; shown and callable (--pins-record-only)")
+            }
+        });
         if let Some(pinned) = &mut self.pinned {
             pinned.hold(change.tool(), &change.summary());
         }
@@ -622,21 +651,30 @@ pub struct Relay<G: Gate> {
 /// The diagnostics of one frame: at most [`MAX_LOG_LINES`], the rest counted.
 #[derive(Default)]
 struct Logs {
-    lines: Vec<String>,
+    lines: Vec<Action>,
     more: usize,
 }
 
 impl Logs {
     fn push(&mut self, line: String) {
+        self.add(Action::Log(line));
+    }
+
+    /// A warning: a change the operator must see even with `-q`.
+    fn warn(&mut self, line: String) {
+        self.add(Action::Warn(line));
+    }
+
+    fn add(&mut self, action: Action) {
         if self.lines.len() < MAX_LOG_LINES {
-            self.lines.push(line);
+            self.lines.push(action);
         } else {
             self.more += 1;
         }
     }
 
     fn into_actions(self) -> Vec<Action> {
-        let mut actions: Vec<Action> = self.lines.into_iter().map(Action::Log).collect();
+        let mut actions = self.lines;
         if self.more > 0 {
             actions.push(Action::Log(format!(
                 "… and {} more diagnostics for this frame",
@@ -676,6 +714,7 @@ enum Element<P> {
 impl<G: Gate> Relay<G> {
     /// A relay with no pins: the first complete listing of the session pins the tools.
     pub fn new(gate: G, config: RelayConfig) -> Self {
+        let mode = config.pin_mode;
         Relay {
             gate,
             config,
@@ -684,7 +723,10 @@ impl<G: Gate> Relay<G> {
             tombstone_order: BTreeMap::new(),
             next_tombstone: 0,
             server_requests: BTreeSet::new(),
-            pins: PinState::default(),
+            pins: PinState {
+                mode,
+                ..PinState::default()
+            },
             own_requests: Vec::new(),
             held: Vec::new(),
             held_bytes: 0,
@@ -1466,13 +1508,11 @@ impl<G: Gate> Relay<G> {
                     "an answer to a tools/call with duplicate keys, which the client and the record may read differently",
                     logs,
                 ),
-            item => {
-                if self.server_item(frame, item, logs) {
-                    Plan::Forward
-                } else {
-                    Plan::Drop
-                }
-            }
+            item => match self.server_item(frame, item, logs) {
+                Pass::Forward => Plan::Forward,
+                Pass::Drop => Plan::Drop,
+                Pass::Instead(bytes) => Plan::Substitute(bytes),
+            },
         }
     }
 
@@ -1575,6 +1615,16 @@ impl<G: Gate> Relay<G> {
                 Message::Response(r) if !answers.insert(r.id.key.clone()) => {
                     Some(format!("a second response to {}", r.id.raw))
                 }
+                // A listing may have to reach the client with tools left out, which a
+                // batch relayed whole cannot do.
+                Message::Response(r)
+                    if matches!(
+                        self.client_requests.get(&r.id.key).map(|o| &o.kind),
+                        Some(Kind::ToolsList { .. })
+                    ) =>
+                {
+                    Some(format!("an answer to the client's tools/list {}", r.id.raw))
+                }
                 Message::Request(_)
                     if self.server_requests.len() + requests >= self.config.max_pending =>
                 {
@@ -1597,13 +1647,14 @@ impl<G: Gate> Relay<G> {
             return self.drop_server_frame(frame, &format!("a batch holding {why}"), logs);
         }
         for item in batch.messages() {
+            // Never `Instead`: a batch answering a listing was refused above.
             self.server_item(frame, item, logs);
         }
         Plan::Forward
     }
 
-    /// Handles one message from the server; false when it must not reach the client.
-    fn server_item(&mut self, frame: &[u8], message: Message<'_>, logs: &mut Logs) -> bool {
+    /// Handles one message from the server: what reaches the client.
+    fn server_item(&mut self, frame: &[u8], message: Message<'_>, logs: &mut Logs) -> Pass {
         match message {
             Message::Response(response) => self.server_response(frame, &response, logs),
             Message::Request(request) => {
@@ -1617,10 +1668,10 @@ impl<G: Gate> Relay<G> {
                         "server: dropped request {}: {} server requests already wait for the client",
                         request.id.raw, self.config.max_pending
                     ));
-                    return false;
+                    return Pass::Drop;
                 }
                 self.server_requests.insert(request.id.key);
-                true
+                Pass::Forward
             }
             Message::Notification(notification) => {
                 match notification.method.as_str() {
@@ -1640,16 +1691,16 @@ impl<G: Gate> Relay<G> {
                     }
                     _ => {}
                 }
-                true
+                Pass::Forward
             }
-            Message::Invalid(_) | Message::NotJson | Message::Batch(_) => true,
+            Message::Invalid(_) | Message::NotJson | Message::Batch(_) => Pass::Forward,
         }
     }
 
-    fn server_response(&mut self, frame: &[u8], response: &Response<'_>, logs: &mut Logs) -> bool {
+    fn server_response(&mut self, frame: &[u8], response: &Response<'_>, logs: &mut Logs) -> Pass {
         if self.pins.own.waiting.as_ref() == Some(&response.id.key) {
             self.own_page(frame.len(), response, logs);
-            return false;
+            return Pass::Drop;
         }
         let Some(outstanding) = self.client_requests.remove(&response.id.key) else {
             if self.unbury(&response.id.key) {
@@ -1663,7 +1714,7 @@ impl<G: Gate> Relay<G> {
                     response.id.raw
                 ));
             }
-            return false;
+            return Pass::Drop;
         };
         match outstanding.kind {
             Kind::Call(pending) => {
@@ -1695,18 +1746,83 @@ impl<G: Gate> Relay<G> {
                     reply.push(b'\n');
                     self.released.push(Action::ToClient(reply));
                     self.list_tools(logs);
-                    return false;
+                    return Pass::Drop;
                 }
                 // The client's listing may have pinned the session or ended a change:
                 // calls that waited are decided (those that must still wait, wait).
                 if !self.held.is_empty() {
                     self.release_held();
                 }
+                if let Some(result) = response.result()
+                    && let Some(instead) = self.without_withheld(&outstanding.raw_id, result, logs)
+                {
+                    return Pass::Instead(instead);
+                }
             }
             Kind::Other => {}
         }
-        true
+        Pass::Forward
     }
+
+    /// The client's listing page without the tools it must not be shown
+    /// ([`PinState::withheld`]), as the server's answer with only `result.tools`
+    /// shortened (every other member as the server wrote it); `None` when the page
+    /// shows none of them.
+    fn without_withheld(&self, raw_id: &str, result: Node<'_>, logs: &mut Logs) -> Option<Vec<u8>> {
+        let object = result.object()?;
+        let json::Lookup::One(tools) = object.lookup("tools") else {
+            return None;
+        };
+        let json::Value::Array(tools) = tools.value() else {
+            return None;
+        };
+        let mut kept = Vec::new();
+        let mut left_out: Vec<String> = Vec::new();
+        for tool in tools.items() {
+            let name: Option<String> = tool.object().and_then(|t| match t.lookup("name") {
+                json::Lookup::One(name) => name.exact_str().map(|n| n.to_string()),
+                _ => None,
+            });
+            match name {
+                Some(name) if self.pins.withheld(&name) => left_out.push(name),
+                _ => kept.push(tool.raw_text()),
+            }
+        }
+        if left_out.is_empty() {
+            return None;
+        }
+        logs.push(format!(
+            "tools/list: left out of what the client is shown: {}",
+            left_out
+                .iter()
+                .map(|n| format!("{n:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        let mut out = format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"result":{{"#);
+        for (key, value) in object.members() {
+            if key.text != "tools" {
+                json::write_string(&key.text, &mut out);
+                out.push(':');
+                out.push_str(value.raw_text());
+                out.push(',');
+            }
+        }
+        out.push_str(r#""tools":["#);
+        out.push_str(&kept.join(","));
+        out.push_str("]}}\n");
+        Some(out.into_bytes())
+    }
+}
+
+/// What becomes of one message from the server.
+enum Pass {
+    /// It reaches the client as the server wrote it.
+    Forward,
+    /// It does not reach the client.
+    Drop,
+    /// These bytes reach the client instead (a listing with tools left out).
+    Instead(Vec<u8>),
 }
 
 impl<G: Gate> Drop for Relay<G> {

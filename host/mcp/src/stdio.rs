@@ -117,6 +117,9 @@ impl Default for StdioConfig {
 pub enum Notice<'a> {
     /// What the relay or the session did (`aegis: …` on the CLI).
     Note(&'a str),
+    /// What the operator must see even with `-q` (`warning: …` on the CLI): a tool the
+    /// server changed, withheld from the client.
+    Warning(&'a str),
     /// Something failed that the operator must know about (`error: …` on the CLI).
     Error(&'a str),
 }
@@ -399,15 +402,15 @@ impl<G: Gate> Shared<G> {
 
     /// Queues the frames; returns the log lines, and the frame claimed for `claim` when
     /// its queue was idle (the caller writes it with [`Shared::write`]).
-    fn queue(&self, actions: Vec<Action>, claim: Option<Peer>) -> (Vec<String>, Option<Vec<u8>>) {
+    fn queue(&self, actions: Vec<Action>, claim: Option<Peer>) -> (Vec<Action>, Option<Vec<u8>>) {
         let mut logs = Vec::new();
         let mut claimed = None;
         for action in actions {
             let (to, bytes) = match action {
                 Action::ToClient(bytes) => (Peer::Client, bytes),
                 Action::ToServer(bytes) => (Peer::Server, bytes),
-                Action::Log(line) => {
-                    logs.push(line);
+                said @ (Action::Log(_) | Action::Warn(_)) => {
+                    logs.push(said);
                     continue;
                 }
             };
@@ -426,9 +429,13 @@ impl<G: Gate> Shared<G> {
         self.say(self.queue(actions, None).0);
     }
 
-    fn say(&self, logs: Vec<String>) {
-        for line in logs {
-            (self.sink)(Notice::Note(&line));
+    fn say(&self, logs: Vec<Action>) {
+        for said in logs {
+            match said {
+                Action::Warn(line) => (self.sink)(Notice::Warning(&line)),
+                Action::Log(line) => (self.sink)(Notice::Note(&line)),
+                Action::ToClient(_) | Action::ToServer(_) => {}
+            }
         }
     }
 

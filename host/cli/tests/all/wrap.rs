@@ -457,10 +457,19 @@ fn a_call_the_policy_denies_never_reaches_the_server() {
 
 #[test]
 fn a_changed_tool_description_refuses_the_next_call() {
-    let mut w = Wrap::start(&[], &["--rug-pull"]);
+    let mut w = Wrap::start(&["-q"], &["--rug-pull"]);
     w.initialize();
     assert!(!is_error(&w.call(3, "echo", r#"{"text":"before"}"#)));
-    w.request(4, "tools/list", "{}");
+    // The listing the client is shown leaves the changed tool out: its new
+    // description never reaches the model. The operator is warned once, even with -q.
+    let listing = w.request(4, "tools/list", "{}");
+    let shown = String::from_utf8(Value::Object(listing).to_canonical()).unwrap();
+    assert!(
+        shown.contains(r#""name":"get-env""#)
+            && !shown.contains(r#""name":"echo""#)
+            && !shown.contains("~/.ssh"),
+        "{shown}"
+    );
     let refused = w.call(5, "echo", r#"{"text":"after"}"#);
     assert!(is_error(&refused));
     assert!(text(&w.received).contains("pins station"));
@@ -476,6 +485,15 @@ fn a_changed_tool_description_refuses_the_next_call() {
     assert_eq!(at(echo[0], &["execution", "status"]), "success");
     assert_eq!(at(echo[1], &["execution", "status"]), "host_denied");
     assert!(at(echo[1], &["execution", "reason"]).contains("pins"));
+    let warned = w.stderr();
+    assert_eq!(
+        warned
+            .lines()
+            .filter(|l| l.starts_with("warning: tools/list: tool \"echo\" changed"))
+            .count(),
+        1,
+        "{warned}"
+    );
 }
 
 #[test]

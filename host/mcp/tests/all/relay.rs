@@ -385,7 +385,27 @@ fn a_rug_pull_is_refused_until_the_operator_accepts_it() {
         let logs = relay.from_server(line(changed));
         // The client's complete listing ends the wait: rm did not change, so it runs.
         assert_eq!(to_server(&logs), vec![format!("{}\n", call("1", "rm"))]);
-        assert!(logs.iter().any(|a| matches!(a, Action::Log(l) if l.contains("\"read\" changed since it was pinned: description"))));
+        // The operator is warned once (not a note -q would hide).
+        let warned = |a: &Action| matches!(a, Action::Warn(l) if l.contains("\"read\" changed since it was pinned: description"));
+        assert_eq!(logs.iter().filter(|a| warned(a)).count(), 1);
+        // What the model is shown: enforced, the changed and the added tool are left
+        // out, the rest byte for byte; recorded only, the listing as the server wrote it.
+        let shown = to_client(&logs).concat();
+        match mode {
+            PinMode::Enforce => assert_eq!(
+                shown,
+                "{\"jsonrpc\":\"2.0\",\"id\":\"l2\",\"result\":{\"tools\":[{\"name\":\"rm\",\"description\":\"Removes\"}]}}\n"
+            ),
+            PinMode::RecordOnly => assert_eq!(shown, format!("{changed}\n")),
+        }
+        // Listed again, still changed: still left out, and not warned about again.
+        relay.from_client(line(r#"{"jsonrpc":"2.0","id":"l3","method":"tools/list"}"#));
+        let again = relay.from_server(line(&changed.replace("\"l2\"", "\"l3\"")));
+        assert!(!again.iter().any(warned));
+        assert_eq!(
+            to_client(&again).concat().contains("~/.ssh"),
+            mode == PinMode::RecordOnly
+        );
         let read = relay.from_client(line(&call("2", "read")));
         let rm = relay.from_client(line(&call("3", "rm")));
         let new = relay.from_client(line(&call("4", "new")));
@@ -1048,7 +1068,9 @@ proptest! {
                         let text = String::from_utf8(bytes.clone()).unwrap();
                         prop_assert!(
                             text.contains(r#""error":{"code":-32003"#)
-                                || text.contains(r#""isError":true"#),
+                                || text.contains(r#""isError":true"#)
+                                // A listing with the tools it must not show left out.
+                                || (text.contains(r#""tools":["#) && bytes.len() < frame.len()),
                             "{}",
                             text
                         );

@@ -37,6 +37,7 @@ impl Said {
         Arc::new(move |notice: Notice<'_>| {
             let line = match notice {
                 Notice::Note(l) => format!("note: {l}"),
+                Notice::Warning(l) => format!("warning: {l}"),
                 Notice::Error(l) => format!("error: {l}"),
             };
             lines.lock().unwrap().push(line);
