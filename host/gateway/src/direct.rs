@@ -123,6 +123,10 @@ pub(crate) struct Direct {
     max_body: usize,
     idle: Duration,
     max_sessions: usize,
+    /// Off, no call is taken here: rmcp answers every request (see
+    /// [`HttpOptions::direct_calls`](crate::http::HttpOptions)); the rest of this
+    /// module's bookkeeping is the same.
+    take_calls: bool,
     uses: Mutex<HashMap<Arc<str>, SessionUse>>,
 }
 
@@ -133,6 +137,7 @@ impl Direct {
         max_body: usize,
         idle: Duration,
         max_sessions: usize,
+        take_calls: bool,
     ) -> Direct {
         Direct {
             server,
@@ -140,6 +145,7 @@ impl Direct {
             max_body,
             idle,
             max_sessions,
+            take_calls,
             uses: Mutex::new(HashMap::new()),
         }
     }
@@ -216,6 +222,9 @@ impl Direct {
 
     /// Whether a request with these headers may be taken here (its body decides the rest).
     fn takeable(&self, headers: &HeaderMap) -> bool {
+        if !self.take_calls {
+            return false;
+        }
         // Host and Origin were checked before this module (`http::check_host`).
         let field = |name| one(headers, name);
         if !matches!(field(header::CONTENT_TYPE), Field::One(t) if is_json(t)) {
