@@ -31,6 +31,9 @@
 //!   `control/calls/{rmcp,raw}/16`: its calls per second with 16 such clients.
 //! - `control/http_floor`: axum answering each POST with a fixed body, called by the
 //!   minimal client: a loopback HTTP exchange between two threads, with nothing else.
+//! - `direct/…`: the same gateway with a session's `tools/call` answered by the
+//!   direct path (`host/gateway/src/direct.rs`) and by rmcp's session worker alone,
+//!   side by side in one run (see [`direct`]).
 //!
 //! The servers run on a runtime of their own with two workers, as `aegis gateway`
 //! does (`GATEWAY_BENCH_RUNTIME=workers=N` changes that, for experiments). The
@@ -130,8 +133,17 @@ impl Drop for Served {
 /// Serves `gateway` over HTTP on a loopback port, on a runtime of its own as `aegis
 /// gateway` does; returns its URL.
 fn serve_http(gateway: &Gateway) -> (String, Served) {
+    serve_http_with(gateway, true)
+}
+
+/// [`serve_http`], with a session's `tools/call` answered by the direct path
+/// (`direct_calls`) or by rmcp's session worker.
+fn serve_http_with(gateway: &Gateway, direct_calls: bool) -> (String, Served) {
     let runtime = server_runtime();
-    let options = HttpOptions::new("127.0.0.1:0".parse().unwrap());
+    let options = HttpOptions {
+        direct_calls,
+        ..HttpOptions::new("127.0.0.1:0".parse().unwrap())
+    };
     let listener = runtime
         .block_on(aegis_gateway::http::bind(&options))
         .unwrap();
@@ -345,6 +357,14 @@ impl RawClient {
         let response = self.send(&call).await;
         self.call = call;
         assert!(response.contains(r#""isError":false"#), "{response}");
+        black_box(response);
+    }
+
+    /// A `tools/list` (rmcp answers it on either path), its answer checked.
+    async fn list(&mut self) {
+        let list = self.request(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#);
+        let response = self.send(&list).await;
+        assert!(response.contains(r#""name":"echo""#), "{response}");
         black_box(response);
     }
 }
@@ -614,9 +634,74 @@ fn calls(c: &mut Criterion) {
     g.finish();
 }
 
+/// The direct path against rmcp alone (issue 31, item 7): one gateway served twice,
+/// once with a session's `tools/call` answered by `direct.rs` and once by rmcp's
+/// session worker (`HttpOptions::direct_calls`), the same clients against each. Each
+/// pair is measured direct, rmcp, rmcp, direct (rounds `a` and `b`), so a drift of the
+/// host over the run falls on both.
+/// - `direct/call_{a,b}/{direct,rmcp}`: the minimal client's round trip.
+/// - `direct/pooled_{a,b}/{direct,rmcp}`: rmcp's own client (connections kept), whose
+///   calls carry `_meta` and so take the direct path after rmcp's full parse.
+/// - `direct/list_{a,b}/{direct,rmcp}`: a `tools/list`, which rmcp answers on both
+///   servers: the control, which should differ only by the host's noise.
+/// - `direct/calls_raw_16_{a,b}/{direct,rmcp}`: calls/s with 16 minimal clients.
+fn direct(c: &mut Criterion) {
+    const ABBA: [(&str, &str); 4] = [
+        ("a", "direct"),
+        ("a", "rmcp"),
+        ("b", "rmcp"),
+        ("b", "direct"),
+    ];
+    let rt = single_threaded();
+    let mut g = c.benchmark_group("direct");
+    let gw = gateway(None);
+    let (direct_url, direct_served) = serve_http_with(&gw, true);
+    let (rmcp_url, rmcp_served) = serve_http_with(&gw, false);
+    let url = |path: &str| {
+        if path == "direct" {
+            &direct_url
+        } else {
+            &rmcp_url
+        }
+    };
+    for (round, path) in ABBA {
+        let mut raw = one(raw_clients(&rt, url(path), 1));
+        g.bench_function(format!("call_{round}/{path}"), |b| {
+            b.iter(|| rt.block_on(raw.call()))
+        });
+    }
+    for (round, path) in ABBA {
+        let pooled = one(rmcp_clients(&rt, 1, || pooled_client(url(path))));
+        g.bench_function(format!("pooled_{round}/{path}"), |b| {
+            b.iter(|| rt.block_on(call(&pooled)))
+        });
+        end_sessions(&rt, vec![pooled]);
+    }
+    for (round, path) in ABBA {
+        let mut raw = one(raw_clients(&rt, url(path), 1));
+        g.bench_function(format!("list_{round}/{path}"), |b| {
+            b.iter(|| rt.block_on(raw.list()))
+        });
+    }
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(1));
+    for (round, path) in ABBA {
+        let mut raws = raw_clients(&rt, url(path), 16);
+        g.bench_function(format!("calls_raw_16_{round}/{path}"), |b| {
+            b.iter_custom(|iters| all_at_once(&rt, &mut raws, iters))
+        });
+    }
+    g.finish();
+    drop(direct_served);
+    drop(rmcp_served);
+    drop(rt);
+    gw.close().unwrap();
+}
+
 // The same as `criterion_group!`, which would define an undocumented `pub fn`.
 fn benches() {
     let mut c = Criterion::default().configure_from_args();
+    direct(&mut c);
     round_trip(&mut c);
     control(&mut c);
     calls(&mut c);

@@ -28,7 +28,11 @@
 //!   `DELETE`, or closing it for idleness), cancel that call, as rmcp does for its
 //!   own. The notification and the `DELETE` go to rmcp first, whatever their headers,
 //!   and act here only when rmcp accepted them: a refused request changes nothing. A
-//!   notification from another session cancels nothing here.
+//!   notification from another session cancels nothing here. As on rmcp's path, a
+//!   call so cancelled gets no JSON-RPC answer (an event stream that ends empty).
+//! - The answers are rmcp's, message for message: `tests/all/direct_vs_rmcp.rs` sends
+//!   the same requests here and to rmcp alone. Only the framing of a call's answer
+//!   differs (one JSON body here, an event stream there).
 //! - A call's entry lives as long as the call, not as long as its request: a call
 //!   whose client left can still be cancelled, and its id is still in use.
 //! - A request reusing the id of one still being answered in its session, here or by
@@ -123,6 +127,10 @@ pub(crate) struct Direct {
     max_body: usize,
     idle: Duration,
     max_sessions: usize,
+    /// Off, no call is taken here: rmcp answers every request (see
+    /// [`HttpOptions::direct_calls`](crate::http::HttpOptions)); the rest of this
+    /// module's bookkeeping is the same.
+    take_calls: bool,
     uses: Mutex<HashMap<Arc<str>, SessionUse>>,
 }
 
@@ -133,6 +141,7 @@ impl Direct {
         max_body: usize,
         idle: Duration,
         max_sessions: usize,
+        take_calls: bool,
     ) -> Direct {
         Direct {
             server,
@@ -140,6 +149,7 @@ impl Direct {
             max_body,
             idle,
             max_sessions,
+            take_calls,
             uses: Mutex::new(HashMap::new()),
         }
     }
@@ -216,6 +226,9 @@ impl Direct {
 
     /// Whether a request with these headers may be taken here (its body decides the rest).
     fn takeable(&self, headers: &HeaderMap) -> bool {
+        if !self.take_calls {
+            return false;
+        }
         // Host and Origin were checked before this module (`http::check_host`).
         let field = |name| one(headers, name);
         if !matches!(field(header::CONTENT_TYPE), Field::One(t) if is_json(t)) {
@@ -527,8 +540,26 @@ async fn take_call(
         session: Arc::from(session),
         key,
     };
-    let answer = match direct.server.spawn_call(params, token, running).await {
-        Ok(Ok(result)) => ServerJsonRpcMessage::response(ServerResult::CallToolResult(result), id),
+    let answered = direct
+        .server
+        .spawn_call(params, token.clone(), running)
+        .await;
+    // Cancelled by the client (its notification, or its session's end): no answer, as
+    // rmcp sends none for a request it cancelled (MCP: the receiver should not
+    // respond). The call's outcome is still on the record.
+    if token.reason().as_deref() == Some(CANCELLED) {
+        return Some(no_answer());
+    }
+    let answer = match answered {
+        Ok(Ok(result)) => {
+            let mut result = ServerResult::CallToolResult(result);
+            // What rmcp's handler does for every session (all negotiated before
+            // 2026-07-28, the first revision without sessions): such peers get no
+            // `resultType` and no structured content that is not an object.
+            result.strip_result_type_for_legacy_peer();
+            result.strip_non_object_output_for_legacy_peer();
+            ServerJsonRpcMessage::response(result, id)
+        }
         Ok(Err(error)) => ServerJsonRpcMessage::error(error, Some(id)),
         Err(e) => ServerJsonRpcMessage::error(
             ErrorData::internal_error(format!("the gateway failed: {e}"), None),
@@ -536,6 +567,17 @@ async fn take_call(
         ),
     };
     Some(json_response(&answer))
+}
+
+/// The answer to a call the client cancelled: an event stream that ends with no
+/// message, what rmcp's own answer to such a request comes to.
+fn no_answer() -> Response {
+    let mut response = Response::new(Body::empty());
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    response
 }
 
 /// Hands a request to rmcp (`passing`) unless its id names a request of the session

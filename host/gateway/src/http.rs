@@ -139,6 +139,13 @@ pub struct HttpOptions {
     /// before its connection is closed ([`DEFAULT_WRITE_TIMEOUT`] by default; at most
     /// [`MAX_CLIENT_TIMEOUT`]).
     pub write_timeout: Duration,
+    /// Whether a session's `tools/call` may be answered by the direct path
+    /// (`direct.rs`); true by default. Off, every request goes to rmcp's session
+    /// worker, with the same checks and caps around it. For the differential test and
+    /// the bench only, which compare the two paths: neither is less safe, so it is no
+    /// operator's setting and the CLI does not expose it.
+    #[doc(hidden)]
+    pub direct_calls: bool,
 }
 
 impl HttpOptions {
@@ -154,6 +161,7 @@ impl HttpOptions {
             max_sessions: DEFAULT_MAX_SESSIONS,
             read_timeout: DEFAULT_READ_TIMEOUT,
             write_timeout: DEFAULT_WRITE_TIMEOUT,
+            direct_calls: true,
         }
     }
 }
@@ -465,6 +473,7 @@ pub async fn serve(
         options.max_body,
         options.session_idle,
         options.max_sessions,
+        options.direct_calls,
     ));
     tokio::spawn(Arc::clone(&direct).close_idle_sessions(stop.child_token()));
     let service: StreamableHttpService<GatewayServer, LocalSessionManager> =

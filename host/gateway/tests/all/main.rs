@@ -2,5 +2,6 @@
 //! own, and each linked the whole crate and its dependencies again). Run one topic with
 //! a filter: `cargo test -p aegis-gateway --test all -- http_direct::`.
 
+mod direct_vs_rmcp;
 mod http_direct;
 mod server;
