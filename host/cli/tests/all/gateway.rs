@@ -533,8 +533,10 @@ async fn http_caps_answer_503_and_the_operator_is_told() {
             "2",
             "--max-sessions",
             "1",
+            // Long enough that a loaded machine still sends the crowded request while
+            // the two held connections are open (1 s flaked under parallel builds).
             "--read-timeout",
-            "1",
+            "3",
         ],
     )
     .await;
@@ -549,8 +551,8 @@ async fn http_caps_answer_503_and_the_operator_is_told() {
             .map(|_| std::net::TcpStream::connect(authority).unwrap())
             .collect();
         let crowded = post(url, &[("Host", "evil.example")], init);
-        // The read timeout (1 s) closes the two held connections.
-        std::thread::sleep(std::time::Duration::from_secs(3));
+        // The read timeout (3 s) closes the two held connections.
+        std::thread::sleep(std::time::Duration::from_secs(5));
         let freed = post(url, &[("Host", "evil.example")], init);
         drop(held);
         [first, second, crowded, freed]
