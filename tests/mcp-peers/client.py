@@ -7,7 +7,9 @@ Only strings and booleans are written, so the test's small JSON reader takes it.
 
 Usage: client.py MODE OUT PLAN_JSON [NAME=VALUE ...] -- CMD ARGS...
        client.py MODE OUT PLAN_JSON -- http://HOST:PORT/PATH
-  MODE: legacy (initialize handshake) or auto (server/discover, falling back)
+  MODE: legacy (initialize handshake) or auto (server/discover, falling back); with
+        "+nolist" (legacy+nolist) the client calls without listing first, as a client
+        that cached its tool list from an earlier session does
   PLAN_JSON: [{"tool": NAME, "arguments": {...}}, ...]
   NAME=VALUE: environment handed to the server process
 """
@@ -24,11 +26,13 @@ async def run(mode, out, plan, env, command):
         params = command[0]
     else:
         params = StdioServerParameters(command=command[0], args=command[1:], env=env)
+    mode, _, nolist = mode.partition("+")
     got = {"mode": mode, "tools": [], "calls": []}
     async with Client(params, mode=mode, cache=None) as client:
         got["protocol"] = str(client.session.protocol_version)
-        listing = await client.list_tools()
-        got["tools"] = [t.name for t in listing.tools]
+        if nolist != "nolist":
+            listing = await client.list_tools()
+            got["tools"] = [t.name for t in listing.tools]
         for step in plan:
             result = await client.call_tool(step["tool"], step.get("arguments", {}))
             dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)

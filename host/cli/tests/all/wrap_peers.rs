@@ -339,6 +339,36 @@ fn everything_server_echo_runs_and_a_denied_get_env_never_does() {
 
 /// The same session bare and through wrap: the client gets the same bytes, and
 /// through wrap every byte it gets is one the server wrote.
+/// A client that calls without listing first (it cached the tools from an earlier
+/// session): its first call waits for the relay's own listing and runs, rather than
+/// being refused as not listed.
+#[test]
+fn a_client_that_never_lists_gets_its_first_call_run() {
+    let server = server_js("server-everything");
+    let s = Session::run(
+        "legacy+nolist",
+        Via::Wrap { policy: NO_ENV },
+        r#"[{"tool":"echo","arguments":{"message":"cached"}}]"#,
+        &[],
+        &[&server, Path::new("stdio")],
+    );
+    let calls = s.calls();
+    assert!(!is_error(&calls[0]), "{calls:?}");
+    assert_eq!(field(&calls[0], "text"), "Echo: cached");
+    // The call went out before the client asked for any listing (the SDK lists only
+    // afterwards, to check the result); the relay listed on its own ids.
+    let asked = text(&s.file("client.in"));
+    let call = asked.find("tools/call").expect("the call");
+    assert!(
+        asked.find("tools/list").is_none_or(|list| call < list),
+        "{asked}"
+    );
+    assert!(
+        text(&s.file("server.in")).contains("aegis-relay/tools-list/"),
+        "the relay listed the tools itself"
+    );
+}
+
 #[test]
 fn the_sdk_client_sees_the_same_bytes_with_and_without_wrap() {
     let server = server_js("server-everything");
