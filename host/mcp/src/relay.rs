@@ -56,6 +56,10 @@
 //!   tool for the rest of the session, even if a later listing shows it as pinned again,
 //!   and is written to the pins file as `held`. A tool whose definition names a pinned
 //!   field by another spelling (`Description`) is refused in both pin modes.
+//! - Enforced, such a tool is also left out of every page of the client's `tools/list`
+//!   as it passes (`result.tools` shortened, everything else as the server wrote it), so
+//!   its changed definition never reaches the model; the operator is warned once per
+//!   tool ([`Action::Warn`]). A server batch answering a client's listing is not relayed.
 //!
 //! # Non-guarantees
 //! - A frame over the size bound cannot be read, so nothing can answer it: it is dropped
