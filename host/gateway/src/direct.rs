@@ -347,6 +347,10 @@ pub(crate) async fn route(
             let response = next.run(request).await;
             if response.status().is_success() {
                 direct.end_session(&session);
+                // rmcp answers 202; the SDKs take 200 or 204 as "ended" and log
+                // anything else as a failed termination (the Python SDK for every
+                // session), and there is nothing left to accept: 204.
+                return StatusCode::NO_CONTENT.into_response();
             }
             response
         }

@@ -795,12 +795,18 @@ async fn the_conformance_suite_passes_but_for_the_scenarios_listed_with_reasons(
 /// What tests/mcp-peers/client.py (the Python SDK's `mcp.Client`) got from `target`:
 /// a server command (stdio) or one http:// URL.
 fn python_client(dir: &Path, plan: &str, target: &[&std::ffi::OsStr]) -> Object {
+    python_client_in("auto", dir, plan, target)
+}
+
+/// [`python_client`] in the SDK's `mode` (`legacy`: an initialize handshake and a
+/// session, ended by a DELETE over HTTP).
+fn python_client_in(mode: &str, dir: &Path, plan: &str, target: &[&std::ffi::OsStr]) -> Object {
     let peers = peers::peers_dir();
     let got = dir.join("got.json");
     let out = Command::new("python3")
         .env("PYTHONPATH", peers.join("py"))
         .arg(peers::repo().join("tests/mcp-peers/client.py"))
-        .arg("auto")
+        .arg(mode)
         .arg(&got)
         .arg(plan)
         // For a server it starts: wasmtime's compilation cache in the test's directory.
@@ -811,6 +817,13 @@ fn python_client(dir: &Path, plan: &str, target: &[&std::ffi::OsStr]) -> Object 
         .output()
         .unwrap();
     assert!(out.status.success(), "client.py: {}", text(&out.stderr));
+    // In a session (legacy mode) over HTTP the SDK ends it with a DELETE and warns
+    // unless it gets 200 or 204 (rmcp's 202 made it warn for every session).
+    assert!(
+        !text(&out.stderr).contains("Session termination failed"),
+        "{}",
+        text(&out.stderr)
+    );
     object(&std::fs::read(&got).unwrap())
 }
 
@@ -898,14 +911,23 @@ async fn the_python_sdk_lists_calls_and_is_refused_over_http() {
     let setup = Setup::new();
     let (child, url, _) = http_gateway(&setup, &[]).await;
     let dir = setup.dir.path().to_path_buf();
+    let stateless_url = url.clone();
     let got = tokio::task::spawn_blocking(move || {
-        python_client(&dir, PYTHON_PLAN, &[std::ffi::OsStr::new(&url)])
+        python_client(&dir, PYTHON_PLAN, &[std::ffi::OsStr::new(&stateless_url)])
+    })
+    .await
+    .unwrap();
+    check_python(&got);
+    // In a session, ended cleanly by the SDK's DELETE (see python_client_in).
+    let dir = setup.dir.path().to_path_buf();
+    let got = tokio::task::spawn_blocking(move || {
+        python_client_in("legacy", &dir, PYTHON_PLAN, &[std::ffi::OsStr::new(&url)])
     })
     .await
     .unwrap();
     check_python(&got);
     stop(child).await;
-    setup.check_record(5);
+    setup.check_record(10);
 }
 
 /// A tool's roots against the gateway's own files: the manifest (a tool that rewrites

@@ -631,7 +631,10 @@ async fn the_direct_path_and_rmcp_alone_answer_alike() {
         &Request::delete(Session::Given("not-a-session")),
     )
     .await;
-    pair.same("DELETE", &Request::delete(doomed)).await;
+    // 204: what the SDKs read as a session ended (rmcp's own 202 made the Python SDK
+    // log "Session termination failed: 202" for every session).
+    let ended = pair.same("DELETE", &Request::delete(doomed)).await;
+    assert_eq!(ended.status, 204);
     let answer = pair.finish("the ended session's call", sleeping).await;
     assert_eq!(
         messages(&answer),
