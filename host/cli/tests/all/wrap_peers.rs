@@ -695,3 +695,46 @@ fn the_readme_confined_npx_example_serves_its_grant() {
     assert!(field(&calls[0], "text").contains("npx notes"));
     s.record();
 }
+
+/// The failure issue 32 reported, and its fix: confined `npx` with read over the
+/// package but no exec grant cannot start the server (`sh` gets EACCES on the `.bin`
+/// link's target: 126); with `--allow-exec node_modules` the same command starts it
+/// (it exits 0 when its stdin, /dev/null, ends).
+#[test]
+fn confined_npx_needs_an_exec_grant_to_start_its_server() {
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("home");
+    std::fs::create_dir_all(home.join(".npm")).unwrap();
+    let npm = peers_dir().join("npm");
+    let run = |exec: &[&Path]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_aegis"));
+        cmd.current_dir(&npm)
+            .env("HOME", &home)
+            .env("npm_config_offline", "true")
+            .env("npm_config_update_notifier", "false")
+            .arg("confine")
+            .arg("--allow-read")
+            .arg(&npm)
+            .arg("--allow-write")
+            .arg(home.join(".npm"));
+        for e in exec {
+            cmd.arg("--allow-exec").arg(e);
+        }
+        cmd.args(["--", "npx", "-y", "@modelcontextprotocol/server-filesystem"])
+            .arg(root.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(126), "{stderr}");
+    assert!(
+        stderr.contains("mcp-server-filesystem: Permission denied"),
+        "{stderr}"
+    );
+    let out = run(&[&npm.join("node_modules")]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("running on stdio"), "{stderr}");
+}
