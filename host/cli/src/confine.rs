@@ -17,6 +17,10 @@ pub struct GrantArgs {
     /// Allow reading files and listing directories beneath PATH (repeatable).
     #[arg(long = "allow-read", value_name = "PATH")]
     pub read: Vec<PathBuf>,
+    /// Allow executing, and reading, files beneath PATH, a file or a directory
+    /// (repeatable): what `npx`, `uvx` or an interpreter shim runs from outside `/usr`.
+    #[arg(long = "allow-exec", value_name = "PATH")]
+    pub exec: Vec<PathBuf>,
     /// Allow reading, writing, creating and removing beneath PATH (repeatable).
     #[arg(long = "allow-write", value_name = "PATH")]
     pub write: Vec<PathBuf>,
@@ -34,6 +38,7 @@ impl GrantArgs {
     pub fn grants(&self) -> Grants {
         Grants {
             read: self.read.clone(),
+            exec: self.exec.clone(),
             write: self.write.clone(),
             connect: self.net.clone(),
             best_effort: self.best_effort,
@@ -50,6 +55,8 @@ pub struct HostFile {
     /// A secret (the signing key, a bearer token): refused where the program can read,
     /// not only where it can write.
     pub secret: bool,
+    /// The host's own program: refused beneath an `--allow-exec` grant.
+    pub program: bool,
 }
 
 impl HostFile {
@@ -59,6 +66,16 @@ impl HostFile {
             what: what.into(),
             path: path.to_owned(),
             secret: false,
+            program: false,
+        }
+    }
+
+    /// A program of the host's own, which a confined program is not granted to run
+    /// (see [`Reach::holding`]).
+    pub fn program(what: impl Into<String>, path: &Path) -> HostFile {
+        HostFile {
+            program: true,
+            ..HostFile::new(what, path)
         }
     }
 
@@ -84,8 +101,8 @@ pub fn host_files(
     // The program that decides: this binary, and the helper it would start to confine
     // a program (whether or not it is there yet: a program could put one there).
     if let Ok(me) = std::env::current_exe() {
-        files.push(HostFile::new("the aegis binary", &me));
-        files.push(HostFile::new(
+        files.push(HostFile::program("the aegis binary", &me));
+        files.push(HostFile::program(
             "the confinement helper",
             &me.with_file_name("aegis-confine-helper"),
         ));
@@ -119,12 +136,14 @@ pub fn host_files(
     files
 }
 
-/// What an untrusted program may reach: directories it may write beneath and (for
-/// secrets) read beneath, each with the words that name where the grant came from.
+/// What an untrusted program may reach: directories it may write beneath, (for
+/// secrets) read beneath and (for the host's programs) execute beneath by the
+/// operator's `--allow-exec`, each with the words that name where the grant came from.
 #[derive(Default)]
 pub struct Reach {
     write: Vec<(PathBuf, String)>,
     read: Vec<(PathBuf, String)>,
+    exec: Vec<(PathBuf, String)>,
 }
 
 impl Reach {
@@ -136,9 +155,14 @@ impl Reach {
                 .map(|p| (p.clone(), format!("{flag} {}", shown(p))))
                 .collect()
         };
+        let exec: Vec<(PathBuf, String)> = named(&grant.exec, "--allow-exec");
+        let mut read: Vec<(PathBuf, String)> = named(&grant.read, "--allow-read");
+        // Execute implies read.
+        read.extend(exec.iter().cloned());
         Reach {
             write: named(&grant.write, "--allow-write"),
-            read: named(&grant.read, "--allow-read"),
+            read,
+            exec,
         }
     }
 
@@ -162,6 +186,18 @@ impl Reach {
         for p in plan.read.iter().chain(&plan.exec) {
             reach.read.push((p.clone(), name(p, &granted.read)));
         }
+        // Only the operator's exec grants: the exec-support set holds `/usr`, where the
+        // aegis binary itself is usually installed, and running it confined gives the
+        // program nothing the kernel does not still confine.
+        for p in &plan.exec {
+            if let Some((_, named)) = granted
+                .exec
+                .iter()
+                .find(|(g, _)| std::path::absolute(g).is_ok_and(|g| g == *p))
+            {
+                reach.exec.push((p.clone(), named.clone()));
+            }
+        }
         reach
     }
 
@@ -175,9 +211,14 @@ impl Reach {
         self.read.push((dir.to_owned(), named));
     }
 
-    /// Where `path` is writable, else (for a secret) readable: the grant's words. One
+    /// Where `path` is writable, else (for a secret) readable, else (for a host
+    /// program) executable by the operator's grant: the grant's words. One
     /// [`aegis_files::inside`] walk per list, its answer mapped back to its words.
-    fn holding(&self, path: &Path, secret: bool) -> Option<&str> {
+    ///
+    /// A host program is kept out of `--allow-exec`: run from inside, the aegis binary
+    /// would load the operator's profiles and plugins and could write records and pins
+    /// in the operator's name, still confined but acting as the host that judges it.
+    fn holding(&self, path: &Path, secret: bool, program: bool) -> Option<&str> {
         fn beneath<'r>(list: &'r [(PathBuf, String)], path: &Path) -> Option<&'r str> {
             let dirs: Vec<PathBuf> = list.iter().map(|(d, _)| d.clone()).collect();
             let found = aegis_files::inside(path, &dirs)?;
@@ -186,13 +227,9 @@ impl Reach {
                 .find(|(_, d)| d.as_path() == found)
                 .map(|((_, named), _)| named.as_str())
         }
-        beneath(&self.write, path).or_else(|| {
-            if secret {
-                beneath(&self.read, path)
-            } else {
-                None
-            }
-        })
+        beneath(&self.write, path)
+            .or_else(|| secret.then(|| beneath(&self.read, path)).flatten())
+            .or_else(|| program.then(|| beneath(&self.exec, path)).flatten())
     }
 
     /// Whether the program is granted no directory at all.
@@ -202,7 +239,7 @@ impl Reach {
 
     /// Whether the program may write beneath `dir` (the grant's words, when it may).
     pub fn writes_at(&self, dir: &Path) -> Option<&str> {
-        self.holding(dir, false)
+        self.holding(dir, false, false)
     }
 }
 
@@ -240,9 +277,11 @@ pub fn refuse_granted(reach: &Reach, files: &[HostFile]) -> Result<(), CliError>
                 shown(&f.path),
             )));
         }
-        if let Some(named) = reach.holding(&f.path, f.secret) {
+        if let Some(named) = reach.holding(&f.path, f.secret, f.program) {
             let why = if f.secret {
                 "where the program could read it and act as this host"
+            } else if f.program && reach.writes_at(&f.path).is_none() {
+                "where the program could run it and act as this host"
             } else {
                 "where the program could replace it (with a link, a FIFO or content of its own)"
             };
@@ -268,6 +307,30 @@ pub fn warn_granted(reach: &Reach, dirs: &[(&str, PathBuf)]) {
                 "warning: the {what} {} is beneath {named}: the program can plant files a later aegis command loads from there",
                 shown(dir)
             ));
+        }
+    }
+}
+
+/// Warns, one line each, where an `--allow-exec` grant and an `--allow-write` grant
+/// overlap: the program can run there whatever it writes there. A warning, not a
+/// refusal: `npx` and `uvx` write the packages they fetch into their cache and run them
+/// from it, so refusing would leave them unusable confined; and a program granted any
+/// interpreter can already run what it writes, as a script. What it runs stays under
+/// the same Landlock domain and seccomp filter; only the choice of executable widens.
+pub fn warn_write_exec(grant: &GrantArgs) {
+    // The grants as they resolve, so a symlink or `..` cannot hide an overlap.
+    let real = |p: &Path| std::fs::canonicalize(p).or_else(|_| std::path::absolute(p));
+    for e in &grant.exec {
+        let Ok(exec) = real(e) else { continue };
+        for w in &grant.write {
+            let Ok(write) = real(w) else { continue };
+            if exec.starts_with(&write) || write.starts_with(&exec) {
+                crate::say(format_args!(
+                    "warning: --allow-exec {} overlaps --allow-write {}: the program can run anything it writes there",
+                    shown(e),
+                    shown(w)
+                ));
+            }
         }
     }
 }
@@ -344,6 +407,7 @@ pub fn start(
     let reach = Reach::of_plan(&plan, grant);
     refuse_granted(&reach, host_files)?;
     warn_granted(&reach, &searched_dirs());
+    warn_write_exec(grant);
     let helper = helper_binary().map_err(|e| {
         CliError::Confine(ConfineError::Helper(format!(
             "cannot find the aegis binary to start: {e}"

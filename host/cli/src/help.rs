@@ -147,10 +147,13 @@ EXAMPLES:
   aegis confine --allow-read ~/notes -- python3 summarize.py ~/notes
   aegis confine --allow-write /tmp/out --report - -- ./tool
   aegis confine --allow-net api.example.com:443 -- node client.js
+  aegis confine --allow-exec ~/.pyenv -- python3 tool.py
   aegis --profile linux-confined confine --best-effort -- ./tool
 
 The backend is the profile's [sandbox] confinement, or confine-landlock when the profile
 names none. Landlock's network rules are ports: --allow-net opens the port on every host.
+--allow-exec PATH lets the program run what is beneath PATH (npx's ~/.npm/_npx, uv's
+caches, ~/.pyenv for a shim); read is implied, and write over the same directory warns.
 
 EXIT STATUS:
   N    the command's own status, or 128+N when signal N ended it (159, SIGSYS, is how

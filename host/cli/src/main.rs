@@ -175,7 +175,8 @@ enum Command {
     #[command(after_help = help::GATEWAY)]
     Gateway(Box<gateway::GatewayArgs>),
     /// Run a native command confined by Landlock and seccomp (no MCP, no record): it
-    /// may read the exec-support set and what --allow-read/--allow-write grant, reach
+    /// may read the exec-support set and what --allow-read/--allow-exec/--allow-write
+    /// grant (and run what --allow-exec grants), reach
     /// only --allow-net ports, and inherits no descriptor but stdio. Prints what the
     /// kernel enforced.
     ///

@@ -217,7 +217,7 @@ fn confine_server(
     if profile.confinement.is_none() {
         if !a.grant.grants().is_empty() {
             return Err(CliError::Usage(format!(
-                "--allow-read, --allow-write, --allow-net and --best-effort confine the server, but profile {} names no confinement backend; use --profile linux-confined",
+                "--allow-read, --allow-exec, --allow-write, --allow-net and --best-effort confine the server, but profile {} names no confinement backend; use --profile linux-confined",
                 escape(&profile.name)
             )));
         }

@@ -85,6 +85,8 @@ pub struct Plan {
 pub struct Grants {
     /// `--allow-read`.
     pub read: Vec<PathBuf>,
+    /// `--allow-exec`: read and execute beneath.
+    pub exec: Vec<PathBuf>,
     /// `--allow-write`.
     pub write: Vec<PathBuf>,
     /// `--allow-net HOST:PORT`.
@@ -97,6 +99,7 @@ impl Grants {
     /// Whether the operator granted anything (or lowered the level).
     pub fn is_empty(&self) -> bool {
         self.read.is_empty()
+            && self.exec.is_empty()
             && self.write.is_empty()
             && self.connect.is_empty()
             && !self.best_effort
@@ -178,8 +181,9 @@ impl Plan {
                 })
                 .collect()
         };
-        let (mut read, exec, mut write) = exec_support(program);
+        let (mut read, mut exec, mut write) = exec_support(program);
         read.extend(absolute(grants.read)?);
+        exec.extend(absolute(grants.exec)?);
         write.extend(absolute(grants.write)?);
         let (backend, config, pin, profile_best_effort) = match &profile.confinement {
             Some(c) => (
@@ -842,6 +846,23 @@ mod tests {
             own_support(Path::new("/bin/x")),
             vec![PathBuf::from("/bin/x")]
         );
+    }
+
+    /// `--allow-exec` lands in the plan's exec list, absolute, and nowhere else: the
+    /// backend gives that list read and execute, the write list never execute.
+    #[test]
+    fn an_exec_grant_joins_the_exec_list_only() {
+        let profile = crate::Profile::embedded("linux-confined").unwrap();
+        let grants = Grants {
+            exec: vec![PathBuf::from("node_modules")],
+            ..Grants::default()
+        };
+        assert!(!grants.is_empty());
+        let plan = Plan::for_program(&profile, Path::new("/usr/bin/env"), grants).unwrap();
+        let granted = std::path::absolute("node_modules").unwrap();
+        assert!(plan.exec.contains(&granted), "{:?}", plan.exec);
+        assert!(!plan.read.contains(&granted) && !plan.write.contains(&granted));
+        assert!(plan.to_json().unwrap().contains("node_modules"));
     }
 
     #[test]

@@ -802,3 +802,198 @@ fn inode_changes_past_landlock_are_refused_and_timestamps_follow_the_write_grant
     }
     assert_probes(&with_write, &expected);
 }
+
+/// `dir` with `bin/` (to be granted exec) holding a copy of `true` and a script, and
+/// `other/` (granted read only) holding the same two; `bin/link` points to
+/// `other/true`.
+fn exec_tree() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    // A binary of its own, not a shell builtin.
+    let truth = ["/usr/bin/true", "/bin/true"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .expect("a true binary");
+    for sub in ["bin", "other"] {
+        let d = dir.path().join(sub);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::copy(&truth, d.join("true")).unwrap();
+        std::fs::write(d.join("tool.sh"), "#!/bin/sh\necho ran\n").unwrap();
+        std::fs::set_permissions(d.join("tool.sh"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+    std::os::unix::fs::symlink(dir.path().join("other/true"), dir.path().join("bin/link")).unwrap();
+    dir
+}
+
+/// `aegis confine GRANTS -- sh -c 'exec PROGRAM'`: the shell is in the exec-support
+/// set; PROGRAM is what the grant must (or must not) let it run.
+fn run_from_sh(grants: &[&str], dir: &Path, program: &str) -> Output {
+    Command::new(BIN)
+        .arg("confine")
+        .args(
+            grants
+                .iter()
+                .map(|g| g.replace("DIR", dir.to_str().unwrap())),
+        )
+        .args(["--", "sh", "-c"])
+        .arg(format!("exec {}/{program}", dir.display()))
+        .output()
+        .unwrap()
+}
+
+/// `--allow-exec DIR` lets the program run a binary and a script beneath DIR; the same
+/// files outside any exec grant, readable or not, are refused by the kernel (126 from
+/// the shell), and a symlink in the granted directory to a binary outside it grants
+/// nothing: Landlock checks the file the link resolves to.
+#[test]
+fn an_exec_grant_runs_what_is_beneath_it_and_nothing_else() {
+    let dir = exec_tree();
+    let d = dir.path();
+    let granted = ["--allow-exec", "DIR/bin", "--allow-read", "DIR/other"];
+    for program in ["bin/true", "bin/tool.sh"] {
+        let out = run_from_sh(&granted, d, program);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{program}: {}",
+            text(&out.stderr)
+        );
+    }
+    assert_eq!(
+        text(&run_from_sh(&granted, d, "bin/tool.sh").stdout),
+        "ran\n"
+    );
+    for program in ["other/true", "other/tool.sh", "bin/link"] {
+        let out = run_from_sh(&granted, d, program);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(126), "{program} ran: {stderr}");
+        assert!(stderr.contains("Permission denied"), "{program}: {stderr}");
+    }
+    // Read alone does not let it run (the issue's `npx` failure, on purpose here).
+    let out = run_from_sh(&["--allow-read", "DIR/bin"], d, "bin/true");
+    assert_eq!(out.status.code(), Some(126), "{}", text(&out.stderr));
+    // Execute implies read: the granted script can be read as well as run.
+    let out = run_from_sh(&["--allow-exec", "DIR/bin"], d, "bin/tool.sh");
+    assert_eq!(text(&out.stdout), "ran\n", "{}", text(&out.stderr));
+    // A single file can be granted; its neighbour is not.
+    let out = run_from_sh(&["--allow-exec", "DIR/bin/true"], d, "bin/true");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = run_from_sh(&["--allow-exec", "DIR/bin/true"], d, "bin/tool.sh");
+    assert_eq!(out.status.code(), Some(126), "{}", text(&out.stderr));
+
+    // The report (and so wrap's open line) names the exec grant.
+    let report = d.join("report.json");
+    let out = Command::new(BIN)
+        .arg("confine")
+        .arg("--allow-exec")
+        .arg(d.join("bin"))
+        .arg("--report")
+        .arg(&report)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let exec = r["details"]["rules"]["exec"].as_array().unwrap();
+    assert!(
+        exec.iter().any(|p| p == d.join("bin").to_str().unwrap()),
+        "{exec:?}"
+    );
+}
+
+/// An exec grant over the aegis binary or the signing key is refused before anything
+/// starts, in one line naming the flag; reading the binary's directory is not (only a
+/// secret is refused where it can be read).
+#[test]
+fn an_exec_grant_over_the_host_is_refused() {
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let out = Command::new(BIN)
+        .arg("confine")
+        .arg("--allow-exec")
+        .arg(bin_dir)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.lines().filter(|l| l.starts_with("error:")).count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("the aegis binary"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("--allow-exec {}", bin_dir.display())),
+        "{stderr}"
+    );
+    let out = Command::new(BIN)
+        .arg("confine")
+        .arg("--allow-read")
+        .arg(bin_dir)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("k");
+    let out = Command::new(BIN)
+        .args(["keygen", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let marker = dir.path().join("ran");
+    let out = Command::new(BIN)
+        .args(["--profile", "linux-confined", "wrap", "--allow-exec"])
+        .arg(dir.path())
+        .arg("--audit")
+        .arg(dir.path().join("record.jsonl"))
+        .arg("--signing-key")
+        .arg(&key)
+        .args(["--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--signing-key"), "{stderr}");
+    assert!(stderr.contains("--allow-exec"), "{stderr}");
+    assert!(!marker.exists(), "the server ran");
+}
+
+/// Write and exec over one directory is allowed (npx and uvx run what they fetch into
+/// their cache) with a one-line warning: the program can run what it writes there.
+#[test]
+fn write_and_exec_over_one_directory_warns_and_runs() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A rule path must exist when the program starts. The program cannot chmod, so it
+    // rewrites an executable file already there (creating one with mode 0755 works too).
+    std::fs::create_dir(d.join("sub")).unwrap();
+    std::fs::write(d.join("sub/w"), "").unwrap();
+    std::fs::set_permissions(d.join("sub/w"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(BIN)
+        .arg("confine")
+        .arg("--allow-write")
+        .arg(d)
+        .arg("--allow-exec")
+        .arg(d.join("sub"))
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "printf '#!/bin/sh\\necho written\\n' > {d}/sub/w && {d}/sub/w",
+            d = d.display()
+        ))
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(text(&out.stdout), "written\n");
+    assert!(
+        stderr.contains("warning: --allow-exec") && stderr.contains("can run anything it writes"),
+        "{stderr}"
+    );
+}

@@ -29,12 +29,16 @@ enum Via<'a> {
     Wrap {
         policy: &'a str,
     },
-    /// `aegis --profile linux-confined wrap --allow-read R… --allow-write W…`; the
+    /// `aegis --profile linux-confined wrap --allow-read R… --allow-exec E…
+    /// --allow-write W… -- PROGRAM SERVER…` run from `cwd` (else the test's); the
     /// server's tee is left out (confined, it could not write its copy).
     Confined {
         policy: &'a str,
         read: &'a [&'a Path],
+        exec: &'a [&'a Path],
         write: &'a [&'a Path],
+        program: &'a str,
+        cwd: Option<&'a Path>,
     },
     /// `aegis --profile PROFILE wrap`: a profile naming the Cedar station's cdylib by
     /// path (the SDK's client gives the server a clean environment, so no plugin path
@@ -66,14 +70,24 @@ impl Session {
             .arg(plan)
             .args(env)
             .arg("--");
+        let mut program = "node";
         let (policy, confined) = match via {
             Via::Bare => (None, None),
             Via::Wrap { policy } => (Some(policy), None),
             Via::Confined {
                 policy,
                 read,
+                exec,
                 write,
-            } => (Some(policy), Some((read, write))),
+                program: confined_program,
+                cwd,
+            } => {
+                program = confined_program;
+                if let Some(cwd) = cwd {
+                    cmd.current_dir(cwd);
+                }
+                (Some(policy), Some((read, exec, write)))
+            }
             // The profile names the policy; the file written below is not used.
             Via::Cedar { .. } => (Some(""), None),
         };
@@ -92,11 +106,14 @@ impl Session {
                 .arg(dir.path().join("client"))
                 .arg("--")
                 .arg(env!("CARGO_BIN_EXE_aegis"));
-            if let Some((read, write)) = confined {
+            if let Some((read, exec, write)) = confined {
                 cmd.args(["--profile", "linux-confined"]);
                 cmd.arg("wrap");
                 for r in read {
                     cmd.arg("--allow-read").arg(r);
+                }
+                for e in exec {
+                    cmd.arg("--allow-exec").arg(e);
                 }
                 for w in write {
                     cmd.arg("--allow-write").arg(w);
@@ -121,7 +138,7 @@ impl Session {
                 .arg(dir.path().join("server"))
                 .arg("--");
         }
-        cmd.arg("node").args(server);
+        cmd.arg(program).args(server);
         let stderr = dir.path().join("stderr");
         cmd.stderr(std::fs::File::create(&stderr).unwrap());
         let mut child = cmd.spawn().unwrap();
@@ -606,7 +623,10 @@ fn a_confined_filesystem_server_serves_its_grant_and_nothing_outside_it() {
         Via::Confined {
             policy: "version: 1\ndefault: allow\nrules: []\n",
             read: &[&package_dir],
+            exec: &[],
             write: &[&granted],
+            program: "node",
+            cwd: None,
         },
         &plan,
         &[],
@@ -654,4 +674,97 @@ fn a_confined_filesystem_server_serves_its_grant_and_nothing_outside_it() {
         at(&open, &["provenance", "confinement", "name"]),
         "confine-landlock"
     );
+}
+
+/// The README's confined `npx` example, offline: `npx -y
+/// @modelcontextprotocol/server-filesystem DIR` under `--profile linux-confined`, run
+/// from the directory the peers are installed in, so npx finds the package in its
+/// `node_modules` instead of fetching it into `~/.npm/_npx` (the README grants that
+/// directory; here `node_modules` stands in for it). npx starts the server through
+/// `sh` and the `.bin` link, which only `--allow-exec` lets run; the server then
+/// serves its granted directory through a real client.
+#[test]
+fn the_readme_confined_npx_example_serves_its_grant() {
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    let (home, project) = (root_path.join("home"), root_path.join("project"));
+    std::fs::create_dir_all(home.join(".npm")).unwrap();
+    std::fs::create_dir(&project).unwrap();
+    std::fs::write(project.join("notes.txt"), "npx notes\n").unwrap();
+    let npm = peers_dir().join("npm");
+    let modules = npm.join("node_modules");
+    let home_env = format!("HOME={}", home.display());
+    let env = [
+        home_env.as_str(),
+        "npm_config_offline=true",
+        "npm_config_update_notifier=false",
+    ];
+    let p = project.to_str().unwrap();
+    let plan = format!(r#"[{{"tool":"read_text_file","arguments":{{"path":"{p}/notes.txt"}}}}]"#);
+    let s = Session::run(
+        "legacy",
+        Via::Confined {
+            policy: "version: 1\ndefault: allow\nrules: []\n",
+            read: &[&npm],
+            exec: &[&modules],
+            write: &[&home.join(".npm"), &project],
+            program: "npx",
+            cwd: Some(&npm),
+        },
+        &plan,
+        &env,
+        &[
+            Path::new("-y"),
+            Path::new("@modelcontextprotocol/server-filesystem"),
+            &project,
+        ],
+    );
+    let calls = s.calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(!is_error(&calls[0]), "{calls:?}");
+    assert!(field(&calls[0], "text").contains("npx notes"));
+    s.record();
+}
+
+/// The failure issue 32 reported, and its fix: confined `npx` with read over the
+/// package but no exec grant cannot start the server (`sh` gets EACCES on the `.bin`
+/// link's target: 126); with `--allow-exec node_modules` the same command starts it
+/// (it exits 0 when its stdin, /dev/null, ends).
+#[test]
+fn confined_npx_needs_an_exec_grant_to_start_its_server() {
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("home");
+    std::fs::create_dir_all(home.join(".npm")).unwrap();
+    let npm = peers_dir().join("npm");
+    let run = |exec: &[&Path]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_aegis"));
+        cmd.current_dir(&npm)
+            .env("HOME", &home)
+            .env("npm_config_offline", "true")
+            .env("npm_config_update_notifier", "false")
+            .arg("confine")
+            .arg("--allow-read")
+            .arg(&npm)
+            .arg("--allow-write")
+            .arg(home.join(".npm"));
+        for e in exec {
+            cmd.arg("--allow-exec").arg(e);
+        }
+        cmd.args(["--", "npx", "-y", "@modelcontextprotocol/server-filesystem"])
+            .arg(root.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(126), "{stderr}");
+    assert!(
+        stderr.contains("mcp-server-filesystem: Permission denied"),
+        "{stderr}"
+    );
+    let out = run(&[&npm.join("node_modules")]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("running on stdio"), "{stderr}");
 }
