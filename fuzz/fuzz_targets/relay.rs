@@ -70,6 +70,8 @@ impl Gate for CountingGate {
         );
     }
 
+    fn tool_changed(&self, _change: &aegis_record::ToolChangeLine) {}
+
     fn refused(&self, _call: &RefusedCall<'_>) -> Option<String> {
         *self.refusals.borrow_mut() += 1;
         None

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use aegis_record::ToolChangeLine;
 use aegis_record::json::MAX_SAFE_INTEGER;
 use aegis_runtime::capability::{Limits, ToolRegistry};
 use aegis_runtime::pipeline::CallRequest;
@@ -170,6 +171,12 @@ impl Gate for HostGate {
             wall_ms,
         };
         if let Err(e) = pending.call.finish(executed) {
+            self.failed(&e);
+        }
+    }
+
+    fn tool_changed(&self, change: &ToolChangeLine) {
+        if let Err(e) = self.pipeline.record_tool_change(change) {
             self.failed(&e);
         }
     }

@@ -99,7 +99,8 @@ use crate::json::{self, Node};
 use crate::message::{
     Batch, IdKey, Message, Notification, Request, RequestId, Response, classify, recoverable_ids,
 };
-use crate::pins::{Change, MAX_TOOLS, PinSet, diff};
+use crate::pins::{Change, MAX_TOOLS, PinDigest, PinSet, diff};
+use aegis_record::{DefinitionDigest, ToolChangeAction, ToolChangeKind, ToolChangeLine};
 
 /// JSON-RPC "Invalid Request".
 const INVALID_REQUEST: i64 = -32600;
@@ -162,6 +163,10 @@ pub trait Gate {
     /// Records a call the relay refused itself, before asking [`Gate::open`]; returns the
     /// audit's call id if one was assigned, to be named in the answer.
     fn refused(&self, call: &RefusedCall<'_>) -> Option<String>;
+
+    /// Records a tool definition that changed against the pins: called once a tool and
+    /// session, when the change is first seen, before any call it refuses is recorded.
+    fn tool_changed(&self, change: &ToolChangeLine);
 }
 
 /// A `tools/call` to decide.
@@ -343,6 +348,9 @@ struct PinState {
     /// Tools whose definition could not be read one way only, by name, with the key at
     /// fault. Never cleared; refused in both pin modes.
     ambiguous: BTreeMap<String, String>,
+    /// Changes seen (at most one a tool, as `changes`) and not yet handed to the gate
+    /// to be recorded: written before any call they refuse is recorded.
+    unrecorded: Vec<ToolChangeLine>,
     /// Why the last listing could not be read, until a complete listing is read.
     unreadable: Option<String>,
     /// Whether a change refuses the tool (and withholds it from the client's listings)
@@ -513,23 +521,38 @@ impl PinState {
         }
         // Judged before it joins the listing, so the page is never copied: a page of
         // thousands of tools is held once.
-        let mut found = match &self.pinned {
-            Some(pinned) => pinned.changed_in(&page),
+        let mut found: Vec<(Change, Option<PinDigest>)> = match &self.pinned {
+            Some(pinned) => pinned
+                .changed_in(&page)
+                .into_iter()
+                .map(|change| {
+                    let listed = page.get(change.tool()).map(|p| p.digest);
+                    (change, listed)
+                })
+                .collect(),
             None => Vec::new(),
         };
-        for (name, _) in page.tools() {
+        for (name, pin) in page.tools() {
             if listing.get(name).is_some() {
-                found.push(Change::Duplicate(name.to_owned()));
+                found.push((Change::Duplicate(name.to_owned()), Some(pin.digest)));
             }
         }
         for (name, key) in page.ambiguous() {
             if self.ambiguous.len() >= MAX_TOOLS {
                 self.too_many = true;
             } else if !self.ambiguous.contains_key(name) {
-                logs.push(format!(
-                    "tools/list: tool {name:?} names a pinned field as {key:?}; calls to it are refused"
+                logs.warn(format!(
+                    "tools/list: tool {name:?} names a pinned field as {key:?}; it is not shown to the client and its calls are refused"
                 ));
                 self.ambiguous.insert(name.to_owned(), key.to_owned());
+                self.unrecorded.push(ToolChangeLine {
+                    tool_id: name.to_owned(),
+                    change: ToolChangeKind::Ambiguous,
+                    fields: vec![key.to_owned()],
+                    pinned_digest: self.pinned_digest(name),
+                    listed_digest: None,
+                    action: ToolChangeAction::Withheld,
+                });
             }
         }
         if from_client && self.pinned.is_none() {
@@ -546,8 +569,8 @@ impl PinState {
             self.preview.push(page.clone());
         }
         listing.absorb(page);
-        for change in found {
-            self.note(change, logs);
+        for (change, listed) in found {
+            self.note(change, listed, logs);
         }
         Some(cursor)
     }
@@ -572,23 +595,34 @@ impl PinState {
                     pinned.hold(name, &change.summary());
                 }
                 // What the client was shown before the pins existed is judged now.
-                let shown: Vec<Change> = std::mem::take(&mut self.preview)
+                let shown: Vec<(Change, Option<PinDigest>)> = std::mem::take(&mut self.preview)
                     .iter()
-                    .flat_map(|page| pinned.changed_in(page))
+                    .flat_map(|page| {
+                        pinned.changed_in(page).into_iter().map(|change| {
+                            let listed = page.get(change.tool()).map(|p| p.digest);
+                            (change, listed)
+                        })
+                    })
                     .collect();
                 self.pinned = Some(pinned);
                 for name in duplicates {
-                    self.note(Change::Duplicate(name), logs);
+                    let listed = self
+                        .pinned
+                        .as_ref()
+                        .and_then(|p| p.get(&name))
+                        .map(|p| p.digest);
+                    self.note(Change::Duplicate(name), listed, logs);
                 }
-                for change in shown {
-                    self.note(change, logs);
+                for (change, listed) in shown {
+                    self.note(change, listed, logs);
                 }
             }
             Some(pinned) => {
                 // Removals can only be seen now. What the pages found stays: a tool
                 // changed back is not clean again.
                 for change in diff(pinned, &listing) {
-                    self.note(change, logs);
+                    let listed = listing.get(change.tool()).map(|p| p.digest);
+                    self.note(change, listed, logs);
                 }
             }
         }
@@ -603,7 +637,15 @@ impl PinState {
         self.generation += 1;
     }
 
-    fn note(&mut self, change: Change, logs: &mut Logs) {
+    /// The digest `name` is pinned with, for the record.
+    fn pinned_digest(&self, name: &str) -> Option<DefinitionDigest> {
+        let pin = self.pinned.as_ref()?.get(name)?;
+        definition_digest(pin.digest)
+    }
+
+    /// A change seen in a listing whose definition of the tool (if it holds one) has
+    /// digest `listed`: warned about and recorded once a tool and session.
+    fn note(&mut self, change: Change, listed: Option<PinDigest>, logs: &mut Logs) {
         if self.changes.contains_key(change.tool()) {
             return;
         }
@@ -611,6 +653,23 @@ impl PinState {
             self.too_many = true;
             return;
         }
+        let (kind, fields) = match &change {
+            Change::Added(_) => (ToolChangeKind::Added, Vec::new()),
+            Change::Removed(_) => (ToolChangeKind::Removed, Vec::new()),
+            Change::Changed { fields, .. } => (ToolChangeKind::Changed, fields.clone()),
+            Change::Duplicate(_) => (ToolChangeKind::Duplicate, Vec::new()),
+        };
+        self.unrecorded.push(ToolChangeLine {
+            tool_id: change.tool().to_owned(),
+            change: kind,
+            fields,
+            pinned_digest: self.pinned_digest(change.tool()),
+            listed_digest: listed.and_then(definition_digest),
+            action: match self.mode {
+                PinMode::Enforce => ToolChangeAction::Withheld,
+                PinMode::RecordOnly => ToolChangeAction::Shown,
+            },
+        });
         logs.warn(match self.mode {
             PinMode::Enforce => format!(
                 "tools/list: {change}; the client is not shown it and its calls are refused for the rest of the session (aegis pins accept to take the change)"
@@ -783,6 +842,7 @@ impl<G: Gate> Relay<G> {
             self.client_message(message, &mut logs)
         };
         let mut actions = self.carry_out(plan, bytes, logs);
+        self.record_changes();
         actions.append(&mut self.released);
         actions.extend(self.own_requests.drain(..).map(Action::ToServer));
         actions
@@ -804,6 +864,7 @@ impl<G: Gate> Relay<G> {
             self.server_message(&bytes, message, &mut logs)
         };
         let mut actions = finish_plan(plan, bytes, logs, Action::ToClient, Action::ToServer);
+        self.record_changes();
         actions.append(&mut self.released);
         actions.extend(self.own_requests.drain(..).map(Action::ToServer));
         actions
@@ -1466,9 +1527,18 @@ impl<G: Gate> Relay<G> {
         finish_plan(plan, bytes, logs, Action::ToServer, Action::ToClient)
     }
 
+    /// Hands the changes seen since the last call to the gate, to be recorded.
+    fn record_changes(&mut self) {
+        for line in std::mem::take(&mut self.pins.unrecorded) {
+            self.gate.tool_changed(&line);
+        }
+    }
+
     /// Decides the calls that waited, in the order they came (those that must still
     /// wait are held again).
     fn release_held(&mut self) {
+        // A change is on the record before any call it refuses.
+        self.record_changes();
         self.held_bytes = 0;
         for (_, frame) in std::mem::take(&mut self.held) {
             let mut logs = Logs::default();
@@ -1898,4 +1968,9 @@ fn error_reply(raw_id: &str, code: i64, message: &str) -> Vec<u8> {
     json::write_string(message, &mut out);
     out.push_str("}}");
     out.into_bytes()
+}
+
+/// A pin's digest as the record's type (the same SHA-256, spelt the same way).
+fn definition_digest(pin: PinDigest) -> Option<DefinitionDigest> {
+    DefinitionDigest::from_hex(&pin.to_string()).ok()
 }

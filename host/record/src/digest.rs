@@ -155,6 +155,13 @@ digest_type! {
     KeyId
 }
 
+digest_type! {
+    /// SHA-256 over the canonical JSON of a tool's pinned definition (the members an MCP
+    /// relay pins: `annotations`, `description`, `inputSchema`, `name`, `outputSchema`,
+    /// `title`), as a pins file names it.
+    DefinitionDigest
+}
+
 impl LineHash {
     /// The `prev_hash` of a session's open line: 64 zeros.
     pub const GENESIS: LineHash = LineHash([0; 32]);

@@ -37,11 +37,14 @@ pub mod text;
 pub mod verify;
 
 pub use chain::{Appended, LineSink, SealedLine, Session, VecSink, WriteError, seal};
-pub use digest::{ComponentDigest, KeyId, LineHash, PolicySetHash, RequestDigest, ResponseDigest};
+pub use digest::{
+    ComponentDigest, DefinitionDigest, KeyId, LineHash, PolicySetHash, RequestDigest,
+    ResponseDigest,
+};
 pub use key::{PublicKey, Signature, SigningKey};
 pub use line::{
     ApprovalScope, CapabilityGrant, CapabilityOutcome, DecisionAxes, DecisionLine, DecisionVerdict,
     ExecutionOutcome, FsAxis, FsScope, HttpRule, IntentLine, NetAxis, NetScope, OutcomeLine,
-    PolicyOutcome,
+    PolicyOutcome, ToolChangeAction, ToolChangeKind, ToolChangeLine,
 };
 pub use verify::{Indeterminate, Options, Position, Report, Tampered, Trust, Verdict, verify};

@@ -13,7 +13,8 @@
 
 use crate::bound::{insert_list, text_value, text_values};
 use crate::digest::{
-    ComponentDigest, HexError, LineHash, PolicySetHash, RequestDigest, ResponseDigest,
+    ComponentDigest, DefinitionDigest, HexError, LineHash, PolicySetHash, RequestDigest,
+    ResponseDigest,
 };
 use crate::json::{Object, SafeInt, Value};
 use crate::key::PublicKey;
@@ -35,6 +36,8 @@ pub enum LineType {
     Decision,
     /// Last line of a session; signed.
     Close,
+    /// A tool definition an MCP relay saw change against its pins; signed.
+    ToolChange,
     /// Reserved: signed, defined so adding it later is not a breaking change.
     Checkpoint,
     /// A token this version does not define, preserved as written.
@@ -50,6 +53,7 @@ impl LineType {
             "outcome" => LineType::Outcome,
             "decision" => LineType::Decision,
             "close" => LineType::Close,
+            "tool_change" => LineType::ToolChange,
             "checkpoint" => LineType::Checkpoint,
             other => LineType::Unknown(other.to_owned()),
         }
@@ -63,6 +67,7 @@ impl LineType {
             LineType::Outcome => "outcome",
             LineType::Decision => "decision",
             LineType::Close => "close",
+            LineType::ToolChange => "tool_change",
             LineType::Checkpoint => "checkpoint",
             LineType::Unknown(t) => t,
         }
@@ -77,6 +82,7 @@ impl LineType {
                 | LineType::Outcome
                 | LineType::Decision
                 | LineType::Close
+                | LineType::ToolChange
                 | LineType::Checkpoint
         )
     }
@@ -262,6 +268,7 @@ mod sealed {
     impl Sealed for super::IntentLine {}
     impl Sealed for super::OutcomeLine {}
     impl Sealed for super::DecisionLine {}
+    impl Sealed for super::ToolChangeLine {}
 }
 
 /// The open line's own members.
@@ -1024,6 +1031,129 @@ impl DecisionLine {
     }
 }
 
+/// What a relay saw differ between a tool's pinned definition and a listing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolChangeKind {
+    /// A tool the pins do not hold.
+    Added,
+    /// A pinned tool the listing no longer holds.
+    Removed,
+    /// Pinned fields differ; `fields` names them.
+    Changed,
+    /// One name listed more than once.
+    Duplicate,
+    /// A member that folds onto a pinned field (`Description`); `fields` holds it as spelt.
+    Ambiguous,
+}
+
+impl ToolChangeKind {
+    /// Every kind, in token order.
+    pub const ALL: [ToolChangeKind; 5] = [
+        ToolChangeKind::Added,
+        ToolChangeKind::Ambiguous,
+        ToolChangeKind::Changed,
+        ToolChangeKind::Duplicate,
+        ToolChangeKind::Removed,
+    ];
+
+    /// The token written as `change`.
+    pub fn token(self) -> &'static str {
+        match self {
+            ToolChangeKind::Added => "added",
+            ToolChangeKind::Removed => "removed",
+            ToolChangeKind::Changed => "changed",
+            ToolChangeKind::Duplicate => "duplicate",
+            ToolChangeKind::Ambiguous => "ambiguous",
+        }
+    }
+
+    fn of_token(token: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.token() == token)
+    }
+}
+
+/// What the relay did with a changed tool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolChangeAction {
+    /// Left out of what the client is shown; its calls refused for the session.
+    Withheld,
+    /// Shown and callable (the operator chose to record changes only).
+    Shown,
+}
+
+impl ToolChangeAction {
+    /// The token written as `action`.
+    pub fn token(self) -> &'static str {
+        match self {
+            ToolChangeAction::Withheld => "withheld",
+            ToolChangeAction::Shown => "shown",
+        }
+    }
+}
+
+/// A tool definition a relay saw change against its pins: written once per tool and
+/// session, when the change is first seen, whether or not the tool is ever called.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolChangeLine {
+    /// The tool's name as listed.
+    pub tool_id: String,
+    /// What differs.
+    pub change: ToolChangeKind,
+    /// For [`ToolChangeKind::Changed`], the pinned fields that differ; for
+    /// [`ToolChangeKind::Ambiguous`], the member as the server spelt it; else empty.
+    pub fields: Vec<String>,
+    /// The pinned definition's digest, when the tool was pinned.
+    pub pinned_digest: Option<DefinitionDigest>,
+    /// The listed definition's digest, when the listing holds the tool.
+    pub listed_digest: Option<DefinitionDigest>,
+    /// What the relay did.
+    pub action: ToolChangeAction,
+}
+
+impl LineBody for ToolChangeLine {
+    const LINE_TYPE: &'static str = "tool_change";
+    fn to_object(&self) -> Object {
+        let mut o = Object::new();
+        o.insert("action", self.action.token());
+        o.insert("change", self.change.token());
+        if !self.fields.is_empty() {
+            o.insert("fields", Value::Array(text_values(&self.fields)));
+        }
+        o.insert_opt("listed_digest", self.listed_digest);
+        o.insert_opt("pinned_digest", self.pinned_digest);
+        o.insert("tool_id", text_value(&self.tool_id));
+        o
+    }
+}
+impl SignedBody for ToolChangeLine {}
+
+impl ToolChangeLine {
+    /// Reads the members of a tool change line.
+    ///
+    /// # Errors
+    /// A missing or ill-typed member, or a tag this version does not define.
+    pub fn from_object(obj: &Object) -> Result<ToolChangeLine, FieldError> {
+        let f = Fields::new(obj, "");
+        let change = f.str("change")?;
+        let action = match f.str("action")? {
+            "withheld" => ToolChangeAction::Withheld,
+            "shown" => ToolChangeAction::Shown,
+            other => return Err(tag_err("action", other)),
+        };
+        Ok(ToolChangeLine {
+            tool_id: f.string("tool_id")?,
+            change: ToolChangeKind::of_token(change).ok_or_else(|| tag_err("change", change))?,
+            fields: match obj.get("fields") {
+                None => Vec::new(),
+                Some(_) => f.strings("fields")?,
+            },
+            pinned_digest: f.opt_hex("pinned_digest", DefinitionDigest::from_hex)?,
+            listed_digest: f.opt_hex("listed_digest", DefinitionDigest::from_hex)?,
+            action,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1114,6 +1244,52 @@ mod tests {
             };
             assert_eq!(DecisionLine::from_object(&d.to_object()).unwrap(), d);
         }
+    }
+
+    #[test]
+    fn tool_change_round_trips_and_refuses_unknown_tags() {
+        let digest = |b: u8| Some(DefinitionDigest::from_bytes([b; 32]));
+        for change in ToolChangeKind::ALL {
+            for action in [ToolChangeAction::Withheld, ToolChangeAction::Shown] {
+                let line = ToolChangeLine {
+                    tool_id: "read".into(),
+                    change,
+                    fields: if change == ToolChangeKind::Changed {
+                        vec!["description".into(), "inputSchema".into()]
+                    } else {
+                        Vec::new()
+                    },
+                    pinned_digest: digest(1),
+                    listed_digest: digest(2),
+                    action,
+                };
+                let obj = line.to_object();
+                assert_eq!(ToolChangeLine::from_object(&obj).unwrap(), line);
+                assert_eq!(obj.contains_key("fields"), !line.fields.is_empty());
+            }
+        }
+        let mut obj = ToolChangeLine {
+            tool_id: "t".into(),
+            change: ToolChangeKind::Added,
+            fields: Vec::new(),
+            pinned_digest: None,
+            listed_digest: digest(3),
+            action: ToolChangeAction::Withheld,
+        }
+        .to_object();
+        obj.insert("action", "hidden");
+        assert_eq!(
+            ToolChangeLine::from_object(&obj).unwrap_err().to_string(),
+            "action: unknown value \"hidden\""
+        );
+        obj.insert("action", "shown");
+        obj.insert("listed_digest", "ABC");
+        assert!(
+            ToolChangeLine::from_object(&obj)
+                .unwrap_err()
+                .to_string()
+                .starts_with("listed_digest: ")
+        );
     }
 
     #[test]

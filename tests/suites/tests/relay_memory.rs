@@ -42,6 +42,8 @@ impl Gate for Counting {
         self.finished.set(self.finished.get() + 1);
     }
 
+    fn tool_changed(&self, _change: &aegis_record::ToolChangeLine) {}
+
     fn refused(&self, _call: &RefusedCall<'_>) -> Option<String> {
         self.refused.set(self.refused.get() + 1);
         None

@@ -291,6 +291,17 @@ impl Wrap {
         assert!(got >= bytes, "the pipe holds {got} bytes, not {bytes}");
     }
 
+    /// The record's lines of one type, in order (read after [`Wrap::record`] verified it).
+    fn lines_of_type(&self, line_type: &str) -> Vec<Object> {
+        std::fs::read(self.path("record.jsonl"))
+            .unwrap()
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(object)
+            .filter(|l| field(l, "line_type") == line_type)
+            .collect()
+    }
+
     fn check_record(&self, every_call_decided: bool) -> Vec<Object> {
         let record = self.path("record.jsonl");
         let out = aegis().arg("verify").arg(&record).output().unwrap();
@@ -485,6 +496,25 @@ fn a_changed_tool_description_refuses_the_next_call() {
     assert_eq!(at(echo[0], &["execution", "status"]), "success");
     assert_eq!(at(echo[1], &["execution", "status"]), "host_denied");
     assert!(at(echo[1], &["execution", "reason"]).contains("pins"));
+    // The change itself is on the record once, signed, before the call it refused: the
+    // fields that changed and the digests of both definitions.
+    let changes = w.lines_of_type("tool_change");
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    let change = &changes[0];
+    assert_eq!(field(change, "tool_id"), "echo");
+    assert_eq!(field(change, "change"), "changed");
+    assert_eq!(field(change, "action"), "withheld");
+    assert_eq!(
+        change.get("fields"),
+        Some(&Value::Array(vec![Value::String("description".into())]))
+    );
+    let (pinned, listed) = (
+        field(change, "pinned_digest"),
+        field(change, "listed_digest"),
+    );
+    assert!(pinned.len() == 64 && listed.len() == 64 && pinned != listed);
+    let seq = |o: &Object| o.get("seq").and_then(Value::as_int).unwrap();
+    assert!(seq(change) < seq(echo[1]), "recorded before the refusal");
     let warned = w.stderr();
     assert_eq!(
         warned

@@ -31,6 +31,11 @@ struct GateLog {
     /// The response bytes of calls that ended with a JSON-RPC error.
     error_frames: BTreeMap<u32, Vec<u8>>,
     gate_refused: u32,
+    /// Tool changes recorded, and calls refused by the relay, in the order recorded:
+    /// `change <tool> <kind> <fields>` and `refused <id>`.
+    recorded: Vec<String>,
+    /// The tool change lines, as the gate was given them.
+    changes: Vec<aegis_record::ToolChangeLine>,
 }
 
 impl Gate for CountingGate {
@@ -71,11 +76,22 @@ impl Gate for CountingGate {
     }
 
     fn refused(&self, call: &RefusedCall<'_>) -> Option<String> {
-        self.log
-            .borrow_mut()
-            .relay_refused
+        let mut log = self.log.borrow_mut();
+        log.relay_refused
             .push((call.id.to_owned(), call.refusal.reason.clone()));
+        log.recorded.push(format!("refused {}", call.id));
         Some("r-audit".into())
+    }
+
+    fn tool_changed(&self, change: &aegis_record::ToolChangeLine) {
+        let mut log = self.log.borrow_mut();
+        log.recorded.push(format!(
+            "change {} {} {}",
+            change.tool_id,
+            change.change.token(),
+            change.fields.join(",")
+        ));
+        log.changes.push(change.clone());
     }
 }
 
@@ -426,6 +442,43 @@ fn a_rug_pull_is_refused_until_the_operator_accepts_it() {
         }
         // The pins stay those of the first listing.
         assert!(relay.pins().unwrap().get("new").is_none());
+        // Each change is on the record once, though listed twice, and before any call
+        // it refused; the record names the fields, both digests and what was done.
+        let log = relay.gate().log.borrow();
+        let changes: Vec<&str> = log
+            .recorded
+            .iter()
+            .filter(|r| r.starts_with("change"))
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            changes,
+            ["change new added ", "change read changed description"]
+        );
+        if mode == PinMode::Enforce {
+            let at = |what: &str| log.recorded.iter().position(|r| r == what).unwrap();
+            assert!(at("change read changed description") < at("refused 2"));
+            assert!(at("change new added ") < at("refused 4"));
+        }
+        let read = log.changes.iter().find(|c| c.tool_id == "read").unwrap();
+        let pinned = relay
+            .pins()
+            .unwrap()
+            .get("read")
+            .unwrap()
+            .digest
+            .to_string();
+        assert_eq!(read.pinned_digest.unwrap().to_hex(), pinned);
+        assert!(read.listed_digest.is_some() && read.listed_digest != read.pinned_digest);
+        let new = log.changes.iter().find(|c| c.tool_id == "new").unwrap();
+        assert!(new.pinned_digest.is_none() && new.listed_digest.is_some());
+        assert_eq!(
+            read.action,
+            match mode {
+                PinMode::Enforce => aegis_record::ToolChangeAction::Withheld,
+                PinMode::RecordOnly => aegis_record::ToolChangeAction::Shown,
+            }
+        );
     }
 }
 

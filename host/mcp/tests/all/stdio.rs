@@ -22,6 +22,8 @@ impl Gate for NoCalls {
 
     fn finish(&self, (): (), _: CallEnd<'_>) {}
 
+    fn tool_changed(&self, _: &aegis_record::ToolChangeLine) {}
+
     fn refused(&self, _: &RefusedCall<'_>) -> Option<String> {
         None
     }

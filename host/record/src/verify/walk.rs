@@ -14,6 +14,7 @@ use crate::json::{self, Layout, Object, ParseError, Value};
 use crate::key::{Signature, VerifyingKey};
 use crate::line::{
     DecisionLine, FieldError, Fields, IntentLine, LineType, OpenLine, OutcomeLine, SCHEMA_VERSION,
+    ToolChangeLine,
 };
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read};
@@ -489,6 +490,10 @@ impl<'a> Walk<'a> {
                         approval_id: decision.approval_id,
                     });
                 }
+                self.signed(no, at, obj)?;
+            }
+            LineType::ToolChange => {
+                ToolChangeLine::from_object(obj).map_err(bad_field(no))?;
                 self.signed(no, at, obj)?;
             }
             LineType::Close => {

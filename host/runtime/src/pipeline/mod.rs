@@ -70,7 +70,7 @@ use aegis_record::line::Stop;
 use aegis_record::refusal::{Cause, Refusal, Station};
 use aegis_record::{
     CapabilityOutcome, DecisionAxes, ExecutionOutcome, FsAxis, IntentLine, NetAxis, OutcomeLine,
-    PolicyOutcome, PolicySetHash, RequestDigest, ResponseDigest, WriteError,
+    PolicyOutcome, PolicySetHash, RequestDigest, ResponseDigest, ToolChangeLine, WriteError,
 };
 use aegis_station_api::abi_stable::std_types::{RArc, ROption, RSlice, RSliceMut, RStr, RString};
 use aegis_station_api::{
@@ -286,6 +286,14 @@ pub enum PipelineError {
         /// The write failure.
         source: WriteError,
     },
+    /// A tool change line could not be written.
+    #[error("the change to tool {tool_id:?} could not be recorded: {source}")]
+    ToolChange {
+        /// The tool.
+        tool_id: String,
+        /// The write failure.
+        source: WriteError,
+    },
 }
 
 /// Why a pipeline could not be assembled from a profile.
@@ -483,6 +491,24 @@ impl Pipeline {
             stated,
             decided: Decisions::default(),
         })
+    }
+
+    /// Records a tool definition a relay saw change against its pins: one signed
+    /// `tool_change` line, written when the change is first seen (spec/SPEC.md §6.3), so
+    /// the record holds a rug pull even when the model never calls the tool. Returns the
+    /// line's `seq`.
+    ///
+    /// # Errors
+    /// [`PipelineError::ToolChange`] when the line could not be written.
+    pub fn record_tool_change(&self, change: &ToolChangeLine) -> Result<u64, PipelineError> {
+        self.audit
+            .session
+            .append(change)
+            .map(|appended| appended.seq)
+            .map_err(|source| PipelineError::ToolChange {
+                tool_id: change.tool_id.clone(),
+                source,
+            })
     }
 
     /// Records a call refused before any station was asked, by a front end's own check
