@@ -10,7 +10,8 @@ Usage: client.py MODE OUT PLAN_JSON [NAME=VALUE ...] -- CMD ARGS...
   MODE: legacy (initialize handshake) or auto (server/discover, falling back); with
         "+nolist" (legacy+nolist) the client calls without listing first, as a client
         that cached its tool list from an earlier session does
-  PLAN_JSON: [{"tool": NAME, "arguments": {...}}, ...]
+  PLAN_JSON: [{"tool": NAME, "arguments": {...}} or {"list": true}, ...]; a "list" step
+        lists the tools again and adds that listing, as JSON text, to "listings"
   NAME=VALUE: environment handed to the server process
 """
 
@@ -27,13 +28,18 @@ async def run(mode, out, plan, env, command):
     else:
         params = StdioServerParameters(command=command[0], args=command[1:], env=env)
     mode, _, nolist = mode.partition("+")
-    got = {"mode": mode, "tools": [], "calls": []}
+    got = {"mode": mode, "tools": [], "calls": [], "listings": []}
     async with Client(params, mode=mode, cache=None) as client:
         got["protocol"] = str(client.session.protocol_version)
         if nolist != "nolist":
             listing = await client.list_tools()
             got["tools"] = [t.name for t in listing.tools]
         for step in plan:
+            if step.get("list"):
+                listing = await client.list_tools()
+                dumped = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listing.tools]
+                got["listings"].append(json.dumps(dumped, sort_keys=True))
+                continue
             result = await client.call_tool(step["tool"], step.get("arguments", {}))
             dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
             got["calls"].append(

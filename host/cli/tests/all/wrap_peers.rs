@@ -59,6 +59,19 @@ impl Session {
     /// Runs client.py in `mode` with `plan` against `server` (node + args), with
     /// `env` handed to the server.
     fn run(mode: &str, via: Via, plan: &str, env: &[&str], server: &[&Path]) -> Session {
+        Session::run_with("node", mode, via, plan, env, server)
+    }
+
+    /// [`Session::run`] with the server started by `program` instead of node (a
+    /// confined run names its own).
+    fn run_with(
+        program: &str,
+        mode: &str,
+        via: Via,
+        plan: &str,
+        env: &[&str],
+        server: &[&Path],
+    ) -> Session {
         let dir = tempfile::tempdir().unwrap();
         let peers = peers_dir();
         let tee = repo().join("tests/mcp-peers/tee.py");
@@ -70,7 +83,7 @@ impl Session {
             .arg(plan)
             .args(env)
             .arg("--");
-        let mut program = "node";
+        let mut program = program;
         let (policy, confined) = match via {
             Via::Bare => (None, None),
             Via::Wrap { policy } => (Some(policy), None),
@@ -384,6 +397,51 @@ fn a_client_that_never_lists_gets_its_first_call_run() {
         text(&s.file("server.in")).contains("aegis-relay/tools-list/"),
         "the relay listed the tools itself"
     );
+}
+
+/// A rug pull as the official SDK client meets it: after the first call the server
+/// rewrites echo's description to a prompt injection. The client lists again and is never
+/// shown the new text (echo is left out), its next call to echo is refused at the pins
+/// station, and the record holds the change once.
+#[test]
+fn the_sdk_client_is_never_shown_a_rug_pulls_description() {
+    let server = repo().join("tests/fixtures/mcp/echo_server.py");
+    let s = Session::run_with(
+        "python3",
+        "legacy",
+        Via::Wrap { policy: NO_ENV },
+        r#"[{"tool":"echo","arguments":{"text":"first"}},{"list":true},{"tool":"echo","arguments":{"text":"second"}}]"#,
+        &[],
+        &[&server, Path::new("--rug-pull")],
+    );
+    let calls = s.calls();
+    assert!(!is_error(&calls[0]), "{calls:?}");
+    assert!(is_error(&calls[1]), "{calls:?}");
+    assert_eq!(field(&refusal(&calls[1]), "station"), "pins");
+    let listings = match s.got.get("listings") {
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect::<Vec<_>>(),
+        other => panic!("no listings: {other:?}"),
+    };
+    assert_eq!(listings.len(), 1);
+    assert!(
+        listings[0].contains(r#""name": "get-env""#) && !listings[0].contains(r#""name": "echo""#),
+        "{}",
+        listings[0]
+    );
+    // Nothing the client received, in any message, carries the new description; the
+    // server did send it (to the relay and in the client's listing).
+    assert!(!text(&s.file("client.out")).contains("~/.ssh"));
+    assert!(text(&s.file("server.out")).contains("~/.ssh"));
+    let changes: Vec<Object> = std::fs::read(s.dir.path().join("record.jsonl"))
+        .unwrap()
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(object)
+        .filter(|l| field(l, "line_type") == "tool_change")
+        .collect();
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(field(&changes[0], "tool_id"), "echo");
+    s.record();
 }
 
 #[test]
