@@ -127,14 +127,15 @@ EXAMPLES:
   aegis wrap --pins pins.json -- ./server
   aegis --profile linux-confined wrap --allow-write ~/project -- ./server ~/project
 
-Policy rules name tools by the name the server lists them under. While another process
-writes the record, wrap waits and starts no server until it holds the record.
+Policy rules name tools by the name the server lists them under. A rule with limits
+(ceilings) is refused at start: a relayed server cannot be held to them. While another
+process writes the record, wrap waits and starts no server until it holds the record.
 
 EXIT STATUS:
   N    the server's exit status, or 128+N when signal N ended it (137 after SIGKILL)
   1    a usage error
   2    the server could not be started or the pins file read
-  4    the profile, a plugin, the key or the sink was refused
+  4    the profile, a plugin, the key, the sink or a policy rule's limits were refused
   5    the record is busy (--no-wait; without it wrap waits its turn)
   17   an intent, an outcome or the close line could not be written
   125  the profile confines native programs and the server could not be confined as

@@ -86,6 +86,7 @@ impl std::io::Write for ClientOut {
 pub fn wrap(profile_name: &str, a: &WrapArgs) -> Result<u8, CliError> {
     let profile = crate::use_profile(profile_name)?;
     let host_files = refuse_host_files(a, &profile)?;
+    refuse_ceilings(a, &profile)?;
     let pins = a
         .pins
         .as_deref()
@@ -200,6 +201,49 @@ fn refuse_host_files(
     let granted = crate::confine::Reach::of_grant(&a.grant);
     crate::confine::refuse_granted(&granted, &host_files)?;
     Ok(host_files)
+}
+
+/// Refuses a YAML policy (`--policy`, or the profile's `builtin:policy-yaml`) with a
+/// rule that sets ceilings: wrap relays calls to a native server it cannot hold to a
+/// memory, time or output ceiling, so every call such a rule allowed would be refused.
+/// Said once at start, naming the rule's line, instead of at every call. Other policy
+/// stations' ceilings are still refused call by call (`host_gate`). A policy that cannot
+/// be read or parsed is left to the station, which reports it as it always does.
+///
+/// # Errors
+/// [`CliError::Refused`] naming the file, line and rule.
+fn refuse_ceilings(a: &WrapArgs, profile: &aegis_runtime::Profile) -> Result<(), CliError> {
+    use aegis_runtime::registry::PluginSpec;
+    let path = match &a.host.policy {
+        Some(path) => path.clone(),
+        None if profile.policy.spec == PluginSpec::Builtin("policy-yaml".into()) => {
+            let config = toml::from_str::<toml::Table>(&profile.policy.config).ok();
+            match config.as_ref().and_then(|c| c.get("path")) {
+                Some(toml::Value::String(path)) => PathBuf::from(path),
+                _ => return Ok(()),
+            }
+        }
+        None => return Ok(()),
+    };
+    let cap = aegis_files::Cap::new(
+        aegis_policy_yaml::set::MAX_POLICY_BYTES as u64 + 1,
+        "a policy file",
+    );
+    let Ok(text) = aegis_files::read_to_string(&path, cap) else {
+        return Ok(());
+    };
+    let file = path.display().to_string();
+    let Ok(set) = aegis_policy_yaml::PolicySet::parse(&text, &file) else {
+        return Ok(());
+    };
+    match set.rules().iter().find(|r| r.limits != Default::default()) {
+        Some(rule) => Err(CliError::Refused(format!(
+            "{file}:{}: rule {:?}: limits: aegis wrap cannot hold a relayed MCP server to memory, time or output ceilings, so every call the rule allows would be refused; remove the limits or give wrap a policy of its own",
+            rule.line,
+            escape(&rule.id)
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Under a confining profile, the helper, confined and reporting what is enforced (so

@@ -12,7 +12,9 @@
 //! # Guarantees
 //! - A call is forwarded only once its intent is durable and the policy and capability
 //!   stations allowed it with no ceilings: a policy that sets limits on a relayed tool is
-//!   refused (fail closed), since nothing here could hold the server to them.
+//!   refused (fail closed), since nothing here could hold the server to them. (`aegis
+//!   wrap` refuses a YAML policy with such a rule at start, naming its line; other
+//!   stations' ceilings are met here, call by call.)
 //! - Every call the relay refused itself is recorded too (an intent, then an outcome
 //!   naming the relay's reason).
 //!

@@ -1164,3 +1164,46 @@ fn a_listing_the_client_never_finishes_is_pinned_by_the_relay() {
     assert_eq!(own_pages, 1, "the relay followed page 2 itself");
     w.record();
 }
+
+/// A YAML rule with ceilings could only refuse in wrap (a relayed server cannot be held
+/// to them): wrap refuses the policy at start, naming its line, whether the policy comes
+/// from `--policy` or from the profile, and never starts the server.
+#[test]
+fn a_policy_rule_with_ceilings_is_refused_before_the_server_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "version: 1\ndefault: allow\nrules:\n  - id: plain\n    action: deny\n    tool: get-env\n  - id: capped\n    action: allow\n    tool: echo\n    limits:\n      max_wall_ms: 100\n",
+    )
+    .unwrap();
+    let profile = dir.path().join("yaml.toml");
+    std::fs::write(
+        &profile,
+        "name = \"yaml\"\ndescription = \"d\"\n[policy]\nplugin = \"builtin:policy-yaml\"\nconfig = { path = \"policy.yaml\" }\n[capability]\n[sandbox]\n[audit]\nplugin = \"builtin:memory-sink\"\n",
+    )
+    .unwrap();
+    let pid = dir.path().join("server.pid");
+    let by_flag = ["wrap".as_ref(), "--policy".as_ref(), policy.as_os_str()];
+    let by_profile = ["--profile".as_ref(), profile.as_os_str(), "wrap".as_ref()];
+    for args in [&by_flag[..], &by_profile[..]] {
+        let out = aegis()
+            .args(args)
+            .arg("--")
+            .arg("python3")
+            .arg(server_script())
+            .arg("--pid-file")
+            .arg(&pid)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{stderr}");
+        let error = stderr.lines().find(|l| l.starts_with("error: ")).unwrap();
+        assert!(
+            error.contains("policy.yaml:7: rule \"capped\": limits: aegis wrap cannot hold"),
+            "{error}"
+        );
+        assert!(!pid.exists(), "the server was never started");
+    }
+}
