@@ -827,13 +827,22 @@ fn python_client_in(mode: &str, dir: &Path, plan: &str, target: &[&std::ffi::OsS
     object(&std::fs::read(&got).unwrap())
 }
 
-const PYTHON_PLAN: &str = r#"[
-  {"tool": "echo", "arguments": {"message": "from python"}},
-  {"tool": "echo-structured", "arguments": {"message": "shaped"}},
-  {"tool": "reverse", "arguments": {}},
-  {"tool": "refuse", "arguments": {}},
-  {"tool": "echo-structured", "arguments": {"message": 7}}
-]"#;
+/// The calls every Python SDK session makes; the last reads a file that is not there,
+/// inside the tool's read root, so the tool fails and says why on stderr.
+fn python_plan() -> String {
+    let missing = fixtures().join("data/no-such-file.txt");
+    format!(
+        r#"[
+  {{"tool": "echo", "arguments": {{"message": "from python"}}}},
+  {{"tool": "echo-structured", "arguments": {{"message": "shaped"}}}},
+  {{"tool": "reverse", "arguments": {{}}}},
+  {{"tool": "refuse", "arguments": {{}}}},
+  {{"tool": "echo-structured", "arguments": {{"message": 7}}}},
+  {{"tool": "read-file", "arguments": {{"path": {}}}}}
+]"#,
+        serde_json::Value::from(missing.to_str().unwrap())
+    )
+}
 
 /// What the plan's calls must have got, whatever the transport.
 fn check_python(got: &Object) {
@@ -849,7 +858,7 @@ fn check_python(got: &Object) {
         Some(Value::Array(a)) => a.iter().filter_map(Value::as_object).collect(),
         _ => Vec::new(),
     };
-    assert_eq!(calls.len(), 5);
+    assert_eq!(calls.len(), 6);
     let error = |c: &Object| c.get("isError") == Some(&Value::Bool(true));
     assert!(!error(calls[0]));
     assert_eq!(field(calls[0], "text"), r#"{"message":"from python"}"#);
@@ -878,6 +887,14 @@ fn check_python(got: &Object) {
         field(calls[4], "text")
             .starts_with("Aegis refused this tool call at the gateway station: the arguments")
     );
+    // A tool that fails: the client is told why (its stderr's tail), not only that it
+    // exited with status 1.
+    assert!(error(calls[5]));
+    let said = field(calls[5], "text");
+    assert!(
+        said.contains("exited with status 1") && said.contains("No such file or directory"),
+        "{said}"
+    );
 }
 
 #[test]
@@ -901,9 +918,9 @@ fn the_python_sdk_lists_calls_and_is_refused_over_stdio() {
         &key,
     ]
     .to_vec();
-    let got = python_client(setup.dir.path(), PYTHON_PLAN, &command);
+    let got = python_client(setup.dir.path(), &python_plan(), &command);
     check_python(&got);
-    setup.check_record(5);
+    setup.check_record(6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -913,7 +930,11 @@ async fn the_python_sdk_lists_calls_and_is_refused_over_http() {
     let dir = setup.dir.path().to_path_buf();
     let stateless_url = url.clone();
     let got = tokio::task::spawn_blocking(move || {
-        python_client(&dir, PYTHON_PLAN, &[std::ffi::OsStr::new(&stateless_url)])
+        python_client(
+            &dir,
+            &python_plan(),
+            &[std::ffi::OsStr::new(&stateless_url)],
+        )
     })
     .await
     .unwrap();
@@ -921,13 +942,18 @@ async fn the_python_sdk_lists_calls_and_is_refused_over_http() {
     // In a session, ended cleanly by the SDK's DELETE (see python_client_in).
     let dir = setup.dir.path().to_path_buf();
     let got = tokio::task::spawn_blocking(move || {
-        python_client_in("legacy", &dir, PYTHON_PLAN, &[std::ffi::OsStr::new(&url)])
+        python_client_in(
+            "legacy",
+            &dir,
+            &python_plan(),
+            &[std::ffi::OsStr::new(&url)],
+        )
     })
     .await
     .unwrap();
     check_python(&got);
     stop(child).await;
-    setup.check_record(10);
+    setup.check_record(12);
 }
 
 /// A tool's roots against the gateway's own files: the manifest (a tool that rewrites
