@@ -78,7 +78,11 @@ pub fn recheck(profile: &str, args: &RecheckArgs) -> Result<u8, CliError> {
     // Read once: the bytes verified are the bytes replayed, whatever happens to the file.
     // The verifier streams them and stops at the first Tampered finding (an endless
     // source without a newline ends there); the copy kept for the replay is capped.
-    let path = &args.record.path;
+    let [path] = args.record.paths.as_slice() else {
+        return Err(CliError::Usage(
+            "recheck replays one record: give one file, or - for standard input".into(),
+        ));
+    };
     let stdin = path.as_os_str() == "-";
     let name = if stdin {
         "standard input".to_owned()

@@ -198,6 +198,15 @@ pub enum FileError {
         /// The file.
         path: PathBuf,
     },
+    /// A directory tree goes on past a [`WalkBound`]: refused, never read as the part
+    /// that fit.
+    #[error("{}: {what}; refused rather than read in part", path.display())]
+    Unbounded {
+        /// The directory walked.
+        path: PathBuf,
+        /// Which bound, and its value.
+        what: String,
+    },
 }
 
 impl FileError {
@@ -209,7 +218,8 @@ impl FileError {
             | FileError::NotAFile { path, .. }
             | FileError::TooLarge { path, .. }
             | FileError::NotUtf8 { path }
-            | FileError::Exists { path } => path,
+            | FileError::Exists { path }
+            | FileError::Unbounded { path, .. } => path,
         }
     }
 
@@ -222,6 +232,7 @@ impl FileError {
             FileError::TooLarge { .. } => io::ErrorKind::FileTooLarge,
             FileError::NotUtf8 { .. } => io::ErrorKind::InvalidData,
             FileError::Exists { .. } => io::ErrorKind::AlreadyExists,
+            FileError::Unbounded { .. } => io::ErrorKind::FileTooLarge,
         };
         if let FileError::Io { source, .. } = self {
             return source;
@@ -679,9 +690,149 @@ fn resolve_parent(path: &Path) -> Option<PathBuf> {
     }
 }
 
+/// How far [`walk`] goes. A tree that goes on past either bound (one an untrusted
+/// program keeps growing, a loop of bind mounts) is refused whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalkBound {
+    /// The most entries listed, directories included.
+    pub entries: usize,
+    /// The most directories deep beneath the one walked.
+    pub depth: usize,
+}
+
+/// An entry [`walk`] found beneath a directory, other than a directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// A regular file when listed; [`open`] checks it again when it is read.
+    File(PathBuf),
+    /// Something else: a symbolic link (never followed, whatever it points to), a FIFO,
+    /// a socket, a device. Named so the caller reports it rather than skip it.
+    NotAFile {
+        /// The entry.
+        path: PathBuf,
+        /// What it is.
+        found: Kind,
+    },
+}
+
+/// Every entry beneath `dir` that is not a directory, in order: the tree walked depth
+/// first, each directory's entries sorted by name (bytewise), so two walks of the same
+/// tree list the same paths in the same order. Links are listed, never followed, so a
+/// walk cannot leave `dir` or loop; `dir` itself must be a directory, not a link to one.
+///
+/// # Errors
+/// [`FileError::NotAFile`] when `dir` is not a directory; [`FileError::Io`] when a
+/// directory cannot be listed; [`FileError::Unbounded`] past `bound`.
+pub fn walk(dir: &Path, bound: WalkBound) -> Result<Vec<Found>, FileError> {
+    let meta = std::fs::symlink_metadata(dir).map_err(io_error(dir))?;
+    if !meta.is_dir() {
+        return Err(FileError::NotAFile {
+            path: dir.to_owned(),
+            found: Kind::of(meta.file_type()).unwrap_or(Kind::Other),
+        });
+    }
+    let mut found = Vec::new();
+    let mut listed = 0usize;
+    // Directories still to list, deepest-first order kept by pushing in reverse.
+    let mut pending: Vec<(PathBuf, usize)> = vec![(dir.to_owned(), 0)];
+    while let Some((at, depth)) = pending.pop() {
+        let mut entries = Vec::new();
+        for entry in std::fs::read_dir(&at).map_err(io_error(&at))? {
+            let entry = entry.map_err(io_error(&at))?;
+            listed += 1;
+            if listed > bound.entries {
+                return Err(FileError::Unbounded {
+                    path: dir.to_owned(),
+                    what: format!("holds more than {} entries", bound.entries),
+                });
+            }
+            // The entry's own type: a link is a link, not what it points to.
+            let kind = entry.file_type().map_err(io_error(&entry.path()))?;
+            entries.push((entry.file_name(), kind));
+        }
+        entries.sort_by(|a, b| a.0.as_encoded_bytes().cmp(b.0.as_encoded_bytes()));
+        let mut deeper = Vec::new();
+        for (name, kind) in entries {
+            let path = at.join(&name);
+            match Kind::of(kind) {
+                None => found.push(Found::File(path)),
+                Some(Kind::Directory) => {
+                    if depth + 1 > bound.depth {
+                        return Err(FileError::Unbounded {
+                            path: dir.to_owned(),
+                            what: format!("goes deeper than {} directories", bound.depth),
+                        });
+                    }
+                    deeper.push(path);
+                }
+                Some(kind) => found.push(Found::NotAFile { path, found: kind }),
+            }
+        }
+        // Files of a directory before its subdirectories, subdirectories in order.
+        pending.extend(deeper.into_iter().rev().map(|d| (d, depth + 1)));
+    }
+    Ok(found)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A walk lists every file in one order, names links and FIFOs instead of following
+    /// or opening them, and refuses a tree past its bounds rather than list part of it.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_walk_lists_in_order_follows_no_link_and_keeps_its_bounds() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "x").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("b/deep")).unwrap();
+        std::fs::create_dir(d.join("a")).unwrap();
+        for f in ["z.aarl", "a/1.aarl", "b/2.aarl", "b/deep/3.aarl"] {
+            std::fs::write(d.join(f), "").unwrap();
+        }
+        std::os::unix::fs::symlink(outside.path(), d.join("link-to-dir")).unwrap();
+        rustix::fs::mkfifoat(rustix::fs::CWD, d.join("fifo"), rustix::fs::Mode::RUSR).unwrap();
+        let wide = WalkBound {
+            entries: 100,
+            depth: 8,
+        };
+        let got = walk(d, wide).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                Found::NotAFile {
+                    path: d.join("fifo"),
+                    found: Kind::Fifo
+                },
+                Found::NotAFile {
+                    path: d.join("link-to-dir"),
+                    found: Kind::Symlink
+                },
+                Found::File(d.join("z.aarl")),
+                Found::File(d.join("a/1.aarl")),
+                Found::File(d.join("b/2.aarl")),
+                Found::File(d.join("b/deep/3.aarl")),
+            ]
+        );
+        let shallow = WalkBound { depth: 1, ..wide };
+        let error = walk(d, shallow).unwrap_err().to_string();
+        assert!(
+            error.ends_with("goes deeper than 1 directories; refused rather than read in part"),
+            "{error}"
+        );
+        let few = WalkBound { entries: 8, ..wide };
+        assert!(matches!(walk(d, few), Err(FileError::Unbounded { .. })));
+        // The directory walked may not be a link either.
+        assert!(matches!(
+            walk(&d.join("link-to-dir"), wide),
+            Err(FileError::NotAFile {
+                found: Kind::Symlink,
+                ..
+            })
+        ));
+    }
 
     /// From a review (helper): `GRANT/new/../x` with `GRANT/new` absent could not be
     /// resolved and was read as outside, though the program could create `new` as a

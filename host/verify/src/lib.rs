@@ -16,7 +16,7 @@
 
 use aegis_record::verify::{Options, TrustAnchor, Verdict, parse_trust_store, verify};
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// `verify`'s exit codes (spec/SPEC.md §9.1).
 pub mod exit {
@@ -44,7 +44,11 @@ pub fn after_help(binary: &str) -> String {
   {binary} aegis-audit.aarl
   {binary} --key KEY_ID aegis-audit.aarl
   {binary} --trust-store keys.txt --json aegis-audit.aarl
+  {binary} --key KEY_ID records/ old.aarl
   cat aegis-audit.aarl | {binary} -
+
+Several files or a directory: a report each, then a summary; the exit code is the
+worst (Tampered, then unreadable, then Indeterminate).
 
 EXIT STATUS:
 {EXIT_STATUS}"
@@ -66,9 +70,19 @@ pub struct VerifyArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
-    /// The record file (any name), or `-` for standard input.
-    pub path: PathBuf,
+    /// The record file (any name), or `-` for standard input. Several files, or a
+    /// directory (every file beneath it, in name order, links named but never
+    /// followed), get one report each and a summary; the exit code is the worst.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
 }
+
+/// How far a directory given to `verify` is walked: an archive of a fleet's records over
+/// years is tens of thousands of files; a tree past these is refused, not checked in part.
+pub const DIRECTORY_BOUND: aegis_files::WalkBound = aegis_files::WalkBound {
+    entries: 1 << 20,
+    depth: 32,
+};
 
 /// The most of a trust store read: one key a line, 65 bytes with its newline, so 1 MiB is
 /// some 16 000 keys (an organisation pins a handful), with room for comments.
@@ -99,7 +113,7 @@ pub fn trust_slice(args: &VerifyArgs) -> Result<Option<Vec<TrustAnchor>>, String
     Ok(trust)
 }
 
-/// Checks the record `args` names and prints the report; returns the exit code.
+/// Checks the records `args` names and prints the reports; returns the exit code.
 pub fn run(args: &VerifyArgs) -> u8 {
     let trust = match trust_slice(args) {
         Ok(trust) => trust,
@@ -108,16 +122,28 @@ pub fn run(args: &VerifyArgs) -> u8 {
             return exit::UNREADABLE;
         }
     };
-    let path = &args.path;
     let options = Options { trust, threads: 0 };
+    match args.paths.as_slice() {
+        [path] if path.as_os_str() == "-" || !is_directory(path) => one(path, args, &options),
+        paths => many(paths, args, &options),
+    }
+}
+
+/// Whether `path` is a directory itself (a link to one is not: it is named, not followed).
+fn is_directory(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+}
+
+/// One record, reported as `verify` always has: the report alone on stdout.
+fn one(path: &Path, args: &VerifyArgs, options: &Options) -> u8 {
     // `-` is standard input (a file named `-` is `./-`), read as a stream like a file.
     let report = if path.as_os_str() == "-" {
-        verify(std::io::stdin().lock(), &options)
+        verify(std::io::stdin().lock(), options)
     } else {
         // Never through a final link, never blocking on a FIFO, never a device: the
         // walk itself is bounded in memory whatever the file's length.
         match aegis_files::open(path) {
-            Ok(file) => verify(file, &options),
+            Ok(file) => verify(file, options),
             Err(e) => {
                 error(e);
                 return exit::UNREADABLE;
@@ -143,18 +169,191 @@ pub fn run(args: &VerifyArgs) -> u8 {
     } else {
         report.to_text().into_bytes()
     };
-    let code = match report.verdict() {
+    finish(&bytes, code_of(report.verdict()))
+}
+
+fn code_of(verdict: &Verdict) -> u8 {
+    match verdict {
         Verdict::Verified(_) => exit::VERIFIED,
         Verdict::Tampered(_) => exit::TAMPERED_OR_USAGE,
         Verdict::Indeterminate(_) => exit::INDETERMINATE,
-    };
+    }
+}
+
+/// Writes the report; a stdout that fails (but for a closed pipe: `aegis verify f |
+/// head -1`) turns a Verified exit into [`exit::UNREADABLE`].
+fn finish(bytes: &[u8], code: u8) -> u8 {
     let mut out = std::io::stdout().lock();
-    match out.write_all(&bytes).and_then(|()| out.flush()) {
-        // `aegis verify f | head -1` is not a failure.
+    match out.write_all(bytes).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe && code == exit::VERIFIED => {
             error(format_args!("standard output could not be written: {e}"));
             exit::UNREADABLE
         }
         _ => code,
+    }
+}
+
+/// Writes part of a many-file report: `Err(code)` to stop with when stdout failed (a
+/// closed pipe is not a failure, as for [`finish`]).
+fn emit(bytes: &[u8], worst: u8) -> Result<(), u8> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(worst),
+        Err(e) => {
+            error(format_args!("standard output could not be written: {e}"));
+            Err(if worst == exit::VERIFIED {
+                exit::UNREADABLE
+            } else {
+                worst
+            })
+        }
+        Ok(()) => Ok(()),
+    }
+}
+
+/// How bad an exit code is, for the worst of many: Tampered, then a file that could
+/// not be read (nothing was checked), then Indeterminate, then Verified.
+fn severity(code: u8) -> u8 {
+    match code {
+        exit::TAMPERED_OR_USAGE => 3,
+        exit::UNREADABLE => 2,
+        exit::INDETERMINATE => 1,
+        _ => 0,
+    }
+}
+
+/// What one of many paths came to.
+enum Checked {
+    Report(Box<aegis_record::verify::Report>),
+    /// Not read: why, in one line without the path.
+    Unreadable(String),
+}
+
+/// Several records, or the files beneath directories: each file's report after a line
+/// naming it, then a summary; with `--json`, one object a line (`file` and `report`, or
+/// `file` and `unreadable`) and a last `summary` object. Files are checked and reported
+/// one at a time, in order, so memory stays flat in their number and size.
+fn many(paths: &[PathBuf], args: &VerifyArgs, options: &Options) -> u8 {
+    if paths.iter().any(|p| p.as_os_str() == "-") {
+        error("- (standard input) is a record on its own: give it as the only path");
+        return exit::TAMPERED_OR_USAGE;
+    }
+    // Verified, Indeterminate, Tampered, unreadable.
+    let mut counts = [0usize; 4];
+    let mut worst = exit::VERIFIED;
+    for given in paths {
+        let items: Vec<Item> = if is_directory(given) {
+            match aegis_files::walk(given, DIRECTORY_BOUND) {
+                Ok(found) => found.into_iter().map(Item::from).collect(),
+                // A tree that could not be listed whole is reported, not checked in part.
+                Err(e) => vec![Item::Refused(given.clone(), e.into_io().to_string())],
+            }
+        } else {
+            vec![Item::File(given.clone())]
+        };
+        for item in items {
+            let (path, checked) = check(item, options);
+            let code = match &checked {
+                Checked::Report(r) => code_of(r.verdict()),
+                Checked::Unreadable(why) => {
+                    error(format_args!("{}: {why}", path.display()));
+                    exit::UNREADABLE
+                }
+            };
+            let slot = match code {
+                exit::VERIFIED => 0,
+                exit::INDETERMINATE => 1,
+                exit::TAMPERED_OR_USAGE => 2,
+                _ => 3,
+            };
+            counts[slot] += 1;
+            if severity(code) > severity(worst) {
+                worst = code;
+            }
+            if let Err(code) = emit(&entry(&path, &checked, args.json), worst) {
+                return code;
+            }
+        }
+    }
+    let [verified, indeterminate, tampered, unreadable] = counts;
+    let files: usize = counts.iter().sum();
+    if files == 0 {
+        // Nothing was checked: never Verified, as an empty record is not.
+        error("no files to verify beneath the directories given");
+        worst = exit::INDETERMINATE;
+    }
+    let summary = if args.json {
+        format!(
+            "{{\"summary\":{{\"exit\":{worst},\"files\":{files},\"indeterminate\":{indeterminate},\"tampered\":{tampered},\"unreadable\":{unreadable},\"verified\":{verified}}}}}\n"
+        )
+    } else {
+        format!(
+            "summary: {files} files: {verified} Verified, {indeterminate} Indeterminate, {tampered} Tampered, {unreadable} unreadable\n"
+        )
+    };
+    emit(summary.as_bytes(), worst).map_or_else(|code| code, |()| worst)
+}
+
+/// One path of many: a file to read, or an entry refused (with why, without the path).
+enum Item {
+    File(PathBuf),
+    Refused(PathBuf, String),
+}
+
+impl From<aegis_files::Found> for Item {
+    fn from(found: aegis_files::Found) -> Item {
+        match found {
+            aegis_files::Found::File(path) => Item::File(path),
+            aegis_files::Found::NotAFile { path, found } => Item::Refused(
+                path,
+                format!("{found}, not a regular file; not followed or opened"),
+            ),
+        }
+    }
+}
+
+/// Reads and verifies one file of many.
+fn check(item: Item, options: &Options) -> (PathBuf, Checked) {
+    match item {
+        Item::Refused(path, why) => (path, Checked::Unreadable(why)),
+        Item::File(path) => {
+            let checked = match aegis_files::open(&path) {
+                Ok(file) => match verify(file, options) {
+                    Ok(report) => Checked::Report(Box::new(report)),
+                    Err(e) => Checked::Unreadable(e.to_string()),
+                },
+                Err(e) => Checked::Unreadable(e.into_io().to_string()),
+            };
+            (path, checked)
+        }
+    }
+}
+
+/// One file's part of a many-file report.
+fn entry(path: &Path, checked: &Checked, json: bool) -> Vec<u8> {
+    if json {
+        let mut out = b"{\"file\":".to_vec();
+        out.extend(aegis_record::json::quote(&path.to_string_lossy()).into_bytes());
+        match checked {
+            Checked::Report(r) => {
+                out.extend_from_slice(b",\"report\":");
+                out.extend(r.to_json());
+            }
+            Checked::Unreadable(why) => {
+                out.extend_from_slice(b",\"unreadable\":");
+                out.extend(aegis_record::json::quote(why).into_bytes());
+            }
+        }
+        out.extend_from_slice(b"}\n");
+        out
+    } else {
+        let name = aegis_record::text::escape(&path.to_string_lossy()).to_string();
+        let body = match checked {
+            Checked::Report(r) => r.to_text(),
+            Checked::Unreadable(why) => {
+                format!("unreadable: {}\n", aegis_record::text::escape(why))
+            }
+        };
+        format!("== {name}\n{body}\n").into_bytes()
     }
 }

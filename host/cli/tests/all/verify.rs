@@ -170,10 +170,13 @@ fn unreadable_record_is_exit_2_with_empty_stdout() {
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
     assert!(stderr(&out).starts_with("error: /nonexistent/record.aarl: "));
+    // A directory is a set of records; one that holds none has nothing verified, which
+    // is never Verified (as an empty file is Indeterminate).
     let dir = tempfile::tempdir().unwrap();
     let out = aegis().arg("verify").arg(dir.path()).output().unwrap();
-    assert_eq!(out.status.code(), Some(2), "a directory is not a record");
-    assert!(out.stdout.is_empty());
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("summary: 0 files"));
+    assert!(stderr(&out).contains("no files to verify"));
 }
 
 fn golden_key() -> String {
@@ -651,4 +654,94 @@ fn a_key_id_pins_only_its_own_key_and_only_in_full() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "a short id is a usage error");
     assert!(out.stdout.is_empty());
+}
+
+/// Many files at once, and directories: each file's own report after a line naming it,
+/// in order (a directory's files by name, depth first), then a summary; the exit code is
+/// the worst verdict's (Tampered, unreadable, Indeterminate, Verified). A link or FIFO
+/// in a directory is named unreadable, never followed or opened; `--json` is one object
+/// a line ending with the summary.
+#[test]
+fn many_files_and_directories_get_a_report_each_and_the_worst_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("archive");
+    std::fs::create_dir_all(archive.join("host-b")).unwrap();
+    let copy = |from: &str, to: &str| {
+        std::fs::copy(vectors().join(from), archive.join(to)).unwrap();
+    };
+    copy("golden/golden.aarl", "a.aarl");
+    copy("indeterminate/empty.aarl", "host-b/c.aarl");
+    copy("verified/rotation.aarl", "host-b/b.aarl");
+    std::os::unix::fs::symlink("/etc/passwd", archive.join("b-link")).unwrap();
+    let golden = vectors().join("golden/golden.aarl");
+
+    // One file is reported as it always was: the report alone.
+    let alone = aegis().arg("verify").arg(&golden).output().unwrap();
+    assert!(stdout(&alone).starts_with("Verified (unpinned)\n"));
+
+    let out = aegis().arg("verify").arg(&archive).output().unwrap();
+    let text = stdout(&out);
+    let named: Vec<&str> = text.lines().filter(|l| l.starts_with("== ")).collect();
+    let a = archive.display();
+    assert_eq!(
+        named,
+        [
+            format!("== {a}/a.aarl"),
+            format!("== {a}/b-link"),
+            format!("== {a}/host-b/b.aarl"),
+            format!("== {a}/host-b/c.aarl"),
+        ]
+    );
+    assert!(
+        text.contains("unreadable: a symbolic link, not a regular file"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("summary: 4 files: 2 Verified, 1 Indeterminate, 0 Tampered, 1 unreadable\n")
+    );
+    // Unreadable is worse than Indeterminate: nothing in it was checked.
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("b-link: a symbolic link"));
+
+    // A Tampered file among them decides the exit code; --json is one object a line.
+    let tampered = vectors().join("tampered/bad_signature.aarl");
+    let out = aegis()
+        .args(["verify", "--json"])
+        .arg(&golden)
+        .arg(&tampered)
+        .arg(archive.join("host-b"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let objects: Vec<json::Object> = stdout(&out)
+        .lines()
+        .map(|l| match json::parse(l.as_bytes()).unwrap() {
+            Value::Object(o) => o,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(objects.len(), 5);
+    let verdict = |o: &json::Object| {
+        o.get("report")
+            .and_then(Value::as_object)
+            .and_then(|r| r.get("verdict"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        objects[..4].iter().map(verdict).collect::<Vec<_>>(),
+        ["verified", "tampered", "verified", "indeterminate"].map(|v| Some(v.to_owned()))
+    );
+    let summary = objects[4]
+        .get("summary")
+        .and_then(Value::as_object)
+        .unwrap();
+    assert_eq!(summary.get("tampered").and_then(Value::as_int), Some(1));
+    assert_eq!(summary.get("files").and_then(Value::as_int), Some(4));
+    assert_eq!(summary.get("exit").and_then(Value::as_int), Some(1));
+
+    // Standard input is a record on its own.
+    let out = aegis().args(["verify", "-"]).arg(&golden).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).is_empty());
 }

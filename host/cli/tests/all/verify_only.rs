@@ -68,11 +68,16 @@ fn aegis_verify_and_the_verify_only_build_print_the_same_bytes() {
     let golden = vectors().join("golden/golden.aarl");
     let golden = golden.to_str().unwrap();
     let vector_key_id = "5990c104283522fc80d1415329ab1edbd946db99db120e60eb530d4406a73ff3";
+    let verified = vectors().join("verified");
+    let verified = verified.to_str().unwrap();
     for args in [
         vec!["--key", vector_key_id, golden],
         vec!["/nonexistent/record.aarl"],
         vec!["--trust-store", "/nonexistent/store", golden],
         vec!["--trust-store", golden, golden],
+        // Many files and directories: the same reports, summary and exit code.
+        vec![golden, golden],
+        vec![verified, "--json", golden],
     ] {
         let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
         same(&bin, &args);
