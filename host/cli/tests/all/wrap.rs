@@ -30,7 +30,7 @@ fn server_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/mcp/echo_server.py")
 }
 
-/// Allows everything but `get-env`; `limited` gets a ceiling wrap cannot enforce.
+/// Allows everything but `get-env` and reads under /etc.
 const POLICY: &str = "version: 1
 default: allow
 rules:
@@ -38,10 +38,6 @@ rules:
     action: deny
     tool: get-env
     reason: environment variables stay private
-  - id: limited
-    action: allow
-    tool: limited
-    limits: { max_wall_ms: 1000 }
   - id: no-etc
     action: deny
     tool: read
@@ -68,6 +64,12 @@ struct Wrap {
 
 impl Wrap {
     fn start(wrap_flags: &[&str], server_flags: &[&str]) -> Wrap {
+        Wrap::start_in(&[], wrap_flags, server_flags)
+    }
+
+    /// [`Wrap::start`] with `global` flags before `wrap` (a `--profile`); the test's
+    /// policy is given with `--policy` unless `global` names a profile.
+    fn start_in(global: &[&std::ffi::OsStr], wrap_flags: &[&str], server_flags: &[&str]) -> Wrap {
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("k");
         let out = aegis()
@@ -77,10 +79,12 @@ impl Wrap {
             .unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         std::fs::write(dir.path().join("policy.yaml"), POLICY).unwrap();
-        let mut child = aegis()
-            .arg("wrap")
-            .arg("--policy")
-            .arg(dir.path().join("policy.yaml"))
+        let mut command = aegis();
+        command.args(global).arg("wrap");
+        if global.is_empty() {
+            command.arg("--policy").arg(dir.path().join("policy.yaml"));
+        }
+        let mut child = command
             .arg("--audit")
             .arg(dir.path().join("record.jsonl"))
             .arg("--signing-key")
@@ -515,6 +519,15 @@ fn a_changed_tool_description_refuses_the_next_call() {
     assert!(pinned.len() == 64 && listed.len() == 64 && pinned != listed);
     let seq = |o: &Object| o.get("seq").and_then(Value::as_int).unwrap();
     assert!(seq(change) < seq(echo[1]), "recorded before the refusal");
+    // Every line says when the host wrote it (document version 1.3).
+    for line_type in ["open", "intent", "outcome", "tool_change", "close"] {
+        for line in w.lines_of_type(line_type) {
+            assert!(
+                aegis_record::time::is_valid(&field(&line, "time")),
+                "{line:?}"
+            );
+        }
+    }
     let warned = w.stderr();
     assert_eq!(
         warned
@@ -884,11 +897,39 @@ fn a_server_that_cannot_start_is_an_error_and_the_session_still_closes() {
     assert!(text(&out.stderr).contains("/nonexistent/mcp-server"));
 }
 
-/// A ceiling the policy sets cannot be enforced on a relayed server, so the call is
-/// refused rather than recorded under it.
+/// A ceiling a policy station sets cannot be enforced on a relayed server, so the call is
+/// refused rather than recorded under it. The built-in YAML station's ceilings are
+/// refused at start (`a_policy_rule_with_ceilings_is_refused_before_the_server_starts`);
+/// any other station's are met here, call by call: the same YAML station loaded from its
+/// cdylib stands in for one.
 #[test]
 fn a_policy_ceiling_on_a_relayed_tool_refuses_the_call() {
-    let mut w = Wrap::start(&[], &["--tool", "limited"]);
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("limited.yaml");
+    std::fs::write(
+        &policy,
+        "version: 1\ndefault: allow\nrules:\n  - id: limited\n    action: allow\n    tool: limited\n    limits: { max_wall_ms: 1000 }\n",
+    )
+    .unwrap();
+    let profile = dir.path().join("yaml-cdylib.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            "name = \"yaml-cdylib\"\ndescription = \"d\"\n[policy]\nplugin = {:?}\n\
+             config = {{ path = {:?} }}\n[capability]\n[sandbox]\n[audit]\n\
+             plugin = \"builtin:memory-sink\"\n",
+            aegis_test_support::cdylib("aegis-policy-yaml-plugin")
+                .display()
+                .to_string(),
+            policy.display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut w = Wrap::start_in(
+        &["--profile".as_ref(), profile.as_os_str()],
+        &[],
+        &["--tool", "limited"],
+    );
     w.initialize();
     let refused = w.call(3, "limited", "{}");
     assert!(is_error(&refused));
