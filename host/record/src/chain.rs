@@ -202,11 +202,29 @@ struct State {
     poisoned: bool,
 }
 
+/// What a session writes as each line's `time` (spec/SPEC.md §6.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clock {
+    /// The system clock ([`crate::time::now`]): what a host writes.
+    System,
+    /// No `time` member, as records before document version 1.3.
+    Untimed,
+    /// `start` microseconds after the Unix epoch, then `step` more each line: for
+    /// reproducible vectors only.
+    Stepping {
+        /// The first line's time.
+        start: u64,
+        /// Added for each later line.
+        step: u64,
+    },
+}
+
 /// One writer's session: an open line, then lines appended under the chain rule, then a
 /// close line.
 pub struct Session {
     sink: Arc<dyn LineSink>,
     key: SigningKey,
+    clock: Clock,
     state: Mutex<State>,
 }
 
@@ -224,7 +242,8 @@ impl Session {
     /// `prev_session_tail` must be the final line hash already in the sink, or `None`
     /// when the sink is empty. `extensions` are extra members for the open line (the
     /// host records provenance there); they are signed and hashed like the rest. The
-    /// open line also carries a fresh random `nonce`.
+    /// open line also carries a fresh random `nonce`, and every line the system clock's
+    /// `time`.
     ///
     /// # Errors
     /// A reserved member in `extensions`, no randomness, an open line outside the
@@ -237,7 +256,14 @@ impl Session {
     ) -> Result<Session, WriteError> {
         let mut nonce = [0u8; NONCE_BYTES];
         getrandom::fill(&mut nonce).map_err(|e| WriteError::Random(e.to_string()))?;
-        Session::open_with_nonce(sink, key, prev_session_tail, extensions, nonce)
+        Session::open_with(
+            sink,
+            key,
+            prev_session_tail,
+            extensions,
+            nonce,
+            Clock::System,
+        )
     }
 
     /// [`Session::open`] with a nonce the caller chose. For reproducible test vectors
@@ -253,6 +279,29 @@ impl Session {
         extensions: Object,
         nonce: [u8; NONCE_BYTES],
     ) -> Result<Session, WriteError> {
+        Session::open_with(
+            sink,
+            key,
+            prev_session_tail,
+            extensions,
+            nonce,
+            Clock::Untimed,
+        )
+    }
+
+    /// [`Session::open_with_nonce`] with the `time` of every line from `clock`. For
+    /// reproducible test vectors only.
+    ///
+    /// # Errors
+    /// As [`Session::open`].
+    pub fn open_with(
+        sink: Arc<dyn LineSink>,
+        key: SigningKey,
+        prev_session_tail: Option<LineHash>,
+        extensions: Object,
+        nonce: [u8; NONCE_BYTES],
+        clock: Clock,
+    ) -> Result<Session, WriteError> {
         let mut body = extensions;
         for own in ["public_key", "prev_session_tail", "nonce"] {
             if body.contains_key(own) {
@@ -265,6 +314,7 @@ impl Session {
         let session = Session {
             sink,
             key,
+            clock,
             state: Mutex::new(State {
                 next_seq: 0,
                 tail: LineHash::GENESIS,
@@ -286,7 +336,15 @@ impl Session {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write(&self, line_type: &str, body: Object, signed: bool) -> Result<Appended, WriteError> {
+    fn write(
+        &self,
+        line_type: &str,
+        mut body: Object,
+        signed: bool,
+    ) -> Result<Appended, WriteError> {
+        if body.contains_key("time") {
+            return Err(WriteError::ReservedMember("time".to_owned()));
+        }
         let appended = {
             let mut state = self.lock();
             if state.poisoned {
@@ -296,6 +354,15 @@ impl Session {
                 return Err(WriteError::Closed);
             }
             let seq = state.next_seq;
+            // Read under the lock, so times follow seq as far as the clock does.
+            let time = match self.clock {
+                Clock::System => Some(crate::time::now()),
+                Clock::Untimed => None,
+                Clock::Stepping { start, step } => Some(crate::time::format_micros(
+                    start.saturating_add(step.saturating_mul(seq)),
+                )),
+            };
+            body.insert_opt("time", time);
             let unverifiable = |detail: String| WriteError::Unverifiable {
                 line_type: line_type.to_owned(),
                 detail,

@@ -34,6 +34,7 @@ pub mod legacy;
 pub mod line;
 pub mod refusal;
 pub mod text;
+pub mod time;
 pub mod verify;
 
 pub use chain::{Appended, LineSink, SealedLine, Session, VecSink, WriteError, seal};

@@ -745,3 +745,21 @@ fn many_files_and_directories_get_a_report_each_and_the_worst_exit() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stdout(&out).is_empty());
 }
+
+/// A session whose clock went back is still Verified: the step is reported, by line, in
+/// text and JSON, and never decides the verdict (the chain orders lines by seq).
+#[test]
+fn a_time_that_goes_back_is_reported_not_judged() {
+    let file = vectors().join("verified/time_backwards.aarl");
+    let out = aegis().arg("verify").arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains(
+        "time_backwards session 0 seq 3 time 2026-12-03T23:59:59.999999Z after 2026-12-04T00:00:00.003000Z\n"
+    ));
+    let timed = aegis()
+        .arg("verify")
+        .arg(vectors().join("verified/timed.aarl"))
+        .output()
+        .unwrap();
+    assert!(!stdout(&timed).contains("time_backwards"));
+}

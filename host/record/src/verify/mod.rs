@@ -60,7 +60,7 @@ mod walk;
 mod workers;
 
 pub use crate::json::quote;
-pub use report::{InFlight, Report};
+pub use report::{ClockStep, InFlight, Report};
 pub use trust::{TrustAnchor, TrustStoreError, parse_trust_store};
 pub use verdict::{
     BoundaryProblem, Indeterminate, Position, SignatureProblem, Tampered, Trust, Verdict,

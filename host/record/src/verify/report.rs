@@ -24,6 +24,19 @@ pub struct InFlight {
     pub tool_id_truncated: bool,
 }
 
+/// A line whose `time` is before the latest time of its session so far: the writing
+/// host's clock went back. Informational, never part of the verdict.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClockStep {
+    /// The line.
+    pub at: Position,
+    /// Its time.
+    pub time: String,
+    /// The latest time of the session before it.
+    pub latest: String,
+}
+
 /// The verifier's answer. Only [`verify`](super::verify()) constructs one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Report {
@@ -35,6 +48,8 @@ pub struct Report {
     pub(super) unfinished: Vec<InFlight>,
     pub(super) unfinished_unlisted: u64,
     pub(super) findings: Vec<Indeterminate>,
+    pub(super) time_backwards: Vec<ClockStep>,
+    pub(super) time_backwards_unlisted: u64,
 }
 
 /// An id quoted for the text report; a cut id ends in `…` inside the quotes.
@@ -100,6 +115,18 @@ impl Report {
         &self.findings
     }
 
+    /// Lines whose time went back within their session (at most
+    /// [`MAX_LISTED_CALLS`](super::MAX_LISTED_CALLS)), in file order; empty when the
+    /// verdict is Tampered.
+    pub fn time_backwards(&self) -> &[ClockStep] {
+        &self.time_backwards
+    }
+
+    /// How many lines whose time went back [`Report::time_backwards`] does not list.
+    pub fn time_backwards_unlisted(&self) -> u64 {
+        self.time_backwards_unlisted
+    }
+
     /// The first line of the human report.
     pub fn headline(&self) -> String {
         match &self.verdict {
@@ -159,6 +186,18 @@ impl Report {
             &self.unfinished,
             self.unfinished_unlisted,
         );
+        for step in &self.time_backwards {
+            s.push_str(&format!(
+                "time_backwards session {} seq {} time {} after {}\n",
+                step.at.session, step.at.seq, step.time, step.latest
+            ));
+        }
+        if self.time_backwards_unlisted > 0 {
+            s.push_str(&format!(
+                "time_backwards_unlisted {}\n",
+                self.time_backwards_unlisted
+            ));
+        }
         s
     }
 
@@ -255,6 +294,25 @@ impl Report {
             })
             .collect();
         o.insert("findings", Value::Array(findings));
+        // Only when a clock went back: reports of records without it keep their bytes.
+        if !self.time_backwards.is_empty() {
+            let steps: Vec<Value> = self
+                .time_backwards
+                .iter()
+                .map(|step| {
+                    let mut so = Object::new();
+                    so.insert("at", pos(step.at));
+                    so.insert("time", step.time.as_str());
+                    so.insert("after", step.latest.as_str());
+                    Value::Object(so)
+                })
+                .collect();
+            o.insert("time_backwards", Value::Array(steps));
+            o.insert(
+                "time_backwards_unlisted",
+                count(self.time_backwards_unlisted),
+            );
+        }
         o.to_canonical()
     }
 }

@@ -3,7 +3,7 @@
 //! streaming, hands signature checks to the workers, and turns what it saw into a
 //! [`Report`] once the workers are done.
 
-use super::report::{InFlight, Report};
+use super::report::{ClockStep, InFlight, Report};
 use super::verdict::{
     BoundaryProblem, Indeterminate, Position, SignatureProblem, Tampered, Trust, Verdict,
 };
@@ -48,6 +48,8 @@ struct SessionState {
     /// SHA-256 of call_id → the intent, for naming calls in flight. Keyed by digest and
     /// holding only id prefixes, so an entry has a fixed size whatever the ids' length.
     in_flight: HashMap<[u8; 32], Pending>,
+    /// The latest `time` a line of the session carried so far.
+    latest_time: Option<String>,
 }
 
 /// A call in flight as the walk holds it.
@@ -125,6 +127,10 @@ pub(super) struct Walked {
     in_flight: CallList,
     /// Calls without outcome in sessions that were closed or superseded.
     unfinished: CallList,
+    /// Lines whose time is before an earlier line's of their session, with their file
+    /// line (at most [`MAX_LISTED_CALLS`]), and how many more.
+    time_backwards: Vec<(ClockStep, u64)>,
+    time_backwards_unlisted: u64,
 }
 
 impl Walked {
@@ -151,6 +157,13 @@ impl Walked {
             .filter(|(_, line)| *line <= cut)
             .map(|(k, _)| *k)
             .collect();
+        // As calls in flight: a Tampered file is not evidence of when anything happened.
+        let (time_backwards, time_backwards_unlisted) = if tampered.is_some() {
+            (Vec::new(), 0)
+        } else {
+            let steps = self.time_backwards.into_iter().map(|(step, _)| step);
+            (steps.collect(), self.time_backwards_unlisted)
+        };
         let findings: Vec<Indeterminate> = self
             .findings
             .into_iter()
@@ -196,6 +209,8 @@ impl Walked {
             unfinished: unfinished.listed,
             unfinished_unlisted: unfinished.unlisted,
             findings,
+            time_backwards,
+            time_backwards_unlisted,
         }
     }
 }
@@ -221,6 +236,20 @@ type Stop = Tampered;
 
 fn malformed(line: u64, detail: String) -> Tampered {
     Tampered::Malformed { line, detail }
+}
+
+/// A line's `time`, when it has one: exactly the form of [`crate::time`], or the line is
+/// malformed (a time two readers could read differently is not a time).
+fn read_time(no: u64, obj: &Object) -> Result<Option<String>, Stop> {
+    match obj.get("time") {
+        None => Ok(None),
+        Some(Value::String(t)) if crate::time::is_valid(t) => Ok(Some(t.clone())),
+        Some(_) => Err(malformed(
+            no,
+            "time: expected RFC 3339 UTC with six fractional digits, as 2026-01-02T03:04:05.000006Z"
+                .into(),
+        )),
+    }
 }
 
 fn bad_field(line: u64) -> impl Fn(FieldError) -> Tampered {
@@ -277,6 +306,8 @@ impl<'a> Walk<'a> {
                 unanchored: None,
                 in_flight: CallList::default(),
                 unfinished: CallList::default(),
+                time_backwards: Vec::new(),
+                time_backwards_unlisted: 0,
             },
             next_order: 0,
         }
@@ -383,10 +414,18 @@ impl<'a> Walk<'a> {
         };
         self.signing_input = layout.without_signature(bytes);
 
+        let time = read_time(no, &obj)?;
         if head.line_type == LineType::Open {
-            return self.open(no, &obj, head.seq, head.prev_hash, hash);
+            self.open(no, &obj, head.seq, head.prev_hash, hash)?;
+            let at = Position {
+                session: self.sessions - 1,
+                seq: 0,
+            };
+            self.timed(no, at, time);
+            return Ok(());
         }
         let at = self.chain(no, head.seq, head.prev_hash, hash)?;
+        self.timed(no, at, time);
         self.by_type(no, at, &head.line_type, &obj)
     }
 
@@ -637,9 +676,34 @@ impl<'a> Walk<'a> {
             key_id,
             anchored: false,
             in_flight: HashMap::new(),
+            latest_time: None,
         });
         self.sessions += 1;
         self.signed(no, at, obj)
+    }
+
+    /// Notes a line whose `time` is before the latest of its session so far: the host's
+    /// clock went back (a step, a resumed machine). Reported, never a verdict: the chain
+    /// orders lines by `seq`, and the time is the host's claim (spec/SPEC.md §6.1).
+    fn timed(&mut self, no: u64, at: Position, time: Option<String>) {
+        let (Some(time), Some(session)) = (time, self.session.as_mut()) else {
+            return;
+        };
+        match &session.latest_time {
+            Some(latest) if time < *latest => {
+                if self.out.time_backwards.len() < MAX_LISTED_CALLS {
+                    let step = ClockStep {
+                        at,
+                        time,
+                        latest: latest.clone(),
+                    };
+                    self.out.time_backwards.push((step, no));
+                } else {
+                    self.out.time_backwards_unlisted += 1;
+                }
+            }
+            _ => session.latest_time = Some(time),
+        }
     }
 
     /// Checks the signature members and queues the strict check.

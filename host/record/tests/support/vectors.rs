@@ -26,6 +26,18 @@ fn open_session(sink: Arc<dyn LineSink>, key: SigningKey, prev: Option<LineHash>
     Session::open_with_nonce(sink, key, prev, Object::new(), VECTOR_NONCE).unwrap()
 }
 
+/// The first line's time in the timed vectors, 2026-12-04T00:00:00Z, and the step
+/// between lines (1.5 ms).
+pub const VECTOR_CLOCK: chain::Clock = chain::Clock::Stepping {
+    start: 1_796_342_400_000_000,
+    step: 1_500,
+};
+
+/// [`open_session`] with every line timed by [`VECTOR_CLOCK`] (document version 1.3).
+fn open_timed_session(sink: Arc<dyn LineSink>, key: SigningKey) -> Session {
+    Session::open_with(sink, key, None, Object::new(), VECTOR_NONCE, VECTOR_CLOCK).unwrap()
+}
+
 /// What `aegis verify` must answer for one vector.
 #[derive(Clone, Debug)]
 pub struct Expect {
@@ -584,6 +596,42 @@ pub fn build() -> Built {
             0,
             "Verified (unpinned)".into(),
             vec!["unfinished session 0 seq 1 call_id \"call-crashed\" tool_id \"echo\"".into()],
+        );
+    }
+    {
+        // Every line timed (document version 1.3): verifies as any other; then the same
+        // session whose close is timed before the line it follows, as a clock stepped back
+        // would write it: still Verified, the step reported.
+        let sink = VecSink::new();
+        let s = open_timed_session(Arc::new(sink.clone()), k.clone());
+        s.append_unsigned(&intent("call-timed", "echo")).unwrap();
+        s.append(&ran(
+            "call-timed",
+            ExecutionOutcome::Success,
+            Some(b"hello"),
+        ))
+        .unwrap();
+        let unclosed = lines(&sink.contents());
+        s.close().unwrap();
+        let f = t.add("verified", "timed.aarl", sink.contents());
+        t.expect(&f, &none, 0, "Verified (unpinned)".into());
+        let mut asm = Asm::continuing(unclosed.clone());
+        let mut close = Object::new();
+        close.insert("time", "2026-12-03T23:59:59.999999Z");
+        asm.push("close", close, Some(&k));
+        let f = t.add("verified", "time_backwards.aarl", asm.bytes());
+        t.expect(&f, &none, 0, "Verified (unpinned)".into());
+        // A time in another form is not read as a time: the line is malformed.
+        let mut asm = Asm::continuing(unclosed);
+        let mut close = Object::new();
+        close.insert("time", "2026-12-04T00:00:01Z");
+        asm.push("close", close, Some(&k));
+        let f = t.add("tampered", "time_form.aarl", asm.bytes());
+        t.expect(
+            &f,
+            &none,
+            1,
+            "Tampered — malformed line 4: time: expected RFC 3339 UTC with six fractional digits, as 2026-01-02T03:04:05.000006Z".into(),
         );
     }
     {
