@@ -631,3 +631,69 @@ fn the_documented_operator_examples_parse() {
     .unwrap();
     assert_eq!(p.operator.entries().len(), 10);
 }
+
+/// `run` reads the same three settings as `wrap`: the profile's key signs the record
+/// at the profile's audit path, and the role reaches the record. A WASM tool's root
+/// over the profile's signing key is refused as over `--signing-key`, named by the
+/// profile line (exit 1, nothing run, nothing written).
+#[test]
+fn run_takes_key_audit_and_role_from_the_profile_and_keeps_the_key_from_its_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("keys")).unwrap();
+    let public = keygen(&dir.path().join("keys/k"));
+    let file = profile(
+        dir.path(),
+        "",
+        "signing_key = \"keys/k\"\naudit = \"run.aarl\"\nrole = \"analyst\"\n",
+    );
+    let echo = crate::common::guest("echo");
+    let run = |extra: &[&str]| {
+        aegis(dir.path())
+            .env(
+                "XDG_CACHE_HOME",
+                std::env::temp_dir().join("aegis-run-tests-cache"),
+            )
+            .arg("--profile")
+            .arg(&file)
+            .args(["run", "--component"])
+            .arg(&echo)
+            .args(["--id", "echo", "--input", "hi"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(out.stdout, b"hi");
+    let record = dir.path().join("run.aarl");
+    let verified = Command::new(BIN)
+        .args(["verify", "--key", &public])
+        .arg(&record)
+        .output()
+        .unwrap();
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        text(&verified.stdout)
+    );
+    let outcome = lines(&record)
+        .into_iter()
+        .find(|l| l.get("line_type").and_then(Value::as_str) == Some("outcome"))
+        .unwrap();
+    assert_eq!(member(&outcome, &["decision_axes", "role"]), "analyst");
+
+    let keys = dir.path().join("keys");
+    let out = run(&["--allow-read", keys.to_str().unwrap()]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let said = format!(
+        "error: {}:{FIRST}: operator.signing_key {} is beneath --allow-read {}",
+        file.display(),
+        keys.join("k").display(),
+        keys.display()
+    );
+    assert!(stderr.contains(&said), "no {said:?} in {stderr}");
+    assert!(out.stdout.is_empty());
+}
