@@ -105,7 +105,8 @@ struct Cli {
     /// Say less on stderr: errors, and each command's result, only.
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     quiet: bool,
-    /// Say more on stderr: where the compilation cache is and what a call was granted.
+    /// Say more on stderr: where the compilation cache is, what a call was granted, and
+    /// each operator setting (key, audit, role, pins, grants) with where it came from.
     #[arg(short, long, global = true)]
     verbose: bool,
     #[command(subcommand)]

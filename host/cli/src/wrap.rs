@@ -56,8 +56,7 @@ pub struct WrapArgs {
     #[arg(long, value_name = "MS", default_value_t = 3000)]
     grace_ms: u64,
     /// Under a profile that confines native programs (`--profile linux-confined`):
-    /// what the server may reach beyond the exec-support set. Each --allow-* flag
-    /// replaces the profile's [operator] list of that kind.
+    /// what the server may reach beyond the exec-support set.
     #[command(flatten)]
     grant: crate::confine::GrantArgs,
     /// The server's command and its arguments, after `--`.
