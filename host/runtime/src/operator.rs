@@ -44,6 +44,45 @@ pub(crate) struct OperatorTable {
     allow_net: Option<Spanned<Vec<String>>>,
 }
 
+/// The profile text read for its `[operator]` table alone (the rest was checked
+/// already), so that an error is known to be the table's.
+#[derive(Deserialize)]
+struct OnlyOperator {
+    operator: OperatorTable,
+}
+
+/// The `[operator]` table of `text`, which has one.
+///
+/// # Errors
+/// The line and a message naming the key at fault (`operator.KEY: …`): an unknown key,
+/// a wrong type.
+pub(crate) fn table(text: &str) -> Result<OperatorTable, (usize, String)> {
+    toml::from_str::<OnlyOperator>(text)
+        .map(|o| o.operator)
+        .map_err(|e| {
+            let line = e
+                .span()
+                .map_or(0, |s| crate::profile::line_of(text, s.start));
+            let message = e.message().trim().replace('\n', " ");
+            // The key on the error's line, when the line assigns one.
+            let key = text
+                .lines()
+                .nth(line.saturating_sub(1))
+                .and_then(|l| l.split_once('='))
+                .map(|(k, _)| k.trim())
+                .filter(|k| {
+                    *k != "operator"
+                        && !k.is_empty()
+                        && k.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                });
+            match key {
+                Some(key) => (line, format!("operator.{key}: {message}")),
+                None => (line, format!("operator: {message}")),
+            }
+        })
+}
+
 /// One value the profile sets, with the line of its key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Setting<T> {
@@ -424,11 +463,19 @@ mod tests {
     #[test]
     fn unknown_keys_wrong_types_and_duplicates_are_refused_at_their_line() {
         let e = file(&with("role = \"a\"\napprove = true\n")).unwrap_err();
-        assert!(e.starts_with("p.toml:17: ") && e.contains("approve"), "{e}");
+        assert!(
+            e.starts_with("p.toml:17: operator.approve: unknown field `approve`"),
+            "{e}"
+        );
         let e = file(&with("pins_record_only = \"yes\"\n")).unwrap_err();
-        assert!(e.starts_with("p.toml:16: "), "{e}");
+        assert!(
+            e.starts_with("p.toml:16: operator.pins_record_only: "),
+            "{e}"
+        );
         let e = file(&with("allow_read = \"/srv\"\n")).unwrap_err();
-        assert!(e.starts_with("p.toml:16: "), "{e}");
+        assert!(e.starts_with("p.toml:16: operator.allow_read: "), "{e}");
+        let e = file(&format!("operator = 5\n{CONFINED}")).unwrap_err();
+        assert!(e.starts_with("p.toml:1: operator: "), "{e}");
         let e = file(&with("role = \"a\"\nrole = \"b\"\n")).unwrap_err();
         assert!(e.starts_with("p.toml:17: ") && e.contains("role"), "{e}");
         let e = file(&with("audit = \"\"\n")).unwrap_err();

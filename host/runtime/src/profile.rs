@@ -69,7 +69,8 @@ struct ProfileFile {
     capability: CapabilityTable,
     sandbox: SandboxTable,
     audit: StationTable,
-    operator: Option<crate::operator::OperatorTable>,
+    /// Read again on its own ([`crate::operator::table`]), so its errors name their key.
+    operator: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -429,10 +430,11 @@ impl Profile {
         };
         let operator = match file.operator {
             None => Operator::default(),
-            Some(table) => {
-                crate::operator::parse(table, text, dir.as_deref(), confinement.is_some())
-                    .map_err(|(line, message)| invalid(line, message))?
-            }
+            Some(_) => crate::operator::table(text)
+                .and_then(|table| {
+                    crate::operator::parse(table, text, dir.as_deref(), confinement.is_some())
+                })
+                .map_err(|(line, message)| invalid(line, message))?,
         };
         let source = match source {
             ProfileSource::File(f) => ProfileSource::File(std::path::absolute(&f).unwrap_or(f)),
