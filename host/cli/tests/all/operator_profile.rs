@@ -697,3 +697,58 @@ fn run_takes_key_audit_and_role_from_the_profile_and_keeps_the_key_from_its_tool
     assert!(stderr.contains(&said), "no {said:?} in {stderr}");
     assert!(out.stdout.is_empty());
 }
+
+/// `gateway` reads the same three settings: a one-flag stdio gateway signs its record
+/// with the profile's key at the profile's audit path, the profile's role is on each
+/// outcome, and `-v` names the profile lines.
+#[test]
+fn gateway_takes_key_audit_and_role_from_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let public = keygen(&dir.path().join("k"));
+    let file = profile(
+        dir.path(),
+        "",
+        "signing_key = \"k\"\naudit = \"gateway.aarl\"\nrole = \"analyst\"\n",
+    );
+    let tools =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gateway/tools.toml");
+    let mut cmd = aegis(dir.path());
+    cmd.env(
+        "XDG_CACHE_HOME",
+        std::env::temp_dir().join("aegis-run-tests-cache"),
+    )
+    .arg("--profile")
+    .arg(&file)
+    .args(["-v", "gateway", "--tools"])
+    .arg(&tools);
+    let (answers, out) = session(cmd, &[("echo", r#"{"message":"hi"}"#)]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!is_error(&answers[0]), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "aegis: setting role = \"analyst\" (profile {}:{})",
+            file.display(),
+            FIRST + 2
+        )),
+        "{stderr}"
+    );
+    let record = dir.path().join("gateway.aarl");
+    let verified = Command::new(BIN)
+        .args(["verify", "--key", &public])
+        .arg(&record)
+        .output()
+        .unwrap();
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        text(&verified.stdout)
+    );
+    assert!(overrides(&record).contains(r#""by":"profile operator.audit""#));
+    let outcome = lines(&record)
+        .into_iter()
+        .find(|l| l.get("line_type").and_then(Value::as_str) == Some("outcome"))
+        .unwrap();
+    assert_eq!(member(&outcome, &["decision_axes", "role"]), "analyst");
+}
