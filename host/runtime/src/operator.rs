@@ -122,7 +122,7 @@ pub struct Operator {
 }
 
 impl Operator {
-    /// Every setting the profile makes, in the table's order of keys: its key, its
+    /// Every setting the profile makes, in the order the keys are documented: its key, its
     /// value as TOML (a quoted string, a boolean, an array) and its line.
     pub fn entries(&self) -> Vec<(&'static str, String, usize)> {
         fn path(s: &Setting<PathBuf>) -> (&'static str, String, usize) {
