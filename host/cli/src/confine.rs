@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use aegis_record::json::Value;
 use aegis_runtime::Profile;
 use aegis_runtime::confine::{self, ConfineError, Confined, Grants, Plan};
+use aegis_runtime::operator::{Setting, Source};
 
 use crate::CliError;
 
@@ -14,27 +15,121 @@ use crate::CliError;
 /// that confines).
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct GrantArgs {
-    /// Allow reading files and listing directories beneath PATH (repeatable).
+    /// Allow reading files and listing directories beneath PATH (repeatable; replaces
+    /// the profile's [operator] allow_read).
     #[arg(long = "allow-read", value_name = "PATH")]
     pub read: Vec<PathBuf>,
     /// Allow executing, and reading, files beneath PATH, a file or a directory
-    /// (repeatable): what `npx`, `uvx` or an interpreter shim runs from outside `/usr`.
+    /// (repeatable; replaces the profile's [operator] allow_exec): what `npx`, `uvx` or
+    /// an interpreter shim runs from outside `/usr`.
     #[arg(long = "allow-exec", value_name = "PATH")]
     pub exec: Vec<PathBuf>,
-    /// Allow reading, writing, creating and removing beneath PATH (repeatable).
+    /// Allow reading, writing, creating and removing beneath PATH (repeatable; replaces
+    /// the profile's [operator] allow_write).
     #[arg(long = "allow-write", value_name = "PATH")]
     pub write: Vec<PathBuf>,
-    /// Allow TCP connections to HOST:PORT (repeatable). Landlock enforces the port
-    /// only: the port is reachable on every host.
+    /// Allow TCP connections to HOST:PORT (repeatable; replaces the profile's
+    /// [operator] allow_net). Landlock enforces the port only: the port is reachable
+    /// on every host.
     #[arg(long = "allow-net", value_name = "HOST:PORT")]
     pub net: Vec<String>,
     /// Run with whatever the kernel can enforce instead of refusing; the gaps are
     /// printed and recorded.
     #[arg(long)]
     pub best_effort: bool,
+    /// Where each list came from: the flags, unless [`GrantArgs::with_profile`] took
+    /// the profile's.
+    #[arg(skip)]
+    pub from: GrantFrom,
+}
+
+/// Where each of a grant's lists came from.
+#[derive(Clone, Debug)]
+pub struct GrantFrom {
+    /// `--allow-read` or `operator.allow_read`.
+    pub read: Source,
+    /// `--allow-exec` or `operator.allow_exec`.
+    pub exec: Source,
+    /// `--allow-write` or `operator.allow_write`.
+    pub write: Source,
+    /// `--allow-net` or `operator.allow_net`.
+    pub net: Source,
+}
+
+impl Default for GrantFrom {
+    fn default() -> GrantFrom {
+        GrantFrom {
+            read: Source::Flag("--allow-read"),
+            exec: Source::Flag("--allow-exec"),
+            write: Source::Flag("--allow-write"),
+            net: Source::Flag("--allow-net"),
+        }
+    }
 }
 
 impl GrantArgs {
+    /// The flags over `profile`'s `[operator]` grants: for each list, the flags' when
+    /// any was given (they replace the profile's whole list), else the profile's.
+    /// `--best-effort` is a flag only (the profile's level is `[sandbox]`'s).
+    pub fn with_profile(&self, profile: &Profile) -> GrantArgs {
+        fn pick<T: Clone>(
+            profile: &Profile,
+            flags: &[T],
+            setting: Option<&Setting<Vec<T>>>,
+            flag: &Source,
+        ) -> (Vec<T>, Source) {
+            match setting {
+                Some(s) if flags.is_empty() => (s.value.clone(), profile.source_of(s)),
+                _ => (flags.to_vec(), flag.clone()),
+            }
+        }
+        let o = &profile.operator;
+        let (read, read_from) = pick(profile, &self.read, o.allow_read.as_ref(), &self.from.read);
+        let (exec, exec_from) = pick(profile, &self.exec, o.allow_exec.as_ref(), &self.from.exec);
+        let (write, write_from) = pick(
+            profile,
+            &self.write,
+            o.allow_write.as_ref(),
+            &self.from.write,
+        );
+        let (net, net_from) = pick(profile, &self.net, o.allow_net.as_ref(), &self.from.net);
+        GrantArgs {
+            read,
+            exec,
+            write,
+            net,
+            best_effort: self.best_effort,
+            from: GrantFrom {
+                read: read_from,
+                exec: exec_from,
+                write: write_from,
+                net: net_from,
+            },
+        }
+    }
+
+    /// With -v, each list the profile gave, and where.
+    pub fn show(&self) {
+        let paths =
+            |v: &[PathBuf]| -> Vec<String> { v.iter().map(|p| p.display().to_string()).collect() };
+        let lists = [
+            ("allow_read", paths(&self.read), &self.from.read),
+            ("allow_exec", paths(&self.exec), &self.from.exec),
+            ("allow_write", paths(&self.write), &self.from.write),
+            ("allow_net", self.net.clone(), &self.from.net),
+        ];
+        for (key, items, from) in lists {
+            if items.is_empty() && !from.is_profile() {
+                continue;
+            }
+            let items: Vec<String> = items
+                .iter()
+                .map(|i| aegis_runtime::operator::quoted(i))
+                .collect();
+            crate::settings::show_one(key, &format!("[{}]", items.join(", ")), from);
+        }
+    }
+
     pub fn grants(&self) -> Grants {
         Grants {
             read: self.read.clone(),
@@ -93,7 +188,7 @@ impl HostFile {
 /// profile, plugin libraries, station config paths), then `more`. What
 /// [`refuse_granted`] checks.
 pub fn host_files(
-    host: Option<&crate::HostFlags>,
+    host: Option<&crate::settings::HostSettings>,
     profile: Option<&Profile>,
     more: impl IntoIterator<Item = HostFile>,
 ) -> Vec<HostFile> {
@@ -109,11 +204,15 @@ pub fn host_files(
     }
     if let Some(host) = host {
         files.extend(host.policy.as_deref().map(|p| HostFile::new("--policy", p)));
-        files.extend(host.audit.as_deref().map(|p| HostFile::new("--audit", p)));
+        files.extend(
+            host.audit
+                .as_ref()
+                .map(|a| HostFile::new(a.source.name(), &a.value)),
+        );
         files.extend(
             host.signing_key
-                .as_deref()
-                .map(|p| HostFile::secret("--signing-key", p)),
+                .as_ref()
+                .map(|k| HostFile::secret(k.source.name(), &k.value)),
         );
     }
     if let Some(profile) = profile {
@@ -147,20 +246,21 @@ pub struct Reach {
 }
 
 impl Reach {
-    /// What `grant` gives, as the operator wrote it.
+    /// What `grant` gives, as the operator wrote it (each path named by its flag or
+    /// profile line).
     pub fn of_grant(grant: &GrantArgs) -> Reach {
-        let named = |paths: &[PathBuf], flag: &str| {
+        let named = |paths: &[PathBuf], from: &Source| {
             paths
                 .iter()
-                .map(|p| (p.clone(), format!("{flag} {}", shown(p))))
+                .map(|p| (p.clone(), from.naming(&shown(p))))
                 .collect()
         };
-        let exec: Vec<(PathBuf, String)> = named(&grant.exec, "--allow-exec");
-        let mut read: Vec<(PathBuf, String)> = named(&grant.read, "--allow-read");
+        let exec: Vec<(PathBuf, String)> = named(&grant.exec, &grant.from.exec);
+        let mut read: Vec<(PathBuf, String)> = named(&grant.read, &grant.from.read);
         // Execute implies read.
         read.extend(exec.iter().cloned());
         Reach {
-            write: named(&grant.write, "--allow-write"),
+            write: named(&grant.write, &grant.from.write),
             read,
             exec,
         }
@@ -326,9 +426,9 @@ pub fn warn_write_exec(grant: &GrantArgs) {
             let Ok(write) = real(w) else { continue };
             if exec.starts_with(&write) || write.starts_with(&exec) {
                 crate::say(format_args!(
-                    "warning: --allow-exec {} overlaps --allow-write {}: the program can run anything it writes there",
-                    shown(e),
-                    shown(w)
+                    "warning: {} overlaps {}: the program can run anything it writes there",
+                    grant.from.exec.naming(&shown(e)),
+                    grant.from.write.naming(&shown(w))
                 ));
             }
         }
@@ -448,8 +548,17 @@ pub fn confine(profile_name: &str, args: &ConfineArgs) -> Result<u8, CliError> {
         .as_deref()
         .filter(|r| r.as_os_str() != "-")
         .map(|r| HostFile::new("--report", r));
-    let host_files = host_files(None, Some(&profile), report);
-    let confined = start(&profile, &args.grant, &args.command, &host_files, |_| {})?;
+    // confine signs nothing, but the key the profile names is the operator's: a grant
+    // over it would let the program read it, as wrap refuses.
+    let key = profile
+        .operator
+        .signing_key
+        .as_ref()
+        .map(|k| HostFile::secret(profile.source_of(k).name(), &k.value));
+    let host_files = host_files(None, Some(&profile), report.into_iter().chain(key));
+    let grant = args.grant.with_profile(&profile);
+    grant.show();
+    let confined = start(&profile, &grant, &args.command, &host_files, |_| {})?;
     if let Some(to) = &args.report {
         let mut text = Value::Object(confined.report().to_object()).to_canonical();
         text.push(b'\n');

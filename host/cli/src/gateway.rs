@@ -132,6 +132,7 @@ fn shown(p: &std::path::Path) -> String {
 fn refuse_tools_reach(
     reach: &Reach,
     a: &GatewayArgs,
+    settings: &crate::settings::HostSettings,
     manifest: &Manifest,
     profile: &aegis_runtime::Profile,
 ) -> Result<(), CliError> {
@@ -148,7 +149,7 @@ fn refuse_tools_reach(
             .map(|p| HostFile::secret("--token-file", p)),
     );
     more.extend(crate::confine::searched_host_files());
-    let files = crate::confine::host_files(Some(&a.host), Some(profile), more);
+    let files = crate::confine::host_files(Some(settings), Some(profile), more);
     crate::confine::refuse_granted(reach, &files)
 }
 
@@ -179,8 +180,10 @@ pub fn gateway(profile_name: &str, a: &GatewayArgs) -> Result<u8, CliError> {
         }
     };
     let profile = crate::use_profile(profile_name)?;
+    let settings = a.host.with_profile(&profile)?;
+    settings.show();
     let reach = tools_reach(&manifest);
-    refuse_tools_reach(&reach, a, &manifest, &profile)?;
+    refuse_tools_reach(&reach, a, &settings, &manifest, &profile)?;
     let cache_dir = crate::run::cache_dir(&reach)?;
     // What the record should say about how the calls came in.
     let mut serving = aegis_record::json::Object::new();
@@ -195,16 +198,16 @@ pub fn gateway(profile_name: &str, a: &GatewayArgs) -> Result<u8, CliError> {
         }
     };
     serving.insert("max_calls", a.max_calls);
-    let builder = a.host.apply(Host::builder(profile).serving(serving))?;
+    let builder = settings.apply(Host::builder(profile).serving(serving))?;
     // Caught from before the wait for a busy record (a signal ends it, nothing
     // recorded); the server watches the same two itself once it runs.
     let interrupts = crate::interrupt::Interrupts::install_stop_signals()
         .map_err(|e| CliError::Refused(format!("signal handlers could not be installed: {e}")))?;
-    let builder = crate::waiting(builder, a.host.no_wait, &interrupts);
+    let builder = crate::waiting(builder, settings.no_wait, &interrupts);
     let options = GatewayOptions {
         capacity: a.max_calls,
         cache_dir,
-        role: a.host.role.clone(),
+        role: settings.role().map(str::to_owned),
     };
     let gateway = Gateway::open(builder, &manifest, &options, notes()).map_err(|e| match e {
         GatewayError::Open(e) => crate::open_failed(e, &interrupts),

@@ -97,6 +97,9 @@ EXAMPLES:
       --component echo.wasm --id echo --input hi
   aegis run --json --component echo.wasm --id echo --input hi
 
+--signing-key, --audit and --role may come from the profile's [operator] table; a
+flag given replaces it, and -v says where each came from.
+
 Rate limits count per process: one run makes one call, so a policy's rate_limit never
 stops it; for a limit across calls, send them through one `aegis wrap` or `aegis gateway`
 session. Nothing can approve a parked call yet: exit 12 means it was not run.
@@ -126,7 +129,11 @@ EXAMPLES:
   aegis wrap --write-pins pins.json -- ./server
   aegis wrap --pins pins.json -- ./server
   aegis --profile linux-confined wrap --allow-write ~/project -- ./server ~/project
+  aegis --profile ./fs.toml wrap -- npx -y @modelcontextprotocol/server-filesystem ~/p
 
+A profile's [operator] table can hold --signing-key, --audit, --role, --pins,
+--write-pins, --pins-record-only and the --allow-* grants (spec/PROFILES.md); a flag
+given replaces that key (a list flag the whole list), and -v says where each came from.
 Policy rules name tools by the name the server lists them under. A rule with limits
 (ceilings) is refused at start: a relayed server cannot be held to them. While another
 process writes the record, wrap waits and starts no server until it holds the record.
@@ -152,7 +159,9 @@ EXAMPLES:
   aegis --profile linux-confined confine --best-effort -- ./tool
 
 The backend is the profile's [sandbox] confinement, or confine-landlock when the profile
-names none. Landlock's network rules are ports: --allow-net opens the port on every host.
+names none. The grants may come from the profile's [operator] allow_read, allow_write,
+allow_exec and allow_net; any --allow-* flag replaces that list.
+Landlock's network rules are ports: --allow-net opens the port on every host.
 --allow-exec PATH lets the program run what is beneath PATH (npx's ~/.npm/_npx, uv's
 caches, ~/.pyenv for a shim); read is implied, and write over the same directory warns.
 
@@ -169,6 +178,9 @@ EXAMPLES:
   aegis gateway --tools tools.toml
   aegis gateway --tools tools.toml --http 127.0.0.1:8765 --token-file token.txt
   aegis gateway --tools tools.toml --policy policy.yaml --audit record.aarl --signing-key KEY
+
+--signing-key, --audit and --role may come from the profile's [operator] table; a
+flag given replaces it, and -v says where each came from.
 
 While another process writes the record, gateway waits and serves nothing until it
 holds the record.
@@ -222,6 +234,9 @@ EXAMPLES:
   aegis profiles show durable-file
   aegis --profile ./profiles/mine.toml profiles show
   aegis profiles show --json default
+
+The operator rows are the profile's [operator] settings, each with its line; a flag
+given to a command replaces that setting for the run.
 
 EXIT STATUS:
   0  shown, and every station's plugin accepted its config

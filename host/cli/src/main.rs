@@ -20,6 +20,7 @@ mod key;
 mod plugins;
 mod recheck;
 mod run;
+mod settings;
 mod style;
 mod wrap;
 
@@ -104,7 +105,8 @@ struct Cli {
     /// Say less on stderr: errors, and each command's result, only.
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     quiet: bool,
-    /// Say more on stderr: where the compilation cache is and what a call was granted.
+    /// Say more on stderr: where the compilation cache is, what a call was granted, and
+    /// each operator setting (key, audit, role, pins, grants) with where it came from.
     #[arg(short, long, global = true)]
     verbose: bool,
     #[command(subcommand)]
@@ -181,7 +183,7 @@ enum Command {
     /// kernel enforced.
     ///
     #[command(after_help = help::CONFINE)]
-    Confine(confine::ConfineArgs),
+    Confine(Box<confine::ConfineArgs>),
     /// A guided walk: write a signed session, verify it, then tamper with it.
     ///
     /// Runs on the embedded default profile, with a key and files in a temporary
@@ -501,50 +503,31 @@ fn open_failed(
 
 /// The flags `run`, `wrap` and `gateway` share: the operator's overrides of the
 /// profile's stations (the host records each next to what the profile said), the role
-/// every call asserts, and whether to wait for a busy record.
+/// every call asserts, and whether to wait for a busy record. `--audit`,
+/// `--signing-key` and `--role` replace the profile's `[operator]` values
+/// ([`settings`]).
 #[derive(clap::Args)]
 pub struct HostFlags {
     /// A policy YAML file, instead of the profile's policy station.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
-    /// Append the record to this file (a durable file sink) instead of the profile's.
-    #[arg(long, value_name = "PATH", requires = "signing_key")]
+    /// Append the record to this file (a durable file sink) instead of the profile's
+    /// sink; needs a signing key (this flag's or the profile's). Replaces the profile's
+    /// [operator] audit.
+    #[arg(long, value_name = "PATH")]
     pub audit: Option<PathBuf>,
-    /// The signing key (`aegis keygen`); required by a durable sink.
+    /// The signing key (`aegis keygen`); required by a durable sink. Replaces the
+    /// profile's [operator] signing_key.
     #[arg(long, value_name = "PATH")]
     pub signing_key: Option<PathBuf>,
     /// The role the caller asserts, for policy rules (every call of the session).
+    /// Replaces the profile's [operator] role.
     #[arg(long, value_name = "ROLE")]
     pub role: Option<String>,
     /// Fail at once (exit 5) when another process is writing the record, instead of
     /// waiting for it to finish.
     #[arg(long)]
     pub no_wait: bool,
-}
-
-impl HostFlags {
-    /// `--policy`, `--audit` and `--signing-key` applied to `builder`.
-    ///
-    /// # Errors
-    /// [`CliError::Refused`] when the key cannot be loaded.
-    fn apply(
-        &self,
-        builder: aegis_runtime::HostBuilder,
-    ) -> Result<aegis_runtime::HostBuilder, CliError> {
-        let mut builder = builder;
-        if let Some(policy) = &self.policy {
-            builder = builder.policy_file("--policy", policy);
-        }
-        if let Some(audit) = &self.audit {
-            builder = builder.audit_file("--audit", audit);
-        }
-        if let Some(path) = &self.signing_key {
-            let key = aegis_record::key::SigningKey::load(path)
-                .map_err(|e| CliError::Refused(format!("--signing-key: {e}")))?;
-            builder = builder.signing_key(key);
-        }
-        Ok(builder)
-    }
 }
 
 /// Finds the profile a command runs with and says on stderr which one it is and where

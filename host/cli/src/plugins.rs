@@ -318,6 +318,14 @@ pub fn show_profile(name: &str, json: bool) -> Result<u8, CliError> {
         }
     }
     station(&mut out, &mut doc, "audit", "audit", &profile.audit);
+    if profile.operator.audit.is_some() {
+        let _ = writeln!(
+            out,
+            "{:<12}   (run, wrap and gateway write operator.audit instead)",
+            ""
+        );
+    }
+    operator_settings(&profile, &mut out, &mut doc);
     // A refused profile is one line on stderr, as `run` says it; nothing on stdout.
     // The first, as `run` stops at the first.
     if let Some(why) = refusals.first() {
@@ -331,6 +339,43 @@ pub fn show_profile(name: &str, json: bool) -> Result<u8, CliError> {
         let _ = crate::print(shown(&out).as_bytes());
     }
     Ok(crate::exit::OK)
+}
+
+/// The profile's `[operator]` settings for `profiles show`, each with its line: the
+/// values a command uses when no flag replaces them.
+fn operator_settings(profile: &Profile, out: &mut String, doc: &mut Object) {
+    let entries = profile.operator.entries();
+    if entries.is_empty() {
+        let _ = writeln!(out, "operator     none (each setting from its flag)");
+    }
+    let mut settings = Object::new();
+    for (i, (key, value, line)) in entries.iter().enumerate() {
+        let from = format!("profile {}:{line}", profile.label());
+        let label = if i == 0 { "operator" } else { "" };
+        let _ = writeln!(out, "{label:<12} {key} = {value}  ({from})");
+        let mut o = Object::new();
+        // The value as the command uses it (paths resolved), typed.
+        let typed = toml::from_str::<toml::Table>(&format!("v = {value}"))
+            .ok()
+            .and_then(|mut t| t.remove("v"));
+        o.insert(
+            "value",
+            typed.as_ref().map_or(Value::from(value.as_str()), json_of),
+        );
+        o.insert("source", from);
+        settings.insert(*key, o);
+    }
+    doc.insert("operator", settings);
+}
+
+/// A setting's TOML value as JSON: strings, booleans and arrays of them.
+fn json_of(v: &toml::Value) -> Value {
+    match v {
+        toml::Value::String(s) => Value::from(s.as_str()),
+        toml::Value::Boolean(b) => Value::from(*b),
+        toml::Value::Array(a) => Value::Array(a.iter().map(json_of).collect()),
+        other => Value::from(other.to_string()),
+    }
 }
 
 pub fn export(profile: &str, out: &std::path::Path, force: bool) -> Result<u8, CliError> {

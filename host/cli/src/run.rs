@@ -170,7 +170,7 @@ pub fn run(profile_name: &str, a: &RunArgs) -> Result<u8, CliError> {
         write: a.allow_write.clone(),
         ..Default::default()
     });
-    let host_files = crate::confine::host_files(Some(&a.host), None, []);
+    let host_files = crate::confine::host_files(Some(&a.host.flags_only()), None, []);
     crate::confine::refuse_granted(&reach, &host_files)?;
     let input = read_input(a).map_err(CliError::Unreadable)?;
     let limits = Limits {
@@ -192,16 +192,18 @@ pub fn run(profile_name: &str, a: &RunArgs) -> Result<u8, CliError> {
         })
         .map_err(|e| CliError::Unreadable(e.to_string()))?;
     let profile = crate::use_profile(profile_name)?;
+    let settings = a.host.with_profile(&profile)?;
+    settings.show();
     // The profile's own files, now that it is known, and the directories a later
     // command loads profiles and plugins from. (The component may be beneath the
     // tool's roots: one it rewrites runs with the same grants next time.)
     let host_files = crate::confine::host_files(
-        Some(&a.host),
+        Some(&settings),
         Some(&profile),
         crate::confine::searched_host_files(),
     );
     crate::confine::refuse_granted(&reach, &host_files)?;
-    let builder = a.host.apply(Host::builder(profile).tool_registry(tools))?;
+    let builder = settings.apply(Host::builder(profile).tool_registry(tools))?;
     // One call per process: reserving an instance pool (about 3-4 ms) would cost more
     // than it saves (benches/results/sandbox.md).
     let builder = builder.sandbox_options(Options {
@@ -211,7 +213,7 @@ pub fn run(profile_name: &str, a: &RunArgs) -> Result<u8, CliError> {
     // From here on a signal stops the tool and lets the record end whole.
     let interrupts = crate::interrupt::Interrupts::install()
         .map_err(|e| CliError::Refused(format!("signal handlers could not be installed: {e}")))?;
-    let host = crate::open_host(builder, a.host.no_wait, &interrupts)?;
+    let host = crate::open_host(builder, settings.no_wait, &interrupts)?;
     let roots = |dirs: &[PathBuf]| {
         if dirs.is_empty() {
             "nothing".to_owned()
@@ -245,7 +247,7 @@ pub fn run(profile_name: &str, a: &RunArgs) -> Result<u8, CliError> {
         args: &args,
         arguments: arguments.as_deref(),
         capability: a.capability.as_deref(),
-        role: a.host.role.as_deref(),
+        role: settings.role(),
         cancel: Some(interrupts.token()),
         ..CallRequest::new(&a.id, &input)
     };

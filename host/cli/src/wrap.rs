@@ -20,8 +20,10 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::confine::HostFile;
+use crate::confine::{GrantArgs, HostFile};
+use crate::settings::{HostSettings, PinSettings};
 use crate::{CliError, exit};
+use aegis_runtime::operator::{Source, Sourced};
 
 /// `aegis wrap`'s arguments.
 #[derive(clap::Args)]
@@ -33,17 +35,20 @@ pub struct WrapArgs {
     max_frame: usize,
     /// Compare the server's tool listings with these pins (written by --write-pins)
     /// instead of pinning the session's first listing. A tool the file marks "held" is
-    /// refused until the operator deletes the mark.
+    /// refused until the operator deletes the mark. Replaces the profile's [operator]
+    /// pins.
     #[arg(long, value_name = "FILE")]
     pins: Option<PathBuf>,
     /// When the server exits, write the session's pins to this file (replaced
     /// atomically; a link, FIFO or device there is refused, never written through). A
     /// tool that changed during the session is marked "held".
     /// Refused beneath an --allow-write directory, as are --pins, --policy and --audit;
-    /// --signing-key beneath any granted directory.
+    /// --signing-key beneath any granted directory. Replaces the profile's [operator]
+    /// write_pins.
     #[arg(long, value_name = "FILE")]
     write_pins: Option<PathBuf>,
-    /// Log changed tool definitions instead of refusing calls to them.
+    /// Log changed tool definitions instead of refusing calls to them (whatever the
+    /// profile's [operator] pins_record_only says).
     #[arg(long)]
     pins_record_only: bool,
     /// After the client closes its stdin, how long the server has to exit before
@@ -85,18 +90,29 @@ impl std::io::Write for ClientOut {
 
 pub fn wrap(profile_name: &str, a: &WrapArgs) -> Result<u8, CliError> {
     let profile = crate::use_profile(profile_name)?;
-    let host_files = refuse_host_files(a, &profile)?;
+    let settings = Settings::of(a, &profile)?;
+    settings.show();
+    let host_files = refuse_host_files(&settings, &profile)?;
     refuse_ceilings(a, &profile)?;
-    let pins = a
+    let pins = settings
         .pins
-        .as_deref()
-        .map(PinSet::read_pins_file)
-        .transpose()
-        .map_err(|e| CliError::Unreadable(e.to_string()))?;
+        .pins
+        .as_ref()
+        .map(|p| {
+            PinSet::read_pins_file(&p.value).map_err(|e| {
+                // A flag's path is in the error already; a profile's line is not.
+                let e = e.to_string();
+                CliError::Unreadable(match &p.source {
+                    Source::Flag(_) => e,
+                    from => format!("{}: {}", escape(&from.name()), e),
+                })
+            })
+        })
+        .transpose()?;
     if a.max_frame == 0 {
         return Err(CliError::Usage("--max-frame must be at least 1".to_owned()));
     }
-    let builder = a
+    let builder = settings
         .host
         .apply(Host::builder(profile.clone()).tool_registry(host_gate::tool_registry()))?;
     let sink = stderr_sink();
@@ -115,26 +131,60 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> Result<u8, CliError> {
             .map_err(|e| {
                 CliError::Refused(format!("signal handlers could not be installed: {e}"))
             })?;
-    let confined = confine_server(a, &profile, &host_files)?;
+    let confined = confine_server(a, &settings.grant, &profile, &host_files)?;
     let builder = match &confined {
         Some(c) => builder.confinement_report(c.report().to_object()),
         None => builder,
     };
     // Nothing is recorded and no server started until the host is open.
-    let host = crate::open_host(builder, a.host.no_wait, &interrupts)?;
+    let host = crate::open_host(builder, settings.host.no_wait, &interrupts)?;
     crate::note(format_args!("aegis: {}", host.notice()));
-    let gate = HostGate::new(host.pipeline().clone(), a.host.role.clone(), sink);
+    let gate = HostGate::new(
+        host.pipeline().clone(),
+        settings.host.role().map(str::to_owned),
+        sink,
+    );
     let health = gate.health();
-    let ended = serve(session, relay(gate, pins, a), confined, &a.command);
+    let relay = relay(gate, pins, settings.pins.record_only());
+    let ended = serve(session, relay, confined, &a.command);
     drop(interrupts);
-    finish(a, host, &health, ended)
+    finish(settings.pins.write_pins.as_ref(), host, &health, ended)
+}
+
+/// Everything `wrap` takes from its flags and the profile's `[operator]` table.
+struct Settings {
+    host: HostSettings,
+    pins: PinSettings,
+    grant: GrantArgs,
+}
+
+impl Settings {
+    fn of(a: &WrapArgs, profile: &aegis_runtime::Profile) -> Result<Settings, CliError> {
+        Ok(Settings {
+            host: a.host.with_profile(profile)?,
+            pins: PinSettings::new(
+                a.pins.as_ref(),
+                a.write_pins.as_ref(),
+                a.pins_record_only,
+                profile,
+            ),
+            grant: a.grant.with_profile(profile),
+        })
+    }
+
+    /// With -v, each effective setting and where it came from.
+    fn show(&self) {
+        self.host.show();
+        self.pins.show();
+        self.grant.show();
+    }
 }
 
 /// The relay over `gate`: comparing listings with `pins` when given, else pinning the
-/// session's first listing; enforcing them unless --pins-record-only.
-fn relay(gate: HostGate, pins: Option<PinSet>, a: &WrapArgs) -> Relay<HostGate> {
+/// session's first listing; enforcing them unless `record_only`.
+fn relay(gate: HostGate, pins: Option<PinSet>, record_only: bool) -> Relay<HostGate> {
     let config = RelayConfig {
-        pin_mode: if a.pins_record_only {
+        pin_mode: if record_only {
             PinMode::RecordOnly
         } else {
             PinMode::Enforce
@@ -150,7 +200,7 @@ fn relay(gate: HostGate, pins: Option<PinSet>, a: &WrapArgs) -> Relay<HostGate> 
 /// After the session: writes the pins file, closes the record, and picks the exit code
 /// (the server's status, unless the record or the session failed).
 fn finish(
-    a: &WrapArgs,
+    write_pins: Option<&Sourced<PathBuf>>,
     host: Host,
     health: &host_gate::RecordHealth,
     ended: Result<Ended, CliError>,
@@ -163,10 +213,13 @@ fn finish(
         }
     };
     // Pins that cannot be written are said; the record is closed all the same.
-    if let (Some(path), Some(pins)) = (&a.write_pins, &ended.pins)
-        && let Err(e) = pins.write_pins_file(path)
+    if let (Some(path), Some(pins)) = (write_pins, &ended.pins)
+        && let Err(e) = pins.write_pins_file(&path.value)
     {
-        crate::error(e);
+        match &path.source {
+            Source::Flag(_) => crate::error(e),
+            from => crate::error(format_args!("{}: {e}", escape(&from.name()))),
+        }
     }
     host.close().map_err(|e| {
         CliError::RecordFailed(format!(
@@ -186,19 +239,20 @@ fn finish(
 /// # Errors
 /// [`CliError::Usage`], naming the file and the grant.
 fn refuse_host_files(
-    a: &WrapArgs,
+    settings: &Settings,
     profile: &aegis_runtime::Profile,
 ) -> Result<Vec<HostFile>, CliError> {
+    let pins = [&settings.pins.pins, &settings.pins.write_pins];
     let host_files = crate::confine::host_files(
-        Some(&a.host),
+        Some(&settings.host),
         Some(profile),
-        [("--pins", &a.pins), ("--write-pins", &a.write_pins)]
-            .into_iter()
-            .filter_map(|(flag, p)| p.as_deref().map(|p| HostFile::new(flag, p))),
+        pins.into_iter()
+            .flatten()
+            .map(|p| HostFile::new(p.source.name(), &p.value)),
     );
     // Against the grants as given before any of them is read; against everything the
     // confined server may reach (its exec-support set too) when it is started.
-    let granted = crate::confine::Reach::of_grant(&a.grant);
+    let granted = crate::confine::Reach::of_grant(&settings.grant);
     crate::confine::refuse_granted(&granted, &host_files)?;
     Ok(host_files)
 }
@@ -255,11 +309,13 @@ fn refuse_ceilings(a: &WrapArgs, profile: &aegis_runtime::Profile) -> Result<(),
 /// would enforce.
 fn confine_server(
     a: &WrapArgs,
+    grant: &GrantArgs,
     profile: &aegis_runtime::Profile,
     host_files: &[HostFile],
 ) -> Result<Option<aegis_runtime::confine::Confined>, CliError> {
     if profile.confinement.is_none() {
-        if !a.grant.grants().is_empty() {
+        // A profile's own grants need a backend to parse at all; these are the flags.
+        if !grant.grants().is_empty() {
             return Err(CliError::Usage(format!(
                 "--allow-read, --allow-exec, --allow-write, --allow-net and --best-effort confine the server, but profile {} names no confinement backend; use --profile linux-confined",
                 escape(&profile.name)
@@ -267,7 +323,7 @@ fn confine_server(
         }
         return Ok(None);
     }
-    let confined = crate::confine::start(profile, &a.grant, &a.command, host_files, |server| {
+    let confined = crate::confine::start(profile, grant, &a.command, host_files, |server| {
         server
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -9,7 +9,10 @@
 //! - The profile is never edited: an override (a policy file or plugin, an audit file
 //!   or sink plugin, named or already in hand) is a separate choice made next to it, and
 //!   errors about it name the override (`--policy: [policy] …`), not a line of the
-//!   profile. An override's plugin must provide its station's kind, as a profile's must.
+//!   profile — except the profile's own `[operator] audit`
+//!   ([`HostBuilder::operator_audit`]), named by its line
+//!   (`ops.toml:7: operator.audit: [audit] …`). An override's plugin must provide its
+//!   station's kind, as a profile's must.
 //! - Every override is recorded in the open line's provenance, under `overrides`,
 //!   next to what the profile said: the station, who made it (`by`, e.g. `--policy`),
 //!   the plugin the profile named, the plugin and file that replaced it, and for a
@@ -79,6 +82,9 @@ impl From<Plugin> for PluginSource {
     }
 }
 
+/// The `by` recorded for an audit file the profile's `[operator] audit` names.
+pub const OPERATOR_AUDIT: &str = "profile operator.audit";
+
 /// An operator's replacement for a profile's station.
 struct Override {
     station: &'static str,
@@ -89,6 +95,8 @@ struct Override {
     config: String,
     /// The file it names, if it names one (recorded).
     file: Option<PathBuf>,
+    /// The profile's `[operator]` key and line that made it, if the profile did.
+    setting: Option<(&'static str, usize)>,
 }
 
 impl Override {
@@ -104,6 +112,7 @@ impl Override {
             plugin,
             config,
             file: None,
+            setting: None,
         }
     }
 
@@ -128,7 +137,10 @@ impl Override {
                 crate::plugin::Origin::Builtin => PluginSpec::Builtin(p.metadata().name.clone()),
             },
         };
-        PluginChoice::from_flag(self.by, spec, self.config.clone())
+        match self.setting {
+            Some((key, line)) => PluginChoice::from_setting(key, line, spec, self.config.clone()),
+            None => PluginChoice::from_flag(self.by, spec, self.config.clone()),
+        }
     }
 }
 
@@ -371,6 +383,21 @@ impl HostBuilder {
     /// `path` (`aegis run --audit`); a durable sink needs [`HostBuilder::signing_key`].
     pub fn audit_file(mut self, by: &'static str, path: &Path) -> HostBuilder {
         self.audit = Some(Override::file("audit", by, "builtin:file-sink", path));
+        self
+    }
+
+    /// The durable file sink at the path the profile's `[operator] audit` names, if it
+    /// names one, as [`HostBuilder::audit_file`] makes it: recorded with
+    /// `by = "profile operator.audit"`, and errors about it name that line of the
+    /// profile. Without the key this changes nothing. A caller that lets a flag
+    /// (`--audit`) replace the profile's setting calls [`HostBuilder::audit_file`]
+    /// instead.
+    pub fn operator_audit(mut self) -> HostBuilder {
+        if let Some(s) = &self.profile.operator.audit {
+            let mut o = Override::file("audit", OPERATOR_AUDIT, "builtin:file-sink", &s.value);
+            o.setting = Some((s.key, s.line));
+            self.audit = Some(o);
+        }
         self
     }
 

@@ -13,6 +13,7 @@ pub mod capability;
 pub mod confine;
 pub mod handler;
 pub mod host;
+pub mod operator;
 pub mod outcome;
 pub mod pipeline;
 pub mod plugin;

@@ -1,9 +1,11 @@
 //! Profiles: which plugin fills each station, chosen by a TOML file.
 //!
 //! # Guarantees
-//! - A profile has `name`, `description` and exactly one table per station —
-//!   `[policy]`, `[capability]`, `[sandbox]`, `[audit]` — and nothing else. The station
-//!   order is the host's: no key can reorder, skip, repeat or add a station.
+//! - A profile has `name`, `description`, exactly one table per station —
+//!   `[policy]`, `[capability]`, `[sandbox]`, `[audit]` — and at most one `[operator]`
+//!   table of settings a flag would otherwise give ([`crate::operator`]), and nothing
+//!   else. The station order is the host's: no key can reorder, skip, repeat or add a
+//!   station.
 //! - Every error is one line: `<file>:<line>: <what>`, naming the key at fault.
 //! - `default` resolves from any directory with no files present: it is embedded.
 //! - A profile is never read from the working directory unless the operator names it as
@@ -19,7 +21,10 @@
 //!   commands that start no native program (`run`, `gateway`: their tools run in
 //!   wasmtime) record it in provenance and need nothing more from it.
 //!   [`Profile::resolve`] refuses a plugin that does not provide its station's kind
-//!   before anything is built from it.
+//!   before anything is built from it. An `[operator]` key is used by the commands
+//!   whose flag it stands for, and ignored by the others (as that flag would not be
+//!   given to them); grants there need a confinement backend, so they are never
+//!   accepted with nothing to enforce them.
 //!
 //! - A relative `path` in a station's config (the file and SQLite sinks' record, by
 //!   their shared convention; the YAML policy file), or a relative `policies` or
@@ -33,6 +38,7 @@
 //! - The profile file itself is read by its path; who may write it is not checked. The
 //!   plugins it names are (see [`crate::plugin`]), and the profile's SHA-256 is recorded.
 
+use crate::operator::Operator;
 use crate::plugin::{Origin, Plugin};
 use crate::registry::{PluginSpec, Registry, ResolveError};
 use aegis_station_api::Kinds;
@@ -63,6 +69,8 @@ struct ProfileFile {
     capability: CapabilityTable,
     sandbox: SandboxTable,
     audit: StationTable,
+    /// Read again on its own ([`crate::operator::table`]), so its errors name their key.
+    operator: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -134,6 +142,9 @@ pub struct PluginChoice {
     line: usize,
     /// The command-line flag that replaced the profile's choice, if one did.
     flag: Option<&'static str>,
+    /// The `[operator]` key that replaced the station's choice, if one did (its line
+    /// is `line`).
+    setting: Option<&'static str>,
 }
 
 impl PluginChoice {
@@ -146,6 +157,25 @@ impl PluginChoice {
             config,
             line: 0,
             flag: Some(flag),
+            setting: None,
+        }
+    }
+
+    /// A choice made by the profile's `[operator]` key `key` (at `line`) instead of
+    /// the station's table; errors about it name that line and key.
+    pub fn from_setting(
+        key: &'static str,
+        line: usize,
+        spec: PluginSpec,
+        config: String,
+    ) -> PluginChoice {
+        PluginChoice {
+            spec,
+            sha256: None,
+            config,
+            line,
+            flag: None,
+            setting: Some(key),
         }
     }
 }
@@ -167,6 +197,8 @@ pub struct Profile {
     pub audit: PluginChoice,
     /// The backend confining native programs the host starts, if the profile names one.
     pub confinement: Option<ConfinementChoice>,
+    /// The operator's settings (`[operator]`): none when the table is absent.
+    pub operator: Operator,
     /// What errors call it: the path as the operator gave it, or `embedded:NAME`.
     label: String,
 }
@@ -312,10 +344,11 @@ fn plugin_choice(
         config,
         line,
         flag: None,
+        setting: None,
     })
 }
 
-fn line_of(text: &str, offset: usize) -> usize {
+pub(crate) fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
@@ -391,6 +424,18 @@ impl Profile {
         let CapabilityTable {} = file.capability;
         let policy = choice("policy", file.policy)?;
         let audit = choice("audit", file.audit)?;
+        let dir = match &source {
+            ProfileSource::File(f) => Some(profile_dir(f)),
+            ProfileSource::Embedded => None,
+        };
+        let operator = match file.operator {
+            None => Operator::default(),
+            Some(_) => crate::operator::table(text)
+                .and_then(|table| {
+                    crate::operator::parse(table, text, dir.as_deref(), confinement.is_some())
+                })
+                .map_err(|(line, message)| invalid(line, message))?,
+        };
         let source = match source {
             ProfileSource::File(f) => ProfileSource::File(std::path::absolute(&f).unwrap_or(f)),
             embedded => embedded,
@@ -403,6 +448,7 @@ impl Profile {
             policy,
             audit,
             confinement,
+            operator,
             label: label.to_owned(),
         })
     }
@@ -517,7 +563,9 @@ impl Profile {
         out
     }
 
-    fn label(&self) -> String {
+    /// What errors call this profile: the path as the operator gave it, or
+    /// `embedded:NAME`.
+    pub fn label(&self) -> String {
         self.label.clone()
     }
 
@@ -638,6 +686,13 @@ impl Profile {
                 flag,
                 station,
                 message,
+            };
+        }
+        if let Some(key) = choice.setting {
+            return ProfileError::Invalid {
+                path: self.label(),
+                line: choice.line,
+                message: format!("operator.{key}: [{station}] {message}"),
             };
         }
         ProfileError::Plugin {

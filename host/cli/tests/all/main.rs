@@ -12,6 +12,7 @@ mod exit_codes;
 mod gateway;
 mod interrupt;
 mod operator_cli;
+mod operator_profile;
 mod operator_safety;
 mod plugins;
 mod readme;
