@@ -13,6 +13,7 @@ mod gateway;
 mod interrupt;
 mod operator_cli;
 mod operator_safety;
+mod pins;
 mod plugins;
 mod readme;
 mod recheck;
