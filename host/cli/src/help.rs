@@ -316,7 +316,8 @@ EXIT STATUS:
   4    the profile was refused
   9    a tool changed, was added or removed, is listed twice or ambiguously, or is held
   125  the profile confines native programs and the server could not be confined
-  127  the confined server could not be executed";
+  127  the confined server could not be executed
+  129/130/143  SIGHUP/SIGINT/SIGTERM stopped it (forwarded to the server, which is ended)";
 
 pub const PINS_ACCEPT: &str = "\
 EXAMPLES:
@@ -337,4 +338,5 @@ EXIT STATUS:
   4    the profile was refused, or the listing names a tool twice or a pinned field by
        another spelling (nothing written)
   125  the profile confines native programs and the server could not be confined
-  127  the confined server could not be executed";
+  127  the confined server could not be executed
+  129/130/143  SIGHUP/SIGINT/SIGTERM stopped it (nothing written; the server is ended)";

@@ -11,6 +11,8 @@ use std::ffi::OsString;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use aegis_mcp::frame::{Frame, FrameReader};
@@ -25,6 +27,9 @@ use crate::{CliError, exit};
 
 /// The longest line of the server's stderr shown; longer ones are counted, not shown.
 const MAX_STDERR_LINE: usize = 4096;
+
+/// SIGKILL's number (POSIX fixes it), for [`stdio::forward_signal`].
+const SIGKILL: i32 = 9;
 
 /// How long the server's last stderr lines are waited for once it has exited (a
 /// grandchild may hold the pipe open).
@@ -262,7 +267,25 @@ fn list(profile: &aegis_runtime::Profile, a: &ServerArgs, pins: &Path) -> Result
             "--timeout-ms must be at least 1".to_owned(),
         ));
     }
+    let grace = Duration::from_millis(a.grace_ms);
+    // A signal to this process goes to the server, and SIGKILL follows --grace-ms later
+    // if it still runs: the listing then ends (its output closes) and the command exits
+    // with the signal's code, leaving no server behind. Caught from before the server
+    // starts, so none is lost between spawn and listing.
+    let server = Arc::new(AtomicU32::new(0));
+    let running = server.clone();
+    let interrupts = crate::interrupt::Interrupts::install_with(move |signal| {
+        let pid = running.load(Ordering::SeqCst);
+        if pid != 0 && stdio::forward_signal(pid, signal) {
+            std::thread::sleep(grace);
+            if running.load(Ordering::SeqCst) == pid {
+                stdio::forward_signal(pid, SIGKILL);
+            }
+        }
+    })
+    .map_err(|e| CliError::Refused(format!("signal handlers could not be installed: {e}")))?;
     let mut child = start(profile, a, &host_files)?;
+    server.store(child.id(), Ordering::SeqCst);
     let (Some(to_server), Some(from_server)) = (child.stdin.take(), child.stdout.take()) else {
         unreachable!("both pipes were asked for");
     };
@@ -277,12 +300,22 @@ fn list(profile: &aegis_runtime::Profile, a: &ServerArgs, pins: &Path) -> Result
         Notice::Warning(line) => crate::say(format_args!("warning: {}", escape(line))),
         Notice::Error(line) => crate::error(escape(line)),
     };
-    stdio::end_server(&mut child, Duration::from_millis(a.grace_ms), &sink);
+    // Not signalled once it may be reaped (its number could then name another process).
+    server.store(0, Ordering::SeqCst);
+    stdio::end_server(&mut child, grace, &sink);
+    let interrupted = interrupts.exit_code();
+    drop(interrupts);
     if let Some(stderr) = stderr {
         let deadline = Instant::now() + STDERR_DRAIN;
         while !stderr.is_finished() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+    if interrupted.is_some() {
+        return Err(
+            CliError::Refused("interrupted; the server was stopped".to_owned())
+                .or_interrupted(interrupted),
+        );
     }
     let listing = listed.map_err(|e| {
         CliError::Unreadable(format!(

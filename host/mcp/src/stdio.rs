@@ -569,6 +569,20 @@ pub fn end_server(
     child.wait().ok()
 }
 
+/// Sends the raw signal `signal` to the process `pid`, as a session forwards one to its
+/// server: for a caller that started a server without a [`Session`] and has not reaped
+/// it yet (after that the number may name another process). False when it was not sent.
+pub fn forward_signal(pid: u32, signal: i32) -> bool {
+    use rustix::process::{Pid, Signal, kill_process};
+    let (Some(pid), Some(signal)) = (
+        i32::try_from(pid).ok().and_then(Pid::from_raw),
+        Signal::from_named_raw(signal),
+    ) else {
+        return false;
+    };
+    kill_process(pid, signal).is_ok()
+}
+
 /// Kills the server at once (a session that could not start) and reaps it.
 fn stop_now(child: &mut Child) {
     use rustix::process::{Pid, Signal, kill_process};

@@ -501,6 +501,50 @@ fn pins_codes_are_documented_and_produced() {
     .unwrap();
     let no_dir = dir.path().join("no/such/dir");
     let file = dir.path().join("pins.jsonl");
+    // A signal while the server is listed: forwarded, the server ended, the signal's code.
+    let interrupted = |t: &mut Table, sub: &str| {
+        for (sig, code) in [
+            (rustix::process::Signal::HUP, 129),
+            (rustix::process::Signal::INT, 130),
+            (rustix::process::Signal::TERM, 143),
+        ] {
+            let pid_file = dir.path().join(format!("{sub}-{code}.pid"));
+            let mut child = pins(
+                sub,
+                &file,
+                &["--timeout-ms", "60000"],
+                &["--silent", "--pid-file", pid_file.to_str().unwrap()],
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+            let server: i32 = loop {
+                if let Ok(pid) = std::fs::read_to_string(&pid_file)
+                    .unwrap_or_default()
+                    .parse()
+                {
+                    break pid;
+                }
+                assert!(
+                    child.try_wait().unwrap().is_none(),
+                    "pins {sub} ended early"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            signal(&child, sig);
+            let status = child.wait().unwrap();
+            assert_eq!(status.code(), Some(code), "pins {sub} after {sig:?}");
+            t.seen.insert(code as u32);
+            let gone =
+                rustix::process::test_kill_process(rustix::process::Pid::from_raw(server).unwrap())
+                    .is_err();
+            assert!(
+                gone,
+                "pins {sub} left its server {server} running after {sig:?}"
+            );
+        }
+    };
 
     let mut t = Table::new("pins accept");
     t.run(0, "written (created)", &mut pins("accept", &file, &[], &[]));
@@ -548,6 +592,7 @@ fn pins_codes_are_documented_and_produced() {
         "the confined server cannot be executed",
         confined("accept", &file).arg("--").arg(&outside),
     );
+    interrupted(&mut t, "accept");
     t.done();
 
     let mut t = Table::new("pins diff");
@@ -584,6 +629,7 @@ fn pins_codes_are_documented_and_produced() {
         "the confined server cannot be executed",
         confined("diff", &file).arg("--").arg(&outside),
     );
+    interrupted(&mut t, "diff");
     t.done();
 }
 
