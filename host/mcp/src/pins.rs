@@ -156,7 +156,8 @@ pub struct PinSet {
     /// the key. Such a tool is unusable (see [`PinSet::ambiguity`]).
     ambiguous: BTreeMap<String, String>,
     /// Tools held by an operator's pins file: a change was seen in an earlier session,
-    /// so calls stay refused until the operator accepts the tool (`aegis pins accept`) or removes the mark.
+    /// so calls stay refused until the operator accepts the tool (`aegis pins accept`)
+    /// or removes the mark.
     held: BTreeMap<String, String>,
 }
 
