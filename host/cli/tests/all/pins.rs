@@ -362,3 +362,57 @@ fn pins_inside_the_servers_write_grant_is_refused() {
     );
     assert!(!file.exists());
 }
+
+/// The interpreter itself, not a shim script in front of it (pyenv's would exec
+/// another program outside the exec-support set).
+fn python() -> PathBuf {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3 is on PATH");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// Under `--profile linux-confined` the server is listed confined, with wrap's grant
+/// flags: granted its script it is listed; granted nothing it cannot read its script,
+/// so its output closes before it answers.
+#[test]
+fn pins_diff_under_linux_confined_lists_the_server_confined() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    let server = dir.path().join("in/echo_server.py");
+    std::fs::copy(server_script(), &server).unwrap();
+    let file = accepted(dir.path(), &[]);
+    let confined = |grant: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_aegis"))
+            .args(["--profile", "linux-confined", "pins", "diff"])
+            .arg(&file)
+            .args(grant)
+            .arg("--")
+            .arg(python())
+            .arg(&server)
+            .args(["--description", CHANGED])
+            .output()
+            .unwrap()
+    };
+    let granted = dir.path().join("in");
+    let out = confined(&["--allow-read", granted.to_str().unwrap()]);
+    assert_eq!(code(&out), Some(9), "{}", said(&out));
+    assert!(
+        text(&out.stderr).contains("aegis: confined by "),
+        "{}",
+        said(&out)
+    );
+    assert!(
+        text(&out.stdout).starts_with("echo: changed since it was pinned: description\n"),
+        "{}",
+        said(&out)
+    );
+    let out = confined(&[]);
+    assert_eq!(code(&out), Some(2), "{}", said(&out));
+    assert!(
+        text(&out.stderr).contains("the server closed its output before answering initialize"),
+        "{}",
+        said(&out)
+    );
+}
