@@ -815,12 +815,7 @@ impl PinSet {
     /// written, or something other than a regular file (a link, a FIFO) stands at `path`.
     pub fn write_pins_file(&self, path: &Path) -> Result<(), PinsFileError> {
         let text = self.to_pins_file();
-        if text.len() as u64 > MAX_PINS_FILE {
-            return Err(PinsFileError::TooLarge {
-                path: path.to_owned(),
-                bytes: text.len(),
-            });
-        }
+        fits(path, text.len())?;
         // Written beside the path and renamed over it: a link or a FIFO a server put at
         // the path is refused, never written through or waited on (issue 29).
         aegis_files::write(path, text.as_bytes()).map_err(|e| PinsFileError::Io {
@@ -828,6 +823,17 @@ impl PinSet {
             source: e.into_io(),
         })
     }
+}
+
+/// Refuses a pins file of `bytes` bytes that [`PinSet::read_pins_file`] would not read.
+fn fits(path: &Path, bytes: usize) -> Result<(), PinsFileError> {
+    if bytes as u64 > MAX_PINS_FILE {
+        return Err(PinsFileError::TooLarge {
+            path: path.to_owned(),
+            bytes,
+        });
+    }
+    Ok(())
 }
 
 /// A version 2 line's `definition`, checked against the line: an object of pinned
@@ -1163,6 +1169,21 @@ mod tests {
             MAX_PINS_FILE
                 >= MAX_DEFINITIONS as u64 + (MAX_TOOLS as u64 + 1) * (line.len() as u64 + 1)
         );
+    }
+
+    /// The writer refuses what the reader would not read, in one line naming the file.
+    #[test]
+    fn a_file_over_the_bound_is_not_written() {
+        let path = Path::new("pins.jsonl");
+        assert!(fits(path, MAX_PINS_FILE as usize).is_ok());
+        let error = fits(path, MAX_PINS_FILE as usize + 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("pins.jsonl: the pins would take "),
+            "{error}"
+        );
+        assert!(error.ends_with("; nothing written") && !error.contains('\n'));
     }
 
     #[test]
