@@ -261,7 +261,9 @@ fn pins_diff_of_a_server_that_never_answers_times_out_and_leaves_no_process() {
     let out = pins(
         "diff",
         &file,
-        &["--timeout-ms", "300", "--grace-ms", "200"],
+        // Long enough for python to start and ignore SIGTERM before it is sent, even on
+        // a loaded machine (the full suite): SIGKILL must be what ends it.
+        &["--timeout-ms", "2000", "--grace-ms", "200"],
         &[
             "--silent",
             "--ignore-term",
@@ -273,7 +275,7 @@ fn pins_diff_of_a_server_that_never_answers_times_out_and_leaves_no_process() {
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains(
-            "error: the server's tools could not be listed: the server did not answer initialize within 300 ms"
+            "error: the server's tools could not be listed: the server did not answer initialize within 2000 ms"
         ),
         "{stderr}"
     );
