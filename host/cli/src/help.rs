@@ -13,18 +13,20 @@ EXAMPLES:
   aegis --profile durable-file run --signing-key KEY --component tool.wasm --id echo
   aegis verify --key KEY_ID aegis-audit.aarl
   aegis recheck --policy stricter.yaml --key KEY_ID aegis-audit.aarl
+  aegis pins diff pins.jsonl -- ./server
   aegis demo
 
 EXIT STATUS:
   0    success (verify: Verified)
   1    a usage error (verify: Tampered)
-  2    a file could not be read or written
+  2    a file could not be read or written (pins: or the server started or listed)
   3    verify: Indeterminate
-  4    a profile, plugin, key or sink was refused
+  4    a profile, plugin, key or sink was refused (pins accept: an ambiguous listing)
   5    the record is busy: another process is writing it
   6    recheck: the new policy decides some recorded calls otherwise
   7    recheck: nothing decided changes, but some calls are undecidable
   8    recheck: the record is Tampered (nothing replayed)
+  9    pins diff: the server's tools differ from the pins file, or one is held
   10   run: refused by policy
   11   run: rate limited
   12   run: parked for approval (not run)
@@ -34,8 +36,8 @@ EXIT STATUS:
   16   run: the host could not start the tool
   17   run, wrap, gateway: the record could not be written
   18   gateway: the transport could not be bound or failed
-  125  wrap, confine: the program could not be confined as required (not started)
-  127  wrap, confine: the confined program could not be executed
+  125  wrap, pins, confine: the program could not be confined as required (not started)
+  127  wrap, pins, confine: the confined program could not be executed
   129/130/143  stopped by SIGHUP/SIGINT/SIGTERM (run: after recording the outcome)
 Each command's --help lists the codes it uses. wrap exits with its server's status,
 confine with its command's.
@@ -126,8 +128,8 @@ pub const WRAP: &str = "\
 EXAMPLES:
   aegis wrap -- python3 server.py
   aegis wrap --policy policy.yaml --audit record.aarl --signing-key KEY -- npx server
-  aegis wrap --write-pins pins.json -- ./server
-  aegis wrap --pins pins.json -- ./server
+  aegis wrap --write-pins pins.jsonl -- ./server
+  aegis wrap --pins pins.jsonl --write-pins pins.jsonl -- ./server
   aegis --profile linux-confined wrap --allow-write ~/project -- ./server ~/project
   aegis --profile ./fs.toml wrap -- npx -y @modelcontextprotocol/server-filesystem ~/p
 
@@ -137,6 +139,9 @@ given replaces that key (a list flag the whole list), and -v says where each cam
 Policy rules name tools by the name the server lists them under. A rule with limits
 (ceilings) is refused at start: a relayed server cannot be held to them. While another
 process writes the record, wrap waits and starts no server until it holds the record.
+A tool that changes during a session is held in the pins file --write-pins writes:
+later sessions refuse it until `aegis pins diff` has shown the change and
+`aegis pins accept` has taken it.
 
 EXIT STATUS:
   N    the server's exit status, or 128+N when signal N ended it (137 after SIGKILL)
@@ -299,3 +304,55 @@ EXAMPLES:
 
 EXIT STATUS:
   1  a usage error (no such subcommand); each subcommand's --help lists its codes";
+
+pub const PINS: &str = "\
+EXAMPLES:
+  aegis pins diff pins.jsonl -- ./server
+  aegis pins accept pins.jsonl --tool read -- ./server
+
+EXIT STATUS:
+  1  a usage error (no such subcommand); each subcommand's --help lists its codes";
+
+pub const PINS_DIFF: &str = "\
+EXAMPLES:
+  aegis pins diff pins.jsonl -- python3 server.py
+  aegis pins diff --json pins.jsonl -- npx -y @modelcontextprotocol/server-everything
+  aegis --profile linux-confined pins diff pins.jsonl --allow-read ~/notes -- ./server
+
+Reads version 1 and 2 pins files; a version 1 file holds digests only, so a changed
+field shows the pinned digest, not the pinned text. Every value is the server's text,
+shown escaped. --json prints one object: {\"differ\",\"pins_version\",\"tools\":[{\"change\",
+\"fields\":[{\"field\",\"pinned\",\"current\"}],\"held\",\"name\",\"what\"}]}.
+
+EXIT STATUS:
+  0    the server lists exactly what the file pins, and nothing is held
+  1    a usage error, or the pins file lies where the confined server may write
+  2    the pins file could not be read, or the server started or listed (a step took
+       longer than --timeout-ms, a page was ambiguous, more than 64 pages)
+  4    the profile was refused
+  9    a tool changed, was added or removed, is listed twice or ambiguously, or is held
+  125  the profile confines native programs and the server could not be confined
+  127  the confined server could not be executed
+  129/130/143  SIGHUP/SIGINT/SIGTERM stopped it (forwarded to the server, which is ended)";
+
+pub const PINS_ACCEPT: &str = "\
+EXAMPLES:
+  aegis pins accept pins.jsonl -- python3 server.py
+  aegis pins accept pins.jsonl --tool read --tool write -- ./server
+
+Without --tool every tool the server lists now is pinned, and every held mark goes.
+With --tool only those tools take their current definition (or leave the file, when the
+server no longer lists them) and lose their held mark; the rest stay as pinned. A
+missing file is created. The file is version 2 (definitions stored), unless it was
+version 1 and keeps a pin whose definition was never seen again.
+
+EXIT STATUS:
+  0    written
+  1    a usage error (a --tool neither pinned nor listed), or the pins file lies where
+       the confined server may write
+  2    the pins file could not be read or written, or the server started or listed
+  4    the profile was refused, or the listing names a tool twice or a pinned field by
+       another spelling (nothing written)
+  125  the profile confines native programs and the server could not be confined
+  127  the confined server could not be executed
+  129/130/143  SIGHUP/SIGINT/SIGTERM stopped it (nothing written; the server is ended)";

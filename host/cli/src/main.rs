@@ -17,6 +17,7 @@ mod gateway;
 mod help;
 mod interrupt;
 mod key;
+mod pins;
 mod plugins;
 mod recheck;
 mod run;
@@ -76,6 +77,10 @@ mod exit {
     pub const RECHECK_UNDECIDABLE: u8 = 7;
     /// recheck: the record is Tampered; nothing was replayed.
     pub const RECHECK_TAMPERED: u8 = 8;
+    /// pins diff: the server's tools differ from the pins file (or a tool is held). Not
+    /// 1 (a usage error) nor recheck's 6, so a script tells a change from a typo and
+    /// from a recheck verdict.
+    pub const PINS_DIFFER: u8 = 9;
 }
 
 const _: () = assert!(
@@ -92,7 +97,7 @@ const _: () = assert!(
     after_help = help::TOP
 )]
 struct Cli {
-    /// The profile to run with (run, wrap, gateway, recheck, export, profiles show; the other
+    /// The profile to run with (run, wrap, pins, gateway, recheck, export, profiles show; the other
     /// commands refuse it): a name ($AEGIS_PROFILE_PATH, the user and system config
     /// dirs, then the embedded ones; never the working directory) or a path to a
     /// profile file (anything containing `/` or ending in `.toml`, e.g.
@@ -167,6 +172,13 @@ enum Command {
     /// to the server, and SIGKILL follows if it still runs --grace-ms later.
     #[command(after_help = help::WRAP)]
     Wrap(Box<wrap::WrapArgs>),
+    /// Review an MCP server's tools against a pins file (`aegis wrap --pins`), and
+    /// accept them: `aegis pins diff PINS -- CMD`, `aegis pins accept PINS -- CMD`.
+    #[command(after_help = help::PINS)]
+    Pins {
+        #[command(subcommand)]
+        command: pins::PinsCommand,
+    },
     /// Serve the WebAssembly tools of a manifest as an MCP server (stdio, or Streamable
     /// HTTP with --http), each tools/call through policy, capability, sandbox and audit.
     ///
@@ -272,6 +284,7 @@ impl Command {
             Command::Key { .. } => "key show",
             Command::Run(_) => "run",
             Command::Wrap(_) => "wrap",
+            Command::Pins { command } => command.name(),
             Command::Gateway(_) => "gateway",
             Command::Confine(_) => "confine",
             Command::Demo => "demo",
@@ -295,6 +308,7 @@ impl Command {
             Command::Run(_)
                 | Command::Recheck(_)
                 | Command::Wrap(_)
+                | Command::Pins { .. }
                 | Command::Gateway(_)
                 | Command::Confine(_)
                 | Command::Export { .. }
@@ -390,6 +404,7 @@ fn dispatch(cli: Cli) -> Result<u8, CliError> {
         } => key::show(&keyfile),
         Command::Run(args) => run::run(profile, &args),
         Command::Wrap(args) => wrap::wrap(profile, &args),
+        Command::Pins { command } => pins::pins(profile, &command),
         Command::Gateway(args) => gateway::gateway(profile, &args),
         Command::Confine(args) => confine::confine(profile, &args),
         Command::Demo => {

@@ -8,6 +8,8 @@
 //! - [`message`] classifies one line as a JSON-RPC request, notification, response or
 //!   batch, with duplicate-key detection and ids kept as their exact JSON text;
 //! - [`pins`] digests tool definitions over a canonical form and compares listings;
+//! - [`review`] lays out what differs between pins and a listing, field by field, for
+//!   an operator to read (`aegis pins diff`);
 //! - [`relay`] is the state machine that decides what each frame becomes, and calls a
 //!   [`relay::Gate`] for every `tools/call`.
 //!
@@ -16,6 +18,8 @@
 //! - [`stdio`] runs a session: it spawns the server, relays between it and the client on
 //!   reader and writer threads with bounded queues, stops the server when the client
 //!   leaves, and ends every pending call;
+//! - [`lister`] lists a server's tools outside a session (`aegis pins diff` and
+//!   `aegis pins accept`), bounded in time, pages and size;
 //! - `host_gate` (cargo feature `runtime`, on by default) implements the gate over the
 //!   Aegis runtime's pipeline. Without the feature the crate does not depend on the
 //!   runtime.
@@ -35,8 +39,10 @@ pub mod frame;
 #[cfg(feature = "runtime")]
 pub mod host_gate;
 mod json;
+pub mod lister;
 pub mod message;
 mod outbox;
 pub mod pins;
 pub mod relay;
+pub mod review;
 pub mod stdio;

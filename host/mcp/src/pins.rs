@@ -13,10 +13,19 @@
 //! - Each pinned field also has its own digest, so a change names the fields that changed.
 //! - A name listed twice across the pages of one listing is reported as a
 //!   [`Change::Duplicate`], never silently resolved.
+//! - Each pin keeps the canonical text it was digested over ([`ToolPin::definition`]),
+//!   so a change can be shown, not only named; a version 2 pins file stores it, and a
+//!   file whose digests do not match its definitions is refused when read.
 //!
 //! # Non-guarantees
 //! - Fields outside [`PINNED_FIELDS`] (`icons`, `_meta`, `execution`, …) are not pinned.
 //! - A digest says the definition did not change, not that it was ever safe.
+//! - A version 1 pins file holds digests only: its pins have no definition until a
+//!   listing shows the same digest again ([`PinSet::fill_definitions`]).
+//!
+//! # Limits
+//! - [`MAX_TOOLS`] tools a page and a listing, [`MAX_DEFINITIONS`] bytes of canonical
+//!   definitions a set, [`MAX_PINS_FILE`] bytes a pins file (read or written).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -44,6 +53,32 @@ pub const PINNED_FIELDS: [&str; 6] = [
 /// Servers list tens of tools, the largest a few hundred (models choose badly among more),
 /// so 10 000 is far beyond any real one.
 pub const MAX_TOOLS: usize = 10_000;
+
+/// The most bytes of canonical definitions one [`PinSet`] holds.
+///
+/// Pins keep each tool's definition for as long as the session (and write it to the pins
+/// file), so the listing a set comes from bounds its memory: the relay reads at most
+/// [`crate::relay::MAX_LISTING_BYTES`] (32 MiB) of answers in a listing of its own, and a
+/// canonical definition is about as long as the JSON it came from. A listing whose
+/// definitions exceed this is refused ([`ListingError::TooLarge`]), as one of too many
+/// pages is.
+pub const MAX_DEFINITIONS: usize = 32 << 20;
+
+/// The most a pins file line holds besides its definition: a name and a `held` reason of
+/// at most 1024 bytes each, escaped at worst six to one (`\u001f`), six field digests
+/// with their keys (under 500 bytes), and the other members' keys and values (under
+/// 200 bytes): 12.9 KiB, rounded up.
+const MAX_LINE_OVERHEAD: u64 = 16 << 10;
+
+/// The longest `held` reason a pins file line may hold (the host writes under 100 bytes).
+pub const MAX_HELD: usize = 1024;
+
+/// The most bytes of a pins file, read or written: [`MAX_DEFINITIONS`] of definitions
+/// and [`MAX_TOOLS`] lines (and the header) of at most 16 KiB besides, about 196 MB.
+/// Real files are kilobytes; the bound keeps a file a server could grow from filling
+/// memory, and [`PinSet::write_pins_file`] refuses to write a larger one, so a file this
+/// host writes is always one it reads back.
+pub const MAX_PINS_FILE: u64 = MAX_DEFINITIONS as u64 + (MAX_TOOLS as u64 + 1) * MAX_LINE_OVERHEAD;
 
 /// A SHA-256 digest of canonical JSON.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -85,6 +120,30 @@ pub struct ToolPin {
     pub digest: PinDigest,
     /// Digest of each pinned field present, by field name.
     pub fields: BTreeMap<String, PinDigest>,
+    /// The canonical JSON object of the pinned fields present, as digested; `None` for a
+    /// pin read from a version 1 pins file (digests only).
+    definition: Option<String>,
+}
+
+impl ToolPin {
+    /// The canonical JSON object of the pinned fields, exactly as digested: what the
+    /// server listed (untrusted text: escape it before showing it on a terminal). `None`
+    /// when the pin came from a version 1 pins file.
+    pub fn definition(&self) -> Option<&str> {
+        self.definition.as_deref()
+    }
+
+    /// One pinned field of [`ToolPin::definition`], as canonical JSON; `None` when the
+    /// tool has no such field or its definition is not known.
+    pub fn field(&self, field: &str) -> Option<&str> {
+        let definition = self.definition.as_deref()?;
+        // Written by `pin_tool` or checked by the pins file reader: one object, canonical.
+        let node = json::parse(definition.as_bytes()).ok()?;
+        match node.object()?.lookup(field) {
+            Lookup::One(value) => Some(value.raw_text()),
+            _ => None,
+        }
+    }
 }
 
 /// The pins of one listing (all its pages), or of a pins file.
@@ -97,7 +156,8 @@ pub struct PinSet {
     /// the key. Such a tool is unusable (see [`PinSet::ambiguity`]).
     ambiguous: BTreeMap<String, String>,
     /// Tools held by an operator's pins file: a change was seen in an earlier session,
-    /// so calls stay refused until the operator removes the mark (see the pins file).
+    /// so calls stay refused until the operator accepts the tool (`aegis pins accept`)
+    /// or removes the mark.
     held: BTreeMap<String, String>,
 }
 
@@ -186,6 +246,9 @@ pub enum ListingError {
     /// One page lists more than [`MAX_TOOLS`] tools.
     #[error("tools/list result lists more than {MAX_TOOLS} tools in one page")]
     TooManyTools,
+    /// The listing's definitions hold more than [`MAX_DEFINITIONS`] bytes.
+    #[error("tools/list definitions hold more than {MAX_DEFINITIONS} bytes")]
+    TooLarge,
 }
 
 impl PinSet {
@@ -201,7 +264,13 @@ impl PinSet {
     /// [`ListingError`] when the page cannot be read unambiguously; nothing is added then.
     pub fn add_page(&mut self, result: &[u8]) -> Result<bool, ListingError> {
         let node = json::parse(result).map_err(|_| ListingError::NotJson)?;
-        self.add_result(node).map(|cursor| cursor.is_some())
+        let mut page = PinSet::new();
+        let more = page.add_result(node)?;
+        if self.definition_bytes() + page.definition_bytes() > MAX_DEFINITIONS {
+            return Err(ListingError::TooLarge);
+        }
+        self.absorb(page);
+        Ok(more.is_some())
     }
 
     /// [`PinSet::add_page`] of a parsed result; the next page's cursor, if it names one.
@@ -240,8 +309,14 @@ impl PinSet {
             return Err(ListingError::TooManyTools);
         }
         let mut page = Vec::new();
+        let mut bytes = self.definition_bytes();
         for (index, tool) in tools.items().enumerate() {
-            page.push(pin_tool(tool).ok_or(ListingError::BadTool { index })?);
+            let pinned = pin_tool(tool).ok_or(ListingError::BadTool { index })?;
+            bytes += pinned.1.definition.as_ref().map_or(0, String::len);
+            if bytes > MAX_DEFINITIONS {
+                return Err(ListingError::TooLarge);
+            }
+            page.push(pinned);
         }
         for (name, pin, ambiguous_key) in page {
             if let Some(key) = ambiguous_key {
@@ -255,6 +330,11 @@ impl PinSet {
     /// The pin of `name`, if listed.
     pub fn get(&self, name: &str) -> Option<&ToolPin> {
         self.tools.get(name)
+    }
+
+    /// `name` as the set holds it (borrowed from the set), if it pins the tool.
+    pub(crate) fn key(&self, name: &str) -> Option<&str> {
+        self.tools.get_key_value(name).map(|(k, _)| k.as_str())
     }
 
     /// True when `name` was listed more than once.
@@ -285,7 +365,7 @@ impl PinSet {
     }
 
     /// For a tool a pins file holds: why (a change seen in an earlier session). Calls
-    /// to it are refused until the operator removes the mark.
+    /// to it are refused until the operator accepts the tool or removes the mark.
     pub fn held(&self, name: &str) -> Option<&str> {
         self.held.get(name).map(String::as_str)
     }
@@ -327,6 +407,66 @@ impl PinSet {
     /// True when no tool is pinned.
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
+    }
+
+    /// The bytes of the definitions held (see [`MAX_DEFINITIONS`]).
+    pub fn definition_bytes(&self) -> usize {
+        self.tools
+            .values()
+            .filter_map(|pin| pin.definition.as_ref())
+            .map(String::len)
+            .sum()
+    }
+
+    /// True when every pin holds its definition (so the set is written as a version 2
+    /// pins file).
+    pub fn has_definitions(&self) -> bool {
+        self.tools.values().all(|pin| pin.definition.is_some())
+    }
+
+    /// Gives each pin without a definition (one read from a version 1 pins file) the
+    /// definition `seen` lists under the same name with the same digest: the text that
+    /// digest was taken over. The memory added is at most `seen`'s.
+    pub fn fill_definitions(&mut self, seen: &PinSet) {
+        for (name, pin) in &mut self.tools {
+            if pin.definition.is_none()
+                && let Some(new) = seen.tools.get(name)
+                && new.digest == pin.digest
+            {
+                pin.definition.clone_from(&new.definition);
+            }
+        }
+    }
+
+    /// The same set without definitions: all a comparison needs.
+    pub(crate) fn digests_only(&self) -> PinSet {
+        let mut set = self.clone();
+        for pin in set.tools.values_mut() {
+            pin.definition = None;
+        }
+        set
+    }
+
+    /// Accepts `current`'s definition of `name` (an operator's review): the pin becomes
+    /// `current`'s, or goes when `current` does not list the tool, and its held and
+    /// duplicate marks are cleared. False when neither set has the tool.
+    ///
+    /// The definitions grow by at most that one tool's; the caller accepting from one
+    /// listing keeps within that listing's bound plus this set's.
+    pub fn accept(&mut self, current: &PinSet, name: &str) -> bool {
+        let known = self.tools.contains_key(name) || current.tools.contains_key(name);
+        self.held.remove(name);
+        self.duplicates.remove(name);
+        self.ambiguous.remove(name);
+        match current.tools.get(name) {
+            Some(pin) => {
+                self.tools.insert(name.to_owned(), pin.clone());
+            }
+            None => {
+                self.tools.remove(name);
+            }
+        }
+        known
     }
 
     /// The changes of `tools`'s definitions relative to this set's (for one page).
@@ -423,13 +563,16 @@ fn pin_tool(tool: Node<'_>) -> Option<(String, ToolPin, Option<String>)> {
         ToolPin {
             digest: PinDigest::of(&whole),
             fields,
+            definition: Some(whole),
         },
         ambiguous_key,
     ))
 }
 
-/// The first line of a pins file.
-const PINS_HEADER: &str = r#"{"aegis_tool_pins":1}"#;
+/// The first line of a version 1 pins file (digests only).
+const PINS_HEADER_V1: &str = r#"{"aegis_tool_pins":1}"#;
+/// The first line of a version 2 pins file (digests and definitions).
+const PINS_HEADER: &str = r#"{"aegis_tool_pins":2}"#;
 
 /// A pins file that could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -455,21 +598,51 @@ pub enum PinsFileError {
         /// What was expected.
         what: String,
     },
+    /// The set would make a file larger than [`MAX_PINS_FILE`], which no reader of this
+    /// host would read back; nothing was written.
+    #[error("{}: the pins would take {bytes} bytes, more than the {MAX_PINS_FILE} a pins file may hold; nothing written", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The size the file would have had.
+        bytes: usize,
+    },
+}
+
+impl PinsFileError {
+    /// True when the file is not there (a first review creates it).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, PinsFileError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
 }
 
 impl PinSet {
-    /// The set as a pins file: JSON Lines, a header line `{"aegis_tool_pins":1}`, then one
-    /// canonical line per tool, sorted by name:
-    /// `{"fields":{"<field>":"<sha256 hex>",…},"name":"…","sha256":"<hex>"}`, with
-    /// `"duplicate":true` added for a name the listing held more than once, and
-    /// `"held":"<why>"` for a tool whose definition changed (or was removed, or listed
-    /// twice) during a session: calls to it are refused in every later session that
-    /// reads the file, until the operator deletes the member.
+    /// The set as a pins file: JSON Lines, a header line, then one canonical line per
+    /// tool, sorted by name.
+    ///
+    /// Version 2 (`{"aegis_tool_pins":2}`), when every pin holds its definition:
+    /// `{"definition":{…},"fields":{"<field>":"<sha256 hex>",…},"name":"…","sha256":"<hex>"}`,
+    /// where `definition` is the canonical object of the pinned fields the digests were
+    /// taken over. Version 1 (`{"aegis_tool_pins":1}`), when some pin has none (it was
+    /// read from a version 1 file and not listed since with the same digest): the same
+    /// lines without `definition`.
+    ///
+    /// Either version adds `"duplicate":true` for a name the listing held more than
+    /// once, and `"held":"<why>"` for a tool whose definition changed (or was removed, or
+    /// listed twice) during a session: calls to it are refused in every later session
+    /// that reads the file, until the operator accepts the tool (`aegis pins accept`) or
+    /// deletes the member.
     pub fn to_pins_file(&self) -> String {
-        let mut out = String::from(PINS_HEADER);
+        let v2 = self.has_definitions();
+        let mut out = String::from(if v2 { PINS_HEADER } else { PINS_HEADER_V1 });
         out.push('\n');
         for (name, pin) in &self.tools {
             out.push('{');
+            if let (true, Some(definition)) = (v2, &pin.definition) {
+                out.push_str("\"definition\":");
+                out.push_str(definition);
+                out.push(',');
+            }
             if self.duplicates.contains(name) {
                 out.push_str("\"duplicate\":true,");
             }
@@ -493,10 +666,13 @@ impl PinSet {
         out
     }
 
-    /// Reads a pins file's text; `path` is only used in error messages.
+    /// Reads a pins file's text, version 1 or 2; `path` is only used in error messages.
     ///
     /// # Errors
-    /// [`PinsFileError::Format`] naming the line and member at fault.
+    /// [`PinsFileError::Format`] naming the line and member at fault: a member missing,
+    /// unknown or of the wrong type, or (version 2) a `definition` that is not an object
+    /// of pinned fields whose digests are `sha256` and `fields`, and whose `name` is the
+    /// line's.
     pub fn from_pins_file(text: &str, path: &Path) -> Result<PinSet, PinsFileError> {
         let fail = |line: usize, field: &str, what: &str| PinsFileError::Format {
             path: path.to_owned(),
@@ -505,16 +681,17 @@ impl PinSet {
             what: what.to_owned(),
         };
         let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
-        match lines.next() {
-            Some((_, PINS_HEADER)) => {}
+        let v2 = match lines.next() {
+            Some((_, PINS_HEADER)) => true,
+            Some((_, PINS_HEADER_V1)) => false,
             _ => {
                 return Err(fail(
                     1,
                     "line",
-                    &format!("expected the header {PINS_HEADER}"),
+                    &format!("expected the header {PINS_HEADER} (or version 1's {PINS_HEADER_V1})"),
                 ));
             }
-        }
+        };
         let mut set = PinSet::new();
         for (n, line) in lines {
             let node = json::parse(line.as_bytes())
@@ -526,7 +703,9 @@ impl PinSet {
                 return Err(fail(n, "line", "expected an object"));
             };
             for (key, _) in object.members() {
-                if !["name", "sha256", "fields", "duplicate", "held"].contains(&&*key.text) {
+                let known = ["name", "sha256", "fields", "duplicate", "held"].contains(&&*key.text)
+                    || (v2 && key.text == "definition");
+                if !known {
                     return Err(fail(
                         n,
                         &key.text.escape_debug().to_string(),
@@ -565,6 +744,17 @@ impl PinSet {
                 };
                 fields.insert(key.text.into_owned(), digest(&field, &hex.text)?);
             }
+            let definition = if v2 {
+                let Lookup::One(node) = object.lookup("definition") else {
+                    return Err(fail(n, "definition", "expected an object"));
+                };
+                Some(
+                    checked_definition(node, &name, sha, &fields)
+                        .map_err(|(field, what)| fail(n, &field, &what))?,
+                )
+            } else {
+                None
+            };
             match object.lookup("duplicate") {
                 Lookup::Absent => {}
                 Lookup::One(node) if matches!(node.value(), Value::Bool(true)) => {
@@ -575,8 +765,11 @@ impl PinSet {
             match object.lookup("held") {
                 Lookup::Absent => {}
                 Lookup::One(node) => match node.exact_str() {
-                    Some(why) => {
+                    Some(why) if why.len() <= MAX_HELD => {
                         set.held.insert(name.clone(), why.into_owned());
+                    }
+                    Some(_) => {
+                        return Err(fail(n, "held", &format!("longer than {MAX_HELD} bytes")));
                     }
                     None => return Err(fail(n, "held", "expected a string")),
                 },
@@ -590,33 +783,26 @@ impl PinSet {
                 ToolPin {
                     digest: sha,
                     fields,
+                    definition,
                 },
             );
         }
         Ok(set)
     }
 
-    /// Reads a pins file: a regular file only, never through a final symbolic link, and
-    /// never more than the most [`PinSet::write_pins_file`] writes (`aegis_files`).
+    /// Reads a pins file (version 1 or 2): a regular file only, never through a final
+    /// symbolic link, and never more than [`MAX_PINS_FILE`] bytes (`aegis_files`).
     ///
     /// # Errors
     /// [`PinsFileError`]: the file cannot be read (or is a link, a FIFO, a device, or
     /// too large), or a line is malformed.
     pub fn read_pins_file(path: &Path) -> Result<PinSet, PinsFileError> {
-        // The most `write_pins_file` can write: MAX_TOOLS lines (and the header), each a
-        // name of MAX_TOOL_NAME bytes escaped at worst six to one (`\u001f`) and at most
-        // 1 KiB of digests, keys and a `held` summary (under 100 bytes). About 70 MB; real files are kilobytes, but a file
-        // this host wrote is always one it reads back, and nothing larger is read.
-        const MAX_PINS_FILE: aegis_files::Cap = aegis_files::Cap::new(
-            (MAX_TOOLS as u64 + 1) * (6 * MAX_TOOL_NAME as u64 + 1024),
-            "a pins file",
-        );
+        const CAP: aegis_files::Cap = aegis_files::Cap::new(MAX_PINS_FILE, "a pins file");
         // Never through a link or from a FIFO: the file may sit where a server can write.
-        let text =
-            aegis_files::read_to_string(path, MAX_PINS_FILE).map_err(|e| PinsFileError::Io {
-                path: path.to_owned(),
-                source: e.into_io(),
-            })?;
+        let text = aegis_files::read_to_string(path, CAP).map_err(|e| PinsFileError::Io {
+            path: path.to_owned(),
+            source: e.into_io(),
+        })?;
         PinSet::from_pins_file(&text, path)
     }
 
@@ -624,16 +810,81 @@ impl PinSet {
     /// file beside `path`, flushed and renamed over it (`aegis_files::write`).
     ///
     /// # Errors
-    /// [`PinsFileError::Io`] when the file cannot be written, or something other than a
-    /// regular file (a link, a FIFO) stands at `path`.
+    /// [`PinsFileError::TooLarge`] when the file would be larger than
+    /// [`PinSet::read_pins_file`] reads; [`PinsFileError::Io`] when the file cannot be
+    /// written, or something other than a regular file (a link, a FIFO) stands at `path`.
     pub fn write_pins_file(&self, path: &Path) -> Result<(), PinsFileError> {
+        let text = self.to_pins_file();
+        fits(path, text.len())?;
         // Written beside the path and renamed over it: a link or a FIFO a server put at
         // the path is refused, never written through or waited on (issue 29).
-        aegis_files::write(path, self.to_pins_file().as_bytes()).map_err(|e| PinsFileError::Io {
+        aegis_files::write(path, text.as_bytes()).map_err(|e| PinsFileError::Io {
             path: path.to_owned(),
             source: e.into_io(),
         })
     }
+}
+
+/// Refuses a pins file of `bytes` bytes that [`PinSet::read_pins_file`] would not read.
+fn fits(path: &Path, bytes: usize) -> Result<(), PinsFileError> {
+    if bytes as u64 > MAX_PINS_FILE {
+        return Err(PinsFileError::TooLarge {
+            path: path.to_owned(),
+            bytes,
+        });
+    }
+    Ok(())
+}
+
+/// A version 2 line's `definition`, checked against the line: an object of pinned
+/// fields only, whose `name` is the line's, whose canonical form has the digest
+/// `sha256`, and each of whose fields has the digest `fields` names (no more, no
+/// fewer). The canonical text, or the member at fault and why.
+fn checked_definition(
+    node: Node<'_>,
+    name: &str,
+    sha: PinDigest,
+    fields: &BTreeMap<String, PinDigest>,
+) -> Result<String, (String, String)> {
+    let bad = |field: String, what: &str| Err((field, what.to_owned()));
+    let Some(object) = node.object() else {
+        return bad("definition".into(), "expected an object");
+    };
+    let mut seen = BTreeSet::new();
+    for (key, value) in object.members() {
+        let member = format!("definition.{}", key.text.escape_debug());
+        if !PINNED_FIELDS.contains(&&*key.text) {
+            return bad(member, "not a pinned field");
+        }
+        let mut canonical = String::new();
+        json::write_canonical(value, &mut canonical);
+        if fields.get(&*key.text) != Some(&PinDigest::of(&canonical)) {
+            return bad(
+                member,
+                "does not match its digest in fields (the definition or the digest was edited)",
+            );
+        }
+        seen.insert(key.text.into_owned());
+    }
+    if let Some(missing) = fields.keys().find(|f| !seen.contains(*f)) {
+        return bad(
+            format!("definition.{missing}"),
+            "missing, though fields has its digest",
+        );
+    }
+    match object.lookup("name") {
+        Lookup::One(value) if value.exact_str().as_deref() == Some(name) => {}
+        _ => return bad("definition.name".into(), "is not the line's name"),
+    }
+    let mut canonical = String::new();
+    json::write_canonical(node, &mut canonical);
+    if PinDigest::of(&canonical) != sha {
+        return bad(
+            "definition".into(),
+            "does not match sha256 (the definition or the digest was edited)",
+        );
+    }
+    Ok(canonical)
 }
 
 #[cfg(test)]
@@ -753,5 +1004,198 @@ mod tests {
         let error = PinSet::from_pins_file(&bad, path).unwrap_err().to_string();
         assert_eq!(error, "pins.jsonl:2: fields.icons: not a pinned field");
         assert!(!error.contains('\n'));
+    }
+
+    #[test]
+    fn a_version_2_file_holds_each_definition_and_round_trips() {
+        let pinned = set(&[&format!(
+            r#"{{"tools":[{READ},{{"name":"b","title":"B"}}]}}"#
+        )]);
+        let text = pinned.to_pins_file();
+        assert!(text.starts_with("{\"aegis_tool_pins\":2}\n"), "{text}");
+        assert!(text.contains(
+            r#"{"definition":{"description":"Reads a file","inputSchema":{"properties":{"path":{"type":"string"}},"type":"object"},"name":"read"},"fields":{"#
+        ), "{text}");
+        let read = PinSet::from_pins_file(&text, Path::new("p")).unwrap();
+        assert_eq!(read, pinned);
+        assert_eq!(
+            read.get("read").unwrap().field("description"),
+            Some("\"Reads a file\"")
+        );
+        assert_eq!(read.get("b").unwrap().field("description"), None);
+        assert_eq!(read.to_pins_file(), text);
+    }
+
+    /// A definition edited without its digests (or the reverse) is refused, naming the
+    /// line and the member: the file's digests are what wrap enforces, and its
+    /// definitions what an operator reviews, so the two must agree.
+    #[test]
+    fn a_definition_that_does_not_match_its_digests_is_refused() {
+        let pinned = set(&[&format!(r#"{{"tools":[{{"name":"a"}},{READ}]}}"#)]);
+        let text = pinned.to_pins_file();
+        let path = Path::new("pins.jsonl");
+        let error = |text: &str| PinSet::from_pins_file(text, path).unwrap_err().to_string();
+        // The description rewritten in the definition only.
+        let e = error(&text.replacen("\"Reads a file\"", "\"Reads a file and sends it\"", 1));
+        assert!(
+            e.starts_with("pins.jsonl:3: definition.description: does not match its digest"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'));
+        // A field added to the definition, which fields has no digest for.
+        let e = error(&text.replacen(
+            r#""definition":{"name":"a"}"#,
+            r#""definition":{"name":"a","title":"T"}"#,
+            1,
+        ));
+        assert!(
+            e.starts_with("pins.jsonl:2: definition.title: does not match"),
+            "{e}"
+        );
+        // A field the digests name, missing from the definition.
+        let e = error(&text.replacen(
+            r#""definition":{"description":"Reads a file","#,
+            r#""definition":{"#,
+            1,
+        ));
+        assert!(
+            e.starts_with("pins.jsonl:3: definition.description: missing"),
+            "{e}"
+        );
+        // The line's name is not the definition's.
+        let e = error(&text.replacen(r#""name":"a","sha256""#, r#""name":"b","sha256""#, 1));
+        assert!(e.starts_with("pins.jsonl:2: definition.name: "), "{e}");
+        // The whole digest edited.
+        let line = text.lines().nth(1).unwrap();
+        let sha = &line[line.len() - 66..line.len() - 2];
+        let e = error(&text.replacen(sha, &"0".repeat(64), 1));
+        assert!(
+            e.starts_with("pins.jsonl:2: definition: does not match sha256"),
+            "{e}"
+        );
+        // Not an object, or missing from a version 2 line.
+        let e = error(&text.replacen(r#""definition":{"name":"a"}"#, r#""definition":"a""#, 1));
+        assert!(
+            e.starts_with("pins.jsonl:2: definition: expected an object"),
+            "{e}"
+        );
+        let e = error(&text.replacen(r#""definition":{"name":"a"},"#, "", 1));
+        assert!(
+            e.starts_with("pins.jsonl:2: definition: expected an object"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_version_1_file_is_read_and_learns_definitions_from_a_same_listing() {
+        let listing = set(&[&format!(r#"{{"tools":[{READ},{{"name":"b"}}]}}"#)]);
+        // Version 1: the same lines without definitions.
+        let v1: String = listing
+            .to_pins_file()
+            .lines()
+            .map(|l| {
+                let l = l.replace(r#"{"aegis_tool_pins":2}"#, PINS_HEADER_V1);
+                match (l.find(r#"{"definition":"#), l.find(r#","fields":"#)) {
+                    (Some(0), Some(at)) => format!("{{{}\n", &l[at + 1..]),
+                    _ => format!("{l}\n"),
+                }
+            })
+            .collect();
+        let mut pinned = PinSet::from_pins_file(&v1, Path::new("p")).unwrap();
+        assert_eq!(pinned.get("read").unwrap().definition(), None);
+        assert!(!pinned.has_definitions());
+        assert_eq!(pinned.to_pins_file(), v1, "written back as version 1");
+        assert!(
+            PinSet::from_pins_file(
+                &v1.replace(r#""fields""#, r#""definition":{},"fields""#),
+                Path::new("p")
+            )
+            .is_err()
+        );
+        // A listing with b changed: only read learns its definition.
+        let changed = set(&[&format!(
+            r#"{{"tools":[{READ},{{"name":"b","title":"new"}}]}}"#
+        )]);
+        pinned.fill_definitions(&changed);
+        assert!(pinned.get("read").unwrap().definition().is_some());
+        assert_eq!(pinned.get("b").unwrap().definition(), None);
+        pinned.fill_definitions(&listing);
+        assert!(pinned.has_definitions());
+        assert_eq!(pinned.to_pins_file(), listing.to_pins_file());
+    }
+
+    #[test]
+    fn accept_takes_one_tool_and_clears_its_marks() {
+        let mut pinned = set(&[
+            r#"{"tools":[{"name":"a","title":"1"},{"name":"b","title":"1"},{"name":"gone"}]}"#,
+        ]);
+        pinned.hold("a", "changed");
+        pinned.hold("b", "changed");
+        let current = set(&[r#"{"tools":[{"name":"a","title":"2"},{"name":"b","title":"2"}]}"#]);
+        assert!(pinned.accept(&current, "a"));
+        assert!(pinned.accept(&current, "gone"));
+        assert!(!pinned.accept(&current, "never"));
+        assert_eq!(pinned.held("a"), None);
+        assert_eq!(pinned.held("b"), Some("changed"));
+        assert_eq!(pinned.get("a"), current.get("a"));
+        assert_ne!(pinned.get("b"), current.get("b"));
+        assert!(pinned.get("gone").is_none());
+    }
+
+    /// The file bound holds the largest line this host can write besides its
+    /// definition: a name and a held reason of the longest kind, escaped six to one,
+    /// and every pinned field's digest.
+    #[test]
+    fn the_longest_line_fits_the_file_bound() {
+        let name = "\u{1}".repeat(MAX_TOOL_NAME);
+        let mut set = PinSet::new();
+        set.tools.insert(
+            name.clone(),
+            ToolPin {
+                digest: PinDigest([0; 32]),
+                fields: PINNED_FIELDS
+                    .iter()
+                    .map(|f| ((*f).to_owned(), PinDigest([0; 32])))
+                    .collect(),
+                definition: Some(String::new()),
+            },
+        );
+        set.duplicates.insert(name.clone());
+        set.held.insert(name, "\u{1}".repeat(MAX_HELD));
+        let text = set.to_pins_file();
+        let line = text.lines().nth(1).unwrap();
+        assert!(line.len() as u64 <= MAX_LINE_OVERHEAD, "{}", line.len());
+        assert!(
+            MAX_PINS_FILE
+                >= MAX_DEFINITIONS as u64 + (MAX_TOOLS as u64 + 1) * (line.len() as u64 + 1)
+        );
+    }
+
+    /// The writer refuses what the reader would not read, in one line naming the file.
+    #[test]
+    fn a_file_over_the_bound_is_not_written() {
+        let path = Path::new("pins.jsonl");
+        assert!(fits(path, MAX_PINS_FILE as usize).is_ok());
+        let error = fits(path, MAX_PINS_FILE as usize + 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("pins.jsonl: the pins would take "),
+            "{error}"
+        );
+        assert!(error.ends_with("; nothing written") && !error.contains('\n'));
+    }
+
+    #[test]
+    fn a_listing_over_the_definitions_bound_is_refused() {
+        let big = "x".repeat(MAX_DEFINITIONS / 2);
+        let mut s = PinSet::new();
+        s.add_page(format!(r#"{{"tools":[{{"name":"a","description":"{big}"}}]}}"#).as_bytes())
+            .unwrap();
+        assert_eq!(
+            s.add_page(format!(r#"{{"tools":[{{"name":"b","description":"{big}"}}]}}"#).as_bytes()),
+            Err(ListingError::TooLarge)
+        );
+        assert!(s.get("b").is_none());
     }
 }

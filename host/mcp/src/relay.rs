@@ -99,7 +99,7 @@ use crate::json::{self, Node};
 use crate::message::{
     Batch, IdKey, Message, Notification, Request, RequestId, Response, classify, recoverable_ids,
 };
-use crate::pins::{Change, MAX_TOOLS, PinDigest, PinSet, diff};
+use crate::pins::{Change, ListingError, MAX_DEFINITIONS, MAX_TOOLS, PinDigest, PinSet, diff};
 use aegis_record::{DefinitionDigest, ToolChangeAction, ToolChangeKind, ToolChangeLine};
 
 /// JSON-RPC "Invalid Request".
@@ -417,7 +417,7 @@ impl PinState {
             Some(Change::Duplicate(name.to_owned()).to_string())
         } else if let Some(why) = pinned.held(name) {
             Some(format!(
-                "held by the pins file since an earlier session ({why}); the operator removes \"held\" to accept it"
+                "held by the pins file since an earlier session ({why}); the operator reviews it with aegis pins diff and takes it with aegis pins accept"
             ))
         } else if self.stale {
             Some(
@@ -519,6 +519,10 @@ impl PinState {
             );
             return None;
         }
+        if listing.definition_bytes() + page.definition_bytes() > MAX_DEFINITIONS {
+            self.fail(ListingError::TooLarge.to_string(), logs);
+            return None;
+        }
         // Judged before it joins the listing, so the page is never copied: a page of
         // thousands of tools is held once.
         let mut found: Vec<(Change, Option<PinDigest>)> = match &self.pinned {
@@ -566,7 +570,9 @@ impl PinState {
                 );
                 return None;
             }
-            self.preview.push(page.clone());
+            // Only compared later: the digests do, and keep the preview's memory at
+            // digests however large the definitions.
+            self.preview.push(page.digests_only());
         }
         listing.absorb(page);
         for (change, listed) in found {
@@ -620,7 +626,13 @@ impl PinState {
             Some(pinned) => {
                 // Removals can only be seen now. What the pages found stays: a tool
                 // changed back is not clean again.
-                for change in diff(pinned, &listing) {
+                let changes = diff(pinned, &listing);
+                // Pins from a version 1 file learn the definitions their digests were
+                // taken over, so the pins file written at the end can hold them.
+                if let Some(pinned) = &mut self.pinned {
+                    pinned.fill_definitions(&listing);
+                }
+                for change in changes {
                     let listed = listing.get(change.tool()).map(|p| p.digest);
                     self.note(change, listed, logs);
                 }

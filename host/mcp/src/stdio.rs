@@ -518,6 +518,71 @@ where
     Ok(server_reader)
 }
 
+/// Ends a server the caller talked to without a [`Session`] (`aegis pins`), as a session
+/// ends one once its client has gone: its stdin is closed (taken from `child`, if the
+/// caller has not closed it already), then it has `grace` to exit, then SIGTERM and
+/// another `grace`, then SIGKILL. Each signal is said to `sink`. Returns its exit status
+/// once reaped; `None` when it could not be waited for (said as a [`Notice::Error`]).
+pub fn end_server(
+    child: &mut Child,
+    grace: Duration,
+    sink: &(dyn Fn(Notice<'_>) + Send + Sync),
+) -> Option<ExitStatus> {
+    use rustix::process::{Pid, Signal, kill_process};
+    drop(child.stdin.take());
+    let pid = Pid::from_child(child);
+    for (signal, after) in [
+        (Some(Signal::TERM), "its stdin was closed"),
+        (Some(Signal::KILL), "SIGTERM"),
+        (None, "SIGKILL"),
+    ] {
+        let deadline = Instant::now() + grace;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => return Some(status),
+                Ok(None) => {}
+                Err(e) => {
+                    sink(Notice::Error(&format!("waiting for the server: {e}")));
+                    return None;
+                }
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(TICK);
+        }
+        let Some(signal) = signal else {
+            // SIGKILL cannot be refused: only an uninterruptible sleep delays it.
+            return child.wait().ok();
+        };
+        let name = if signal == Signal::TERM {
+            "SIGTERM"
+        } else {
+            "SIGKILL"
+        };
+        sink(Notice::Note(&format!(
+            "the server still runs {} ms after {after}; sending {name}",
+            grace.as_millis()
+        )));
+        let _ = kill_process(pid, signal);
+    }
+    child.wait().ok()
+}
+
+/// Sends the raw signal `signal` to the process `pid`, as a session forwards one to its
+/// server: for a caller that started a server without a [`Session`] and has not reaped
+/// it yet (after that the number may name another process). False when it was not sent.
+pub fn forward_signal(pid: u32, signal: i32) -> bool {
+    use rustix::process::{Pid, Signal, kill_process};
+    let (Some(pid), Some(signal)) = (
+        i32::try_from(pid).ok().and_then(Pid::from_raw),
+        Signal::from_named_raw(signal),
+    ) else {
+        return false;
+    };
+    kill_process(pid, signal).is_ok()
+}
+
 /// Kills the server at once (a session that could not start) and reaps it.
 fn stop_now(child: &mut Child) {
     use rustix::process::{Pid, Signal, kill_process};

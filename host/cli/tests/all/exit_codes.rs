@@ -471,6 +471,169 @@ fn wrap_codes_are_documented_and_produced() {
 }
 
 #[test]
+fn pins_codes_are_documented_and_produced() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = root().join("tests/fixtures/mcp/echo_server.py");
+    let pins = |sub: &str, file: &Path, extra: &[&str], server_flags: &[&str]| {
+        let mut c = aegis();
+        c.args(["pins", sub])
+            .arg(file)
+            .args(extra)
+            .arg("--")
+            .arg("python3")
+            .arg(&server)
+            .args(server_flags);
+        c
+    };
+    let confined = |sub: &str, file: &Path| {
+        let mut c = aegis();
+        c.args(["--profile", "linux-confined", "pins", sub])
+            .arg(file);
+        c
+    };
+    // An executable file whose exec fails once confined (its interpreter is missing).
+    let outside = dir.path().join("server.sh");
+    std::fs::write(&outside, "#!/nonexistent/interpreter\n").unwrap();
+    std::fs::set_permissions(
+        &outside,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let no_dir = dir.path().join("no/such/dir");
+    let file = dir.path().join("pins.jsonl");
+    // A signal while the server is listed: forwarded, the server ended, the signal's code.
+    let interrupted = |t: &mut Table, sub: &str| {
+        for (sig, code) in [
+            (rustix::process::Signal::HUP, 129),
+            (rustix::process::Signal::INT, 130),
+            (rustix::process::Signal::TERM, 143),
+        ] {
+            let pid_file = dir.path().join(format!("{sub}-{code}.pid"));
+            let mut child = pins(
+                sub,
+                &file,
+                &["--timeout-ms", "60000"],
+                &["--silent", "--pid-file", pid_file.to_str().unwrap()],
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+            let server: i32 = loop {
+                if let Ok(pid) = std::fs::read_to_string(&pid_file)
+                    .unwrap_or_default()
+                    .parse()
+                {
+                    break pid;
+                }
+                assert!(
+                    child.try_wait().unwrap().is_none(),
+                    "pins {sub} ended early"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            signal(&child, sig);
+            let status = child.wait().unwrap();
+            assert_eq!(status.code(), Some(code), "pins {sub} after {sig:?}");
+            t.seen.insert(code as u32);
+            let gone =
+                rustix::process::test_kill_process(rustix::process::Pid::from_raw(server).unwrap())
+                    .is_err();
+            assert!(
+                gone,
+                "pins {sub} left its server {server} running after {sig:?}"
+            );
+        }
+    };
+
+    let mut t = Table::new("pins accept");
+    t.run(0, "written (created)", &mut pins("accept", &file, &[], &[]));
+    t.run(
+        1,
+        "a --tool neither pinned nor listed",
+        &mut pins("accept", &file, &["--tool", "nope"], &[]),
+    );
+    t.run(
+        2,
+        "server not started",
+        aegis()
+            .args(["pins", "accept"])
+            .arg(&file)
+            .args(["--", "/nonexistent/server"]),
+    );
+    t.run(
+        4,
+        "profile refused",
+        aegis()
+            .args(["--profile", "no-such-profile", "pins", "accept"])
+            .arg(&file)
+            .args(["--", "true"]),
+    );
+    t.run(
+        4,
+        "a tool listed twice",
+        &mut pins(
+            "accept",
+            &dir.path().join("dup.jsonl"),
+            &[],
+            &["--tool", "echo"],
+        ),
+    );
+    t.run(
+        125,
+        "not confinable",
+        confined("accept", &file)
+            .arg("--allow-read")
+            .arg(&no_dir)
+            .args(["--", "true"]),
+    );
+    t.run(
+        127,
+        "the confined server cannot be executed",
+        confined("accept", &file).arg("--").arg(&outside),
+    );
+    interrupted(&mut t, "accept");
+    t.done();
+
+    let mut t = Table::new("pins diff");
+    t.run(0, "no difference", &mut pins("diff", &file, &[], &[]));
+    t.run(1, "usage", aegis().args(["pins", "diff"]));
+    t.run(
+        2,
+        "pins file unreadable",
+        &mut pins("diff", &dir.path().join("none.jsonl"), &[], &[]),
+    );
+    t.run(
+        4,
+        "profile refused",
+        aegis()
+            .args(["--profile", "no-such-profile", "pins", "diff"])
+            .arg(&file)
+            .args(["--", "true"]),
+    );
+    t.run(
+        9,
+        "a changed description",
+        &mut pins("diff", &file, &[], &["--description", "changed"]),
+    );
+    t.run(
+        125,
+        "not confinable",
+        confined("diff", &file)
+            .arg("--allow-read")
+            .arg(&no_dir)
+            .args(["--", "true"]),
+    );
+    t.run(
+        127,
+        "the confined server cannot be executed",
+        confined("diff", &file).arg("--").arg(&outside),
+    );
+    interrupted(&mut t, "diff");
+    t.done();
+}
+
+#[test]
 fn confine_codes_are_documented_and_produced() {
     let dir = tempfile::tempdir().unwrap();
     let mut t = Table::new("confine");
@@ -734,7 +897,7 @@ fn completions_and_man_codes_are_documented_and_produced() {
 /// The commands that only group others document and give their usage error.
 #[test]
 fn group_commands_document_their_usage_error() {
-    for group in ["key", "plugins", "profiles"] {
+    for group in ["key", "pins", "plugins", "profiles"] {
         let mut t = Table::new(group);
         t.run(1, "no subcommand", aegis().arg(group));
         t.run(1, "no such subcommand", aegis().args([group, "nope"]));
@@ -769,6 +932,8 @@ fn the_top_level_help_lists_every_code() {
         "key show",
         "run",
         "wrap",
+        "pins diff",
+        "pins accept",
         "gateway",
         "confine",
         "demo",

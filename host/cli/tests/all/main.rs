@@ -14,6 +14,7 @@ mod interrupt;
 mod operator_cli;
 mod operator_profile;
 mod operator_safety;
+mod pins;
 mod plugins;
 mod readme;
 mod recheck;

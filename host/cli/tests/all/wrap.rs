@@ -632,6 +632,70 @@ fn pins_written_by_one_session_refuse_a_changed_tool_in_the_next() {
     second.record();
 }
 
+/// The review step (issue 32): a tool one session's `--write-pins` held is shown by
+/// `aegis pins diff`, taken by `aegis pins accept`, and called in the next session.
+#[test]
+fn pins_accept_after_a_held_change_lets_the_next_session_call_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let pins = dir.path().join("pins.jsonl");
+    let pins_flag = pins.to_str().unwrap();
+    let mut first = Wrap::start(&["--write-pins", pins_flag], &["--rug-pull"]);
+    first.initialize();
+    assert!(!is_error(&first.call(3, "echo", r#"{"text":"before"}"#)));
+    // After a call, the server lists echo rewritten: held for this session and the file.
+    first.request(4, "tools/list", "{}");
+    assert!(is_error(&first.call(5, "echo", r#"{"text":"after"}"#)));
+    assert_eq!(first.close().code(), Some(0));
+    let held = r#""held":"changed since it was pinned: description""#;
+    assert!(std::fs::read_to_string(&pins).unwrap().contains(held));
+
+    // The server as it now starts: echo rewritten from its first listing on.
+    let now = ["--description", crate::pins::CHANGED];
+    let review = |sub: &str| {
+        aegis()
+            .args(["pins", sub])
+            .arg(&pins)
+            .arg("--")
+            .arg("python3")
+            .arg(server_script())
+            .args(now)
+            .output()
+            .unwrap()
+    };
+    let diff = review("diff");
+    assert_eq!(diff.status.code(), Some(9), "{}", text(&diff.stderr));
+    let shown = text(&diff.stdout);
+    assert!(
+        shown.starts_with(
+            "echo: changed since it was pinned: description [held: changed since it was pinned: description]\n"
+        ),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("    pinned:  \"Echoes its text back.\"\n"),
+        "{shown}"
+    );
+    // Still held: a session before the review refuses the call.
+    let mut before = Wrap::start(&["--pins", pins_flag], &now);
+    before.initialize();
+    assert!(is_error(&before.call(
+        3,
+        "echo",
+        r#"{"text":"unreviewed"}"#
+    )));
+    assert_eq!(before.close().code(), Some(0));
+
+    let accept = review("accept");
+    assert_eq!(accept.status.code(), Some(0), "{}", text(&accept.stderr));
+    assert!(!std::fs::read_to_string(&pins).unwrap().contains("\"held\""));
+    let mut after = Wrap::start(&["--pins", pins_flag], &now);
+    after.initialize();
+    let answer = after.call(3, "echo", r#"{"text":"accepted"}"#);
+    assert!(!is_error(&answer), "{answer:?}");
+    assert_eq!(after.close().code(), Some(0));
+    after.record();
+}
+
 /// Issue 29, the confused deputy: a server that can write where `--write-pins` points
 /// replaces the pins file with a link to a file outside its reach. The unconfined wrap,
 /// writing the pins at the session's end, must not write through it; the session still

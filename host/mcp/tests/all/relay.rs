@@ -509,6 +509,61 @@ fn listings_span_pages_and_a_name_twice_is_a_change() {
     assert!(to_client(&a).concat().contains("listed more than once"));
 }
 
+/// A session that loaded version 1 pins (digests only) learns the definitions of the
+/// tools it lists unchanged, so its pins file is written as version 2; a tool listed
+/// changed keeps its pin without a definition, and the file stays version 1.
+#[test]
+fn version_1_pins_learn_definitions_from_an_unchanged_listing() {
+    let mut earlier = listed(CountingGate::default(), RelayConfig::default());
+    let v2 = earlier.pins().unwrap().to_pins_file();
+    earlier.shutdown();
+    assert!(v2.starts_with(r#"{"aegis_tool_pins":2}"#), "{v2}");
+    let v1: String = v2
+        .lines()
+        .map(|l| match l.find(r#","fields":"#) {
+            Some(at) if l.starts_with(r#"{"definition":"#) => format!("{{{}\n", &l[at + 1..]),
+            _ => format!(
+                "{}\n",
+                l.replace(r#""aegis_tool_pins":2"#, r#""aegis_tool_pins":1"#)
+            ),
+        })
+        .collect();
+    for (tools, written_as) in [
+        (TOOLS.to_owned(), v2.as_str()),
+        (TOOLS.replace("Removes", "Removes all"), ""),
+    ] {
+        let pins = PinSet::from_pins_file(&v1, "pins.jsonl".as_ref()).unwrap();
+        let mut relay = Relay::with_pins(CountingGate::default(), RelayConfig::default(), pins);
+        relay.from_client(line(LIST));
+        relay.from_server(line(&tools));
+        let file = relay.pins().unwrap().to_pins_file();
+        if written_as.is_empty() {
+            assert!(file.starts_with(r#"{"aegis_tool_pins":1}"#), "{file}");
+            assert!(
+                relay
+                    .pins()
+                    .unwrap()
+                    .get("read")
+                    .unwrap()
+                    .definition()
+                    .is_some()
+            );
+            assert!(
+                relay
+                    .pins()
+                    .unwrap()
+                    .get("rm")
+                    .unwrap()
+                    .definition()
+                    .is_none()
+            );
+        } else {
+            assert_eq!(file, written_as);
+        }
+        relay.shutdown();
+    }
+}
+
 #[test]
 fn pins_from_a_file_judge_the_first_listing() {
     let mut earlier = listed(CountingGate::default(), RelayConfig::default());
