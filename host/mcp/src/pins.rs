@@ -275,6 +275,17 @@ impl PinSet {
 
     /// [`PinSet::add_page`] of a parsed result; the next page's cursor, if it names one.
     pub(crate) fn add_result(&mut self, result: Node<'_>) -> Result<Option<String>, ListingError> {
+        self.add_result_keeping(result, true)
+    }
+
+    /// [`PinSet::add_result`], keeping each tool's definition only when `definitions`:
+    /// a listing only compared with pins that hold theirs needs its digests alone, and
+    /// a page of thousands of long definitions is then never held at once.
+    pub(crate) fn add_result_keeping(
+        &mut self,
+        result: Node<'_>,
+        definitions: bool,
+    ) -> Result<Option<String>, ListingError> {
         if result.has_colliding_keys() {
             return Err(ListingError::DuplicateKeys);
         }
@@ -311,8 +322,11 @@ impl PinSet {
         let mut page = Vec::new();
         let mut bytes = self.definition_bytes();
         for (index, tool) in tools.items().enumerate() {
-            let pinned = pin_tool(tool).ok_or(ListingError::BadTool { index })?;
+            let mut pinned = pin_tool(tool).ok_or(ListingError::BadTool { index })?;
             bytes += pinned.1.definition.as_ref().map_or(0, String::len);
+            if !definitions {
+                pinned.1.definition = None;
+            }
             if bytes > MAX_DEFINITIONS {
                 return Err(ListingError::TooLarge);
             }

@@ -350,7 +350,9 @@ struct PinState {
     ambiguous: BTreeMap<String, String>,
     /// Changes seen (at most one a tool, as `changes`) and not yet handed to the gate
     /// to be recorded: written before any call they refuse is recorded.
-    unrecorded: Vec<ToolChangeLine>,
+    /// Kept small (a name and a digest; the line is built when handed over): a listing
+    /// of thousands of added tools notes each one within one frame.
+    unrecorded: Vec<Unrecorded>,
     /// Why the last listing could not be read, until a complete listing is read.
     unreadable: Option<String>,
     /// Whether a change refuses the tool (and withholds it from the client's listings)
@@ -361,6 +363,14 @@ struct PinState {
     generation: u64,
     /// The server announced a change it has not listed since.
     stale: bool,
+}
+
+/// A change noted and not yet recorded (see [`PinState::line_of`]).
+enum Unrecorded {
+    /// A change in [`PinState::changes`], and the listed definition's digest.
+    Change(String, Option<PinDigest>),
+    /// A tool in [`PinState::ambiguous`].
+    Ambiguous(String),
 }
 
 /// The relay's own `tools/list`: one request at a time, each page asked for when the
@@ -505,7 +515,10 @@ impl PinState {
         logs: &mut Logs,
     ) -> Option<Option<String>> {
         let mut page = PinSet::new();
-        let cursor = match page.add_result(result) {
+        // Definitions are kept while they may pin the session or teach version 1 pins
+        // theirs; a listing compared with pins that hold theirs needs digests alone.
+        let definitions = self.pinned.as_ref().is_none_or(|p| !p.has_definitions());
+        let cursor = match page.add_result_keeping(result, definitions) {
             Ok(cursor) => cursor,
             Err(e) => {
                 self.fail(e.to_string(), logs);
@@ -549,14 +562,7 @@ impl PinState {
                     "tools/list: tool {name:?} names a pinned field as {key:?}; it is not shown to the client and its calls are refused"
                 ));
                 self.ambiguous.insert(name.to_owned(), key.to_owned());
-                self.unrecorded.push(ToolChangeLine {
-                    tool_id: name.to_owned(),
-                    change: ToolChangeKind::Ambiguous,
-                    fields: vec![key.to_owned()],
-                    pinned_digest: self.pinned_digest(name),
-                    listed_digest: None,
-                    action: ToolChangeAction::Withheld,
-                });
+                self.unrecorded.push(Unrecorded::Ambiguous(name.to_owned()));
             }
         }
         if from_client && self.pinned.is_none() {
@@ -649,6 +655,43 @@ impl PinState {
         self.generation += 1;
     }
 
+    /// The record line of a change noted.
+    fn line_of(&self, entry: Unrecorded) -> ToolChangeLine {
+        let action = match self.mode {
+            PinMode::Enforce => ToolChangeAction::Withheld,
+            PinMode::RecordOnly => ToolChangeAction::Shown,
+        };
+        match entry {
+            Unrecorded::Ambiguous(name) => ToolChangeLine {
+                fields: self.ambiguous.get(&name).cloned().into_iter().collect(),
+                pinned_digest: self.pinned_digest(&name),
+                tool_id: name,
+                change: ToolChangeKind::Ambiguous,
+                listed_digest: None,
+                // Refused in both modes, but shown with --pins-record-only.
+                action,
+            },
+            Unrecorded::Change(name, listed) => {
+                let (change, fields) = match self.changes.get(&name) {
+                    Some(Change::Added(_)) => (ToolChangeKind::Added, Vec::new()),
+                    Some(Change::Removed(_)) => (ToolChangeKind::Removed, Vec::new()),
+                    Some(Change::Changed { fields, .. }) => {
+                        (ToolChangeKind::Changed, fields.clone())
+                    }
+                    Some(Change::Duplicate(_)) | None => (ToolChangeKind::Duplicate, Vec::new()),
+                };
+                ToolChangeLine {
+                    pinned_digest: self.pinned_digest(&name),
+                    listed_digest: listed.and_then(definition_digest),
+                    tool_id: name,
+                    change,
+                    fields,
+                    action,
+                }
+            }
+        }
+    }
+
     /// The digest `name` is pinned with, for the record.
     fn pinned_digest(&self, name: &str) -> Option<DefinitionDigest> {
         let pin = self.pinned.as_ref()?.get(name)?;
@@ -665,23 +708,8 @@ impl PinState {
             self.too_many = true;
             return;
         }
-        let (kind, fields) = match &change {
-            Change::Added(_) => (ToolChangeKind::Added, Vec::new()),
-            Change::Removed(_) => (ToolChangeKind::Removed, Vec::new()),
-            Change::Changed { fields, .. } => (ToolChangeKind::Changed, fields.clone()),
-            Change::Duplicate(_) => (ToolChangeKind::Duplicate, Vec::new()),
-        };
-        self.unrecorded.push(ToolChangeLine {
-            tool_id: change.tool().to_owned(),
-            change: kind,
-            fields,
-            pinned_digest: self.pinned_digest(change.tool()),
-            listed_digest: listed.and_then(definition_digest),
-            action: match self.mode {
-                PinMode::Enforce => ToolChangeAction::Withheld,
-                PinMode::RecordOnly => ToolChangeAction::Shown,
-            },
-        });
+        self.unrecorded
+            .push(Unrecorded::Change(change.tool().to_owned(), listed));
         logs.warn(match self.mode {
             PinMode::Enforce => format!(
                 "tools/list: {change}; the client is not shown it and its calls are refused for the rest of the session (aegis pins accept to take the change)"
@@ -1541,7 +1569,8 @@ impl<G: Gate> Relay<G> {
 
     /// Hands the changes seen since the last call to the gate, to be recorded.
     fn record_changes(&mut self) {
-        for line in std::mem::take(&mut self.pins.unrecorded) {
+        for entry in std::mem::take(&mut self.pins.unrecorded) {
+            let line = self.pins.line_of(entry);
             self.gate.tool_changed(&line);
         }
     }

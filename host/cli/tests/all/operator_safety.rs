@@ -530,7 +530,11 @@ fn files_the_cli_reads_are_never_links_fifos_or_directories() {
 
         let subdir = dir.path().join("subdir");
         let _ = std::fs::create_dir(&subdir);
-        failures.extend(refused(site, command(&subdir), &subdir, "a directory").err());
+        // To verify, a directory is a set of records (verify::many_files_…); a link to
+        // one is still refused above.
+        if site != "verify" {
+            failures.extend(refused(site, command(&subdir), &subdir, "a directory").err());
+        }
 
         let fifo = dir.path().join("fifo");
         let _ = std::fs::remove_file(&fifo);
