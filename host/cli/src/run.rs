@@ -203,7 +203,11 @@ pub fn run(profile_name: &str, a: &RunArgs) -> Result<u8, CliError> {
         crate::confine::searched_host_files(),
     );
     crate::confine::refuse_granted(&reach, &host_files)?;
-    let builder = settings.apply(Host::builder(profile).tool_registry(tools))?;
+    let builder = settings.apply(
+        Host::builder(profile)
+            .tool_registry(tools)
+            .front(aegis_runtime::whereabouts::front("run")),
+    )?;
     // One call per process: reserving an instance pool (about 3-4 ms) would cost more
     // than it saves (benches/results/sandbox.md).
     let builder = builder.sandbox_options(Options {

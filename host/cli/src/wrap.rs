@@ -136,6 +136,8 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> Result<u8, CliError> {
         Some(c) => builder.confinement_report(c.report().to_object()),
         None => builder,
     };
+    // Where the record can say what this session fronted: the argv and the executable.
+    let builder = builder.front(aegis_runtime::whereabouts::wrap_front(&a.command));
     // Nothing is recorded and no server started until the host is open.
     let host = crate::open_host(builder, settings.host.no_wait, &interrupts)?;
     crate::note(format_args!("aegis: {}", host.notice()));

@@ -233,6 +233,10 @@ impl Gateway {
             })?);
         }
         let host = builder
+            .front(aegis_runtime::whereabouts::gateway_front(
+                path,
+                &manifest.sha256,
+            ))
             .tool_registry(tools)
             .sandbox(Arc::new(sandbox))
             .open()?;

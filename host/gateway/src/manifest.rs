@@ -190,6 +190,8 @@ pub struct ToolSpec {
 pub struct Manifest {
     /// The file it came from.
     pub path: PathBuf,
+    /// SHA-256 of the text the tools were read from, for the record's provenance.
+    pub sha256: [u8; 32],
     /// Its tools, in file order.
     pub tools: Vec<ToolSpec>,
 }
@@ -284,6 +286,7 @@ impl Manifest {
         }
         Ok(Manifest {
             path: path.to_owned(),
+            sha256: aegis_record::digest::sha256(text.as_bytes()),
             tools,
         })
     }

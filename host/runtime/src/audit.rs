@@ -203,6 +203,9 @@ pub struct ProvenanceExtra {
     /// How a long-lived host serves its calls (`aegis gateway`: transport, address,
     /// concurrency cap, whether non-loopback clients were allowed); left out otherwise.
     pub serving: Option<Object>,
+    /// The front end (`run`, `wrap`, `gateway`) and what it fronts; left out when the
+    /// embedder names none.
+    pub front: Option<Object>,
 }
 
 /// The provenance object, with the [`ProvenanceExtra`] members.
@@ -216,9 +219,11 @@ fn provenance_with(
         overrides,
         confinement,
         serving,
+        front,
     } = extra;
     let mut p = Object::new();
     p.insert("aegis_version", env!("CARGO_PKG_VERSION"));
+    p.insert("host", crate::whereabouts::this_host());
     let mut prof = Object::new();
     prof.insert("name", profile.name.as_str());
     prof.insert("sha256", aegis_record::digest::encode_hex(&profile.sha256));
@@ -248,6 +253,7 @@ fn provenance_with(
     }
     p.insert_opt("confinement", confinement);
     p.insert_opt("serving", serving);
+    p.insert_opt("front", front);
     p
 }
 

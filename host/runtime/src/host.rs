@@ -217,6 +217,7 @@ pub struct HostBuilder {
     busy: Option<WaitWhenBusy>,
     confined: Option<Object>,
     serving: Option<Object>,
+    front: Option<Object>,
 }
 
 /// What [`HostBuilder::open`] does while the audit sink says it is busy: wait, telling
@@ -251,6 +252,7 @@ impl Host {
             busy: None,
             confined: None,
             serving: None,
+            front: None,
         }
     }
 
@@ -481,6 +483,13 @@ impl HostBuilder {
         self
     }
 
+    /// Records the front end this session serves (`run`, `wrap` with the server it
+    /// started, `gateway` with its manifest) in the open line's provenance, under `front`.
+    pub fn front(mut self, front: Object) -> HostBuilder {
+        self.front = Some(front);
+        self
+    }
+
     /// Use a sandbox shared with other hosts instead of building one.
     pub fn sandbox(mut self, sandbox: Arc<Sandbox>) -> HostBuilder {
         self.sandbox = SandboxSource::Shared(sandbox);
@@ -507,6 +516,7 @@ impl HostBuilder {
             busy,
             confined,
             serving,
+            front,
         } = self;
         for m in manifests {
             tools.register(m).map_err(OpenError::Tool)?;
@@ -521,6 +531,7 @@ impl HostBuilder {
             busy,
             confined,
             serving,
+            front,
         };
         let pipeline = assemble(
             &profile, &registry, overrides, key, tools, handlers, sandbox,
@@ -538,6 +549,7 @@ struct Overrides {
     busy: Option<WaitWhenBusy>,
     confined: Option<Object>,
     serving: Option<Object>,
+    front: Option<Object>,
 }
 
 /// The one assembly: resolves and builds the policy and audit stations (the
@@ -557,6 +569,7 @@ fn assemble(
         busy,
         confined,
         serving,
+        front,
     } = overrides;
     // The confinement backend is resolved and built with its config whatever the
     // command, so a profile that `wrap` would refuse is refused everywhere.
@@ -638,6 +651,7 @@ fn assemble(
             overrides: recorded,
             confinement,
             serving,
+            front,
         },
     )?;
     Ok(Pipeline::from_parts(

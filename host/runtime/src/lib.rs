@@ -22,6 +22,7 @@ pub mod recheck;
 pub mod refusal;
 pub mod registry;
 pub mod sandbox;
+pub mod whereabouts;
 
 pub use audit::{AuditNotice, OpenedAudit, RetentionError, export, open_audit};
 pub use host::{CloseError, Host, HostBuilder, PluginSource};

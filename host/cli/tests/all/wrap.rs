@@ -519,6 +519,24 @@ fn a_changed_tool_description_refuses_the_next_call() {
     assert!(pinned.len() == 64 && listed.len() == 64 && pinned != listed);
     let seq = |o: &Object| o.get("seq").and_then(Value::as_int).unwrap();
     assert!(seq(change) < seq(echo[1]), "recorded before the refusal");
+    // The open line says where the session ran and what it fronted.
+    let open = &w.lines_of_type("open")[0];
+    let provenance = open.get("provenance").and_then(Value::as_object).unwrap();
+    let front = provenance.get("front").and_then(Value::as_object).unwrap();
+    assert_eq!(field(front, "command"), "wrap");
+    let server = front.get("server").and_then(Value::as_object).unwrap();
+    let argv = server.get("argv").and_then(Value::as_array).unwrap();
+    assert_eq!(argv[0].as_str(), Some("python3"));
+    assert_eq!(argv.last().and_then(Value::as_str), Some("--rug-pull"));
+    let python = std::fs::canonicalize(field(server, "executable")).unwrap();
+    assert_eq!(
+        field(server, "executable_sha256"),
+        aegis_record::digest::encode_hex(&aegis_record::digest::sha256(
+            &std::fs::read(python).unwrap()
+        ))
+    );
+    let host = provenance.get("host").and_then(Value::as_object).unwrap();
+    assert!(!field(host, "hostname").is_empty());
     // Every line says when the host wrote it (document version 1.3).
     for line_type in ["open", "intent", "outcome", "tool_change", "close"] {
         for line in w.lines_of_type(line_type) {
