@@ -124,6 +124,22 @@ EXIT STATUS:
   17   the record could not be written (output withheld)
   129/130/143  stopped by SIGHUP/SIGINT/SIGTERM (outcome and close line written)";
 
+pub const LOG: &str = "\
+EXAMPLES:
+  aegis log --key KEY_ID aegis-audit.aarl
+  aegis log --tool read_file --verdict denied aegis-audit.aarl
+  aegis log --since 2026-12-04T00:00:00.000000Z --json aegis-audit.aarl
+
+Each line: time, session, tool, verdict (ok, denied, rate_limited, parked, no_grant,
+failed, ceiling, refused, no_outcome, tool_change), station, duration, call id, reason.
+A record written before lines carried times shows - for the time.
+
+EXIT STATUS:
+  0    the record is Verified
+  1    Tampered (nothing listed), or a usage error
+  2    the record could not be read, or the listing not written
+  3    Indeterminate (what it holds is listed)";
+
 pub const WRAP: &str = "\
 EXAMPLES:
   aegis wrap -- python3 server.py

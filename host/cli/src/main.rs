@@ -17,6 +17,7 @@ mod gateway;
 mod help;
 mod interrupt;
 mod key;
+mod log;
 mod pins;
 mod plugins;
 mod recheck;
@@ -134,6 +135,14 @@ enum Command {
     /// record does not hold) is listed as undecidable, with why, never guessed.
     #[command(after_help = help::RECHECK)]
     Recheck(Box<recheck::RecheckArgs>),
+    /// Read a record as a person does: its verdict, then one line a call (time, session,
+    /// tool, verdict, station, duration, call id, reason) and each tool change a relay
+    /// saw. Runs nothing.
+    ///
+    /// The record is verified first, as `aegis verify` does; a Tampered record lists
+    /// nothing. Text the record holds is escaped for the terminal.
+    #[command(after_help = help::LOG)]
+    Log(Box<log::LogArgs>),
     /// Write a fresh ed25519 signing key (mode 0600) and print its public key and key_id.
     ///
     /// Missing directories on the way are created with mode 0700; existing ones are
@@ -280,6 +289,7 @@ impl Command {
         match self {
             Command::Verify(_) => "verify",
             Command::Recheck(_) => "recheck",
+            Command::Log(_) => "log",
             Command::Keygen { .. } => "keygen",
             Command::Key { .. } => "key show",
             Command::Run(_) => "run",
@@ -398,6 +408,7 @@ fn dispatch(cli: Cli) -> Result<u8, CliError> {
         // verify keeps its own errors: its crate is the auditor's build too.
         Command::Verify(args) => Ok(aegis_verify::run(&args)),
         Command::Recheck(args) => recheck::recheck(profile, &args),
+        Command::Log(args) => log::log(&args),
         Command::Keygen { out, force } => key::keygen(&out, force),
         Command::Key {
             command: key::KeyCommand::Show { keyfile },

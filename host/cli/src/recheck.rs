@@ -30,10 +30,40 @@ pub struct RecheckArgs {
 pub const MAX_RECHECK_RECORD: u64 = 256 << 20;
 
 /// A reader that keeps a copy of what it passes on, and fails past
-/// [`MAX_RECHECK_RECORD`].
-struct Kept {
+/// [`MAX_RECHECK_RECORD`]: a record verified and then read again (`recheck`, `log`) is
+/// read once, so the bytes verified are the bytes read, whatever happens to the file.
+pub(crate) struct Kept {
     source: Box<dyn std::io::Read>,
-    bytes: Vec<u8>,
+    /// What was read so far.
+    pub(crate) bytes: Vec<u8>,
+}
+
+impl Kept {
+    /// The record at `path` (`-`: standard input), never through a final link, a FIFO
+    /// or a device; with its name for messages.
+    ///
+    /// # Errors
+    /// [`CliError::Unreadable`] when the file cannot be opened.
+    pub(crate) fn open(path: &std::path::Path) -> Result<(String, Kept), CliError> {
+        let stdin = path.as_os_str() == "-";
+        let name = if stdin {
+            "standard input".to_owned()
+        } else {
+            escape(&path.display().to_string()).into_owned()
+        };
+        let source: Box<dyn std::io::Read> = if stdin {
+            Box::new(std::io::stdin().lock())
+        } else {
+            let file = aegis_files::open(path)
+                .map_err(|e| CliError::Unreadable(escape(&e.to_string()).into_owned()))?;
+            Box::new(file)
+        };
+        let kept = Kept {
+            source,
+            bytes: Vec::new(),
+        };
+        Ok((name, kept))
+    }
 }
 
 impl std::io::Read for Kept {
@@ -43,7 +73,7 @@ impl std::io::Read for Kept {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::FileTooLarge,
                 format!(
-                    "larger than {} MiB, the most recheck reads (it keeps the record to replay the bytes it verified); recheck one session's file at a time",
+                    "larger than {} MiB, the most recheck and log read (they keep the record to read again the bytes they verified); give one session's file at a time",
                     MAX_RECHECK_RECORD >> 20
                 ),
             ));
@@ -83,23 +113,7 @@ pub fn recheck(profile: &str, args: &RecheckArgs) -> Result<u8, CliError> {
             "recheck replays one record: give one file, or - for standard input".into(),
         ));
     };
-    let stdin = path.as_os_str() == "-";
-    let name = if stdin {
-        "standard input".to_owned()
-    } else {
-        escape(&path.display().to_string()).into_owned()
-    };
-    let source: Box<dyn std::io::Read> = if stdin {
-        Box::new(std::io::stdin().lock())
-    } else {
-        let file = aegis_files::open(path)
-            .map_err(|e| CliError::Unreadable(escape(&e.to_string()).into_owned()))?;
-        Box::new(file)
-    };
-    let mut kept = Kept {
-        source,
-        bytes: Vec::new(),
-    };
+    let (name, mut kept) = Kept::open(path)?;
     let report = verify(&mut kept, &Options { trust, threads: 0 })
         .map_err(|e| CliError::Unreadable(format!("{name}: {e}")))?;
     let bytes = kept.bytes;

@@ -11,6 +11,7 @@ mod confine;
 mod exit_codes;
 mod gateway;
 mod interrupt;
+mod log;
 mod operator_cli;
 mod operator_profile;
 mod operator_safety;

@@ -1,0 +1,305 @@
+//! `aegis log`: a record read as a person reads it, one line a call, after the verdict
+//! `aegis verify` gives the same bytes.
+//!
+//! The record is read once and kept (as `recheck` keeps it), verified, then listed: a
+//! Tampered record lists nothing (it is evidence of nothing), an Indeterminate one lists
+//! what it holds under its verdict. Every text the record holds (tool ids, reasons a tool
+//! or server wrote) is escaped for the terminal.
+
+use aegis_record::json::{Object, Value};
+use aegis_record::line::{LineType, OutcomeLine};
+use aegis_record::text::escape;
+use aegis_record::verify::{Options, Verdict, verify};
+use aegis_record::{
+    CapabilityOutcome, ExecutionOutcome, IntentLine, PolicyOutcome, ToolChangeLine,
+};
+use aegis_runtime::pipeline::CallClass;
+use std::collections::HashMap;
+
+use crate::recheck::Kept;
+use crate::{CliError, exit, print};
+
+/// `aegis log`'s arguments.
+#[derive(clap::Args)]
+pub struct LogArgs {
+    /// The record, its trust options and --json, as `aegis verify` takes them (one
+    /// record).
+    #[command(flatten)]
+    record: aegis_verify::VerifyArgs,
+    /// Only calls to this tool.
+    #[arg(long, value_name = "TOOL")]
+    tool: Option<String>,
+    /// Only calls with this verdict: ok, denied, rate_limited, parked, no_grant, failed,
+    /// ceiling, refused, no_outcome, or tool_change for the tool definitions a relay saw
+    /// change.
+    #[arg(long, value_name = "VERDICT", value_parser = clap::builder::PossibleValuesParser::new(VERDICTS))]
+    verdict: Option<String>,
+    /// Only lines timed at or after TIME (RFC 3339 UTC, as the record writes it:
+    /// 2026-12-04T06:10:00.000000Z); lines without a time are left out.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    since: Option<String>,
+}
+
+const VERDICTS: [&str; 10] = [
+    "ok",
+    "denied",
+    "rate_limited",
+    "parked",
+    "no_grant",
+    "failed",
+    "ceiling",
+    "refused",
+    "no_outcome",
+    "tool_change",
+];
+
+fn parse_time(text: &str) -> Result<String, String> {
+    if aegis_record::time::is_valid(text) {
+        Ok(text.to_owned())
+    } else {
+        Err(
+            "expected RFC 3339 UTC with six fractional digits, as 2026-12-04T06:10:00.000000Z"
+                .into(),
+        )
+    }
+}
+
+/// One row of the log.
+struct Row {
+    time: Option<String>,
+    session: u64,
+    tool: String,
+    verdict: &'static str,
+    station: String,
+    reason: String,
+    wall_ms: Option<u64>,
+    call_id: String,
+}
+
+pub fn log(args: &LogArgs) -> Result<u8, CliError> {
+    let [path] = args.record.paths.as_slice() else {
+        return Err(CliError::Usage(
+            "log reads one record: give one file, or - for standard input".into(),
+        ));
+    };
+    let trust =
+        aegis_verify::trust_slice(&args.record).map_err(|e| CliError::Unreadable(e.to_string()))?;
+    let (name, mut kept) = Kept::open(path)?;
+    let report = verify(&mut kept, &Options { trust, threads: 0 })
+        .map_err(|e| CliError::Unreadable(format!("{name}: {e}")))?;
+    let code = match report.verdict() {
+        Verdict::Verified(_) => exit::OK,
+        Verdict::Tampered(_) => aegis_verify::exit::TAMPERED_OR_USAGE,
+        Verdict::Indeterminate(_) => aegis_verify::exit::INDETERMINATE,
+    };
+    let rows = if matches!(report.verdict(), Verdict::Tampered(_)) {
+        Vec::new()
+    } else {
+        rows_of(&kept.bytes)
+    };
+    let shown = rows.into_iter().filter(|r| {
+        args.tool.as_ref().is_none_or(|t| *t == r.tool)
+            && args.verdict.as_deref().is_none_or(|v| v == r.verdict)
+            && args
+                .since
+                .as_ref()
+                .is_none_or(|since| r.time.as_ref().is_some_and(|t| t >= since))
+    });
+    let mut out = Vec::new();
+    if args.record.json {
+        // {"verify": <the report aegis verify --json prints>}
+        out.extend_from_slice(b"{\"verify\":");
+        out.extend(report.to_json());
+        out.push(b'}');
+        out.push(b'\n');
+        for row in shown {
+            out.extend(row_json(&row).to_canonical());
+            out.push(b'\n');
+        }
+    } else {
+        out.extend(format!("# {}\n", report.headline()).into_bytes());
+        for row in shown {
+            out.extend(row_text(&row).into_bytes());
+        }
+    }
+    print(&out).map_err(|_| CliError::Stdout)?;
+    Ok(code)
+}
+
+/// Every call (by its intent, or its outcome when it has none) and every tool change,
+/// in file order. Lines the verifier accepted are read again here; one that does not
+/// read as its type is skipped (the verdict above already says what it is).
+fn rows_of(bytes: &[u8]) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    let mut by_call: HashMap<(u64, String), usize> = HashMap::new();
+    let mut session = 0u64;
+    let mut opened = false;
+    for line in bytes.split(|&b| b == b'\n') {
+        let Ok(Value::Object(obj)) = aegis_record::json::parse(line) else {
+            continue;
+        };
+        let time = obj.get("time").and_then(Value::as_str).map(str::to_owned);
+        let line_type = obj.get("line_type").and_then(Value::as_str).unwrap_or("");
+        match LineType::from_token(line_type) {
+            LineType::Open => {
+                if opened {
+                    session += 1;
+                }
+                opened = true;
+            }
+            LineType::Intent => {
+                let Ok(intent) = IntentLine::from_object(&obj) else {
+                    continue;
+                };
+                by_call.insert((session, intent.call_id.clone()), rows.len());
+                rows.push(Row {
+                    time,
+                    session,
+                    tool: intent.tool_id,
+                    verdict: "no_outcome",
+                    station: String::new(),
+                    reason: String::new(),
+                    wall_ms: None,
+                    call_id: intent.call_id,
+                });
+            }
+            LineType::Outcome => {
+                let Ok(outcome) = OutcomeLine::from_object(&obj) else {
+                    continue;
+                };
+                let (verdict, station, reason) = judged(&outcome);
+                let at = by_call.remove(&(session, outcome.call_id.clone()));
+                let row = match at {
+                    Some(i) => &mut rows[i],
+                    None => {
+                        rows.push(Row {
+                            time,
+                            session,
+                            tool: outcome.tool_id.clone(),
+                            verdict,
+                            station: String::new(),
+                            reason: String::new(),
+                            wall_ms: None,
+                            call_id: outcome.call_id.clone(),
+                        });
+                        rows.last_mut().expect("just pushed")
+                    }
+                };
+                row.verdict = verdict;
+                row.station = station;
+                row.reason = reason;
+                row.wall_ms = outcome.wall_ms.map(|w| w.get());
+            }
+            LineType::ToolChange => {
+                let Ok(change) = ToolChangeLine::from_object(&obj) else {
+                    continue;
+                };
+                let mut reason = format!("{} ({})", change.change.token(), change.action.token());
+                if !change.fields.is_empty() {
+                    reason.push_str(": ");
+                    reason.push_str(&change.fields.join(", "));
+                }
+                rows.push(Row {
+                    time,
+                    session,
+                    tool: change.tool_id,
+                    verdict: "tool_change",
+                    station: "pins".into(),
+                    reason,
+                    wall_ms: None,
+                    call_id: String::new(),
+                });
+            }
+            _ => {}
+        }
+    }
+    rows
+}
+
+/// The verdict token, the station that decided (empty when it ran) and why.
+fn judged(outcome: &OutcomeLine) -> (&'static str, String, String) {
+    let verdict = match CallClass::of(outcome) {
+        CallClass::Success => "ok",
+        CallClass::PolicyDenied => "denied",
+        CallClass::RateLimited => "rate_limited",
+        CallClass::PendingApproval => "parked",
+        CallClass::CapabilityDenied => "no_grant",
+        CallClass::Trap => "failed",
+        CallClass::ResourceExceeded => "ceiling",
+        CallClass::HostDenied => "refused",
+    };
+    let station = match outcome.stopped() {
+        Some(stop) => stop.cause.station().to_string(),
+        None => match &outcome.execution {
+            ExecutionOutcome::Success => String::new(),
+            _ => "sandbox".into(),
+        },
+    };
+    if let (CallClass::CapabilityDenied, CapabilityOutcome::Denied { reason, .. }) =
+        (CallClass::of(outcome), &outcome.capability)
+    {
+        return (verdict, station, reason.clone());
+    }
+    let reason = match (&outcome.policy, &outcome.execution) {
+        (PolicyOutcome::Denied { reason } | PolicyOutcome::RateLimited { reason }, _)
+            if !reason.starts_with("not reached") =>
+        {
+            reason.clone()
+        }
+        (PolicyOutcome::PendingApproval { approval_id }, _) => {
+            format!("parked for approval {approval_id}")
+        }
+        (_, ExecutionOutcome::HostDenied { reason }) => reason.clone(),
+        (_, ExecutionOutcome::Trap { message }) => message.clone(),
+        (_, ExecutionOutcome::ResourceExceeded { kind }) => format!("the {kind} ceiling"),
+        (_, ExecutionOutcome::Success) => String::new(),
+    };
+    (verdict, station, reason)
+}
+
+fn row_text(r: &Row) -> String {
+    let dash = |s: &str| {
+        if s.is_empty() {
+            "-".to_owned()
+        } else {
+            escape(s).into_owned()
+        }
+    };
+    format!(
+        "{}  s{}  {}  {}  {}  {}  {}  {}\n",
+        r.time.as_deref().unwrap_or("-"),
+        r.session,
+        dash(&r.tool),
+        r.verdict,
+        dash(&r.station),
+        r.wall_ms
+            .map_or_else(|| "-".to_owned(), |ms| format!("{ms}ms")),
+        dash(&r.call_id),
+        dash(&r.reason),
+    )
+}
+
+fn row_json(r: &Row) -> Object {
+    let mut o = Object::new();
+    o.insert_opt("time", r.time.clone());
+    o.insert(
+        "session",
+        aegis_record::json::SafeInt::new(r.session).unwrap_or_default(),
+    );
+    o.insert("tool_id", r.tool.as_str());
+    o.insert("verdict", r.verdict);
+    if !r.station.is_empty() {
+        o.insert("station", r.station.as_str());
+    }
+    if !r.reason.is_empty() {
+        o.insert("reason", r.reason.as_str());
+    }
+    o.insert_opt(
+        "wall_ms",
+        r.wall_ms.and_then(aegis_record::json::SafeInt::new),
+    );
+    if !r.call_id.is_empty() {
+        o.insert("call_id", r.call_id.as_str());
+    }
+    o
+}
