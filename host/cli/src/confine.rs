@@ -16,20 +16,20 @@ use crate::CliError;
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct GrantArgs {
     /// Allow reading files and listing directories beneath PATH (repeatable; replaces
-    /// the profile's [operator] allow_read).
+    /// the profile's `[operator]` allow_read).
     #[arg(long = "allow-read", value_name = "PATH")]
     pub read: Vec<PathBuf>,
     /// Allow executing, and reading, files beneath PATH, a file or a directory
-    /// (repeatable; replaces the profile's [operator] allow_exec): what `npx`, `uvx` or
+    /// (repeatable; replaces the profile's `[operator]` allow_exec): what `npx`, `uvx` or
     /// an interpreter shim runs from outside `/usr`.
     #[arg(long = "allow-exec", value_name = "PATH")]
     pub exec: Vec<PathBuf>,
     /// Allow reading, writing, creating and removing beneath PATH (repeatable; replaces
-    /// the profile's [operator] allow_write).
+    /// the profile's `[operator]` allow_write).
     #[arg(long = "allow-write", value_name = "PATH")]
     pub write: Vec<PathBuf>,
     /// Allow TCP connections to HOST:PORT (repeatable; replaces the profile's
-    /// [operator] allow_net). Landlock enforces the port only: the port is reachable
+    /// `[operator]` allow_net). Landlock enforces the port only: the port is reachable
     /// on every host.
     #[arg(long = "allow-net", value_name = "HOST:PORT")]
     pub net: Vec<String>,

@@ -35,7 +35,7 @@ pub struct WrapArgs {
     max_frame: usize,
     /// Compare the server's tool listings with these pins (written by --write-pins)
     /// instead of pinning the session's first listing. A tool the file marks "held" is
-    /// refused until the operator deletes the mark. Replaces the profile's [operator]
+    /// refused until the operator deletes the mark. Replaces the profile's `[operator]`
     /// pins.
     #[arg(long, value_name = "FILE")]
     pins: Option<PathBuf>,
@@ -43,12 +43,12 @@ pub struct WrapArgs {
     /// atomically; a link, FIFO or device there is refused, never written through). A
     /// tool that changed during the session is marked "held".
     /// Refused beneath an --allow-write directory, as are --pins, --policy and --audit;
-    /// --signing-key beneath any granted directory. Replaces the profile's [operator]
+    /// --signing-key beneath any granted directory. Replaces the profile's `[operator]`
     /// write_pins.
     #[arg(long, value_name = "FILE")]
     write_pins: Option<PathBuf>,
     /// Log changed tool definitions instead of refusing calls to them (whatever the
-    /// profile's [operator] pins_record_only says).
+    /// profile's `[operator]` pins_record_only says).
     #[arg(long)]
     pins_record_only: bool,
     /// After the client closes its stdin, how long the server has to exit before
