@@ -231,6 +231,16 @@ pub fn host_files(
                 .filter(|(what, _)| !replaced(what))
                 .map(|(what, path)| HostFile::new(what, &path)),
         );
+        // The key the profile names is the operator's whichever command runs (one that
+        // signs nothing too: `confine`, `pins`): a grant over it would let the program
+        // read it. Found missing from `pins` by a review; now every caller gets it here.
+        files.extend(
+            profile
+                .operator
+                .signing_key
+                .as_ref()
+                .map(|k| HostFile::secret(profile.source_of(k).name(), &k.value)),
+        );
     }
     files
 }
@@ -548,14 +558,8 @@ pub fn confine(profile_name: &str, args: &ConfineArgs) -> Result<u8, CliError> {
         .as_deref()
         .filter(|r| r.as_os_str() != "-")
         .map(|r| HostFile::new("--report", r));
-    // confine signs nothing, but the key the profile names is the operator's: a grant
-    // over it would let the program read it, as wrap refuses.
-    let key = profile
-        .operator
-        .signing_key
-        .as_ref()
-        .map(|k| HostFile::secret(profile.source_of(k).name(), &k.value));
-    let host_files = host_files(None, Some(&profile), report.into_iter().chain(key));
+    // The profile's signing key is among the host files (see host_files).
+    let host_files = host_files(None, Some(&profile), report);
     let grant = args.grant.with_profile(&profile);
     grant.show();
     let confined = start(&profile, &grant, &args.command, &host_files, |_| {})?;

@@ -261,7 +261,9 @@ fn render(review: &Review<'_>) -> String {
 fn list(profile: &aegis_runtime::Profile, a: &ServerArgs, pins: &Path) -> Result<PinSet, CliError> {
     let host_files =
         crate::confine::host_files(None, Some(profile), [HostFile::new("the pins file", pins)]);
-    crate::confine::refuse_granted(&crate::confine::Reach::of_grant(&a.grant), &host_files)?;
+    // The profile's [operator] grants apply as they do to wrap; flags replace them.
+    let grant = a.grant.with_profile(profile);
+    crate::confine::refuse_granted(&crate::confine::Reach::of_grant(&grant), &host_files)?;
     if a.timeout_ms == 0 {
         return Err(CliError::Usage(
             "--timeout-ms must be at least 1".to_owned(),
@@ -284,7 +286,7 @@ fn list(profile: &aegis_runtime::Profile, a: &ServerArgs, pins: &Path) -> Result
         }
     })
     .map_err(|e| CliError::Refused(format!("signal handlers could not be installed: {e}")))?;
-    let mut child = start(profile, a, &host_files)?;
+    let mut child = start(profile, a, &grant, &host_files)?;
     server.store(child.id(), Ordering::SeqCst);
     let (Some(to_server), Some(from_server)) = (child.stdin.take(), child.stdout.take()) else {
         unreachable!("both pipes were asked for");
@@ -336,6 +338,7 @@ fn list(profile: &aegis_runtime::Profile, a: &ServerArgs, pins: &Path) -> Result
 fn start(
     profile: &aegis_runtime::Profile,
     a: &ServerArgs,
+    grant: &GrantArgs,
     host_files: &[HostFile],
 ) -> Result<Child, CliError> {
     let piped = |server: &mut Command| {
@@ -345,10 +348,10 @@ fn start(
             .stderr(Stdio::piped());
     };
     if profile.confinement.is_some() {
-        let confined = crate::confine::start(profile, &a.grant, &a.command, host_files, piped)?;
+        let confined = crate::confine::start(profile, grant, &a.command, host_files, piped)?;
         return confined.start().map_err(CliError::Confine);
     }
-    if !a.grant.grants().is_empty() {
+    if !grant.grants().is_empty() {
         return Err(CliError::Usage(format!(
             "--allow-read, --allow-exec, --allow-write, --allow-net and --best-effort confine the server, but profile {} names no confinement backend; use --profile linux-confined",
             escape(&profile.name)

@@ -94,6 +94,8 @@ fn parse_trust_anchor(s: &str) -> Result<TrustAnchor, String> {
 
 /// One `error: …` line on stderr; a closed or failing stderr is ignored, never a panic.
 fn error(message: impl std::fmt::Display) {
+    // Messages name files, and a file's name is anyone's choice: escaped, as reports are.
+    let message = aegis_record::text::escape(&message.to_string()).into_owned();
     let _ = writeln!(std::io::stderr().lock(), "error: {message}");
 }
 
@@ -334,6 +336,13 @@ fn entry(path: &Path, checked: &Checked, json: bool) -> Vec<u8> {
     if json {
         let mut out = b"{\"file\":".to_vec();
         out.extend(aegis_record::json::quote(&path.to_string_lossy()).into_bytes());
+        // A name that is not UTF-8 is shown lossily above; its bytes, in hex, tell two
+        // such files apart.
+        if path.to_str().is_none() {
+            out.extend_from_slice(b",\"file_hex\":");
+            let hex = aegis_record::digest::encode_hex(path.as_os_str().as_encoded_bytes());
+            out.extend(aegis_record::json::quote(&hex).into_bytes());
+        }
         match checked {
             Checked::Report(r) => {
                 out.extend_from_slice(b",\"report\":");

@@ -418,3 +418,47 @@ fn pins_diff_under_linux_confined_lists_the_server_confined() {
         said(&out)
     );
 }
+
+/// From a review: `pins diff`/`accept` under a confining profile did not count the profile's
+/// signing key among the files a grant may not reach, so `--allow-read` over it let the
+/// listed server read the key (wrap and confine refused it). Refused now, before any
+/// server starts, naming the profile line.
+#[test]
+fn a_grant_over_the_profiles_signing_key_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let secrets = dir.path().join("secrets");
+    std::fs::create_dir(&secrets).unwrap();
+    let key = secrets.join("k");
+    let out = Command::new(env!("CARGO_BIN_EXE_aegis"))
+        .args(["keygen", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let profile = dir.path().join("fs.toml");
+    std::fs::write(
+        &profile,
+        "name = \"fs\"\ndescription = \"d\"\n[policy]\nplugin = \"builtin:policy-static\"\nconfig = { verdict = \"allow\" }\n[capability]\n[sandbox]\nconfinement = { plugin = \"builtin:confine-landlock\" }\n[audit]\nplugin = \"builtin:memory-sink\"\n[operator]\nsigning_key = \"secrets/k\"\n",
+    )
+    .unwrap();
+    let pid = dir.path().join("server.pid");
+    let out = Command::new(env!("CARGO_BIN_EXE_aegis"))
+        .arg("--profile")
+        .arg(&profile)
+        .args(["pins", "accept"])
+        .arg(dir.path().join("p.pins"))
+        .arg("--allow-read")
+        .arg(&secrets)
+        .arg("--")
+        .arg("python3")
+        .arg(server_script())
+        .arg("--pid-file")
+        .arg(&pid)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("operator.signing_key"), "{stderr}");
+    assert!(!pid.exists(), "no server was started");
+}

@@ -763,3 +763,36 @@ fn a_time_that_goes_back_is_reported_not_judged() {
         .unwrap();
     assert!(!stdout(&timed).contains("time_backwards"));
 }
+
+/// From a review of the many-file mode: a file's name is anyone's choice. On stderr it
+/// is escaped as reports are; in `--json` a name that is not UTF-8 carries its bytes
+/// too, so two names that read the same lossily stay apart.
+#[test]
+fn file_names_in_many_file_reports_are_escaped_and_told_apart() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let golden = std::fs::read(vectors().join("golden/golden.aarl")).unwrap();
+    for raw in [&b"r\xff.aarl"[..], &b"r\xfe.aarl"[..]] {
+        std::fs::write(dir.path().join(std::ffi::OsStr::from_bytes(raw)), &golden).unwrap();
+    }
+    std::os::unix::fs::symlink("/etc/passwd", dir.path().join("x\u{1b}[2Kall good")).unwrap();
+    let out = aegis()
+        .args(["verify", "--json"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains('\u{1b}') && err.contains("x\\u{1b}[2Kall good"),
+        "{err}"
+    );
+    let hexes: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| match json::parse(l.as_bytes()).ok()? {
+            Value::Object(o) => o.get("file_hex")?.as_str().map(str::to_owned),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(hexes.len(), 2, "{}", String::from_utf8_lossy(&out.stdout));
+    assert_ne!(hexes[0], hexes[1]);
+}
