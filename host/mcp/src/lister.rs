@@ -219,6 +219,7 @@ where
         to_server: &mut to_server,
         timeout: config.step_timeout,
         sent: 0,
+        answered: 0,
     };
     lister.send(
         Step::Initialize,
@@ -339,7 +340,19 @@ struct Lister<'w, W: Write> {
     to_server: &'w mut W,
     timeout: Duration,
     sent: u64,
+    /// Server requests answered so far (at most [`MAX_ANSWERED`]).
+    answered: usize,
 }
+
+/// The most server requests a listing answers, and the longest id it echoes back.
+/// Answers are written on the server's stdin, which a hostile server need never read:
+/// with both bounds, everything the lister writes (its own few requests and at most
+/// these answers, some 24 KiB) fits in a pipe's buffer (64 KiB on Linux), so a write
+/// never blocks past the step timeout. Requests beyond them go unanswered (found by a
+/// review: a server that sent pings and read nothing hung the lister).
+pub const MAX_ANSWERED: usize = 64;
+/// See [`MAX_ANSWERED`].
+pub const MAX_ANSWERED_ID: usize = 256;
 
 impl<W: Write> Lister<'_, W> {
     fn write(&mut self, step: Step, bytes: &[u8]) -> Result<(), ListError> {
@@ -411,7 +424,10 @@ impl<W: Write> Lister<'_, W> {
                     }
                     return read(line.len(), &response);
                 }
+                Message::Request(request)
+                    if self.answered >= MAX_ANSWERED || request.id.raw.len() > MAX_ANSWERED_ID => {}
                 Message::Request(request) => {
+                    self.answered += 1;
                     let answer = if request.method == "ping" {
                         format!(
                             r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#,
@@ -514,6 +530,29 @@ done"#;
         assert_eq!(
             listing.pins.get("b").unwrap().definition(),
             Some(r#"{"description":"B","name":"b"}"#)
+        );
+    }
+
+    /// From a review: a server that sends requests and never reads its stdin filled the
+    /// pipe with the lister's answers and hung it past every timeout. It now answers at
+    /// most MAX_ANSWERED requests with short ids, so it times out as any silent server.
+    #[test]
+    fn a_server_that_floods_requests_and_reads_nothing_still_times_out() {
+        let config = ListerConfig {
+            step_timeout: Duration::from_millis(500),
+            ..ListerConfig::default()
+        };
+        let started = Instant::now();
+        let long_id = "9".repeat(2000);
+        let script = format!(
+            r#"i=0; while [ $i -lt 20000 ]; do printf '%s\n' '{{"jsonrpc":"2.0","id":{long_id},"method":"ping"}}' '{{"jsonrpc":"2.0","id":1,"method":"ping"}}'; i=$((i+1)); done; sleep 30"#
+        );
+        let error = listed(&script, &config).unwrap_err();
+        assert!(matches!(error, ListError::Timeout { .. }), "{error}");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
         );
     }
 
