@@ -353,6 +353,9 @@ struct PinState {
     /// Kept small (a name and a digest; the line is built when handed over): a listing
     /// of thousands of added tools notes each one within one frame.
     unrecorded: Vec<Unrecorded>,
+    /// With `--pins-record-only`: each (tool, listed digest) already on the record, so
+    /// every definition the client is shown is recorded once (at most [`MAX_TOOLS`]).
+    listed_seen: BTreeSet<(String, PinDigest)>,
     /// Why the last listing could not be read, until a complete listing is read.
     unreadable: Option<String>,
     /// Whether a change refuses the tool (and withholds it from the client's listings)
@@ -371,6 +374,18 @@ enum Unrecorded {
     Change(String, Option<PinDigest>),
     /// A tool in [`PinState::ambiguous`].
     Ambiguous(String),
+    /// A further change to a tool already changed, shown to the client.
+    Again(Change, Option<PinDigest>),
+}
+
+/// A change's kind and fields, as the record writes them.
+fn kind_of(change: Option<&Change>) -> (ToolChangeKind, Vec<String>) {
+    match change {
+        Some(Change::Added(_)) => (ToolChangeKind::Added, Vec::new()),
+        Some(Change::Removed(_)) => (ToolChangeKind::Removed, Vec::new()),
+        Some(Change::Changed { fields, .. }) => (ToolChangeKind::Changed, fields.clone()),
+        Some(Change::Duplicate(_)) | None => (ToolChangeKind::Duplicate, Vec::new()),
+    }
 }
 
 /// The relay's own `tools/list`: one request at a time, each page asked for when the
@@ -672,19 +687,23 @@ impl PinState {
                 action,
             },
             Unrecorded::Change(name, listed) => {
-                let (change, fields) = match self.changes.get(&name) {
-                    Some(Change::Added(_)) => (ToolChangeKind::Added, Vec::new()),
-                    Some(Change::Removed(_)) => (ToolChangeKind::Removed, Vec::new()),
-                    Some(Change::Changed { fields, .. }) => {
-                        (ToolChangeKind::Changed, fields.clone())
-                    }
-                    Some(Change::Duplicate(_)) | None => (ToolChangeKind::Duplicate, Vec::new()),
-                };
+                let (change, fields) = kind_of(self.changes.get(&name));
                 ToolChangeLine {
                     pinned_digest: self.pinned_digest(&name),
                     listed_digest: listed.and_then(definition_digest),
                     tool_id: name,
                     change,
+                    fields,
+                    action,
+                }
+            }
+            Unrecorded::Again(change, listed) => {
+                let (kind, fields) = kind_of(Some(&change));
+                ToolChangeLine {
+                    pinned_digest: self.pinned_digest(change.tool()),
+                    listed_digest: listed.and_then(definition_digest),
+                    tool_id: change.tool().to_owned(),
+                    change: kind,
                     fields,
                     action,
                 }
@@ -701,12 +720,31 @@ impl PinState {
     /// A change seen in a listing whose definition of the tool (if it holds one) has
     /// digest `listed`: warned about and recorded once a tool and session.
     fn note(&mut self, change: Change, listed: Option<PinDigest>, logs: &mut Logs) {
+        // Shown to the client (--pins-record-only), each definition it is shown is on the
+        // record once: a second change to a tool is a new line (found by a review). Enforced,
+        // the tool is withheld whatever it becomes, so its first change says all.
+        let shown = self.mode == PinMode::RecordOnly;
+        let new_definition = |seen: &mut BTreeSet<(String, PinDigest)>| {
+            listed.is_some_and(|d| seen.insert((change.tool().to_owned(), d)))
+        };
         if self.changes.contains_key(change.tool()) {
+            if shown && self.listed_seen.len() < MAX_TOOLS && new_definition(&mut self.listed_seen)
+            {
+                logs.warn(format!(
+                    "tools/list: {change} (again: another definition); shown and callable (--pins-record-only)"
+                ));
+                self.unrecorded.push(Unrecorded::Again(change, listed));
+            } else if shown && self.listed_seen.len() >= MAX_TOOLS {
+                self.too_many = true;
+            }
             return;
         }
         if self.changes.len() >= MAX_TOOLS {
             self.too_many = true;
             return;
+        }
+        if shown {
+            new_definition(&mut self.listed_seen);
         }
         self.unrecorded
             .push(Unrecorded::Change(change.tool().to_owned(), listed));
