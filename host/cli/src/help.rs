@@ -353,8 +353,11 @@ EXIT STATUS:
 
 pub const PINS_ACCEPT: &str = "\
 EXAMPLES:
-  aegis pins accept pins.jsonl -- python3 server.py
+  aegis pins accept pins.jsonl --expect SHA256 -- python3 server.py
   aegis pins accept pins.jsonl --tool read --tool write -- ./server
+
+--expect takes the listing digest pins diff printed: the file is written only if the
+server lists exactly what was reviewed (a server can show two runs different tools).
 
 Without --tool every tool the server lists now is pinned, and every held mark goes.
 With --tool only those tools take their current definition (or leave the file, when the
@@ -367,8 +370,8 @@ EXIT STATUS:
   1    a usage error (a --tool neither pinned nor listed), or the pins file lies where
        the confined server may write
   2    the pins file could not be read or written, or the server started or listed
-  4    the profile was refused, or the listing names a tool twice or a pinned field by
-       another spelling (nothing written)
+  4    the profile was refused, the listing is not the --expect one, or it names a
+       tool twice or a pinned field by another spelling (nothing written)
   125  the profile confines native programs and the server could not be confined
   127  the confined server could not be executed
   129/130/143  SIGHUP/SIGINT/SIGTERM stopped it (nothing written; the server is ended)";

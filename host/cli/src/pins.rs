@@ -109,6 +109,11 @@ pub struct AcceptArgs {
     /// A tool the server no longer lists is removed from the file.
     #[arg(long = "tool", value_name = "NAME")]
     tools: Vec<String>,
+    /// The listing's SHA-256 `pins diff` printed: accept only if the server lists
+    /// exactly what that review showed, else write nothing (exit 4). Without it, accept
+    /// takes whatever the server lists now, which may not be what was reviewed.
+    #[arg(long, value_name = "SHA256")]
+    expect: Option<String>,
     #[command(flatten)]
     server: ServerArgs,
 }
@@ -118,6 +123,14 @@ pub fn pins(profile_name: &str, command: &PinsCommand) -> Result<u8, CliError> {
         PinsCommand::Diff(a) => diff(profile_name, a),
         PinsCommand::Accept(a) => accept(profile_name, a),
     }
+}
+
+/// The digest of a listing as reviewed: SHA-256 of the pins file it would be (sorted,
+/// canonical, every definition), so `diff` and `accept` name the same listing alike.
+fn listing_digest(current: &PinSet) -> String {
+    aegis_record::digest::encode_hex(&aegis_record::digest::sha256(
+        current.to_pins_file().as_bytes(),
+    ))
 }
 
 fn shown(path: &Path) -> String {
@@ -141,6 +154,11 @@ fn diff(profile_name: &str, a: &DiffArgs) -> Result<u8, CliError> {
         );
     }
     crate::print(out.as_bytes()).map_err(|_| CliError::Stdout)?;
+    // What accept --expect takes, shown even with -q: it ties the write to this review.
+    crate::say(format_args!(
+        "aegis: listing sha256 {} (aegis pins accept --expect takes it)",
+        listing_digest(&current)
+    ));
     let tools = current.tools().count();
     if review.differs() {
         crate::note(format_args!(
@@ -172,6 +190,19 @@ fn accept(profile_name: &str, a: &AcceptArgs) -> Result<u8, CliError> {
         Err(e) => return Err(CliError::Unreadable(escape(&e.to_string()).into_owned())),
     };
     let current = list(&profile, &a.server, &a.pins)?;
+    let digest = listing_digest(&current);
+    match &a.expect {
+        Some(expected) if *expected != digest => {
+            return Err(CliError::Refused(format!(
+                "the server now lists other tools than the review showed (listing sha256 {digest}, --expect {}); nothing accepted",
+                escape(expected)
+            )));
+        }
+        Some(_) => {}
+        None => crate::say(format_args!(
+            "warning: accepting the listing read now (sha256 {digest}); give pins diff's --expect to be sure it is the one reviewed"
+        )),
+    }
     if let Some(name) = current.duplicates().next() {
         return Err(CliError::Refused(format!(
             "the server lists tool {} more than once, so which definition a client uses is unknown; nothing accepted",

@@ -462,3 +462,50 @@ fn a_grant_over_the_profiles_signing_key_is_refused() {
     assert!(stderr.contains("operator.signing_key"), "{stderr}");
     assert!(!pid.exists(), "no server was started");
 }
+
+/// From a review: accept listed the server again and wrote whatever it listed then, so a
+/// server that showed `diff` one description could have another accepted. `diff` names
+/// the listing by its SHA-256 and `accept --expect` writes only that listing.
+#[test]
+fn accept_expect_writes_only_the_listing_that_was_reviewed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.pins");
+    let out = pins("accept", &file, &[], &["--description", "First."]);
+    assert_eq!(code(&out), Some(0), "{}", said(&out));
+    assert!(text(&out.stderr).contains("warning: accepting the listing read now"));
+    let reviewed = pins("diff", &file, &[], &["--description", "Reviewed."]);
+    assert_eq!(code(&reviewed), Some(9), "{}", said(&reviewed));
+    let stderr = text(&reviewed.stderr);
+    let digest = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("aegis: listing sha256 "))
+        .and_then(|rest| rest.split(' ').next())
+        .expect("diff names the listing")
+        .to_owned();
+    // The server shows accept something else: nothing is written.
+    let out = pins(
+        "accept",
+        &file,
+        &["--expect", &digest],
+        &["--description", "Swapped."],
+    );
+    assert_eq!(code(&out), Some(4), "{}", said(&out));
+    let kept = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        kept.contains("First.") && !kept.contains("Swapped."),
+        "{kept}"
+    );
+    // The listing reviewed is accepted.
+    let out = pins(
+        "accept",
+        &file,
+        &["--expect", &digest],
+        &["--description", "Reviewed."],
+    );
+    assert_eq!(code(&out), Some(0), "{}", said(&out));
+    assert!(
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .contains("Reviewed.")
+    );
+}
