@@ -372,8 +372,9 @@ fn start(
     grant: &GrantArgs,
     host_files: &[HostFile],
 ) -> Result<Child, CliError> {
+    // In a process group of its own, so what the server starts ends with it.
     let piped = |server: &mut Command| {
-        server
+        aegis_mcp::stdio::in_own_group(server)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

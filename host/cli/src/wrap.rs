@@ -326,7 +326,8 @@ fn confine_server(
         return Ok(None);
     }
     let confined = crate::confine::start(profile, grant, &a.command, host_files, |server| {
-        server
+        // In a process group of its own, as an unconfined server is (stdio::Session::run).
+        aegis_mcp::stdio::in_own_group(server)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());

@@ -222,7 +222,8 @@ impl Session {
         SignalForwarder(self.events_tx.clone())
     }
 
-    /// Starts `server` (its stdin and stdout are replaced by pipes; stderr is inherited)
+    /// Starts `server` (its stdin and stdout are replaced by pipes; stderr is inherited;
+    /// in a process group of its own, [`in_own_group`])
     /// and relays between it and the client (`client_in`, `client_out`) until it exits.
     /// Every call still pending then ends as [`CallEnd::ServerExited`] and is answered.
     ///
@@ -240,7 +241,7 @@ impl Session {
         R: Read + AsFd + Send + 'static,
         W: Write + Send + 'static,
     {
-        let child = server
+        let child = in_own_group(&mut server)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -518,6 +519,38 @@ where
     Ok(server_reader)
 }
 
+/// `server` set to start as the leader of a process group of its own, so everything it
+/// starts can be ended with it ([`signal_server`], [`try_reap`]): a server's child that
+/// ignores SIGTERM, or outlives its parent, must not outlive the session (found by a
+/// review of `aegis pins`). Every server a session or `aegis pins` starts is made so.
+pub fn in_own_group(server: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt as _;
+    server.process_group(0)
+}
+
+/// Sends `signal` to the server's process group, or to the server alone when it leads
+/// none (a caller started it without [`in_own_group`]).
+fn signal_server(pid: rustix::process::Pid, signal: rustix::process::Signal) -> bool {
+    use rustix::process::{kill_process, kill_process_group};
+    kill_process_group(pid, signal).is_ok() || kill_process(pid, signal).is_ok()
+}
+
+/// [`Child::try_wait`], but once the server has exited and before it is reaped, what is
+/// left of its process group is killed: while the leader is unreaped its id cannot name
+/// another process or group, so the signal reaches only what the server started.
+pub fn try_reap(child: &mut Child) -> std::io::Result<Option<ExitStatus>> {
+    use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, kill_process_group, waitid};
+    let pid = Pid::from_child(child);
+    let exited = waitid(
+        WaitId::Pid(pid),
+        WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+    );
+    if matches!(exited, Ok(Some(_))) {
+        let _ = kill_process_group(pid, Signal::KILL);
+    }
+    child.try_wait()
+}
+
 /// Ends a server the caller talked to without a [`Session`] (`aegis pins`), as a session
 /// ends one once its client has gone: its stdin is closed (taken from `child`, if the
 /// caller has not closed it already), then it has `grace` to exit, then SIGTERM and
@@ -528,7 +561,7 @@ pub fn end_server(
     grace: Duration,
     sink: &(dyn Fn(Notice<'_>) + Send + Sync),
 ) -> Option<ExitStatus> {
-    use rustix::process::{Pid, Signal, kill_process};
+    use rustix::process::{Pid, Signal};
     drop(child.stdin.take());
     let pid = Pid::from_child(child);
     for (signal, after) in [
@@ -538,7 +571,7 @@ pub fn end_server(
     ] {
         let deadline = Instant::now() + grace;
         loop {
-            match child.try_wait() {
+            match try_reap(child) {
                 Ok(Some(status)) => return Some(status),
                 Ok(None) => {}
                 Err(e) => {
@@ -564,7 +597,7 @@ pub fn end_server(
             "the server still runs {} ms after {after}; sending {name}",
             grace.as_millis()
         )));
-        let _ = kill_process(pid, signal);
+        let _ = signal_server(pid, signal);
     }
     child.wait().ok()
 }
@@ -573,20 +606,20 @@ pub fn end_server(
 /// server: for a caller that started a server without a [`Session`] and has not reaped
 /// it yet (after that the number may name another process). False when it was not sent.
 pub fn forward_signal(pid: u32, signal: i32) -> bool {
-    use rustix::process::{Pid, Signal, kill_process};
+    use rustix::process::{Pid, Signal};
     let (Some(pid), Some(signal)) = (
         i32::try_from(pid).ok().and_then(Pid::from_raw),
         Signal::from_named_raw(signal),
     ) else {
         return false;
     };
-    kill_process(pid, signal).is_ok()
+    signal_server(pid, signal)
 }
 
 /// Kills the server at once (a session that could not start) and reaps it.
 fn stop_now(child: &mut Child) {
-    use rustix::process::{Pid, Signal, kill_process};
-    let _ = kill_process(Pid::from_child(child), Signal::KILL);
+    use rustix::process::{Pid, Signal};
+    let _ = signal_server(Pid::from_child(child), Signal::KILL);
     let _ = child.wait();
 }
 
@@ -680,7 +713,7 @@ fn watch(
     mut hangup: Option<OwnedFd>,
     sink: &(dyn Fn(Notice<'_>) + Send + Sync),
 ) -> Option<ExitStatus> {
-    use rustix::process::{Pid, Signal, kill_process};
+    use rustix::process::{Pid, Signal};
     let pid = Pid::from_child(child);
     // The next step of the stop sequence: when it is due, what it sends, and why.
     let mut next: Option<(Instant, Signal, &'static str)> = None;
@@ -694,7 +727,7 @@ fn watch(
         }
     };
     loop {
-        match child.try_wait() {
+        match try_reap(child) {
             Ok(Some(status)) => return Some(status),
             Ok(None) => {}
             Err(e) => {
@@ -718,7 +751,7 @@ fn watch(
                 "the server still runs {} ms after {after}; sending {name}",
                 grace.as_millis()
             )));
-            let _ = kill_process(pid, signal);
+            let _ = signal_server(pid, signal);
             next =
                 (signal == Signal::TERM).then(|| (Instant::now() + grace, Signal::KILL, "SIGTERM"));
         }
@@ -729,7 +762,7 @@ fn watch(
             }
             Ok(Event::Signal(n)) => {
                 if let Some(signal) = Signal::from_named_raw(n) {
-                    let _ = kill_process(pid, signal);
+                    let _ = signal_server(pid, signal);
                 }
                 if next.is_none_or(|(_, s, _)| s == Signal::TERM) {
                     next = Some((Instant::now() + grace, Signal::KILL, "a forwarded signal"));

@@ -509,3 +509,22 @@ fn accept_expect_writes_only_the_listing_that_was_reviewed() {
             .contains("Reviewed.")
     );
 }
+
+/// The same for `aegis pins`: nothing the listed server started is left running.
+#[test]
+fn what_the_listed_server_started_does_not_outlive_pins() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.pins");
+    let child = dir.path().join("child.pid");
+    let out = pins(
+        "accept",
+        &file,
+        &[],
+        &["--leave-child", child.to_str().unwrap()],
+    );
+    assert_eq!(code(&out), Some(0), "{}", said(&out));
+    assert!(
+        crate::common::process_gone(&child),
+        "the server's child outlived pins"
+    );
+}

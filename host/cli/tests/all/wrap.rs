@@ -1330,3 +1330,19 @@ fn a_policy_rule_with_ceilings_is_refused_before_the_server_starts() {
         assert!(!pid.exists(), "the server was never started");
     }
 }
+
+/// From a review: the server's own process was signalled, not what it started, so a
+/// child that ignores SIGTERM outlived wrap. The server now leads a process group of its
+/// own, and what is left of the group is killed once the server has exited.
+#[test]
+fn what_the_server_started_does_not_outlive_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = dir.path().join("child.pid");
+    let mut w = Wrap::start(&[], &["--leave-child", child.to_str().unwrap()]);
+    w.initialize();
+    assert_eq!(w.close().code(), Some(0));
+    assert!(
+        common::process_gone(&child),
+        "the server's child outlived wrap"
+    );
+}

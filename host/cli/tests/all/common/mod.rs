@@ -42,3 +42,26 @@ pub fn guest(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join(format!("../../tests/fixtures/wasm/{name}.wasm"))
 }
+
+/// Whether the process whose id `file` holds is gone (exited and reaped, or a zombie
+/// about to be), waiting up to 5 s for it.
+pub fn process_gone(file: &std::path::Path) -> bool {
+    let pid = std::fs::read_to_string(file).expect("the pid file");
+    let stat = format!("/proc/{}/stat", pid.trim());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match std::fs::read_to_string(&stat) {
+            Err(_) => return true,
+            // The state follows the command's closing parenthesis.
+            Ok(s)
+                if s.rsplit(')')
+                    .next()
+                    .is_some_and(|rest| rest.trim_start().starts_with('Z')) =>
+            {
+                return true;
+            }
+            Ok(_) if std::time::Instant::now() >= deadline => return false,
+            Ok(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    }
+}
