@@ -185,9 +185,18 @@ impl fmt::Debug for Signature {
     }
 }
 
+mod batch;
+pub use batch::{Item as BatchItem, ROUNDS as BATCH_TORSION_ROUNDS, verify_batch};
+
 /// A public key decoded once for repeated strict verification.
 #[derive(Clone, Debug)]
-pub struct VerifyingKey(ed25519_dalek::VerifyingKey);
+pub struct VerifyingKey {
+    inner: ed25519_dalek::VerifyingKey,
+    /// The decoded point, for batch verification.
+    point: curve25519_dalek::edwards::EdwardsPoint,
+    /// Whether the point has no torsion component; batches need that, strict does not.
+    torsion_free: bool,
+}
 
 impl VerifyingKey {
     /// Decodes `key`.
@@ -201,13 +210,24 @@ impl VerifyingKey {
         if vk.is_weak() {
             return Err(KeyError::SmallOrder);
         }
-        Ok(VerifyingKey(vk))
+        let point = vk.to_edwards();
+        Ok(VerifyingKey {
+            inner: vk,
+            point,
+            torsion_free: batch::torsion_free(&point),
+        })
     }
 
     /// Strict ed25519 verification of `signature` over `message`.
     pub fn verify_strict(&self, message: &[u8], signature: &Signature) -> bool {
         let sig = ed25519_dalek::Signature::from_bytes(&signature.0);
-        self.0.verify_strict(message, &sig).is_ok()
+        self.inner.verify_strict(message, &sig).is_ok()
+    }
+
+    /// Whether the key's point has no torsion component. Strict verification does not
+    /// ask it; [`verify_batch`] leaves signatures under such a key to strict.
+    pub fn is_torsion_free(&self) -> bool {
+        self.torsion_free
     }
 }
 

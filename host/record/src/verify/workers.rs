@@ -1,9 +1,12 @@
 //! Signature workers: strict ed25519 checks are independent of each other, so they run
-//! on worker threads while the walk goes on hashing. The earliest failure in the file
-//! wins, whatever thread found it first, so the report does not depend on timing.
+//! on worker threads while the walk goes on hashing. Each batch is first checked as one
+//! ([`verify_batch`], which passes only batches strict would accept in full, except with
+//! probability 2^-127); a batch that fails is checked line by line with strict, in file
+//! order. The earliest failure in the file wins, whatever thread found it first, so the
+//! report does not depend on timing.
 
 use super::verdict::{Position, SignatureProblem, Tampered};
-use crate::key::{Signature, VerifyingKey};
+use crate::key::{BatchItem, Signature, VerifyingKey, verify_batch};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -46,6 +49,18 @@ pub(super) fn worker(rx: &Mutex<Receiver<Batch>>, shared: &Shared) {
             Err(_) => return,
         };
         let mut covered = batch.covered_before;
+        // Only lines before a failure already found can still matter.
+        let earliest = shared.earliest_line.load(Ordering::Relaxed);
+        let live = batch.jobs.partition_point(|job| job.line <= earliest);
+        let items: Vec<BatchItem<'_>> = batch.jobs[..live]
+            .iter()
+            .map(|job| (&*job.key, &job.message[..], &job.signature))
+            .collect();
+        if verify_batch(&items) {
+            continue;
+        }
+        // Some line fails (or the batch could not be checked as one): strict, line by
+        // line in file order, finds the first failure and the coverage before it.
         for job in batch.jobs {
             if job.line > shared.earliest_line.load(Ordering::Relaxed) {
                 break;
