@@ -15,12 +15,15 @@ use aegis_benches::{
     vector_key,
 };
 use aegis_record::json;
-use aegis_record::key::VerifyingKey;
+use aegis_record::key::{VerifyingKey, verify_batch};
 use aegis_record::{LineHash, Options, OutcomeLine, Session, Trust, VecSink, Verdict, seal};
 use criterion::{BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput, criterion_main};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Signatures in one `verify/batch_256` batch: the walk's batch size.
+const BATCH_LINES: usize = 256;
 
 /// Lines in the synthetic file of `verify/file_100k`.
 const FILE_LINES: u64 = 100_000;
@@ -115,6 +118,16 @@ fn verify(c: &mut Criterion) {
         b.iter(|| vk.verify_strict(black_box(&split.signing_input), &split.signature));
     });
 
+    // The same signature 256 times as one batch: per signature, what the workers pay
+    // when a batch passes (compare with line_strict).
+    let sig = split.signature;
+    let items: Vec<_> = (0..BATCH_LINES)
+        .map(|_| (&vk, &split.signing_input[..], &sig))
+        .collect();
+    assert!(verify_batch(&items));
+    g.throughput(Throughput::Elements(BATCH_LINES as u64));
+    g.bench_function("batch_256", |b| b.iter(|| verify_batch(black_box(&items))));
+
     let golden_lines = GOLDEN_FILE.iter().filter(|&&b| b == b'\n').count() as u64;
     assert_verified(GOLDEN_FILE, 1);
     g.throughput(Throughput::Elements(golden_lines));
@@ -152,6 +165,15 @@ fn verify(c: &mut Criterion) {
             },
         );
     }
+    // The reference: the same walk with strict checks line by line, no batches (the
+    // verifier before batches), for the ratio within one run.
+    g.measurement_time(Duration::from_secs(35));
+    g.bench_function("file_100k_line_by_line/threads=0", |b| {
+        b.iter(|| {
+            aegis_record::verify::verify_line_by_line(black_box(&file.bytes[..]), &unpinned(0))
+                .expect("read")
+        });
+    });
     g.finish();
 }
 

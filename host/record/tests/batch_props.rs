@@ -12,7 +12,9 @@ mod support;
 use aegis_record::json::{self, Object, Value};
 use aegis_record::key::{VerifyingKey, verify_batch};
 use aegis_record::line::LineBody as _;
-use aegis_record::verify::{Options, SignatureProblem, Tampered, Verdict, verify};
+use aegis_record::verify::{
+    Options, SignatureProblem, Tampered, Verdict, verify, verify_line_by_line,
+};
 use aegis_record::{LineHash, PublicKey, Signature, seal};
 use curve25519_dalek::constants::{ED25519_BASEPOINT_POINT as B, EIGHT_TORSION};
 use curve25519_dalek::edwards::{CompressedEdwardsY, EdwardsPoint};
@@ -241,8 +243,11 @@ proptest! {
             file.extend_from_slice(&bytes);
             file.push(b'\n');
         }
+        let options = Options { trust: None, threads: 1 };
+        let reference = verify_line_by_line(&file[..], &options).expect("in memory");
         for threads in [1, 2, 3] {
             let report = verify(&file[..], &Options { trust: None, threads }).expect("in memory");
+            prop_assert_eq!(&report, &reference, "the same report as strict line by line");
             match (first_bad, report.verdict()) {
                 (None, Verdict::Verified(_)) => {}
                 (Some(seq), Verdict::Tampered(Tampered::BadSignature { at, line, problem })) => {

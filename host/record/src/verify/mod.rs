@@ -100,6 +100,20 @@ pub struct Options {
 /// # Errors
 /// Only when reading fails; everything about the content is in the [`Report`].
 pub fn verify(input: impl Read, options: &Options) -> std::io::Result<Report> {
+    walk_with(input, options, true)
+}
+
+/// [`verify`] with every signature checked by strict verification alone, line by line,
+/// never as a batch: the reference the batch path is tested and measured against. Its
+/// report is the same as [`verify`]'s for the same bytes.
+///
+/// # Errors
+/// Only when reading fails.
+pub fn verify_line_by_line(input: impl Read, options: &Options) -> std::io::Result<Report> {
+    walk_with(input, options, false)
+}
+
+fn walk_with(input: impl Read, options: &Options, batches: bool) -> std::io::Result<Report> {
     let threads = match options.threads {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => n,
@@ -108,6 +122,7 @@ pub fn verify(input: impl Read, options: &Options) -> std::io::Result<Report> {
     let shared = Shared {
         first_failure: Mutex::new(None),
         earliest_line: AtomicU64::new(u64::MAX),
+        batches,
     };
     let (tx, rx) = sync_channel::<Batch>(threads * 2);
     let rx = Mutex::new(rx);

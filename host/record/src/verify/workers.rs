@@ -40,6 +40,8 @@ pub(super) struct Failure {
 pub(super) struct Shared {
     pub(super) first_failure: Mutex<Option<Failure>>,
     pub(super) earliest_line: AtomicU64,
+    /// Whether a batch is first checked as one; if not, strict alone, line by line.
+    pub(super) batches: bool,
 }
 
 pub(super) fn worker(rx: &Mutex<Receiver<Batch>>, shared: &Shared) {
@@ -49,15 +51,17 @@ pub(super) fn worker(rx: &Mutex<Receiver<Batch>>, shared: &Shared) {
             Err(_) => return,
         };
         let mut covered = batch.covered_before;
-        // Only lines before a failure already found can still matter.
-        let earliest = shared.earliest_line.load(Ordering::Relaxed);
-        let live = batch.jobs.partition_point(|job| job.line <= earliest);
-        let items: Vec<BatchItem<'_>> = batch.jobs[..live]
-            .iter()
-            .map(|job| (&*job.key, &job.message[..], &job.signature))
-            .collect();
-        if verify_batch(&items) {
-            continue;
+        if shared.batches {
+            // Only lines before a failure already found can still matter.
+            let earliest = shared.earliest_line.load(Ordering::Relaxed);
+            let live = batch.jobs.partition_point(|job| job.line <= earliest);
+            let items: Vec<BatchItem<'_>> = batch.jobs[..live]
+                .iter()
+                .map(|job| (&*job.key, &job.message[..], &job.signature))
+                .collect();
+            if verify_batch(&items) {
+                continue;
+            }
         }
         // Some line fails (or the batch could not be checked as one): strict, line by
         // line in file order, finds the first failure and the coverage before it.
