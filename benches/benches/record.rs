@@ -22,8 +22,8 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Signatures in one `verify/batch_256` batch: the walk's batch size.
-const BATCH_LINES: usize = 256;
+/// Signatures in the batches of `verify/batch_N`; 1024 is the walk's batch size.
+const BATCH_SIZES: [usize; 2] = [256, 1024];
 
 /// Lines in the synthetic file of `verify/file_100k`.
 const FILE_LINES: u64 = 100_000;
@@ -118,15 +118,19 @@ fn verify(c: &mut Criterion) {
         b.iter(|| vk.verify_strict(black_box(&split.signing_input), &split.signature));
     });
 
-    // The same signature 256 times as one batch: per signature, what the workers pay
-    // when a batch passes (compare with line_strict).
+    // The same signature n times as one batch: per signature, what the workers pay when
+    // a batch passes (compare with line_strict). The walk sends batches of 1024.
     let sig = split.signature;
-    let items: Vec<_> = (0..BATCH_LINES)
-        .map(|_| (&vk, &split.signing_input[..], &sig))
-        .collect();
-    assert!(verify_batch(&items));
-    g.throughput(Throughput::Elements(BATCH_LINES as u64));
-    g.bench_function("batch_256", |b| b.iter(|| verify_batch(black_box(&items))));
+    for n in BATCH_SIZES {
+        let items: Vec<_> = (0..n)
+            .map(|_| (&vk, &split.signing_input[..], &sig))
+            .collect();
+        assert!(verify_batch(&items));
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_function(format!("batch_{n}"), |b| {
+            b.iter(|| verify_batch(black_box(&items)))
+        });
+    }
 
     let golden_lines = GOLDEN_FILE.iter().filter(|&&b| b == b'\n').count() as u64;
     assert_verified(GOLDEN_FILE, 1);

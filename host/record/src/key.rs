@@ -9,6 +9,8 @@
 //!   into place, never through a link planted there.
 //! - Verification is ed25519 *strict*: small-order keys and `R` points and non-canonical
 //!   `S` are rejected, so one signature has one verdict in every conforming verifier.
+//!   [`verify_batch`] passes a batch only when strict accepts all of it, except with
+//!   probability at most 2^-127 over this process's randomness.
 //!
 //! # Non-guarantees
 //! - The [development key](SigningKey::development) is public. Anything it signs proves

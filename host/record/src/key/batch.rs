@@ -36,7 +36,8 @@ use curve25519_dalek::traits::{Identity, IsIdentity, VartimeMultiscalarMul};
 use sha2::{Digest, Sha512};
 
 /// Independent subset rounds of the torsion test: each misses a torsioned `R` with
-/// probability at most 1/2.
+/// probability at most 1/2. Each costs one scalar multiplication, whatever the batch's
+/// size, so batches of fewer than about 200 signatures cost more than strict checks.
 pub const ROUNDS: usize = 128;
 
 /// Points per table in the subset sums: each chunk's 2^CHUNK subset sums are built once

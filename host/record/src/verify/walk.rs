@@ -7,7 +7,7 @@ use super::report::{ClockStep, InFlight, Report};
 use super::verdict::{
     BoundaryProblem, Indeterminate, Position, SignatureProblem, Tampered, Trust, Verdict,
 };
-use super::workers::{BATCH, Batch, Job, Shared, sig_failure};
+use super::workers::{BATCH, BATCH_BYTES, Batch, Job, Shared, sig_failure};
 use super::{MAX_ID_BYTES, MAX_LINE_BYTES, MAX_LISTED_CALLS, Options};
 use crate::digest::{KeyId, LineHash, sha256};
 use crate::json::{self, Layout, Object, ParseError, Value};
@@ -221,6 +221,8 @@ pub(super) struct Walk<'a> {
     shared: &'a Shared,
     batch: Vec<Job>,
     batch_covered_before: Option<Position>,
+    /// The bytes of the messages in `batch`.
+    batch_bytes: usize,
     sessions: u64,
     session: Option<SessionState>,
     /// SHA-256 of each decided approval_id: fixed size whatever the ids' length.
@@ -291,6 +293,7 @@ impl<'a> Walk<'a> {
             shared,
             batch: Vec::with_capacity(BATCH),
             batch_covered_before: None,
+            batch_bytes: 0,
             sessions: 0,
             session: None,
             decided: HashSet::new(),
@@ -379,6 +382,7 @@ impl<'a> Walk<'a> {
             return;
         }
         let jobs = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        self.batch_bytes = 0;
         let batch = Batch {
             jobs,
             covered_before: self.batch_covered_before,
@@ -758,7 +762,8 @@ impl<'a> Walk<'a> {
             signature,
         });
         self.out.last_signed = Some(at);
-        if self.batch.len() == BATCH {
+        self.batch_bytes += self.batch.last().map_or(0, |j| j.message.len());
+        if self.batch.len() == BATCH || self.batch_bytes >= BATCH_BYTES {
             self.flush();
         }
         Ok(())

@@ -11,8 +11,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, PoisonError};
 
-/// How many signature checks travel to a worker together.
-pub(super) const BATCH: usize = 256;
+/// How many signature checks travel to a worker together. Large, because a batch's
+/// torsion test costs 128 scalar multiplications whatever its size (key::verify_batch).
+pub(super) const BATCH: usize = 1024;
+
+/// Smaller batches (the file's last, or one cut by [`BATCH_BYTES`]) are checked line by
+/// line: the batch's fixed torsion test would cost more than it saves.
+const MIN_BATCH: usize = 192;
+
+/// A batch is also sent once its messages reach this many bytes, so that queued batches
+/// stay small in memory whatever the lines' length.
+pub(super) const BATCH_BYTES: usize = 1 << 20;
 
 /// The most signature threads a walk starts, whatever the caller asks for.
 pub(super) const MAX_THREADS: usize = 64;
@@ -51,7 +60,7 @@ pub(super) fn worker(rx: &Mutex<Receiver<Batch>>, shared: &Shared) {
             Err(_) => return,
         };
         let mut covered = batch.covered_before;
-        if shared.batches {
+        if shared.batches && batch.jobs.len() >= MIN_BATCH {
             // Only lines before a failure already found can still matter.
             let earliest = shared.earliest_line.load(Ordering::Relaxed);
             let live = batch.jobs.partition_point(|job| job.line <= earliest);
