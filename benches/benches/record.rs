@@ -22,8 +22,8 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Signatures in the batches of `verify/batch_N`; 1024 is the walk's batch size.
-const BATCH_SIZES: [usize; 2] = [256, 1024];
+/// Signatures in the batches of `verify/batch_N`; 2048 is the walk's batch size.
+const BATCH_SIZES: [usize; 3] = [256, 1024, 2048];
 
 /// Lines in the synthetic file of `verify/file_100k`.
 const FILE_LINES: u64 = 100_000;
@@ -119,7 +119,7 @@ fn verify(c: &mut Criterion) {
     });
 
     // The same signature n times as one batch: per signature, what the workers pay when
-    // a batch passes (compare with line_strict). The walk sends batches of 1024.
+    // a batch passes (compare with line_strict). The walk sends batches of 2048.
     let sig = split.signature;
     for n in BATCH_SIZES {
         let items: Vec<_> = (0..n)

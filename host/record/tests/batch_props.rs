@@ -253,13 +253,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     /// Over a whole file, the verdict and the first finding are strict's, for every
-    /// thread count, across batch boundaries (1024 signed lines a batch; below 192 the
+    /// thread count, across batch boundaries (2048 signed lines a batch; below 192 the
     /// workers check line by line).
     #[test]
     fn file_first_finding_is_stricts(
         key_torsion in key_torsion(),
-        lines in 1usize..2600,
-        damaged in proptest::collection::vec((0usize..2600, damage()), 0..4),
+        lines in 1usize..4500,
+        damaged in proptest::collection::vec((0usize..4500, damage()), 0..4),
     ) {
         let signer = Signer::new(7, key_torsion);
         // Positions as a share of the file, so that damage lands inside it.

@@ -40,10 +40,6 @@ use sha2::{Digest, Sha512};
 /// size, so batches of fewer than about 200 signatures cost more than strict checks.
 pub const ROUNDS: usize = 128;
 
-/// Points per table in the subset sums: each chunk's 2^CHUNK subset sums are built once
-/// and shared by every round (about 32 additions per point instead of 64).
-const CHUNK: usize = 6;
-
 /// One signature to check: its key, message and signature.
 pub type Item<'a> = (&'a VerifyingKey, &'a [u8], &'a Signature);
 
@@ -56,9 +52,8 @@ pub fn verify_batch(items: &[Item<'_>]) -> bool {
         return true;
     }
     let n = items.len();
-    // z_i (16 bytes each), then one byte per (chunk, round) for the subset masks.
-    let chunks = n.div_ceil(CHUNK);
-    let mut random = vec![0u8; 16 * n + chunks * ROUNDS];
+    // z_i (16 bytes each), then each point's subset mask (ROUNDS bits).
+    let mut random = vec![0u8; (16 + ROUNDS / 8) * n];
     if getrandom::fill(&mut random).is_err() {
         return false;
     }
@@ -130,29 +125,83 @@ pub(super) fn torsion_free(p: &EdwardsPoint) -> bool {
 }
 
 /// Whether every point is torsion-free, except with probability at most 2^-ROUNDS that
-/// it says so when one is not. `masks` holds one random byte per (chunk, round).
+/// it says so when one is not. `masks` holds [`ROUNDS`] random bits per point: bit `j`
+/// of point `i` puts it in round `j`'s subset.
+///
+/// The rounds go eight at a time, one byte of each point's mask: each point is added
+/// to the bucket of its byte (one addition per point and group), then each round's sum
+/// is read off the 256 buckets by folding them in half once per bit (about 500
+/// additions per group, whatever the number of points).
 fn torsion_free_all(points: &[EdwardsPoint], masks: &[u8]) -> bool {
-    let mut sums = [EdwardsPoint::identity(); ROUNDS];
-    let mut table = [EdwardsPoint::identity(); 1 << CHUNK];
-    for (chunk, masks) in points.chunks(CHUNK).zip(masks.chunks_exact(ROUNDS)) {
-        let width = chunk.len();
-        // table[m] = the sum of the chunk's points whose bit is set in m.
-        for m in 1..(1usize << width) {
-            let low = m.trailing_zeros() as usize;
-            let rest = m & (m - 1);
-            table[m] = if rest == 0 {
-                chunk[low]
-            } else {
-                table[rest] + chunk[low]
-            };
-        }
-        let all = (1usize << width) - 1;
-        for (sum, &mask) in sums.iter_mut().zip(masks) {
-            let m = usize::from(mask) & all;
-            if m != 0 {
-                *sum += table[m];
+    let mut buckets = [EdwardsPoint::identity(); 256];
+    for group in 0..ROUNDS / 8 {
+        buckets.fill(EdwardsPoint::identity());
+        for (point, mask) in points.iter().zip(masks.chunks_exact(ROUNDS / 8)) {
+            let byte = usize::from(mask[group]);
+            if byte != 0 {
+                buckets[byte] += point;
             }
         }
+        // buckets[b] sums the points whose byte, within the bits still folded in, is b.
+        // The points with the top bit set are the upper half; folding the upper half
+        // onto the lower drops that bit for the next round.
+        let mut width = 256;
+        while width > 1 {
+            let half = width / 2;
+            let round: EdwardsPoint = buckets[half..width].iter().sum();
+            if !torsion_free(&round) {
+                return false;
+            }
+            for b in 1..half {
+                buckets[b] = buckets[b] + buckets[b + half];
+            }
+            width = half;
+        }
     }
-    sums.iter().all(torsion_free)
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use curve25519_dalek::constants::EIGHT_TORSION;
+
+    /// Each of the 128 rounds sums exactly the points its mask bit names: a torsioned
+    /// point in round `j` alone is found, and one in no round is not (so the masks, not
+    /// luck, decide).
+    #[test]
+    fn every_round_reads_its_own_subset() {
+        let points: Vec<EdwardsPoint> = (1u64..=5)
+            .map(|i| ED25519_BASEPOINT_POINT * Scalar::from(i))
+            .collect();
+        let mut torsioned = points.clone();
+        torsioned[3] += EIGHT_TORSION[4];
+        let bytes = ROUNDS / 8;
+        // Every clean point in every round: their sums are torsion-free.
+        let full = vec![0xffu8; bytes * points.len()];
+        assert!(torsion_free_all(&points, &full));
+        for round in 0..ROUNDS {
+            let mut masks = full.clone();
+            let own = &mut masks[3 * bytes..4 * bytes];
+            own.fill(0);
+            own[round / 8] = 0x80 >> (round % 8);
+            assert!(!torsion_free_all(&torsioned, &masks), "round {round}");
+        }
+        let mut masks = full;
+        masks[3 * bytes..4 * bytes].fill(0);
+        assert!(torsion_free_all(&torsioned, &masks));
+    }
+
+    #[test]
+    fn canonical_y_is_below_p() {
+        let mut p = [0xffu8; 32];
+        p[31] = 0x7f;
+        p[0] = 0xec; // p − 1
+        assert!(canonical_y(&p));
+        p[0] = 0xed; // p
+        assert!(!canonical_y(&p));
+        p[31] = 0xff; // p with the sign bit set
+        assert!(!canonical_y(&p));
+        assert!(canonical_y(&[0u8; 32]));
+    }
 }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 /// How many signature checks travel to a worker together. Large, because a batch's
 /// torsion test costs 128 scalar multiplications whatever its size (key::verify_batch).
-pub(super) const BATCH: usize = 1024;
+pub(super) const BATCH: usize = 2048;
 
 /// Smaller batches (the file's last, or one cut by [`BATCH_BYTES`]) are checked line by
 /// line: the batch's fixed torsion test would cost more than it saves.
@@ -21,7 +21,7 @@ const MIN_BATCH: usize = 192;
 
 /// A batch is also sent once its messages reach this many bytes, so that queued batches
 /// stay small in memory whatever the lines' length.
-pub(super) const BATCH_BYTES: usize = 1 << 20;
+pub(super) const BATCH_BYTES: usize = 2 << 20;
 
 /// The most signature threads a walk starts, whatever the caller asks for.
 pub(super) const MAX_THREADS: usize = 64;
