@@ -134,31 +134,43 @@ pub(super) fn torsion_free(p: &EdwardsPoint) -> bool {
 /// additions per group, whatever the number of points).
 fn torsion_free_all(points: &[EdwardsPoint], masks: &[u8]) -> bool {
     let mut buckets = [EdwardsPoint::identity(); 256];
-    for group in 0..ROUNDS / 8 {
-        buckets.fill(EdwardsPoint::identity());
-        for (point, mask) in points.iter().zip(masks.chunks_exact(ROUNDS / 8)) {
-            let byte = usize::from(mask[group]);
-            if byte != 0 {
-                buckets[byte] += point;
-            }
-        }
-        // buckets[b] sums the points whose byte, within the bits still folded in, is b.
-        // The points with the top bit set are the upper half; folding the upper half
-        // onto the lower drops that bit for the next round.
-        let mut width = 256;
-        while width > 1 {
-            let half = width / 2;
-            let round: EdwardsPoint = buckets[half..width].iter().sum();
-            if !torsion_free(&round) {
-                return false;
-            }
-            for b in 1..half {
-                buckets[b] = buckets[b] + buckets[b + half];
-            }
-            width = half;
+    (0..ROUNDS / 8).all(|group| {
+        group_sums(points, masks, group, &mut buckets)
+            .iter()
+            .all(torsion_free)
+    })
+}
+
+/// The sums of rounds `8·group + j`, `j` = 0..8: round `8·group + j` takes the points
+/// whose mask byte `group` has bit `7 − j` set.
+fn group_sums(
+    points: &[EdwardsPoint],
+    masks: &[u8],
+    group: usize,
+    buckets: &mut [EdwardsPoint; 256],
+) -> [EdwardsPoint; 8] {
+    buckets.fill(EdwardsPoint::identity());
+    for (point, mask) in points.iter().zip(masks.chunks_exact(ROUNDS / 8)) {
+        let byte = usize::from(mask[group]);
+        if byte != 0 {
+            buckets[byte] += point;
         }
     }
-    true
+    // buckets[b] sums the points whose byte, within the bits not yet folded away, is b.
+    // The points with the top remaining bit set are the upper half; folding the upper
+    // half onto the lower drops that bit for the next round.
+    let mut sums = [EdwardsPoint::identity(); 8];
+    let mut width = 256;
+    for sum in &mut sums {
+        let half = width / 2;
+        *sum = buckets[half..width].iter().sum();
+        for b in 1..half {
+            let upper = buckets[b + half];
+            buckets[b] += upper;
+        }
+        width = half;
+    }
+    sums
 }
 
 #[cfg(test)]
@@ -190,6 +202,32 @@ mod tests {
         let mut masks = full;
         masks[3 * bytes..4 * bytes].fill(0);
         assert!(torsion_free_all(&torsioned, &masks));
+    }
+
+    /// The folded sums equal the sums taken point by point, for arbitrary masks.
+    #[test]
+    fn folded_sums_are_the_subset_sums() {
+        let points: Vec<EdwardsPoint> = (1u64..=40)
+            .map(|i| ED25519_BASEPOINT_POINT * Scalar::from(i * 7919))
+            .collect();
+        let bytes = ROUNDS / 8;
+        // A fixed, irregular pattern (a linear congruential sequence).
+        let masks: Vec<u8> = (0u32..(bytes * points.len()) as u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let mut buckets = [EdwardsPoint::identity(); 256];
+        for group in 0..bytes {
+            let sums = group_sums(&points, &masks, group, &mut buckets);
+            for (j, sum) in sums.iter().enumerate() {
+                let naive: EdwardsPoint = points
+                    .iter()
+                    .zip(masks.chunks_exact(bytes))
+                    .filter(|(_, m)| m[group] & (0x80 >> j) != 0)
+                    .map(|(p, _)| p)
+                    .sum();
+                assert_eq!(*sum, naive, "group {group}, bit {j}");
+            }
+        }
     }
 
     #[test]
