@@ -24,6 +24,10 @@
 //! - The walk is bounded: it reads at most [`MAX_LINE_BYTES`] + 1 bytes of any line, and
 //!   stops reading as soon as a Tampered finding decides the verdict, so an endless
 //!   source without a newline (`/dev/zero`, a sparse hole) ends in a verdict.
+//! - Signatures are checked in batches ([`crate::key::verify_batch`]) that pass only
+//!   when strict verification accepts every signature in them, except with probability
+//!   at most 2^-127 per batch over the verifier's own randomness; a batch that does not
+//!   pass is checked line by line with strict, so the first finding is strict's.
 //! - A record signed by a key in [`crate::key::PUBLISHED_TEST_KEYS`] is labelled as
 //!   proving nothing about its author, pinned or not.
 //!
