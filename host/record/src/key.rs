@@ -188,7 +188,7 @@ impl fmt::Debug for Signature {
 }
 
 mod batch;
-pub use batch::{Item as BatchItem, ROUNDS as BATCH_TORSION_ROUNDS, verify_batch};
+pub use batch::{Item as BatchItem, verify_batch};
 
 /// A public key decoded once for repeated strict verification.
 #[derive(Clone, Debug)]

@@ -119,7 +119,10 @@ fn canonical_y(bytes: &[u8; 32]) -> bool {
     !(bytes[31] & 0x7f == 0x7f && bytes[1..31].iter().all(|&b| b == 0xff) && bytes[0] >= 0xed)
 }
 
-/// Whether `[ℓ]P` is the identity, exactly: `[ℓ − 1]P = −P`.
+/// Whether `[ℓ]P` is the identity, exactly: `[ℓ − 1]P = −P`. The same answer as
+/// curve25519-dalek's `EdwardsPoint::is_torsion_free`, whose constant-time
+/// multiplication is slower and buys nothing here: every point checked is public. The
+/// torsion test runs this [`ROUNDS`] times per batch.
 pub(super) fn torsion_free(p: &EdwardsPoint) -> bool {
     EdwardsPoint::vartime_multiscalar_mul([-Scalar::ONE], [p]) == -p
 }
@@ -227,6 +230,18 @@ mod tests {
                     .sum();
                 assert_eq!(*sum, naive, "group {group}, bit {j}");
             }
+        }
+    }
+
+    /// The variable-time test answers as the library's constant-time one, for a clean
+    /// point with each of the eight torsion points added.
+    #[test]
+    fn torsion_free_is_the_librarys_test() {
+        let clean = ED25519_BASEPOINT_POINT * Scalar::from(7919u64);
+        for (i, t) in EIGHT_TORSION.iter().enumerate() {
+            let p = clean + t;
+            assert_eq!(torsion_free(&p), p.is_torsion_free(), "torsion point {i}");
+            assert_eq!(torsion_free(&p), i == 0, "torsion point {i}");
         }
     }
 

@@ -754,6 +754,7 @@ impl<'a> Walk<'a> {
         if self.batch.is_empty() {
             self.batch_covered_before = self.out.last_signed;
         }
+        self.batch_bytes += message.len();
         self.batch.push(Job {
             line: no,
             at,
@@ -762,7 +763,6 @@ impl<'a> Walk<'a> {
             signature,
         });
         self.out.last_signed = Some(at);
-        self.batch_bytes += self.batch.last().map_or(0, |j| j.message.len());
         if self.batch.len() == BATCH || self.batch_bytes >= BATCH_BYTES {
             self.flush();
         }
