@@ -539,15 +539,15 @@ pub struct HostFlags {
     pub policy: Option<PathBuf>,
     /// Append the record to this file (a durable file sink) instead of the profile's
     /// sink; needs a signing key (this flag's or the profile's). Replaces the profile's
-    /// [operator] audit.
+    /// `[operator]` audit.
     #[arg(long, value_name = "PATH")]
     pub audit: Option<PathBuf>,
     /// The signing key (`aegis keygen`); required by a durable sink. Replaces the
-    /// profile's [operator] signing_key.
+    /// profile's `[operator]` signing_key.
     #[arg(long, value_name = "PATH")]
     pub signing_key: Option<PathBuf>,
     /// The role the caller asserts, for policy rules (every call of the session).
-    /// Replaces the profile's [operator] role.
+    /// Replaces the profile's `[operator]` role.
     #[arg(long, value_name = "ROLE")]
     pub role: Option<String>,
     /// Fail at once (exit 5) when another process is writing the record, instead of

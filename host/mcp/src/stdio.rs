@@ -520,7 +520,7 @@ where
 }
 
 /// `server` set to start as the leader of a process group of its own, so everything it
-/// starts can be ended with it ([`signal_server`], [`try_reap`]): a server's child that
+/// starts can be ended with it (`signal_server`, `try_reap`): a server's child that
 /// ignores SIGTERM, or outlives its parent, must not outlive the session (found by a
 /// review of `aegis pins`). Every server a session or `aegis pins` starts is made so.
 pub fn in_own_group(server: &mut Command) -> &mut Command {
