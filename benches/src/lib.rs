@@ -120,6 +120,8 @@ fn axes(rule: &str) -> DecisionAxes {
         }),
         net: None,
         arguments: None,
+        bound: None,
+        call_arguments: None,
     }
 }
 

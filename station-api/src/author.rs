@@ -81,6 +81,24 @@ pub trait Policy: Send + Sync + 'static {
         self.evaluate_axes_indexed(request, axes, out)
             .map(CallAnswer::from)
     }
+
+    /// [`Policy::evaluate_call`] with part of the arguments known: see
+    /// [`PolicyEvaluator::evaluate_stated_call`], which a replay asks. The default asks
+    /// [`Policy::evaluate_call`] with the arguments unknown, which never widens.
+    ///
+    /// # Errors
+    /// When the call cannot be decided; the host then refuses it.
+    fn evaluate_stated_call(
+        &self,
+        request: &PolicyRequest<'_>,
+        values: &str,
+        known: &[RStr<'_>],
+        axes: &[RStr<'_>],
+        out: &mut [IndexedDecision],
+    ) -> Result<CallAnswer, PluginError> {
+        let _ = (values, known);
+        self.evaluate_call(request, None, axes, out)
+    }
 }
 
 /// A confinement backend, in plain Rust.
@@ -233,6 +251,26 @@ impl<T: Policy> PolicyEvaluator for Guarded<T> {
             let arguments = Some(arguments.as_str()).filter(|a| !a.is_empty());
             self.0
                 .evaluate_call(request, arguments, axes.as_slice(), out.as_mut_slice())
+        })
+    }
+
+    #[cfg(not(aegis_api_before_indexed))]
+    fn evaluate_stated_call(
+        &self,
+        request: &PolicyRequest<'_>,
+        values: RStr<'_>,
+        known: RSlice<'_, RStr<'_>>,
+        axes: RSlice<'_, RStr<'_>>,
+        mut out: RSliceMut<'_, IndexedDecision>,
+    ) -> RResult<CallAnswer, PluginError> {
+        guard(|| {
+            self.0.evaluate_stated_call(
+                request,
+                values.as_str(),
+                known.as_slice(),
+                axes.as_slice(),
+                out.as_mut_slice(),
+            )
         })
     }
 }

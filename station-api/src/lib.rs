@@ -520,6 +520,30 @@ pub trait PolicyEvaluator: Send + Sync {
             RResult::RErr(e) => RResult::RErr(e),
         }
     }
+
+    /// [`PolicyEvaluator::evaluate_call`] with part of the arguments known: what a
+    /// replay (`aegis recheck`) asks about a recorded call whose record states some
+    /// arguments and not others. `values` is the canonical JSON of one object holding
+    /// the known arguments the call gave, keyed by name (a key, or a JSON Pointer for a
+    /// nested one); `known` lists every name whose value is known: present in
+    /// `values`, or absent from the call. Every other argument is unknown and must be
+    /// decided as [`PolicyEvaluator::evaluate_call`] decides an unknown one (the way
+    /// that cannot widen, setting [`CallAnswer::arguments_needed`]).
+    ///
+    /// Added after `evaluate_call`, with a default body that asks `evaluate_call` with
+    /// the arguments unknown: an evaluator that does not read partial arguments is
+    /// asked as before and, with rules over arguments, says they were needed.
+    fn evaluate_stated_call(
+        &self,
+        request: &PolicyRequest<'_>,
+        values: RStr<'_>,
+        known: RSlice<'_, RStr<'_>>,
+        axes: RSlice<'_, RStr<'_>>,
+        out: RSliceMut<'_, IndexedDecision>,
+    ) -> RResult<CallAnswer, PluginError> {
+        let _ = (values, known);
+        self.evaluate_call(request, RStr::from(""), axes, out)
+    }
     // previous-api: end of cut.
 }
 

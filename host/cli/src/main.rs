@@ -554,6 +554,12 @@ pub struct HostFlags {
     /// waiting for it to finish.
     #[arg(long)]
     pub no_wait: bool,
+    /// Record each call's whole arguments on its outcome (bounded: over 4 KiB, their
+    /// length and SHA-256 only). Without it the record keeps only the path-like
+    /// arguments each tool's binding names. Replaces the profile's `[operator]`
+    /// record_arguments.
+    #[arg(long)]
+    pub record_arguments: bool,
 }
 
 /// Finds the profile a command runs with and says on stderr which one it is and where

@@ -26,6 +26,8 @@ pub struct HostSettings {
     pub role: Option<Sourced<String>>,
     /// `--no-wait`.
     pub no_wait: bool,
+    /// `--record-arguments`, else `operator.record_arguments`.
+    pub record_arguments: Option<Sourced<bool>>,
 }
 
 impl HostFlags {
@@ -46,6 +48,10 @@ impl HostFlags {
                 source: aegis_runtime::operator::Source::Flag("--role"),
             }),
             no_wait: self.no_wait,
+            record_arguments: self.record_arguments.then_some(Sourced {
+                value: true,
+                source: aegis_runtime::operator::Source::Flag("--record-arguments"),
+            }),
         }
     }
 
@@ -66,6 +72,11 @@ impl HostFlags {
             ),
             role: profile.choose("--role", self.role.clone(), o.role.as_ref()),
             no_wait: self.no_wait,
+            record_arguments: profile.choose(
+                "--record-arguments",
+                self.record_arguments.then_some(true),
+                o.record_arguments.as_ref(),
+            ),
         };
         if let (Some(audit), None) = (&settings.audit, &settings.signing_key) {
             return Err(CliError::Usage(format!(
@@ -100,7 +111,8 @@ impl HostSettings {
                 .map_err(|e| CliError::Refused(format!("{}: {}", escape(&key.source.name()), e)))?;
             builder = builder.signing_key(loaded);
         }
-        Ok(builder)
+        let whole = self.record_arguments.as_ref().is_some_and(|r| r.value);
+        Ok(builder.record_arguments(whole))
     }
 
     /// The role every call asserts.
@@ -114,6 +126,9 @@ impl HostSettings {
         show_path("audit", self.audit.as_ref());
         if let Some(r) = &self.role {
             show_one("role", &quoted(&r.value), &r.source);
+        }
+        if let Some(r) = &self.record_arguments {
+            show_one("record_arguments", &r.value.to_string(), &r.source);
         }
     }
 }

@@ -240,6 +240,12 @@ impl Gateway {
             .tool_registry(tools)
             .sandbox(Arc::new(sandbox))
             .open()?;
+        // Each tool's path-like arguments, from its input schema (unless the operator's
+        // profile names them), recorded on every call.
+        for spec in &manifest.tools {
+            let schema = serde_json::Value::Object(spec.input_schema.clone());
+            host.pipeline().recording().bind_schema(&spec.id, &schema);
+        }
         let server = GatewayServer::new(
             Arc::clone(host.pipeline()),
             served,

@@ -119,6 +119,12 @@ impl Gate for HostGate {
     type Pending = Pending;
 
     fn open(&self, call: &ToolCall<'_>) -> Result<Pending, Refusal> {
+        // The pinned schema says which arguments are path-like, for the record.
+        if let Some(schema) = call.input_schema {
+            self.pipeline
+                .recording()
+                .bind_schema_text(call.name, schema);
+        }
         let arguments = canonical_arguments(call.arguments);
         let request = self.request(call.frame, call.name, Some(&arguments));
         let mut owned = match self.pipeline.begin_owned(&request) {

@@ -181,6 +181,9 @@ pub struct ToolCall<'a> {
     pub name: &'a str,
     /// The exact text of `params.arguments`, when present.
     pub arguments: Option<&'a str>,
+    /// The tool's `inputSchema` as pinned (canonical JSON), when the pins hold its
+    /// definition: what the host finds the tool's path-like arguments from.
+    pub input_schema: Option<&'a str>,
     /// True when the call arrived in a JSON-RPC batch.
     pub in_batch: bool,
 }
@@ -1266,11 +1269,18 @@ impl<G: Gate> Relay<G> {
             Ok(Some(note)) => logs.push(format!("pins (record only): calling anyway: {note}")),
             Ok(None) => {}
         }
+        let input_schema = self
+            .pins
+            .pinned
+            .as_ref()
+            .and_then(|pinned| pinned.get(&name))
+            .and_then(|pin| pin.field("inputSchema"));
         self.gate.open(&ToolCall {
             frame: request.raw,
             id: &request.id.raw,
             name: &name,
             arguments,
+            input_schema,
             in_batch,
         })
     }

@@ -44,8 +44,8 @@ pub use digest::{
 };
 pub use key::{PublicKey, Signature, SigningKey};
 pub use line::{
-    ApprovalScope, CapabilityGrant, CapabilityOutcome, DecisionAxes, DecisionLine, DecisionVerdict,
-    ExecutionOutcome, FsAxis, FsScope, HttpRule, IntentLine, NetAxis, NetScope, OutcomeLine,
-    PolicyOutcome, ToolChangeAction, ToolChangeKind, ToolChangeLine,
+    ApprovalScope, BoundArguments, CapabilityGrant, CapabilityOutcome, DecisionAxes, DecisionLine,
+    DecisionVerdict, ExecutionOutcome, FsAxis, FsScope, HttpRule, IntentLine, NetAxis, NetScope,
+    OutcomeLine, PolicyOutcome, ToolChangeAction, ToolChangeKind, ToolChangeLine,
 };
 pub use verify::{Indeterminate, Options, Position, Report, Tampered, Trust, Verdict, verify};

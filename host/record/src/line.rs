@@ -714,6 +714,25 @@ pub struct DecisionAxes {
     /// canonical JSON text of one object (a string, because arguments may hold values
     /// the record's own value space does not: negative numbers, fractions, `null`).
     pub arguments: Option<String>,
+    /// The call's bound arguments: what the tool's binding names, recorded on every
+    /// call so a replay can decide rules over them (`spec/SPEC.md` §6.3).
+    pub bound: Option<BoundArguments>,
+    /// The call's whole arguments object as RFC 8785 canonical JSON text, when the
+    /// operator asked for arguments to be recorded; bounded like every string, so a
+    /// long one keeps its length and digest only.
+    pub call_arguments: Option<String>,
+}
+
+/// The arguments a tool's binding names, as one call gave them.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct BoundArguments {
+    /// The names (a key, or a JSON Pointer) whose value this states: present in
+    /// `values`, or known to be absent from the call. A name the binding holds whose
+    /// value could not be known is left out, so a reader reads it as unknown.
+    pub names: Vec<String>,
+    /// RFC 8785 canonical JSON text of one object: each name of `names` the call gave,
+    /// with its value exactly as given (not normalised).
+    pub values: String,
 }
 
 impl DecisionAxes {
@@ -725,6 +744,16 @@ impl DecisionAxes {
         o.insert_opt("matched_rule", self.matched_rule.as_deref().map(text_value));
         o.insert_opt("approval_ref", self.approval_ref.as_deref().map(text_value));
         o.insert_opt("arguments", self.arguments.as_deref().map(text_value));
+        o.insert_opt(
+            "call_arguments",
+            self.call_arguments.as_deref().map(text_value),
+        );
+        if let Some(bound) = &self.bound {
+            let mut b = Object::new();
+            insert_list(&mut b, "names", text_values(&bound.names));
+            b.insert("values", text_value(&bound.values));
+            o.insert("bound", b);
+        }
         if let Some(fs) = &self.fs {
             let mut f = Object::new();
             f.insert("path_raw", text_value(&fs.path_raw));
@@ -766,6 +795,16 @@ impl DecisionAxes {
                 })
             })
             .transpose()?;
+        let bound = f
+            .opt_object("bound")?
+            .map(|o| {
+                let g = Fields::new(o, "decision_axes.bound");
+                Ok::<_, FieldError>(BoundArguments {
+                    names: g.strings("names")?,
+                    values: g.string("values")?,
+                })
+            })
+            .transpose()?;
         Ok(DecisionAxes {
             capability: f.opt_string("capability")?,
             role: f.opt_string("role")?,
@@ -775,6 +814,8 @@ impl DecisionAxes {
             fs,
             net,
             arguments: f.opt_string("arguments")?,
+            bound,
+            call_arguments: f.opt_string("call_arguments")?,
         })
     }
 }
@@ -1211,6 +1252,24 @@ mod tests {
     fn outcome_round_trips() {
         let o = sample_outcome();
         assert_eq!(OutcomeLine::from_object(&o.to_object()).unwrap(), o);
+    }
+
+    #[test]
+    fn bound_and_call_arguments_round_trip() {
+        let mut o = sample_outcome();
+        o.decision_axes.bound = Some(BoundArguments {
+            names: vec!["/opts/dest".into(), "path".into()],
+            values: r#"{"path":"../secret.txt"}"#.into(),
+        });
+        o.decision_axes.call_arguments = Some(r#"{"mode":-1,"path":"../secret.txt"}"#.into());
+        let obj = o.to_object();
+        let axes = obj.get("decision_axes").and_then(Value::as_object).unwrap();
+        let bound = axes.get("bound").and_then(Value::as_object).unwrap();
+        assert_eq!(
+            bound.get("values").and_then(Value::as_str),
+            Some(r#"{"path":"../secret.txt"}"#)
+        );
+        assert_eq!(OutcomeLine::from_object(&obj).unwrap(), o);
     }
 
     #[test]

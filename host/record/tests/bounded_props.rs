@@ -156,7 +156,13 @@ fn write(f: &Fields) -> Vec<u8> {
             path_canonical: path_canonical.unwrap_or_default(),
         }),
         net: host.map(|host| NetAxis { host, port: 443 }),
-        arguments: None,
+        // Every argument member at once: the line bound holds with all of them full.
+        arguments: Some(f.message.clone()),
+        bound: Some(BoundArguments {
+            names: f.read_paths.clone(),
+            values: f.message.clone(),
+        }),
+        call_arguments: Some(f.message.clone()),
     };
     let granted = OutcomeLine {
         stop: None,

@@ -30,7 +30,9 @@
 use crate::audit::{AuditNotice, OpenedAudit, ProvenanceExtra, open_audit_with};
 use crate::capability::{ToolManifest, ToolRegistry};
 use crate::handler::HostHandler;
-use crate::pipeline::{CallRecord, CallRequest, OpenError, OwnedCall, Pipeline, PipelineError};
+use crate::pipeline::{
+    ArgumentRecording, CallRecord, CallRequest, OpenError, OwnedCall, Pipeline, PipelineError,
+};
 use crate::plugin::Plugin;
 use crate::profile::{PluginChoice, Profile, ProfileError};
 use crate::registry::{PluginSpec, Registry};
@@ -218,6 +220,7 @@ pub struct HostBuilder {
     confined: Option<Object>,
     serving: Option<Object>,
     front: Option<Object>,
+    record_arguments: bool,
 }
 
 /// What [`HostBuilder::open`] does while the audit sink says it is busy: wait, telling
@@ -253,6 +256,7 @@ impl Host {
             confined: None,
             serving: None,
             front: None,
+            record_arguments: false,
         }
     }
 
@@ -490,6 +494,13 @@ impl HostBuilder {
         self
     }
 
+    /// Records each call's whole arguments object (bounded) on its outcome, beside the
+    /// bound arguments every call records (`decision_axes.call_arguments`).
+    pub fn record_arguments(mut self, whole: bool) -> HostBuilder {
+        self.record_arguments = whole;
+        self
+    }
+
     /// Use a sandbox shared with other hosts instead of building one.
     pub fn sandbox(mut self, sandbox: Arc<Sandbox>) -> HostBuilder {
         self.sandbox = SandboxSource::Shared(sandbox);
@@ -517,6 +528,7 @@ impl HostBuilder {
             confined,
             serving,
             front,
+            record_arguments,
         } = self;
         for m in manifests {
             tools.register(m).map_err(OpenError::Tool)?;
@@ -533,9 +545,16 @@ impl HostBuilder {
             serving,
             front,
         };
-        let pipeline = assemble(
+        let mut pipeline = assemble(
             &profile, &registry, overrides, key, tools, handlers, sandbox,
         )?;
+        let bindings = profile
+            .operator
+            .bind
+            .as_ref()
+            .map(|s| s.value.clone())
+            .unwrap_or_default();
+        pipeline.set_recording(ArgumentRecording::new(bindings, record_arguments));
         Ok(Host {
             pipeline: Arc::new(pipeline),
         })

@@ -24,7 +24,9 @@
 //!   it checks the flag (the key's mode, a file beneath a grant, a pins file's shape).
 //! - Approvals have no settings: there is nothing to set until approvals exist.
 
+use aegis_policy_arguments::binding::Binding;
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use toml::Spanned;
 
@@ -42,6 +44,8 @@ pub(crate) struct OperatorTable {
     allow_write: Option<Spanned<Vec<String>>>,
     allow_exec: Option<Spanned<Vec<String>>>,
     allow_net: Option<Spanned<Vec<String>>>,
+    record_arguments: Option<Spanned<bool>>,
+    bind: Option<Spanned<BTreeMap<String, Vec<String>>>>,
 }
 
 /// The profile text read for its `[operator]` table alone (the rest was checked
@@ -119,6 +123,13 @@ pub struct Operator {
     pub allow_exec: Option<Setting<Vec<PathBuf>>>,
     /// `--allow-net HOST:PORT`: `wrap`, `confine`.
     pub allow_net: Option<Setting<Vec<String>>>,
+    /// Record each call's whole arguments (`--record-arguments`): `run`, `wrap`,
+    /// `gateway`.
+    pub record_arguments: Option<Setting<bool>>,
+    /// Each tool's path-like arguments, named by the operator (`bind = { TOOL =
+    /// ["NAME", …] }`), replacing what the tool's schema suggests: `run`, `wrap`,
+    /// `gateway`. Names are checked when the profile is read.
+    pub bind: Option<Setting<BTreeMap<String, Binding>>>,
 }
 
 impl Operator {
@@ -155,6 +166,19 @@ impl Operator {
                 .as_ref()
                 .map(|s| (s.key, list(&s.value), s.line)),
         );
+        out.extend(
+            self.record_arguments
+                .as_ref()
+                .map(|s| (s.key, s.value.to_string(), s.line)),
+        );
+        out.extend(self.bind.as_ref().map(|s| {
+            let tools: Vec<String> = s
+                .value
+                .iter()
+                .map(|(tool, b)| format!("{} = {}", quoted(tool), list(b.names())))
+                .collect();
+            (s.key, format!("{{ {} }}", tools.join(", ")), s.line)
+        }));
         out
     }
 
@@ -337,7 +361,25 @@ pub(crate) fn parse(
         allow_write,
         allow_exec,
         allow_net,
+        record_arguments,
+        bind,
     } = table;
+    let bind = bind
+        .map(|v| {
+            let line = line_of(v.span().start);
+            let mut tools = BTreeMap::new();
+            for (tool, names) in v.into_inner() {
+                let binding = Binding::named(&names)
+                    .map_err(|e| (line, format!("operator.bind.{}: {e}", quoted(&tool))))?;
+                tools.insert(tool, binding);
+            }
+            Ok::<_, (usize, String)>(Setting {
+                key: "bind",
+                value: tools,
+                line,
+            })
+        })
+        .transpose()?;
     let allow_net = allow_net
         .map(|v| {
             let line = line_of(v.span().start);
@@ -377,6 +419,12 @@ pub(crate) fn parse(
         allow_write: many("allow_write", allow_write)?,
         allow_exec: many("allow_exec", allow_exec)?,
         allow_net,
+        record_arguments: record_arguments.map(|v| Setting {
+            key: "record_arguments",
+            line: line_of(v.span().start),
+            value: v.into_inner(),
+        }),
+        bind,
     };
     if !confines && let Some((key, line)) = operator.first_grant() {
         return Err((

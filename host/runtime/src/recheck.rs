@@ -25,9 +25,13 @@
 //!     tool carries no axis, asked once with the empty capability). A refusal prefixed
 //!     with an axis (`fs.write: …`) names only the axis refused, not the others asked,
 //!     so it states nothing on its own.
-//! - **Arguments**: not recorded. An outcome's `decision_axes.arguments` holds the
-//!   values the rule that decided compared, not the call's arguments, so the replay
-//!   asks with the arguments unknown. A station with rules over arguments then decides
+//! - **Arguments**: what the record states of them. With `decision_axes.call_arguments`
+//!   (the operator opted in, and it was not cut) the replay asks with the whole
+//!   arguments; else with `decision_axes.bound`, the arguments the tool's binding names
+//!   (its path-like ones), every other argument unknown to the station
+//!   (`evaluate_stated_call`); else with none known. (`decision_axes.arguments` holds
+//!   only what the deciding rule compared, after normalisation, so it is not asked
+//!   with.) A station whose rule reads an argument the record does not state decides
 //!   the way that cannot widen and says the arguments were needed
 //!   (`CallAnswer::arguments_needed`); such a call is undecidable
 //!   ([`Undecidable::ArgumentsNotRecorded`]), never replayed on a guess.
@@ -127,8 +131,8 @@ pub enum Undecidable {
     /// The session's emitter does not say it records every role asserted, and this
     /// call states none.
     RoleNotRecorded,
-    /// The station needed the call's arguments to decide, and a record holds only
-    /// what the deciding rule compared.
+    /// The station needed an argument the record does not state (outside the tool's
+    /// binding, with the whole arguments not recorded) to decide.
     ArgumentsNotRecorded,
     /// The new policy governs the call by a rate limit, whose verdict depends on call
     /// times the record does not hold.
@@ -442,11 +446,21 @@ fn ask(
     }
     let (names, grant_axes) = asked_axes(o, facts)?;
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    // The whole arguments when the operator had them recorded; else the bound ones,
+    // which leave every other argument unknown; else none known.
+    let whole = axes.call_arguments.as_deref().filter(|t| !cut(t));
+    let bound = axes.bound.as_ref().filter(|b| !cut(&b.values));
+    let (arguments, known) = match (whole, bound) {
+        (Some(text), _) => (Some(text), None),
+        (None, Some(b)) => (Some(b.values.as_str()), Some(b.names.as_slice())),
+        (None, None) => (None, None),
+    };
     let ask = PolicyAsk {
         tool_id: &o.tool_id,
         role: axes.role.as_deref(),
         session: axes.session.as_deref(),
-        arguments: None,
+        arguments,
+        known,
     };
     let decided = pipeline::replay_policy(policy, &ask, &names, grant_axes);
     if decided.arguments_needed {

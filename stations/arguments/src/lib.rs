@@ -26,6 +26,7 @@
 
 use serde_json::{Map, Value};
 
+pub mod binding;
 pub mod unambiguous;
 
 /// A call's arguments as a station sees them.
@@ -35,6 +36,16 @@ pub enum Arguments {
     Unknown,
     /// The call's arguments object.
     Known(Map<String, Value>),
+    /// Some of the call's arguments, as a record states them
+    /// ([`binding::Projection`]): the names listed are known (present in the map, or
+    /// absent from the call); any other name is unknown.
+    Partial {
+        /// The values of the known names the call gave, keyed by
+        /// [`binding::canonical_name`].
+        values: Map<String, Value>,
+        /// The known names, in [`binding::canonical_name`] form.
+        known: Vec<String>,
+    },
 }
 
 impl Arguments {
@@ -53,7 +64,27 @@ impl Arguments {
     pub fn get(&self, name: &str) -> Option<Option<&Value>> {
         match self {
             Arguments::Known(map) => lookup(map, name),
+            Arguments::Partial { values, known } => {
+                let name = binding::canonical_name(name)?;
+                known.contains(&name).then(|| values.get(&name))
+            }
             Arguments::Unknown => None,
+        }
+    }
+
+    /// The arguments a record states: `values`, the canonical JSON text of the bound
+    /// values, and `known`, the names it states. Text that is not one JSON object read
+    /// one way only is unknown altogether.
+    pub fn partial(values: &str, known: &[&str]) -> Arguments {
+        match unambiguous::read_object(values.as_bytes()) {
+            Ok(values) => Arguments::Partial {
+                values,
+                known: known
+                    .iter()
+                    .filter_map(|k| binding::canonical_name(k))
+                    .collect(),
+            },
+            Err(_) => Arguments::Unknown,
         }
     }
 }

@@ -558,7 +558,8 @@ impl Policy for CedarEngine {
         let given = arguments.is_some();
         let readable = match aegis_policy_arguments::Arguments::parse(arguments) {
             aegis_policy_arguments::Arguments::Known(map) => self.comparable(map),
-            aegis_policy_arguments::Arguments::Unknown => None,
+            aegis_policy_arguments::Arguments::Partial { .. }
+            | aegis_policy_arguments::Arguments::Unknown => None,
         };
         match readable {
             Some(value) => Ok(CallAnswer::from(self.decide(

@@ -184,6 +184,45 @@ impl PolicyEngine {
         arguments: Option<&str>,
         out: &mut [IndexedDecision],
     ) -> Result<CallAnswer, PluginError> {
+        // Arguments are parsed once per call, and only for a set with rules over them.
+        let args = |reads: bool| match reads {
+            true => CallArguments::parse(arguments),
+            false => CallArguments::Unknown,
+        };
+        self.decide_with(tool, axes, role, args, out)
+    }
+
+    /// [`PolicyEngine::decide_call`] with part of the arguments known, as a record
+    /// states them (`values`, the canonical JSON of the known values given; `known`,
+    /// every name whose value or absence is known): what a replay asks. A rule over
+    /// any other argument is decided as over an unknown one, and says it was needed.
+    ///
+    /// # Errors
+    /// More axes than `out` has slots.
+    pub fn decide_stated_call<'a>(
+        &self,
+        tool: &str,
+        axes: impl ExactSizeIterator<Item = &'a str>,
+        role: &str,
+        values: &str,
+        known: &[&str],
+        out: &mut [IndexedDecision],
+    ) -> Result<CallAnswer, PluginError> {
+        let args = |reads: bool| match reads {
+            true => CallArguments::partial(values, known),
+            false => CallArguments::Unknown,
+        };
+        self.decide_with(tool, axes, role, args, out)
+    }
+
+    fn decide_with<'a>(
+        &self,
+        tool: &str,
+        axes: impl ExactSizeIterator<Item = &'a str>,
+        role: &str,
+        arguments: impl FnOnce(bool) -> CallArguments,
+        out: &mut [IndexedDecision],
+    ) -> Result<CallAnswer, PluginError> {
         if axes.len() > out.len() {
             return Err(PluginError::new(
                 ErrorKind::OTHER,
@@ -195,12 +234,7 @@ impl PolicyEngine {
             ));
         }
         let set = self.set.load();
-        // Arguments are parsed once per call, and only for a set with rules over them.
-        let args = match set.reads_arguments() {
-            true => CallArguments::parse(arguments),
-            false => CallArguments::Unknown,
-        };
-        let mut call = CallState::new(args);
+        let mut call = CallState::new(arguments(set.reads_arguments()));
         let mut answered = 0u32;
         let mut approval_id = ROption::RNone;
         // What the rule the host records compared: the first axis's while every axis
@@ -262,7 +296,7 @@ impl PolicyEngine {
             && set.reads_arguments()
             && let Some(unknown) = set.first_unknown(tool, capability, role, &call.args)
         {
-            call.needed |= matches!(call.args, CallArguments::Unknown);
+            call.needed |= call.unstated(&set.rules()[unknown as usize]);
             return Decided::new(Verdict::DENY, Some(unknown), set::reason::ARGUMENTS_UNKNOWN);
         }
         let Some(selected) = selected else {
@@ -274,7 +308,7 @@ impl PolicyEngine {
         };
         let at = selected.position;
         let rule = &set.rules()[at as usize];
-        if selected.fit == Fit::Unknown && matches!(call.args, CallArguments::Unknown) {
+        if selected.fit == Fit::Unknown && call.unstated(rule) {
             call.needed = true;
         }
         if !rule.arguments.is_empty() {
@@ -340,6 +374,20 @@ impl CallState {
             counted: Vec::new(),
             read: None,
             needed: false,
+        }
+    }
+
+    /// Whether `rule` reads an argument this call's arguments do not state (all of
+    /// them when unknown; those outside the record's binding when partial). An unknown
+    /// found then is the record's gap, not the call's: the decision needed arguments.
+    fn unstated(&self, rule: &set::Rule) -> bool {
+        match &self.args {
+            CallArguments::Unknown => true,
+            CallArguments::Known(_) => false,
+            partial @ CallArguments::Partial { .. } => rule
+                .arguments
+                .iter()
+                .any(|m| partial.get(&m.name).is_none()),
         }
     }
 }
@@ -440,6 +488,25 @@ impl Policy for PolicyEngine {
             axes.iter().map(RStr::as_str),
             request.role.as_str(),
             arguments,
+            out,
+        )
+    }
+
+    fn evaluate_stated_call(
+        &self,
+        request: &PolicyRequest<'_>,
+        values: &str,
+        known: &[RStr<'_>],
+        axes: &[RStr<'_>],
+        out: &mut [IndexedDecision],
+    ) -> Result<CallAnswer, PluginError> {
+        let known: Vec<&str> = known.iter().map(RStr::as_str).collect();
+        self.decide_stated_call(
+            request.tool_id.as_str(),
+            axes.iter().map(RStr::as_str),
+            request.role.as_str(),
+            values,
+            &known,
             out,
         )
     }

@@ -389,3 +389,66 @@ rules:
         (Verdict::DENY, Some("never-etc".into()), false)
     );
 }
+
+/// A recorded call's stated arguments, decided as a replay asks: (verdict, rule,
+/// arguments needed).
+fn stated(policy: &str, tool: &str, values: &str, known: &[&str]) -> (Verdict, String, bool) {
+    let e = PolicyEngine::new(PolicySet::parse(policy, "stated.yaml").unwrap());
+    let mut out = [IndexedDecision::default(); 1];
+    let a = e
+        .decide_stated_call(tool, [""].into_iter(), "", values, known, &mut out)
+        .unwrap();
+    let d = out[0];
+    let rule = a.answer.table.rule(d.rule).unwrap_or("default").to_owned();
+    (d.verdict, rule, a.arguments_needed)
+}
+
+#[test]
+fn stated_arguments_decide_rules_over_the_names_they_state() {
+    // The binding stated `path`: rules over it decide, as the live call would have.
+    let inside = stated(POLICY, "read_file", r#"{"path":"/data/a"}"#, &["path"]);
+    assert_eq!(inside, (Verdict::ALLOW, "read-data".into(), false));
+    let outside = stated(POLICY, "read_file", r#"{"path":"/etc/passwd"}"#, &["path"]);
+    assert_eq!(outside, (Verdict::DENY, "default".into(), false));
+    let secret = stated(
+        POLICY,
+        "read_file",
+        r#"{"path":"/data/secrets/k"}"#,
+        &["/path"],
+    );
+    assert_eq!(secret, (Verdict::DENY, "never-secrets".into(), false));
+    // A relative path has no normal form: refused, and that is the call's own doing.
+    let relative = stated(
+        POLICY,
+        "read_file",
+        r#"{"path":"../secret.txt"}"#,
+        &["path"],
+    );
+    assert_eq!((relative.0, relative.2), (Verdict::DENY, false));
+    // Known absent: a rule about `path` does not apply, and nothing was needed.
+    let absent = stated(POLICY, "read_file", "{}", &["path"]);
+    assert_eq!(absent, (Verdict::DENY, "default".into(), false));
+}
+
+#[test]
+fn an_argument_the_record_does_not_state_is_unknown_never_absent() {
+    // `head` compares `lines` and `mode`; the record states `mode` only. Read as
+    // absent, `lines` would not match and the default decide; read as unknown, the
+    // allow cannot stand and the replay says the arguments were needed.
+    let r = stated(POLICY, "head", r#"{"mode":"text"}"#, &["mode"]);
+    assert_eq!((r.0, r.2), (Verdict::DENY, true));
+    // A deny over an unstated argument cannot be passed over either.
+    let deny_first = r#"version: 1
+default: allow
+rules:
+  - id: no-write-mode
+    action: deny
+    arguments:
+      mode: { equals: w }
+"#;
+    let r = stated(deny_first, "open", r#"{"path":"/data/a"}"#, &["path"]);
+    assert_eq!((r.0, r.2), (Verdict::DENY, true));
+    // Once stated, it decides.
+    let r = stated(deny_first, "open", r#"{"mode":"r"}"#, &["mode"]);
+    assert_eq!(r, (Verdict::ALLOW, "default".into(), false));
+}

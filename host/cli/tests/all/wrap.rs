@@ -1346,3 +1346,149 @@ fn what_the_server_started_does_not_outlive_the_session() {
         "the server's child outlived wrap"
     );
 }
+
+/// Issue 33, item 3: the path a model tried is on the record for every call, allowed
+/// or refused (found from the tool's input schema, kept as given), the rest of the
+/// arguments are not; and `aegis recheck` decides a stricter rule over the path,
+/// while a rule over an argument the record does not state stays undecidable.
+#[test]
+fn the_path_a_call_tried_is_recorded_and_a_stricter_rule_over_it_is_rechecked() {
+    let mut w = Wrap::start(&[], &["--path-tool", "read_file", "--path-tool", "read"]);
+    w.initialize();
+    let tried = w.call(
+        3,
+        "read_file",
+        r#"{"content":"kept-off","path":"../secret.txt"}"#,
+    );
+    assert!(!is_error(&tried), "{tried:?}");
+    let inside = w.call(4, "read_file", r#"{"path":"/data/a.txt"}"#);
+    assert!(!is_error(&inside), "{inside:?}");
+    // Refused by the policy (`read` under /etc): still recorded.
+    assert!(is_error(&w.call(5, "read", r#"{"path":"/etc/shadow"}"#)));
+    assert_eq!(w.close().code(), Some(0), "{}", w.stderr());
+
+    let outcomes = w.record();
+    let read_file = outcome_of(&outcomes, "read_file");
+    let bound = |o: &Object, member: &str| at(o, &["decision_axes", "bound", member]);
+    assert_eq!(bound(read_file[0], "values"), r#"{"path":"../secret.txt"}"#);
+    let names = read_file[0]
+        .get("decision_axes")
+        .and_then(Value::as_object)
+        .and_then(|a| a.get("bound"))
+        .and_then(Value::as_object)
+        .and_then(|b| b.get("names"))
+        .map(|n| text(&n.to_canonical()));
+    // `mode` is in the schema but names no place: not bound.
+    assert_eq!(names.as_deref(), Some(r#"["path"]"#));
+    assert_eq!(bound(read_file[1], "values"), r#"{"path":"/data/a.txt"}"#);
+    let read = outcome_of(&outcomes, "read");
+    assert_eq!(at(read[0], &["policy", "status"]), "denied");
+    assert_eq!(bound(read[0], "values"), r#"{"path":"/etc/shadow"}"#);
+    let record = text(&std::fs::read(w.path("record.jsonl")).unwrap());
+    assert!(
+        !record.contains("kept-off"),
+        "an unbound argument reached the record"
+    );
+    assert!(!record.contains("call_arguments"));
+
+    let recheck = |policy: &str| {
+        let file = w.path("recheck.yaml");
+        std::fs::write(&file, policy).unwrap();
+        let out = aegis()
+            .args(["recheck", "--policy"])
+            .arg(&file)
+            .arg(w.path("record.jsonl"))
+            .output()
+            .unwrap();
+        (out.status.code(), text(&out.stdout))
+    };
+    let ids: Vec<String> = read_file.iter().map(|o| field(o, "call_id")).collect();
+    // Reads under /data only (and nothing else: `read` is refused by the default, as
+    // it was): the relative path has no normal form, so it is refused.
+    let (code, out) = recheck(
+        "version: 1
+default: deny
+rules:
+  - id: read-data
+    action: allow
+    tool: read_file
+    arguments:
+      path: { under: /data }
+",
+    );
+    assert_eq!(code, Some(6), "{out}");
+    assert!(
+        out.starts_with(&format!(
+            "newly refused:\n  {}  read_file  allowed → denied  rule read-data\n",
+            ids[0]
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("3 calls: 2 unchanged, 1 changed, 0 undecidable"),
+        "{out}"
+    );
+    // A rule over `content`, which the binding does not name: never guessed.
+    let (code, out) = recheck(
+        "version: 1
+default: allow
+rules:
+  - id: no-kept-off
+    action: deny
+    tool: read_file
+    arguments:
+      content: { equals: kept-off }
+",
+    );
+    assert_eq!(code, Some(6), "{out}");
+    assert!(
+        out.contains(&format!("{}  read_file  arguments not recorded", ids[0])),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("{}  read_file  arguments not recorded", ids[1])),
+        "{out}"
+    );
+}
+
+/// `--record-arguments` keeps each call's whole arguments, and a recheck then decides
+/// a rule over any of them.
+#[test]
+fn with_record_arguments_every_argument_is_rechecked() {
+    let mut w = Wrap::start(&["--record-arguments"], &["--path-tool", "read_file"]);
+    w.initialize();
+    let tried = w.call(3, "read_file", r#"{"content":"kept","path":"/data/a"}"#);
+    assert!(!is_error(&tried), "{tried:?}");
+    assert_eq!(w.close().code(), Some(0), "{}", w.stderr());
+    let outcomes = w.record();
+    let read_file = outcome_of(&outcomes, "read_file");
+    assert_eq!(
+        at(read_file[0], &["decision_axes", "call_arguments"]),
+        r#"{"content":"kept","path":"/data/a"}"#
+    );
+    let file = w.path("recheck.yaml");
+    std::fs::write(
+        &file,
+        "version: 1
+default: allow
+rules:
+  - id: no-kept
+    action: deny
+    arguments:
+      content: { equals: kept }
+",
+    )
+    .unwrap();
+    let out = aegis()
+        .args(["recheck", "--policy"])
+        .arg(&file)
+        .arg(w.path("record.jsonl"))
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(6), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("allowed → denied  rule no-kept"),
+        "{stdout}"
+    );
+}

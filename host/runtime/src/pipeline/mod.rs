@@ -69,8 +69,9 @@ use aegis_record::json::SafeInt;
 use aegis_record::line::Stop;
 use aegis_record::refusal::{Cause, Refusal, Station};
 use aegis_record::{
-    CapabilityOutcome, DecisionAxes, ExecutionOutcome, FsAxis, IntentLine, NetAxis, OutcomeLine,
-    PolicyOutcome, PolicySetHash, RequestDigest, ResponseDigest, ToolChangeLine, WriteError,
+    BoundArguments, CapabilityOutcome, DecisionAxes, ExecutionOutcome, FsAxis, IntentLine, NetAxis,
+    OutcomeLine, PolicyOutcome, PolicySetHash, RequestDigest, ResponseDigest, ToolChangeLine,
+    WriteError,
 };
 use aegis_station_api::abi_stable::std_types::{RArc, ROption, RSlice, RSliceMut, RStr, RString};
 use aegis_station_api::{
@@ -331,6 +332,8 @@ pub struct Pipeline {
     /// record and across records, even with the same key.
     call_prefix: String,
     calls: AtomicU64,
+    /// What of each call's arguments the record keeps.
+    recording: ArgumentRecording,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -361,7 +364,19 @@ impl Pipeline {
             audit,
             call_prefix,
             calls: AtomicU64::new(0),
+            recording: ArgumentRecording::default(),
         }
+    }
+
+    /// Sets what of each call's arguments the record keeps (before any call).
+    pub(crate) fn set_recording(&mut self, recording: ArgumentRecording) {
+        self.recording = recording;
+    }
+
+    /// What of each call's arguments the record keeps: a front end that learns a
+    /// tool's input schema hands it here ([`ArgumentRecording::bind_schema`]).
+    pub fn recording(&self) -> &ArgumentRecording {
+        &self.recording
     }
 
     /// Where the record goes, for the operator.
@@ -761,12 +776,14 @@ pub enum Executed {
 mod guard;
 mod outcome_lines;
 mod policy;
+mod recording;
 
 use guard::Open;
 pub use guard::{Call, OwnedCall};
 use outcome_lines::{Decisions, Ended, Stated, execution_of, outcome_line};
 pub use policy::{PolicyAsk, PolicyDecided, replay_policy};
 use policy::{axis_names, decide_policy};
+pub use recording::ArgumentRecording;
 
 /// What a sandbox that could not start the tool becomes.
 fn could_not_start(e: &SandboxError) -> Executed {

@@ -16,6 +16,10 @@ pub(super) struct Stated {
     pub(super) role: Option<String>,
     pub(super) session: Option<String>,
     pub(super) arguments: Option<String>,
+    /// What the record keeps of the arguments: the bound ones, and the whole object
+    /// when the operator opted in.
+    pub(super) bound: Option<BoundArguments>,
+    pub(super) call_arguments: Option<String>,
 }
 
 impl Stated {
@@ -26,11 +30,17 @@ impl Stated {
             role: self.role.as_deref(),
             session: self.session.as_deref(),
             arguments: self.arguments.as_deref(),
+            known: None,
         }
     }
 
     pub(super) fn of(call_id: String, request: &CallRequest<'_>, pipeline: &Pipeline) -> Stated {
+        let (bound, call_arguments) = pipeline
+            .recording()
+            .of_call(request.tool_id, request.arguments);
         Stated {
+            bound,
+            call_arguments,
             call_id,
             tool_id: request.tool_id.to_owned(),
             request_digest: request.request_digest(),
@@ -180,6 +190,8 @@ pub(super) fn outcome_line(stated: Stated, d: Decisions, ended: Ended) -> Outcom
             fs: d.fs,
             net: d.net,
             arguments: d.arguments_read,
+            bound: stated.bound,
+            call_arguments: stated.call_arguments,
             ..DecisionAxes::default()
         },
         stop: ended.stop,

@@ -73,19 +73,29 @@ pub(super) fn ask_policy<'a>(
         ));
     };
     let arguments = call.arguments.unwrap_or("");
-    let CallAnswer {
-        answer,
-        arguments_read,
-        arguments_needed,
-    } = policy
-        .evaluate_call(
+    let asked = match call.known {
+        None => policy.evaluate_call(
             &ask,
             arguments.into(),
             RSlice::from(axes),
             RSliceMut::from(out),
-        )
-        .into_result()
-        .map_err(|e| e.to_string())?;
+        ),
+        Some(known) => {
+            let known: Vec<RStr<'_>> = known.iter().map(|k| RStr::from(k.as_str())).collect();
+            policy.evaluate_stated_call(
+                &ask,
+                arguments.into(),
+                RSlice::from(&known[..]),
+                RSlice::from(axes),
+                RSliceMut::from(out),
+            )
+        }
+    };
+    let CallAnswer {
+        answer,
+        arguments_read,
+        arguments_needed,
+    } = asked.into_result().map_err(|e| e.to_string())?;
     // What the record holds must be one JSON object: anything else is a station fault.
     let arguments_read = match arguments_read.as_str() {
         "" => None,
@@ -150,9 +160,13 @@ pub struct PolicyAsk<'a> {
     pub role: Option<&'a str>,
     /// The policy session scope (asked as the empty scope when `None`).
     pub session: Option<&'a str>,
-    /// The call's arguments as RFC 8785 canonical JSON, or `None` when unknown (a
-    /// replay has none: records keep what a rule compared, not the arguments).
+    /// The call's arguments as RFC 8785 canonical JSON, or `None` when unknown. With
+    /// `known`, only part of them: the values a record states.
     pub arguments: Option<&'a str>,
+    /// Set when `arguments` holds only some arguments, as a record states them
+    /// (`decision_axes.bound`): every name whose value or absence is known. Any other
+    /// argument is unknown to the station.
+    pub known: Option<&'a [String]>,
 }
 
 /// The policy station's decision on one call, as the record states it.
@@ -406,6 +420,8 @@ mod tests {
             role: None,
             session: None,
             arguments: None,
+            bound: None,
+            call_arguments: None,
         };
         let axes: Vec<RStr<'static>> = axes.iter().map(|a| RStr::from(*a)).collect();
         let a = ask_policy(&policy, &call.ask(), &axes)?;
