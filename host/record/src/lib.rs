@@ -45,7 +45,7 @@ pub use digest::{
 pub use key::{PublicKey, Signature, SigningKey};
 pub use line::{
     ApprovalScope, CapabilityGrant, CapabilityOutcome, DecisionAxes, DecisionLine, DecisionVerdict,
-    ExecutionOutcome, FsAxis, FsScope, HttpRule, IntentLine, NetAxis, NetScope, OutcomeLine,
-    PolicyOutcome, ToolChangeAction, ToolChangeKind, ToolChangeLine,
+    ExecutionOutcome, FsAxis, FsScope, HttpRule, IntentLine, KeyHandoffLine, NetAxis, NetScope,
+    OutcomeLine, PolicyOutcome, ToolChangeAction, ToolChangeKind, ToolChangeLine,
 };
 pub use verify::{Indeterminate, Options, Position, Report, Tampered, Trust, Verdict, verify};
