@@ -274,6 +274,15 @@ fn an_unannounced_key_change_keeps_its_verdict_and_is_named() {
 /// after `h` of them, then a close under `r`; the signed line at index `wrong` (0 is
 /// the open) is signed by the key that is *not* in force there.
 fn sealed_file(n: usize, h: usize, wrong: Option<usize>) -> (Vec<u8>, Option<u64>) {
+    sealed_file_typed("key_handoff", n, h, wrong)
+}
+
+fn sealed_file_typed(
+    handoff_type: &str,
+    n: usize,
+    h: usize,
+    wrong: Option<usize>,
+) -> (Vec<u8>, Option<u64>) {
     let (k, r) = (key(), rotated());
     let mut out = Vec::new();
     let mut tail = LineHash::GENESIS;
@@ -304,7 +313,7 @@ fn sealed_file(n: usize, h: usize, wrong: Option<usize>) -> (Vec<u8>, Option<u64
     for i in 0..n {
         if i == h {
             let body = KeyHandoffLine::to(r.public_key()).to_object();
-            push("key_handoff", body, &signer(index, &k), &mut out);
+            push(handoff_type, body, &signer(index, &k), &mut out);
             index += 1;
         }
         let in_force = if i < h { &k } else { &r };
@@ -351,6 +360,32 @@ proptest! {
             }
         }
     }
+}
+
+/// What a verifier that does not know the hand-off does with one (spec §12): the same
+/// file with the line type spelt as a token this verifier does not define reads as an
+/// unknown type, whose signature (the old key's) is checked, and which switches no
+/// key, so the first line the next key signed is key_mismatch: never Verified, and no
+/// line of the next key accepted as the old key's. Also, an unknown type cannot be
+/// used to smuggle in a key change.
+#[test]
+fn a_verifier_that_does_not_know_the_handoff_never_accepts_the_next_key() {
+    let (file, _) = sealed_file_typed("key_handoff_unknown", 3, 1, None);
+    let report = check(&file, None);
+    // Open (1), outcome (2), hand-off (3), then the first outcome under the next key.
+    assert!(
+        matches!(
+            report.verdict(),
+            Verdict::Tampered(Tampered::KeyMismatch { line: 4, .. })
+        ),
+        "{}",
+        report.headline()
+    );
+    let (file, _) = sealed_file(3, 1, None);
+    assert_eq!(
+        check(&file, None).verdict(),
+        &Verdict::Verified(Trust::Unpinned)
+    );
 }
 
 /// Enough signed lines to be checked as batches, with hand-offs back and forth among
