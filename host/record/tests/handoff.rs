@@ -501,3 +501,30 @@ fn reports_with_handoffs_do_not_depend_on_threads() {
     assert_eq!(one, many);
     assert_eq!(one.to_json(), many.to_json());
 }
+
+/// The lists are bounded and count what they leave out: 70 hand-offs, each to a fresh
+/// key, pinned to the first key alone.
+#[test]
+fn key_change_lists_are_bounded_and_count_the_rest() {
+    let sink = VecSink::new();
+    let first = SigningKey::from_seed([1; 32]);
+    let s = Session::open(Arc::new(sink.clone()), first.clone(), None, Object::new()).unwrap();
+    for i in 0..70u8 {
+        let mut seed = [2; 32];
+        seed[0] = i;
+        s.hand_off(SigningKey::from_seed(seed)).unwrap();
+    }
+    s.close().unwrap();
+    let report = check(&sink.contents(), Some(&[&first]));
+    assert_eq!(report.verdict(), &Verdict::Verified(Trust::Pinned));
+    assert_eq!(report.key_changes().len(), 64);
+    assert_eq!(report.key_changes_unlisted(), 6);
+    assert_eq!(report.trusted_through_handoff().len(), 64);
+    assert_eq!(report.trusted_through_handoff_unlisted(), 6);
+    let text = report.to_text();
+    assert!(text.contains("key_changes_unlisted 6\n"), "{text}");
+    assert!(
+        text.contains("trusted_through_handoff_unlisted 6\n"),
+        "{text}"
+    );
+}

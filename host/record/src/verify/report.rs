@@ -113,6 +113,7 @@ pub struct Report {
     pub(super) key_changes: Vec<KeyChange>,
     pub(super) key_changes_unlisted: u64,
     pub(super) trusted_through_handoff: Vec<TrustedThroughHandoff>,
+    pub(super) trusted_through_handoff_unlisted: u64,
 }
 
 /// An id quoted for the text report; a cut id ends in `…` inside the quotes.
@@ -206,6 +207,12 @@ impl Report {
     /// verdict is Tampered or the walk was unpinned.
     pub fn trusted_through_handoff(&self) -> &[TrustedThroughHandoff] {
         &self.trusted_through_handoff
+    }
+
+    /// How many keys accepted through a hand-off [`Report::trusted_through_handoff`]
+    /// does not list.
+    pub fn trusted_through_handoff_unlisted(&self) -> u64 {
+        self.trusted_through_handoff_unlisted
     }
 
     /// The first line of the human report.
@@ -306,6 +313,12 @@ impl Report {
             s.push_str(&format!(
                 "trusted_through_handoff {} from {} at session {} seq {}\n",
                 t.key_id, t.from, t.at.session, t.at.seq
+            ));
+        }
+        if self.trusted_through_handoff_unlisted > 0 {
+            s.push_str(&format!(
+                "trusted_through_handoff_unlisted {}\n",
+                self.trusted_through_handoff_unlisted
             ));
         }
         s
@@ -456,6 +469,10 @@ impl Report {
                 })
                 .collect();
             o.insert("trusted_through_handoff", Value::Array(trusted));
+            o.insert(
+                "trusted_through_handoff_unlisted",
+                count(self.trusted_through_handoff_unlisted),
+            );
         }
         o.to_canonical()
     }

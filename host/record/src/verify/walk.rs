@@ -140,6 +140,7 @@ pub(super) struct Walked {
     key_changes_unlisted: u64,
     /// Keys accepted through a hand-off in a pinned walk (at most [`MAX_LISTED_CALLS`]).
     trusted_through_handoff: Vec<TrustedThroughHandoff>,
+    trusted_through_handoff_unlisted: u64,
 }
 
 impl Walked {
@@ -174,15 +175,17 @@ impl Walked {
             (steps.collect(), self.time_backwards_unlisted)
         };
         // As clock steps: a Tampered file is not evidence of who signed what.
-        let (key_changes, key_changes_unlisted, trusted_through_handoff) = if tampered.is_some() {
-            (Vec::new(), 0, Vec::new())
-        } else {
-            (
-                self.key_changes,
-                self.key_changes_unlisted,
-                self.trusted_through_handoff,
-            )
-        };
+        let (key_changes, key_changes_unlisted, trusted_through_handoff, trusted_unlisted) =
+            if tampered.is_some() {
+                (Vec::new(), 0, Vec::new(), 0)
+            } else {
+                (
+                    self.key_changes,
+                    self.key_changes_unlisted,
+                    self.trusted_through_handoff,
+                    self.trusted_through_handoff_unlisted,
+                )
+            };
         let findings: Vec<Indeterminate> = self
             .findings
             .into_iter()
@@ -233,6 +236,7 @@ impl Walked {
             key_changes,
             key_changes_unlisted,
             trusted_through_handoff,
+            trusted_through_handoff_unlisted: trusted_unlisted,
         }
     }
 }
@@ -340,6 +344,7 @@ impl<'a> Walk<'a> {
                 key_changes: Vec::new(),
                 key_changes_unlisted: 0,
                 trusted_through_handoff: Vec::new(),
+                trusted_through_handoff_unlisted: 0,
             },
             next_order: 0,
         }
@@ -797,15 +802,18 @@ impl<'a> Walk<'a> {
             && !trust
                 .iter()
                 .any(|anchor| anchor.matches(&handoff.next_public_key))
-            && self.out.trusted_through_handoff.len() < MAX_LISTED_CALLS
         {
-            self.out
-                .trusted_through_handoff
-                .push(TrustedThroughHandoff {
-                    key_id: to,
-                    from,
-                    at,
-                });
+            if self.out.trusted_through_handoff.len() < MAX_LISTED_CALLS {
+                self.out
+                    .trusted_through_handoff
+                    .push(TrustedThroughHandoff {
+                        key_id: to,
+                        from,
+                        at,
+                    });
+            } else {
+                self.out.trusted_through_handoff_unlisted += 1;
+            }
         }
         self.key_change(KeyChange {
             at,
