@@ -12,6 +12,7 @@ EXAMPLES:
   aegis run --component tool.wasm --id echo --input hello
   aegis --profile durable-file run --signing-key KEY --component tool.wasm --id echo
   aegis verify --key KEY_ID aegis-audit.aarl
+  aegis rotate --audit aegis-audit.aarl --signing-key KEY --next-key NEW_KEY
   aegis recheck --policy stricter.yaml --key KEY_ID aegis-audit.aarl
   aegis pins diff pins.jsonl -- ./server
   aegis demo
@@ -57,6 +58,33 @@ EXIT STATUS:
   0  written
   1  a usage error; the file exists (without --force) or is not a regular file
   2  a directory, the key or its public half could not be written";
+
+pub const ROTATE: &str = "\
+EXAMPLES:
+  aegis keygen --out ~/.config/aegis/next.key
+  aegis rotate --audit record.aarl --signing-key ~/.config/aegis/signing.key \\
+      --next-key ~/.config/aegis/next.key
+  aegis run --audit record.aarl --signing-key ~/.config/aegis/next.key \\
+      --component echo.wasm --id echo --input hi
+  aegis verify --key OLD_KEY_ID record.aarl
+
+Prints `key_handoff from OLD_KEY_ID to NEW_KEY_ID`. The session written is: an open line
+under --signing-key, a key_handoff line it signs naming --next-key, and a close line
+--next-key signs. `aegis verify` lists the hand-off (key_handoff), each later session
+that continues it (key_continues), and with --key pinned to the old key only, the new
+key as trusted_through_handoff. A session that changes key without a hand-off verifies
+as before but is listed as key_unannounced. Keep the old key until no verifier needs
+it to sign again; remove it from trust stores only if it may be compromised (its holder
+can hand the record to any key).
+
+EXIT STATUS:
+  0    rotated
+  1    a usage error
+  2    a key file could not be read
+  4    a key or the sink was refused (mode, not a seed file, published, the same key twice)
+  5    the record is busy (--no-wait; without it rotate waits its turn)
+  17   the hand-off or close line could not be written
+  129/130/143  a signal ended the wait for a busy record (nothing written)";
 
 pub const KEY_SHOW: &str = "\
 EXAMPLES:

@@ -21,6 +21,7 @@ mod log;
 mod pins;
 mod plugins;
 mod recheck;
+mod rotate;
 mod run;
 mod settings;
 mod style;
@@ -157,6 +158,15 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Hand a record to a new signing key: append a session whose key_handoff line the
+    /// current key signs, naming the next key, closed by the next key.
+    ///
+    /// Later sessions signed by the next key (run, wrap, gateway with --signing-key
+    /// NEW) verify as continuing the rotation, and `aegis verify --key OLD` accepts them
+    /// through the hand-off. The record is opened as `run --audit` opens it: the file
+    /// sink, waiting its turn while another process writes it (--no-wait: exit 5).
+    #[command(after_help = help::ROTATE)]
+    Rotate(Box<rotate::RotateArgs>),
     /// Inspect a signing key: `aegis key show KEYFILE`.
     #[command(after_help = help::KEY)]
     Key {
@@ -292,6 +302,7 @@ impl Command {
             Command::Log(_) => "log",
             Command::Keygen { .. } => "keygen",
             Command::Key { .. } => "key show",
+            Command::Rotate(_) => "rotate",
             Command::Run(_) => "run",
             Command::Wrap(_) => "wrap",
             Command::Pins { command } => command.name(),
@@ -413,6 +424,7 @@ fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Key {
             command: key::KeyCommand::Show { keyfile },
         } => key::show(&keyfile),
+        Command::Rotate(args) => rotate::rotate(&args),
         Command::Run(args) => run::run(profile, &args),
         Command::Wrap(args) => wrap::wrap(profile, &args),
         Command::Pins { command } => pins::pins(profile, &command),

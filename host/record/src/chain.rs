@@ -14,6 +14,10 @@
 //!   [`UnsignedBody`]; signed bodies go through [`Session::append`]. No path signs an
 //!   intent, and no path leaves an outcome unsigned.
 //! - A session writes its close line when closed or dropped (clean exit, panic unwinding).
+//! - **Key hand-off.** [`Session::hand_off`] writes the `key_handoff` line under the key
+//!   in force and switches to the next key inside the same critical section, after the
+//!   sink accepted the line: every line before it is signed by the old key, every line
+//!   after it (close included) by the new one, whatever other threads append.
 //! - **No line the verifier would call malformed.** The line bodies bound every member
 //!   after escaping ([`crate::bound`]), and the writer checks each sealed line against
 //!   the verifier's own limits — [`MAX_LINE_BYTES`] and [`MAX_DEPTH`], the same
@@ -52,7 +56,7 @@
 use crate::digest::{LineHash, encode_hex};
 use crate::json::{MAX_DEPTH, Object, SafeInt, Value};
 use crate::key::SigningKey;
-use crate::line::{SCHEMA_VERSION, SignedBody, UnsignedBody};
+use crate::line::{KeyHandoffLine, LineBody, SCHEMA_VERSION, SignedBody, UnsignedBody};
 use crate::verify::MAX_LINE_BYTES;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -128,6 +132,9 @@ pub enum WriteError {
         /// Which limit it exceeds.
         detail: String,
     },
+    /// A key hand-off named the key already in force; nothing was written.
+    #[error("a key hand-off must name a key other than the one in force")]
+    SameKey,
     /// The operating system's random source failed, so no session nonce could be drawn.
     #[error("no session nonce: the system random source failed: {0}")]
     Random(String),
@@ -198,6 +205,8 @@ pub struct Appended {
 struct State {
     next_seq: u64,
     tail: LineHash,
+    /// The key in force: the open line's, until a hand-off lands.
+    key: SigningKey,
     closed: bool,
     poisoned: bool,
 }
@@ -223,7 +232,6 @@ pub enum Clock {
 /// close line.
 pub struct Session {
     sink: Arc<dyn LineSink>,
-    key: SigningKey,
     clock: Clock,
     state: Mutex<State>,
 }
@@ -231,7 +239,7 @@ pub struct Session {
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
-            .field("key_id", &self.key.key_id())
+            .field("key_id", &self.key_id())
             .finish_non_exhaustive()
     }
 }
@@ -313,16 +321,16 @@ impl Session {
         body.insert("nonce", encode_hex(&nonce));
         let session = Session {
             sink,
-            key,
             clock,
             state: Mutex::new(State {
                 next_seq: 0,
                 tail: LineHash::GENESIS,
+                key,
                 closed: false,
                 poisoned: false,
             }),
         };
-        if let Err(e) = session.write("open", body, true) {
+        if let Err(e) = session.write("open", body, true, None) {
             // No open line landed: there is no session to close.
             session.lock().closed = true;
             return Err(e);
@@ -336,11 +344,15 @@ impl Session {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Appends one line; with `next_key`, the key in force becomes it once the line
+    /// landed, under the same lock, so no line is signed by a key the chain has not yet
+    /// handed to (nor by the old key after the hand-off landed).
     fn write(
         &self,
         line_type: &str,
         mut body: Object,
         signed: bool,
+        next_key: Option<SigningKey>,
     ) -> Result<Appended, WriteError> {
         if body.contains_key("time") {
             return Err(WriteError::ReservedMember("time".to_owned()));
@@ -352,6 +364,13 @@ impl Session {
             }
             if state.closed {
                 return Err(WriteError::Closed);
+            }
+            // Checked under the lock: another thread's hand-off may have just landed.
+            if next_key
+                .as_ref()
+                .is_some_and(|next| next.public_key() == state.key.public_key())
+            {
+                return Err(WriteError::SameKey);
             }
             let seq = state.next_seq;
             // Read under the lock, so times follow seq as far as the clock does.
@@ -379,7 +398,7 @@ impl Session {
                 body,
                 seq,
                 state.tail,
-                signed.then_some(&self.key),
+                signed.then_some(&state.key),
             )?;
             if sealed.bytes.len() > MAX_LINE_BYTES {
                 return Err(unverifiable(format!(
@@ -394,6 +413,9 @@ impl Session {
                 .append(&bytes)
                 .map_err(|source| WriteError::Append { seq, source })?;
             state.tail = sealed.hash;
+            if let Some(next) = next_key {
+                state.key = next;
+            }
             Appended {
                 seq,
                 line_hash: sealed.hash,
@@ -415,7 +437,7 @@ impl Session {
     /// # Errors
     /// See [`WriteError`].
     pub fn append<L: SignedBody>(&self, line: &L) -> Result<Appended, WriteError> {
-        self.write(L::LINE_TYPE, line.to_object(), true)
+        self.write(L::LINE_TYPE, line.to_object(), true, None)
     }
 
     /// Appends an unsigned line (intent). Returns once it is durable.
@@ -423,7 +445,23 @@ impl Session {
     /// # Errors
     /// See [`WriteError`].
     pub fn append_unsigned<L: UnsignedBody>(&self, line: &L) -> Result<Appended, WriteError> {
-        self.write(L::LINE_TYPE, line.to_object(), false)
+        self.write(L::LINE_TYPE, line.to_object(), false, None)
+    }
+
+    /// Hands the session to `next` (spec/SPEC.md §6.3 `key_handoff`): writes a
+    /// `key_handoff` line signed by the key in force, naming `next`, and from the moment
+    /// it lands signs every later line of the session, close included, with `next`.
+    ///
+    /// If the sink refuses the line, the session keeps its key (the verifier never saw
+    /// the hand-off); if the line landed but could not be made durable, the session is
+    /// stopped as after any failed sync.
+    ///
+    /// # Errors
+    /// [`WriteError::SameKey`] when `next` is the key in force (nothing is written), and
+    /// the errors of any append.
+    pub fn hand_off(&self, next: SigningKey) -> Result<Appended, WriteError> {
+        let body = KeyHandoffLine::to(next.public_key()).to_object();
+        self.write(KeyHandoffLine::LINE_TYPE, body, true, Some(next))
     }
 
     /// The hash of the last line that landed.
@@ -431,9 +469,9 @@ impl Session {
         self.lock().tail
     }
 
-    /// The signing key's fingerprint.
+    /// The fingerprint of the key in force: the open line's, or the last hand-off's.
     pub fn key_id(&self) -> crate::digest::KeyId {
-        self.key.key_id()
+        self.lock().key.key_id()
     }
 
     /// Writes the close line and ends the session, returning the session's final hash.
@@ -445,7 +483,7 @@ impl Session {
     }
 
     fn close_inner(&self) -> Result<LineHash, WriteError> {
-        let appended = self.write("close", Object::new(), true);
+        let appended = self.write("close", Object::new(), true, None);
         self.lock().closed = true;
         appended.map(|a| a.line_hash)
     }

@@ -17,6 +17,9 @@
 //!   an open line hash or the call ids derived from it.
 //! - A verifier with exactly three verdicts that is deterministic in its input
 //!   ([`verify::verify`]).
+//! - A session can hand its chain to a new key in a `key_handoff` line the old key signs
+//!   ([`chain::Session::hand_off`]); the verifier checks every later line under the new
+//!   key and passes a pin only through such a hand-off from a trusted key.
 //!
 //! # Non-guarantees
 //! - A verdict of Verified without a trust slice proves internal consistency, not who
@@ -45,7 +48,8 @@ pub use digest::{
 pub use key::{PublicKey, Signature, SigningKey};
 pub use line::{
     ApprovalScope, BoundArguments, CapabilityGrant, CapabilityOutcome, DecisionAxes, DecisionLine,
-    DecisionVerdict, ExecutionOutcome, FsAxis, FsScope, HttpRule, IntentLine, NetAxis, NetScope,
-    OutcomeLine, PolicyOutcome, ToolChangeAction, ToolChangeKind, ToolChangeLine,
+    DecisionVerdict, ExecutionOutcome, FsAxis, FsScope, HttpRule, IntentLine, KeyHandoffLine,
+    NetAxis, NetScope, OutcomeLine, PolicyOutcome, ToolChangeAction, ToolChangeKind,
+    ToolChangeLine,
 };
 pub use verify::{Indeterminate, Options, Position, Report, Tampered, Trust, Verdict, verify};

@@ -1,4 +1,4 @@
-//! The six line types and the objects inside them.
+//! The line types and the objects inside them.
 //!
 //! Each type converts to the body of a line (its own members, without the four chain
 //! members and the signature) and back. Parsing checks the members this version defines
@@ -13,7 +13,7 @@
 
 use crate::bound::{insert_list, text_value, text_values};
 use crate::digest::{
-    ComponentDigest, DefinitionDigest, HexError, LineHash, PolicySetHash, RequestDigest,
+    ComponentDigest, DefinitionDigest, HexError, KeyId, LineHash, PolicySetHash, RequestDigest,
     ResponseDigest,
 };
 use crate::json::{Object, SafeInt, Value};
@@ -38,6 +38,8 @@ pub enum LineType {
     Close,
     /// A tool definition an MCP relay saw change against its pins; signed.
     ToolChange,
+    /// The session's key hands the chain to a next key; signed by the current key.
+    KeyHandoff,
     /// Reserved: signed, defined so adding it later is not a breaking change.
     Checkpoint,
     /// A token this version does not define, preserved as written.
@@ -54,6 +56,7 @@ impl LineType {
             "decision" => LineType::Decision,
             "close" => LineType::Close,
             "tool_change" => LineType::ToolChange,
+            "key_handoff" => LineType::KeyHandoff,
             "checkpoint" => LineType::Checkpoint,
             other => LineType::Unknown(other.to_owned()),
         }
@@ -68,6 +71,7 @@ impl LineType {
             LineType::Decision => "decision",
             LineType::Close => "close",
             LineType::ToolChange => "tool_change",
+            LineType::KeyHandoff => "key_handoff",
             LineType::Checkpoint => "checkpoint",
             LineType::Unknown(t) => t,
         }
@@ -83,6 +87,7 @@ impl LineType {
                 | LineType::Decision
                 | LineType::Close
                 | LineType::ToolChange
+                | LineType::KeyHandoff
                 | LineType::Checkpoint
         )
     }
@@ -269,6 +274,7 @@ mod sealed {
     impl Sealed for super::OutcomeLine {}
     impl Sealed for super::DecisionLine {}
     impl Sealed for super::ToolChangeLine {}
+    impl Sealed for super::KeyHandoffLine {}
 }
 
 /// The open line's own members.
@@ -290,6 +296,51 @@ impl OpenLine {
         Ok(OpenLine {
             public_key: f.hex("public_key", PublicKey::from_hex)?,
             prev_session_tail: f.opt_hex("prev_session_tail", LineHash::from_hex)?,
+        })
+    }
+}
+
+/// A key hand-off: signed by the session's current key, it names the key every later
+/// line of the session is signed under. Deliberately not a [`SignedBody`]: only
+/// [`crate::Session::hand_off`] writes it, because the writer must switch keys in the
+/// same critical section that lands the line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyHandoffLine {
+    /// The key that signs the session's lines after this one.
+    pub next_public_key: PublicKey,
+    /// The key id of `next_public_key`, as written; a verifier checks that it is.
+    pub next_key_id: KeyId,
+}
+
+impl LineBody for KeyHandoffLine {
+    const LINE_TYPE: &'static str = "key_handoff";
+    fn to_object(&self) -> Object {
+        let mut o = Object::new();
+        o.insert("next_key_id", self.next_key_id);
+        o.insert("next_public_key", self.next_public_key);
+        o
+    }
+}
+
+impl KeyHandoffLine {
+    /// The hand-off to `next`, with its key id.
+    pub fn to(next: PublicKey) -> KeyHandoffLine {
+        KeyHandoffLine {
+            next_public_key: next,
+            next_key_id: next.key_id(),
+        }
+    }
+
+    /// Reads the members of a key hand-off line. Whether they agree with each other and
+    /// with the session is the verifier's question, not this one's.
+    ///
+    /// # Errors
+    /// A missing or ill-typed member.
+    pub fn from_object(obj: &Object) -> Result<KeyHandoffLine, FieldError> {
+        let f = Fields::new(obj, "");
+        Ok(KeyHandoffLine {
+            next_public_key: f.hex("next_public_key", PublicKey::from_hex)?,
+            next_key_id: f.hex("next_key_id", KeyId::from_hex)?,
         })
     }
 }

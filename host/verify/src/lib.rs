@@ -50,6 +50,13 @@ pub fn after_help(binary: &str) -> String {
 Several files or a directory: a report each, then a summary; the exit code is the
 worst (Tampered, then unreadable, then Indeterminate).
 
+Key changes are listed, never a verdict by themselves: key_handoff (a line the old key
+signed naming the next, as `aegis rotate` writes), key_continues (a later session under
+the key handed to) and key_unannounced (a session that opened with a new key no hand-off
+named). Pinned, a key that a trusted key handed the record to earlier in the file is
+accepted and listed as trusted_through_handoff; a line the old key signs after its
+hand-off is Tampered.
+
 EXIT STATUS:
 {EXIT_STATUS}"
     )
@@ -60,7 +67,8 @@ EXIT STATUS:
 pub struct VerifyArgs {
     /// A key you accept, as its public key or its key id (64 lowercase hex
     /// characters, as keygen, `key show` and verify print them); repeatable. Any
-    /// --key or --trust-store makes the walk pinned.
+    /// --key or --trust-store makes the walk pinned. A key a pinned key handed the
+    /// record to (key_handoff) is accepted too.
     #[arg(long = "key", value_name = "HEX", value_parser = parse_trust_anchor)]
     pub keys: Vec<TrustAnchor>,
     /// A file of accepted keys, one public key or key id per line; blank and `#`

@@ -30,6 +30,11 @@ const NOT_PROVOKED: &[(&str, u32, &str)] = &[
         "a record failing after its open line needs a failing disk",
     ),
     (
+        "rotate",
+        17,
+        "the hand-off or close failing after the open line needs a failing disk",
+    ),
+    (
         "wrap",
         17,
         "a record failing after its open line needs a failing disk",
@@ -312,6 +317,61 @@ fn keygen_and_key_show_codes_are_documented_and_produced() {
 }
 
 /// `aegis run` of `guest` as `id` with `extra` flags.
+#[test]
+fn rotate_codes_are_documented_and_produced() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = keygen(dir.path());
+    let next = dir.path().join("next");
+    let out = aegis()
+        .args(["keygen", "--out"])
+        .arg(&next)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let record = dir.path().join("r.aarl");
+    let rotate = |extra: &[&str], from: &Path, to: &Path| {
+        let mut c = aegis();
+        c.args(["rotate", "--audit"])
+            .arg(&record)
+            .arg("--signing-key")
+            .arg(from)
+            .arg("--next-key")
+            .arg(to)
+            .args(extra);
+        c
+    };
+    let mut t = Table::new("rotate");
+    t.run(0, "rotated", &mut rotate(&[], &old, &next));
+    t.run(1, "usage", aegis().args(["rotate", "--audit", "r.aarl"]));
+    t.run(
+        2,
+        "key unreadable",
+        &mut rotate(&[], &next, &dir.path().join("missing")),
+    );
+    t.run(4, "the same key", &mut rotate(&[], &next, &next));
+    let holder = std::fs::File::open(&record).unwrap();
+    holder.lock().unwrap();
+    t.run(5, "busy", &mut rotate(&["--no-wait"], &next, &old));
+    // A signal ends the wait for the busy record; nothing is written.
+    for (sig, code) in [
+        (rustix::process::Signal::HUP, 129),
+        (rustix::process::Signal::INT, 130),
+        (rustix::process::Signal::TERM, 143),
+    ] {
+        let mut child = rotate(&[], &next, &old)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let _stderr = await_line(&mut child, "aegis: waiting for the record: ");
+        signal(&child, sig);
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(code), "rotate after {sig:?}");
+        t.seen.insert(code as u32);
+    }
+    drop(holder);
+    t.done();
+}
+
 fn run(guest_name: &str, id: &str, extra: &[&str]) -> Command {
     let mut c = aegis();
     c.arg("run")
@@ -930,6 +990,7 @@ fn the_top_level_help_lists_every_code() {
         "recheck",
         "keygen",
         "key show",
+        "rotate",
         "run",
         "wrap",
         "pins diff",

@@ -19,6 +19,7 @@ mod pins;
 mod plugins;
 mod readme;
 mod recheck;
+mod rotate;
 mod run;
 mod shared_record;
 mod terminal;

@@ -11,7 +11,18 @@
 //!   break, seq repeated or backwards, a signed line without a valid signature, a key_id
 //!   that is not the session's key, a broken session boundary, a line outside the format
 //!   (other than a torn final line), an untrusted key, a second decision for one
-//!   approval_id, or an intent line that carries a signature.
+//!   approval_id, an intent line that carries a signature, or a `key_handoff` whose next
+//!   key cannot take over (its key id does not match, it is not a valid point of large
+//!   order, or it is the key already in force).
+//! - **Key hand-off.** After a `key_handoff` line, every signed line of its session must
+//!   be signed by the key it names: a line signed by the old key is `key_mismatch`. Each
+//!   signature job carries the key in force at its line. Key changes are reported —
+//!   a hand-off, a later session continuing it, or a session opening with a new key no
+//!   hand-off named (unannounced: allowed, as before, but reported) — and never change
+//!   the verdict by themselves.
+//! - **Trust through a hand-off.** In a pinned walk a key outside the slice is accepted
+//!   only when a key already trusted handed the chain to it, earlier in the same file;
+//!   the report names each such key and the key that handed to it.
 //! - **Indeterminate** means nothing contradicts the file but something cannot be
 //!   decided: an unknown line type without a signature, a reserved checkpoint, a torn
 //!   final line, an unanchored final session, a seq gap over an intact chain, an empty file.
@@ -38,12 +49,17 @@
 //!   Intents are unsigned, so the call lists are information, not evidence: an intent
 //!   after the coverage position can be removed, and its listing with it.
 //! - Only keys whose seeds this crate knows were published are named as test keys.
+//! - A hand-off proves that the holder of the old key named the new one, not that the
+//!   old key was still uncompromised when it did: whoever holds a trusted key can hand
+//!   the chain to a key of their own. A key suspected of compromise has to leave the
+//!   trust slice, and every file that opens under it fails the pin with it.
 //!
 //! # Limits
 //! - A line longer than [`MAX_LINE_BYTES`] is malformed. Memory is otherwise flat in the
 //!   file's length, except for one fixed-size entry per decided approval_id (a digest)
 //!   and per call in flight in the current session (a digest of its call_id, its seq and
-//!   the first [`MAX_ID_BYTES`] of its call_id and tool_id).
+//!   the first [`MAX_ID_BYTES`] of its call_id and tool_id), and one per key a
+//!   `key_handoff` named (two key ids and a position).
 //! - Each call list names at most [`MAX_LISTED_CALLS`] calls, then counts the rest; an id
 //!   longer than [`MAX_ID_BYTES`] is shown cut, and marked so.
 //! - A source that keeps producing well-formed lines, or blank lines after an unparsable
@@ -64,10 +80,11 @@ mod walk;
 mod workers;
 
 pub use crate::json::quote;
-pub use report::{ClockStep, InFlight, Report};
+pub use report::{ClockStep, InFlight, KeyChange, KeyChangeKind, Report, TrustedThroughHandoff};
 pub use trust::{TrustAnchor, TrustStoreError, parse_trust_store};
 pub use verdict::{
-    BoundaryProblem, Indeterminate, Position, SignatureProblem, Tampered, Trust, Verdict,
+    BoundaryProblem, HandoffProblem, Indeterminate, Position, SignatureProblem, Tampered, Trust,
+    Verdict,
 };
 
 use std::io::Read;

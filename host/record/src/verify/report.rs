@@ -37,6 +37,66 @@ pub struct ClockStep {
     pub latest: String,
 }
 
+/// A change of the key that signs a chain: at a `key_handoff` line, or at an open line
+/// whose key is not the one the previous session ended with. Informational, never part
+/// of the verdict (a key change at an open was always allowed; the report says whether
+/// the file announced it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyChange {
+    /// The `key_handoff` line, or the open line of the session that changed key.
+    pub at: Position,
+    /// The key before.
+    pub from: KeyId,
+    /// The key after.
+    pub to: KeyId,
+    /// How the change came about.
+    pub kind: KeyChangeKind,
+}
+
+/// How a key changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyChangeKind {
+    /// A `key_handoff` line, signed by `from`, named `to`.
+    Handoff,
+    /// A session opened with a key a `key_handoff` earlier in the file handed to
+    /// (`from` is the key that handed it).
+    Continues {
+        /// The `key_handoff` line that named the key.
+        handoff_at: Position,
+    },
+    /// A session opened with a key no earlier `key_handoff` named, other than the key
+    /// the previous session ended with. Allowed, as it always was; but nothing in the
+    /// file says the old key's holder chose the new one.
+    Unannounced,
+}
+
+impl KeyChangeKind {
+    /// A stable snake_case name.
+    pub fn code(&self) -> &'static str {
+        match self {
+            KeyChangeKind::Handoff => "handoff",
+            KeyChangeKind::Continues { .. } => "continues",
+            KeyChangeKind::Unannounced => "unannounced",
+        }
+    }
+}
+
+/// A key outside the trust slice that the walk accepted because a trusted key handed
+/// the chain to it (a pinned walk only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TrustedThroughHandoff {
+    /// The key accepted.
+    pub key_id: KeyId,
+    /// The trusted key (in the slice, or itself trusted through a hand-off) that handed
+    /// the chain to it.
+    pub from: KeyId,
+    /// The `key_handoff` line.
+    pub at: Position,
+}
+
 /// The verifier's answer. Only [`verify`](super::verify()) constructs one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Report {
@@ -50,6 +110,10 @@ pub struct Report {
     pub(super) findings: Vec<Indeterminate>,
     pub(super) time_backwards: Vec<ClockStep>,
     pub(super) time_backwards_unlisted: u64,
+    pub(super) key_changes: Vec<KeyChange>,
+    pub(super) key_changes_unlisted: u64,
+    pub(super) trusted_through_handoff: Vec<TrustedThroughHandoff>,
+    pub(super) trusted_through_handoff_unlisted: u64,
 }
 
 /// An id quoted for the text report; a cut id ends in `…` inside the quotes.
@@ -127,6 +191,30 @@ impl Report {
         self.time_backwards_unlisted
     }
 
+    /// Each change of signing key, in file order (at most
+    /// [`MAX_LISTED_CALLS`](super::MAX_LISTED_CALLS)); empty when the verdict is Tampered.
+    pub fn key_changes(&self) -> &[KeyChange] {
+        &self.key_changes
+    }
+
+    /// How many key changes [`Report::key_changes`] does not list.
+    pub fn key_changes_unlisted(&self) -> u64 {
+        self.key_changes_unlisted
+    }
+
+    /// The keys a pinned walk accepted through a hand-off from a trusted key, in file
+    /// order (at most [`MAX_LISTED_CALLS`](super::MAX_LISTED_CALLS)); empty when the
+    /// verdict is Tampered or the walk was unpinned.
+    pub fn trusted_through_handoff(&self) -> &[TrustedThroughHandoff] {
+        &self.trusted_through_handoff
+    }
+
+    /// How many keys accepted through a hand-off [`Report::trusted_through_handoff`]
+    /// does not list.
+    pub fn trusted_through_handoff_unlisted(&self) -> u64 {
+        self.trusted_through_handoff_unlisted
+    }
+
     /// The first line of the human report.
     pub fn headline(&self) -> String {
         match &self.verdict {
@@ -139,7 +227,8 @@ impl Report {
     }
 
     /// The human report: headline, then `key_id`, `published_test_key`, `coverage`,
-    /// `in_flight`, `in_flight_unlisted`, `unfinished` and `unfinished_unlisted` lines.
+    /// `in_flight`, `in_flight_unlisted`, `unfinished`, `unfinished_unlisted`,
+    /// `time_backwards`, key change and `trusted_through_handoff` lines.
     /// No timestamps and no paths: same bytes in, same text out.
     pub fn to_text(&self) -> String {
         let dev = crate::key::development_key_id();
@@ -196,6 +285,40 @@ impl Report {
             s.push_str(&format!(
                 "time_backwards_unlisted {}\n",
                 self.time_backwards_unlisted
+            ));
+        }
+        for change in &self.key_changes {
+            let (session, seq) = (change.at.session, change.at.seq);
+            let (from, to) = (change.from, change.to);
+            s.push_str(&match change.kind {
+                KeyChangeKind::Handoff => {
+                    format!("key_handoff session {session} seq {seq} from {from} to {to}\n")
+                }
+                KeyChangeKind::Continues { handoff_at } => format!(
+                    "key_continues session {session} from {from} to {to} handed off at session {} seq {}\n",
+                    handoff_at.session, handoff_at.seq
+                ),
+                KeyChangeKind::Unannounced => format!(
+                    "key_unannounced session {session} from {from} to {to} (no key_handoff names it)\n"
+                ),
+            });
+        }
+        if self.key_changes_unlisted > 0 {
+            s.push_str(&format!(
+                "key_changes_unlisted {}\n",
+                self.key_changes_unlisted
+            ));
+        }
+        for t in &self.trusted_through_handoff {
+            s.push_str(&format!(
+                "trusted_through_handoff {} from {} at session {} seq {}\n",
+                t.key_id, t.from, t.at.session, t.at.seq
+            ));
+        }
+        if self.trusted_through_handoff_unlisted > 0 {
+            s.push_str(&format!(
+                "trusted_through_handoff_unlisted {}\n",
+                self.trusted_through_handoff_unlisted
             ));
         }
         s
@@ -311,6 +434,44 @@ impl Report {
             o.insert(
                 "time_backwards_unlisted",
                 count(self.time_backwards_unlisted),
+            );
+        }
+        // Only when a key changed: reports of single-key records keep their bytes.
+        if !self.key_changes.is_empty() {
+            let changes: Vec<Value> = self
+                .key_changes
+                .iter()
+                .map(|c| {
+                    let mut co = Object::new();
+                    co.insert("at", pos(c.at));
+                    co.insert("from", c.from);
+                    co.insert("to", c.to);
+                    co.insert("kind", c.kind.code());
+                    if let KeyChangeKind::Continues { handoff_at } = c.kind {
+                        co.insert("handoff_at", pos(handoff_at));
+                    }
+                    Value::Object(co)
+                })
+                .collect();
+            o.insert("key_changes", Value::Array(changes));
+            o.insert("key_changes_unlisted", count(self.key_changes_unlisted));
+        }
+        if !self.trusted_through_handoff.is_empty() {
+            let trusted: Vec<Value> = self
+                .trusted_through_handoff
+                .iter()
+                .map(|t| {
+                    let mut to = Object::new();
+                    to.insert("key_id", t.key_id);
+                    to.insert("from", t.from);
+                    to.insert("at", pos(t.at));
+                    Value::Object(to)
+                })
+                .collect();
+            o.insert("trusted_through_handoff", Value::Array(trusted));
+            o.insert(
+                "trusted_through_handoff_unlisted",
+                count(self.trusted_through_handoff_unlisted),
             );
         }
         o.to_canonical()

@@ -58,6 +58,31 @@ impl fmt::Display for SignatureProblem {
     }
 }
 
+/// What is wrong with a `key_handoff` line's own members.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HandoffProblem {
+    /// `next_key_id` is not the key id of `next_public_key`.
+    KeyIdMismatch,
+    /// `next_public_key` is not a curve point.
+    NotAPoint,
+    /// `next_public_key` has small order.
+    SmallOrder,
+    /// `next_public_key` is the key already in force: a hand-off that hands nothing.
+    SameKey,
+}
+
+impl fmt::Display for HandoffProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HandoffProblem::KeyIdMismatch => "next_key_id is not the key id of next_public_key",
+            HandoffProblem::NotAPoint => "next_public_key is not a valid ed25519 point",
+            HandoffProblem::SmallOrder => "next_public_key has small order",
+            HandoffProblem::SameKey => "next_public_key is the key already in force",
+        })
+    }
+}
+
 /// Why a file is Tampered. `line` is the 1-based line number in the file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -100,7 +125,8 @@ pub enum Tampered {
         /// What failed.
         problem: SignatureProblem,
     },
-    /// `key_id` is not the session's key (rotation happens only at an open line).
+    /// `key_id` is not the key in force in the session: the open line's, or the one the
+    /// session's last `key_handoff` named.
     KeyMismatch {
         /// Where.
         at: Position,
@@ -145,6 +171,15 @@ pub enum Tampered {
         /// The approval.
         approval_id: String,
     },
+    /// A `key_handoff` line names a next key that cannot take over the session.
+    BadKeyHandoff {
+        /// Where.
+        at: Position,
+        /// File line.
+        line: u64,
+        /// What is wrong.
+        problem: HandoffProblem,
+    },
 }
 
 /// How a session boundary is broken.
@@ -177,6 +212,7 @@ impl Tampered {
             Tampered::Malformed { .. } => "malformed",
             Tampered::UntrustedKey { .. } => "untrusted_key",
             Tampered::DuplicateDecision { .. } => "duplicate_decision",
+            Tampered::BadKeyHandoff { .. } => "bad_key_handoff",
         }
     }
 
@@ -191,7 +227,8 @@ impl Tampered {
             | Tampered::SessionBoundary { line, .. }
             | Tampered::Malformed { line, .. }
             | Tampered::UntrustedKey { line, .. }
-            | Tampered::DuplicateDecision { line, .. } => *line,
+            | Tampered::DuplicateDecision { line, .. }
+            | Tampered::BadKeyHandoff { line, .. } => *line,
         }
     }
 }
@@ -289,6 +326,9 @@ impl fmt::Display for Tampered {
                 "duplicate decision at {at}, line {line} for approval_id {}",
                 quote(approval_id)
             ),
+            Tampered::BadKeyHandoff { at, line, problem } => {
+                write!(f, "bad key hand-off at {at}, line {line}: {problem}")
+            }
         }
     }
 }

@@ -3,9 +3,10 @@
 //! streaming, hands signature checks to the workers, and turns what it saw into a
 //! [`Report`] once the workers are done.
 
-use super::report::{ClockStep, InFlight, Report};
+use super::report::{ClockStep, InFlight, KeyChange, KeyChangeKind, Report, TrustedThroughHandoff};
 use super::verdict::{
-    BoundaryProblem, Indeterminate, Position, SignatureProblem, Tampered, Trust, Verdict,
+    BoundaryProblem, HandoffProblem, Indeterminate, Position, SignatureProblem, Tampered, Trust,
+    Verdict,
 };
 use super::workers::{BATCH, BATCH_BYTES, Batch, Job, Shared, sig_failure};
 use super::{MAX_ID_BYTES, MAX_LINE_BYTES, MAX_LISTED_CALLS, Options};
@@ -13,8 +14,8 @@ use crate::digest::{KeyId, LineHash, sha256};
 use crate::json::{self, Layout, Object, ParseError, Value};
 use crate::key::{Signature, VerifyingKey};
 use crate::line::{
-    DecisionLine, FieldError, Fields, IntentLine, LineType, OpenLine, OutcomeLine, SCHEMA_VERSION,
-    ToolChangeLine,
+    DecisionLine, FieldError, Fields, IntentLine, KeyHandoffLine, LineType, OpenLine, OutcomeLine,
+    SCHEMA_VERSION, ToolChangeLine,
 };
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read};
@@ -41,8 +42,11 @@ struct SessionState {
     index: u64,
     expected_seq: u64,
     tail: LineHash,
+    /// The key in force: the open line's, or the last `key_handoff`'s.
     key: Arc<VerifyingKey>,
     key_id: KeyId,
+    /// The key the open line published.
+    open_key_id: KeyId,
     /// Whether the session's last line so far is an anchor (close, or a checkpoint).
     anchored: bool,
     /// SHA-256 of call_id → the intent, for naming calls in flight. Keyed by digest and
@@ -131,6 +135,12 @@ pub(super) struct Walked {
     /// line (at most [`MAX_LISTED_CALLS`]), and how many more.
     time_backwards: Vec<(ClockStep, u64)>,
     time_backwards_unlisted: u64,
+    /// Key changes (at most [`MAX_LISTED_CALLS`]), and how many more.
+    key_changes: Vec<KeyChange>,
+    key_changes_unlisted: u64,
+    /// Keys accepted through a hand-off in a pinned walk (at most [`MAX_LISTED_CALLS`]).
+    trusted_through_handoff: Vec<TrustedThroughHandoff>,
+    trusted_through_handoff_unlisted: u64,
 }
 
 impl Walked {
@@ -164,6 +174,18 @@ impl Walked {
             let steps = self.time_backwards.into_iter().map(|(step, _)| step);
             (steps.collect(), self.time_backwards_unlisted)
         };
+        // As clock steps: a Tampered file is not evidence of who signed what.
+        let (key_changes, key_changes_unlisted, trusted_through_handoff, trusted_unlisted) =
+            if tampered.is_some() {
+                (Vec::new(), 0, Vec::new(), 0)
+            } else {
+                (
+                    self.key_changes,
+                    self.key_changes_unlisted,
+                    self.trusted_through_handoff,
+                    self.trusted_through_handoff_unlisted,
+                )
+            };
         let findings: Vec<Indeterminate> = self
             .findings
             .into_iter()
@@ -211,6 +233,10 @@ impl Walked {
             findings,
             time_backwards,
             time_backwards_unlisted,
+            key_changes,
+            key_changes_unlisted,
+            trusted_through_handoff,
+            trusted_through_handoff_unlisted: trusted_unlisted,
         }
     }
 }
@@ -227,6 +253,9 @@ pub(super) struct Walk<'a> {
     session: Option<SessionState>,
     /// SHA-256 of each decided approval_id: fixed size whatever the ids' length.
     decided: HashSet<[u8; 32]>,
+    /// Each key a `key_handoff` named → the latest hand-off to it: the key that handed
+    /// and where. In a pinned walk every entry is trusted (its giver was in force).
+    handed_to: HashMap<KeyId, (KeyId, Position)>,
     /// The current line's signing input, when it could be cut from canonical bytes.
     signing_input: Option<Vec<u8>>,
     out: Walked,
@@ -297,6 +326,7 @@ impl<'a> Walk<'a> {
             sessions: 0,
             session: None,
             decided: HashSet::new(),
+            handed_to: HashMap::new(),
             signing_input: None,
             out: Walked {
                 tampered: None,
@@ -311,6 +341,10 @@ impl<'a> Walk<'a> {
                 unfinished: CallList::default(),
                 time_backwards: Vec::new(),
                 time_backwards_unlisted: 0,
+                key_changes: Vec::new(),
+                key_changes_unlisted: 0,
+                trusted_through_handoff: Vec::new(),
+                trusted_through_handoff_unlisted: 0,
             },
             next_order: 0,
         }
@@ -539,6 +573,13 @@ impl<'a> Walk<'a> {
                 ToolChangeLine::from_object(obj).map_err(bad_field(no))?;
                 self.signed(no, at, obj)?;
             }
+            LineType::KeyHandoff => {
+                let handoff = KeyHandoffLine::from_object(obj).map_err(bad_field(no))?;
+                // Signed by the key in force before the hand-off: the check is queued
+                // with that key before the session's key changes below.
+                self.signed(no, at, obj)?;
+                self.key_handoff(no, at, &handoff)?;
+            }
             LineType::Close => {
                 self.signed(no, at, obj)?;
                 if let Some(s) = self.session.as_mut() {
@@ -658,14 +699,42 @@ impl<'a> Walk<'a> {
                 });
             }
         };
+        // A key outside the slice is trusted when a trusted key handed the chain to it
+        // earlier in this file: in a pinned walk every key in force so far was trusted,
+        // or the walk would have stopped.
         if let Some(trust) = &self.options.trust
             && !trust.iter().any(|anchor| anchor.matches(&open.public_key))
+            && !self.handed_to.contains_key(&key_id)
         {
             return Err(Tampered::UntrustedKey {
                 at,
                 line: no,
                 key_id,
             });
+        }
+        if let Some(prev) = &self.session {
+            let change = match self.handed_to.get(&key_id) {
+                // The same key as the whole previous session: nothing changed.
+                _ if key_id == prev.key_id && key_id == prev.open_key_id => None,
+                Some((from, handoff_at)) => Some(KeyChange {
+                    at,
+                    from: *from,
+                    to: key_id,
+                    kind: KeyChangeKind::Continues {
+                        handoff_at: *handoff_at,
+                    },
+                }),
+                None if key_id != prev.key_id => Some(KeyChange {
+                    at,
+                    from: prev.key_id,
+                    to: key_id,
+                    kind: KeyChangeKind::Unannounced,
+                }),
+                None => None,
+            };
+            if let Some(change) = change {
+                self.key_change(change);
+            }
         }
         // The previous session's calls in flight are anchored by this open line: they
         // will never get an outcome, and the report keeps naming them.
@@ -678,12 +747,81 @@ impl<'a> Walk<'a> {
             tail: hash,
             key,
             key_id,
+            open_key_id: key_id,
             anchored: false,
             in_flight: HashMap::new(),
             latest_time: None,
         });
         self.sessions += 1;
         self.signed(no, at, obj)
+    }
+
+    fn key_change(&mut self, change: KeyChange) {
+        if self.out.key_changes.len() < MAX_LISTED_CALLS {
+            self.out.key_changes.push(change);
+        } else {
+            self.out.key_changes_unlisted += 1;
+        }
+    }
+
+    /// A `key_handoff` line whose signature is already queued under the key in force:
+    /// checks the next key as an open line's key is checked, then makes it the key in
+    /// force, so every later line of the session is checked under it (and a line the
+    /// old key signs is `key_mismatch`).
+    fn key_handoff(&mut self, no: u64, at: Position, handoff: &KeyHandoffLine) -> Result<(), Stop> {
+        let bad = |problem| Tampered::BadKeyHandoff {
+            at,
+            line: no,
+            problem,
+        };
+        let to = handoff.next_public_key.key_id();
+        if handoff.next_key_id != to {
+            return Err(bad(HandoffProblem::KeyIdMismatch));
+        }
+        let key = VerifyingKey::new(&handoff.next_public_key).map_err(|e| {
+            bad(match e {
+                crate::key::KeyError::SmallOrder => HandoffProblem::SmallOrder,
+                _ => HandoffProblem::NotAPoint,
+            })
+        })?;
+        let session = self
+            .session
+            .as_mut()
+            .expect("a key_handoff line follows an open line");
+        let from = session.key_id;
+        if to == from {
+            return Err(bad(HandoffProblem::SameKey));
+        }
+        session.key = Arc::new(key);
+        session.key_id = to;
+        if !self.out.keys.iter().any(|(k, _)| *k == to) {
+            self.out.keys.push((to, no));
+        }
+        self.handed_to.insert(to, (from, at));
+        if let Some(trust) = &self.options.trust
+            && !trust
+                .iter()
+                .any(|anchor| anchor.matches(&handoff.next_public_key))
+        {
+            if self.out.trusted_through_handoff.len() < MAX_LISTED_CALLS {
+                self.out
+                    .trusted_through_handoff
+                    .push(TrustedThroughHandoff {
+                        key_id: to,
+                        from,
+                        at,
+                    });
+            } else {
+                self.out.trusted_through_handoff_unlisted += 1;
+            }
+        }
+        self.key_change(KeyChange {
+            at,
+            from,
+            to,
+            kind: KeyChangeKind::Handoff,
+        });
+        Ok(())
     }
 
     /// Notes a line whose `time` is before the latest of its session so far: the host's

@@ -702,6 +702,9 @@ pub fn build() -> Built {
 
     tampered_vectors(&mut t, &k);
     indeterminate_vectors(&mut t, &k);
+    // Added with the key hand-off (document version 1.4), after every older entry so
+    // that the manifest and the numbered table of SPEC §11.6 only grow.
+    handoff_vectors(&mut t, &k);
 
     // Per-line intermediate values of every whole-file vector, so an implementer whose
     // verdict differs can find the first line where their hashes diverge.
@@ -1351,4 +1354,158 @@ impl ToObjectForVectors for ToolChangeLine {
         use aegis_record::line::LineBody as _;
         self.to_object()
     }
+}
+
+/// A session written by the real writer up to a hand-off point: open, one call.
+fn handoff_prefix(k: &SigningKey, call: &str) -> Vec<Vec<u8>> {
+    let sink = VecSink::new();
+    let s = open_session(Arc::new(sink.clone()), k.clone(), None);
+    s.append_unsigned(&intent(call, "echo")).unwrap();
+    s.append(&ran(call, ExecutionOutcome::Success, Some(b"hello")))
+        .unwrap();
+    std::mem::forget(s); // the vectors below write the rest by hand
+    lines(&sink.contents())
+}
+
+/// A `key_handoff` body naming `next` with the key id `next_key_id`.
+fn handoff_body(next: PublicKey, next_key_id: KeyId) -> Object {
+    let mut o = Object::new();
+    o.insert("next_public_key", next);
+    o.insert("next_key_id", next_key_id);
+    o
+}
+
+fn handoff_vectors(t: &mut Table, k: &SigningKey) {
+    let none: Vec<String> = vec![];
+    let r = rotated();
+    {
+        // A session that hands off to the rotated key after one call and goes on under
+        // it, then a session opened with the rotated key: the rotation continued.
+        let sink = VecSink::new();
+        let s = open_session(Arc::new(sink.clone()), k.clone(), None);
+        s.append_unsigned(&intent("call-before-handoff", "echo"))
+            .unwrap();
+        s.append(&ran(
+            "call-before-handoff",
+            ExecutionOutcome::Success,
+            Some(b"hello"),
+        ))
+        .unwrap();
+        s.hand_off(r.clone()).unwrap();
+        s.append_unsigned(&intent("call-after-handoff", "echo"))
+            .unwrap();
+        s.append(&ran(
+            "call-after-handoff",
+            ExecutionOutcome::Success,
+            Some(b"hello"),
+        ))
+        .unwrap();
+        let tail = s.close().unwrap();
+        let mut file = sink.contents();
+        file.extend(base_session(r.clone(), "call-next-session", Some(tail)));
+        let f = t.add("verified", "key_handoff.aarl", file);
+        t.expect(&f, &none, 0, "Verified (unpinned)".into());
+        // Pinned to the first key alone: the rotated key is trusted through the hand-off.
+        t.expect(&f, &pin(&[k]), 0, "Verified (pinned)".into());
+        t.expect(&f, &pin(&[k, &r]), 0, "Verified (pinned)".into());
+        // Pinned to the rotated key alone: the first key is not vouched for by anything.
+        t.expect(
+            &f,
+            &pin(&[&r]),
+            1,
+            format!(
+                "Tampered — untrusted key at (session 0, seq 0), line 1: key_id {} is not in the trust slice",
+                k.key_id()
+            ),
+        );
+    }
+    let prefix = handoff_prefix(k, "call-handoff");
+    let good_handoff = handoff_body(r.public_key(), r.key_id());
+
+    // key_handoff_old_key: after a valid hand-off, the close is signed by the old key.
+    let mut asm = Asm::continuing(prefix.clone());
+    asm.push("key_handoff", good_handoff.clone(), Some(k));
+    asm.push("close", Object::new(), Some(k));
+    let f = t.add("tampered", "key_handoff_old_key.aarl", asm.bytes());
+    t.expect(
+        &f,
+        &none,
+        1,
+        format!(
+            "Tampered — key mismatch at (session 0, seq 4), line 5: signed as key_id {}, the session's key is {}",
+            short(&k.key_id()),
+            short(&r.key_id())
+        ),
+    );
+
+    // key_handoff_foreign_signer: a hand-off to the rotated key signed by the outsider
+    // key, not by the key in force; the close is signed by the rotated key.
+    let mut asm = Asm::continuing(prefix.clone());
+    asm.push("key_handoff", good_handoff, Some(&outsider()));
+    asm.push("close", Object::new(), Some(&r));
+    let f = t.add("tampered", "key_handoff_foreign_signer.aarl", asm.bytes());
+    t.expect(
+        &f,
+        &none,
+        1,
+        format!(
+            "Tampered — key mismatch at (session 0, seq 3), line 4: signed as key_id {}, the session's key is {}",
+            short(&outsider().key_id()),
+            short(&k.key_id())
+        ),
+    );
+
+    // key_handoff_small_order: the next key is the identity point, with its own key id;
+    // the close carries that key id and R = identity, S = 0 as its "signature".
+    let mut identity = [0u8; 32];
+    identity[0] = 1;
+    let weak = PublicKey::from_bytes(identity);
+    let mut asm = Asm::continuing(prefix.clone());
+    asm.push("key_handoff", handoff_body(weak, weak.key_id()), Some(k));
+    let close = seal("close", Object::new(), asm.seq, asm.tail, None).unwrap();
+    let mut sig = [0u8; 64];
+    sig[0] = 1;
+    asm.push_bytes(edit(&close.bytes, |o| {
+        o.insert("key_id", weak.key_id());
+        o.insert("signature", Signature::from_bytes(sig).to_hex());
+    }));
+    let f = t.add("tampered", "key_handoff_small_order.aarl", asm.bytes());
+    t.expect(
+        &f,
+        &none,
+        1,
+        "Tampered — bad key hand-off at (session 0, seq 3), line 4: next_public_key has small order".into(),
+    );
+
+    // key_handoff_same_key: a hand-off to the key already in force.
+    let mut asm = Asm::continuing(prefix.clone());
+    asm.push(
+        "key_handoff",
+        handoff_body(k.public_key(), k.key_id()),
+        Some(k),
+    );
+    asm.push("close", Object::new(), Some(k));
+    let f = t.add("tampered", "key_handoff_same_key.aarl", asm.bytes());
+    t.expect(
+        &f,
+        &none,
+        1,
+        "Tampered — bad key hand-off at (session 0, seq 3), line 4: next_public_key is the key already in force".into(),
+    );
+
+    // key_handoff_key_id_mismatch: the rotated key named with the outsider's key id.
+    let mut asm = Asm::continuing(prefix);
+    asm.push(
+        "key_handoff",
+        handoff_body(r.public_key(), outsider().key_id()),
+        Some(k),
+    );
+    asm.push("close", Object::new(), Some(&r));
+    let f = t.add("tampered", "key_handoff_key_id_mismatch.aarl", asm.bytes());
+    t.expect(
+        &f,
+        &none,
+        1,
+        "Tampered — bad key hand-off at (session 0, seq 3), line 4: next_key_id is not the key id of next_public_key".into(),
+    );
 }
