@@ -705,6 +705,9 @@ pub fn build() -> Built {
     // Added with the key hand-off (document version 1.4), after every older entry so
     // that the manifest and the numbered table of SPEC §11.6 only grow.
     handoff_vectors(&mut t, &k);
+    // Added with argument recording and batch verification (document version 1.5).
+    batch_vectors(&mut t, &k);
+    argument_vectors(&mut t, &k);
 
     // Per-line intermediate values of every whole-file vector, so an implementer whose
     // verdict differs can find the first line where their hashes diverge.
@@ -1508,4 +1511,130 @@ fn handoff_vectors(t: &mut Table, k: &SigningKey) {
         1,
         "Tampered — bad key hand-off at (session 0, seq 3), line 4: next_key_id is not the key id of next_public_key".into(),
     );
+}
+
+/// Vectors long enough that a verifier checks their signatures in batches (SPEC §8.6):
+/// a verified file, and the same file whose last outcome is signed with a torsioned R.
+fn batch_vectors(t: &mut Table, k: &SigningKey) {
+    let none: Vec<String> = vec![];
+    // 200 calls: 202 signed lines, more than the 192 below which lines are checked one
+    // by one, so the whole file is one batch.
+    const CALLS: usize = 200;
+    let sink = VecSink::new();
+    let s = open_session(Arc::new(sink.clone()), k.clone(), None);
+    for i in 0..CALLS {
+        // Refused calls: the shortest outcome lines, so the files stay small.
+        let call = format!("b{i:03}");
+        s.append_unsigned(&intent(&call, "echo")).unwrap();
+        let denied = PolicyOutcome::Denied {
+            reason: "no".into(),
+        };
+        let mut o = not_run(&call, "echo", denied, "not executed");
+        o.decision_axes = DecisionAxes::default();
+        s.append(&o).unwrap();
+    }
+    s.close().unwrap();
+    let all = lines(&sink.contents());
+    let f = t.add("verified", "batch.aarl", join(&all));
+    t.expect(&f, &none, 0, "Verified (unpinned)".into());
+
+    // torsioned_r: the last outcome's R carries a component of order 8 and S is
+    // computed over that R, so the cofactored equation 8[S]B = 8R + 8[k]A holds and the
+    // strict one does not. A batch check that multiplied by the cofactor, or skipped
+    // the torsion test on R, would pass the file.
+    let last = 2 * CALLS; // open, then an intent and an outcome per call
+    let mut asm = Asm::continuing(all[..last].to_vec());
+    let body = edit(&all[last], |o| {
+        o.remove("signature");
+    });
+    let message = obj(&body).to_canonical();
+    let forged = edit(&body, |o| {
+        o.insert(
+            "signature",
+            torsioned_r_signature(&VECTOR_SEED, &k.public_key(), &message),
+        );
+    });
+    asm.push_bytes(forged);
+    asm.push("close", Object::new(), Some(k));
+    let f = t.add("tampered", "torsioned_r.aarl", asm.bytes());
+    t.expect(
+        &f,
+        &none,
+        1,
+        format!(
+            "Tampered — bad signature at (session 0, seq {}), line {}: signature does not verify",
+            last,
+            last + 1
+        ),
+    );
+}
+
+/// A signature whose R = [r]B + T for a torsion point T of order 8 and S = r + k·a, k
+/// over that R: valid under the cofactored equation, invalid under the strict one.
+fn torsioned_r_signature(key_seed: &[u8; 32], public: &PublicKey, message: &[u8]) -> String {
+    use curve25519_dalek::constants::{ED25519_BASEPOINT_POINT, EIGHT_TORSION};
+    use curve25519_dalek::edwards::CompressedEdwardsY;
+    use curve25519_dalek::scalar::Scalar;
+    use curve25519_dalek::traits::IsIdentity as _;
+    use sha2::{Digest as _, Sha512};
+    let h = Sha512::digest(key_seed);
+    let mut a = [0u8; 32];
+    a.copy_from_slice(&h[..32]);
+    a[0] &= 248;
+    a[31] &= 127;
+    a[31] |= 64;
+    let a = Scalar::from_bytes_mod_order(a);
+    let nonce = Scalar::from_bytes_mod_order_wide(
+        &Sha512::new()
+            .chain_update(b"aegis vector: torsioned R")
+            .chain_update(message)
+            .finalize()
+            .into(),
+    );
+    let big_r = ED25519_BASEPOINT_POINT * nonce + EIGHT_TORSION[1];
+    let r = big_r.compress().to_bytes();
+    let k = Scalar::from_bytes_mod_order_wide(
+        &Sha512::new()
+            .chain_update(r)
+            .chain_update(public.as_bytes())
+            .chain_update(message)
+            .finalize()
+            .into(),
+    );
+    let s = nonce + k * a;
+    let mut sig = [0u8; 64];
+    sig[..32].copy_from_slice(&r);
+    sig[32..].copy_from_slice(s.as_bytes());
+    // Meaningful only if the cofactored rule accepts it and the strict one does not.
+    let big_a = CompressedEdwardsY(*public.as_bytes()).decompress().unwrap();
+    let residue = ED25519_BASEPOINT_POINT * s - big_a * k - big_r;
+    assert!(!residue.is_identity() && residue.mul_by_cofactor().is_identity());
+    let strict = ed25519_dalek::VerifyingKey::from_bytes(public.as_bytes()).unwrap();
+    assert!(
+        strict
+            .verify_strict(message, &ed25519_dalek::Signature::from_bytes(&sig))
+            .is_err()
+    );
+    Signature::from_bytes(sig).to_hex()
+}
+
+/// A call as `aegis wrap` records it now (document version 1.5): the path-like
+/// arguments its binding names, and the whole arguments the operator opted in to.
+fn argument_vectors(t: &mut Table, k: &SigningKey) {
+    let none: Vec<String> = vec![];
+    let sink = VecSink::new();
+    let s = open_session(Arc::new(sink.clone()), k.clone(), None);
+    let mut tried = ran("call-arguments", ExecutionOutcome::Success, Some(b"hello"));
+    tried.decision_axes.bound = Some(BoundArguments {
+        names: vec!["dest".into(), "path".into()],
+        values: r#"{"path":"../secret.txt"}"#.into(),
+    });
+    tried.decision_axes.call_arguments =
+        Some(r#"{"content":"hello","offset":-1,"path":"../secret.txt"}"#.into());
+    s.append_unsigned(&intent("call-arguments", "echo"))
+        .unwrap();
+    s.append(&tried).unwrap();
+    s.close().unwrap();
+    let f = t.add("verified", "arguments.aarl", sink.contents());
+    t.expect(&f, &none, 0, "Verified (unpinned)".into());
 }
