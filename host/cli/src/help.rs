@@ -107,7 +107,10 @@ Replays each recorded call's policy decision and prints the calls decided otherw
 grouped as newly refused, allowed, parked or rate-limited, then the undecidable ones,
 then a summary line. The record holds no call times, so a rate limit's verdict is not
 replayed as a fact: a call a rate rule governs is undecidable unless the record says
-the same policy set decided it.
+the same policy set decided it. Arguments are replayed as the record holds them: each
+call's path-like ones (its tool's binding), or all of them when it ran with
+--record-arguments; a rule over any other argument leaves the call undecidable
+(\"arguments not recorded\"), never decided as if the argument were absent.
 
 EXIT STATUS:
   0  every call decided, and none differently

@@ -501,6 +501,42 @@ mod tests {
         assert_eq!((shown.as_str(), *line), ("[\"/etc/x/data\", \"/srv\"]", 22));
     }
 
+    /// `bind` names each tool's path-like arguments, checked at its line; and
+    /// `record_arguments` is a boolean.
+    #[test]
+    fn bind_and_record_arguments_parse_and_bad_names_are_refused_at_their_line() {
+        let p = file(&with(
+            "record_arguments = true\nbind = { read_file = [\"path\", \"/opts/dest\"], \"my tool\" = [] }\n",
+        ))
+        .unwrap();
+        let o = &p.operator;
+        assert!(o.record_arguments.as_ref().unwrap().value);
+        let bind = o.bind.as_ref().unwrap();
+        assert_eq!(bind.line, 17);
+        assert_eq!(bind.value["read_file"].names(), ["/opts/dest", "path"]);
+        assert!(bind.value["my tool"].is_empty());
+        let (key, shown, _) = o.entries().pop().unwrap();
+        assert_eq!(
+            (key, shown.as_str()),
+            (
+                "bind",
+                "{ \"my tool\" = [], \"read_file\" = [\"/opts/dest\", \"path\"] }"
+            )
+        );
+        let e = file(&with("bind = { read = [\"path\", \"/path\"] }\n")).unwrap_err();
+        assert_eq!(
+            e,
+            "p.toml:16: operator.bind.\"read\": argument \"path\" is named twice"
+        );
+        let e = file(&with("bind = { read = [\"/a~2\"] }\n")).unwrap_err();
+        assert!(
+            e.starts_with("p.toml:16: operator.bind.\"read\": argument name"),
+            "{e}"
+        );
+        let e = file(&with("bind = { read = \"path\" }\n")).unwrap_err();
+        assert!(e.starts_with("p.toml:16: operator.bind"), "{e}");
+    }
+
     /// A profile without the table sets nothing (existing profiles are unchanged).
     #[test]
     fn no_table_sets_nothing() {

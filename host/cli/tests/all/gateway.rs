@@ -336,6 +336,23 @@ async fn stdio_lists_calls_refuses_and_records_every_call() {
         .filter(|o| common::at(o, &["policy", "status"]) == "denied")
         .count();
     assert!(policy_refused >= 1);
+    // read-file's schema names `path`: each of its calls records the path it tried
+    // (issue 33, item 3); echo's `message` names no place and is not recorded.
+    let read_file: Vec<_> = outcomes
+        .iter()
+        .filter(|o| common::field(o, "tool_id") == "read-file")
+        .collect();
+    assert!(!read_file.is_empty());
+    for o in read_file {
+        let values = common::at(o, &["decision_axes", "bound", "values"]);
+        assert!(values.starts_with(r#"{"path":"/"#), "{values}");
+    }
+    for o in outcomes
+        .iter()
+        .filter(|o| common::field(o, "tool_id") == "echo")
+    {
+        assert_eq!(common::at(o, &["decision_axes", "bound", "values"]), "");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

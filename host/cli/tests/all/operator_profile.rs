@@ -629,7 +629,7 @@ fn the_documented_operator_examples_parse() {
         aegis_runtime::ProfileSource::File("/etc/aegis/profiles/fs.toml".into()),
     )
     .unwrap();
-    assert_eq!(p.operator.entries().len(), 10);
+    assert_eq!(p.operator.entries().len(), 12);
 }
 
 /// `run` reads the same three settings as `wrap`: the profile's key signs the record
