@@ -17,6 +17,7 @@
 use aegis_policy_arguments::binding::Binding;
 use aegis_policy_arguments::unambiguous::{canonical_of, read_object};
 use aegis_record::BoundArguments;
+use sha2::{Digest as _, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -28,6 +29,8 @@ const MAX_INFERRED: usize = 4096;
 pub struct ArgumentRecording {
     operator: BTreeMap<String, Arc<Binding>>,
     inferred: RwLock<HashMap<String, Arc<Binding>>>,
+    /// SHA-256 of the schema text each inferred binding was read from.
+    texts: RwLock<HashMap<String, [u8; 32]>>,
     whole: bool,
 }
 
@@ -40,6 +43,7 @@ impl ArgumentRecording {
                 .map(|(tool, b)| (tool, Arc::new(b)))
                 .collect(),
             inferred: RwLock::default(),
+            texts: RwLock::default(),
             whole,
         }
     }
@@ -62,10 +66,23 @@ impl ArgumentRecording {
     }
 
     /// [`ArgumentRecording::bind_schema`] of a schema's JSON text; text that is not
-    /// JSON binds nothing (the tool's calls then record no bound arguments).
+    /// JSON binds nothing (the tool's calls then record no bound arguments). A relay
+    /// hands the pinned schema over with every call, so the digest of the text last
+    /// bound is kept and the same text is not read again.
     pub fn bind_schema_text(&self, tool: &str, schema: &str) {
-        if let Ok(schema) = serde_json::from_str::<serde_json::Value>(schema) {
-            self.bind_schema(tool, &schema);
+        let digest: [u8; 32] = Sha256::digest(schema.as_bytes()).into();
+        let seen = |texts: &HashMap<String, [u8; 32]>| texts.get(tool) == Some(&digest);
+        if self.operator.contains_key(tool)
+            || seen(&self.texts.read().unwrap_or_else(PoisonError::into_inner))
+        {
+            return;
+        }
+        if let Ok(value) = serde_json::from_str::<serde_json::Value>(schema) {
+            self.bind_schema(tool, &value);
+            let mut texts = self.texts.write().unwrap_or_else(PoisonError::into_inner);
+            if texts.len() < MAX_INFERRED || texts.contains_key(tool) {
+                texts.insert(tool.to_owned(), digest);
+            }
         }
     }
 
@@ -120,6 +137,19 @@ mod tests {
         assert_eq!(r.binding("read").unwrap().names(), ["target"]);
         assert_eq!(r.binding("write").unwrap().names(), ["path"]);
         assert!(r.binding("other").is_none());
+    }
+
+    #[test]
+    fn a_schema_text_is_read_once_and_a_changed_one_rebinds() {
+        let r = ArgumentRecording::new(BTreeMap::new(), false);
+        r.bind_schema_text("t", r#"{"properties":{"path":{}}}"#);
+        r.bind_schema_text("t", r#"{"properties":{"path":{}}}"#);
+        assert_eq!(r.binding("t").unwrap().names(), ["path"]);
+        r.bind_schema_text("t", r#"{"properties":{"dir":{}}}"#);
+        assert_eq!(r.binding("t").unwrap().names(), ["dir"]);
+        // Not JSON: the binding read before stays.
+        r.bind_schema_text("t", "{");
+        assert_eq!(r.binding("t").unwrap().names(), ["dir"]);
     }
 
     #[test]
