@@ -36,6 +36,18 @@ fn every_vector_follows_to_the_report_verify_gives() {
                 let (report, _) = follow(&bytes, chunk);
                 assert_eq!(report, whole, "{} in chunks of {chunk}", path.display());
             }
+            // Midway, the report is the one the bytes pushed so far get.
+            let mut follower = Follower::new(&Options::default());
+            let mut end = 0;
+            for line in bytes.split_inclusive(|&b| b == b'\n') {
+                if !line.ends_with(b"\n") {
+                    break;
+                }
+                follower.push_line(line);
+                end += line.len();
+                let prefix = verify(&bytes[..end], &Options::default()).unwrap();
+                assert_eq!(follower.report(), prefix, "{} to byte {end}", path.display());
+            }
             seen += 1;
         }
     }

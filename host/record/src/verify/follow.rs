@@ -156,6 +156,12 @@ impl Follower {
         steps
     }
 
+    /// The report [`verify`](super::verify()) gives the lines pushed so far, as if the
+    /// input ended after them; the follower goes on.
+    pub fn report(&self) -> Report {
+        self.walk.snapshot().into_report(&self.shared)
+    }
+
     /// The report for the lines pushed, and `partial` as the final line when the input
     /// ended without a newline: the report [`verify`](super::verify()) gives the same
     /// bytes.

@@ -37,6 +37,7 @@ fn id_prefix(s: &str) -> (String, bool) {
     (s[..end].to_owned(), true)
 }
 
+#[derive(Clone)]
 struct SessionState {
     index: u64,
     expected_seq: u64,
@@ -53,6 +54,7 @@ struct SessionState {
 }
 
 /// A call in flight as the walk holds it.
+#[derive(Clone)]
 struct Pending {
     /// Intent order in the file, for listing.
     order: u64,
@@ -79,7 +81,7 @@ impl Pending {
 }
 
 /// A bounded list of calls: the first [`MAX_LISTED_CALLS`] named, the rest counted.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct CallList {
     listed: Vec<InFlight>,
     unlisted: u64,
@@ -111,6 +113,7 @@ impl CallList {
     }
 }
 
+#[derive(Clone)]
 pub(super) struct Walked {
     tampered: Option<Tampered>,
     /// Each key with the file line it was first seen on.
@@ -139,7 +142,7 @@ impl Walked {
             .first_failure
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .take();
+            .clone();
         let (tampered, coverage) = decide(self.tampered, failure.as_ref(), self.last_signed);
         // The walk may have read past the deciding line before a worker's failure reached
         // it, by a distance that depends on timing: report only what precedes the
@@ -380,15 +383,16 @@ impl Walk {
         self.flush();
         // Dropping the sender lets the workers drain and stop.
         self.tx = None;
-        if self.out.tampered.is_none()
-            && let Some(s) = self.session.take()
-        {
-            if !s.anchored {
-                self.out.unanchored = Some(s.index);
-            }
-            self.out.in_flight.take_session(s.index, s.in_flight);
-        }
+        end(&mut self.out, self.session.take());
         self.out
+    }
+
+    /// What [`Walk::finish`] would give if the input ended here, the walk going on.
+    /// Signatures queued and not yet flushed are not in it.
+    pub(super) fn snapshot(&self) -> Walked {
+        let mut out = self.out.clone();
+        end(&mut out, self.session.clone());
+        out
     }
 
     /// Sends the queued signature checks on (or, without workers, checks them now).
@@ -800,6 +804,19 @@ impl Walk {
             self.flush();
         }
         Ok(())
+    }
+}
+
+/// The input ends: the final session's calls are in flight, and it is unanchored
+/// unless its last line is an anchor.
+fn end(out: &mut Walked, session: Option<SessionState>) {
+    if out.tampered.is_none()
+        && let Some(s) = session
+    {
+        if !s.anchored {
+            out.unanchored = Some(s.index);
+        }
+        out.in_flight.take_session(s.index, s.in_flight);
     }
 }
 

@@ -40,6 +40,7 @@ pub(super) struct Batch {
     pub(super) covered_before: Option<Position>,
 }
 
+#[derive(Clone)]
 pub(super) struct Failure {
     pub(super) line: u64,
     pub(super) at: Position,
