@@ -46,7 +46,12 @@ fn every_vector_follows_to_the_report_verify_gives() {
                 follower.push_line(line);
                 end += line.len();
                 let prefix = verify(&bytes[..end], &Options::default()).unwrap();
-                assert_eq!(follower.report(), prefix, "{} to byte {end}", path.display());
+                assert_eq!(
+                    follower.report(),
+                    prefix,
+                    "{} to byte {end}",
+                    path.display()
+                );
             }
             seen += 1;
         }
@@ -74,7 +79,10 @@ fn an_unparsable_line_waits_for_what_follows() {
     assert_eq!(follower.push_line(b"  \n"), [Step::Blank { line: 3 }]);
     let steps = follower.push_line(b"{}\n");
     assert!(
-        matches!(&steps[..], [Step::Tampered(Tampered::Malformed { line: 2, .. })]),
+        matches!(
+            &steps[..],
+            [Step::Tampered(Tampered::Malformed { line: 2, .. })]
+        ),
         "{steps:?}"
     );
     // Stopped: it reads nothing more.

@@ -207,10 +207,8 @@ impl Listing<'_> {
             .filter(|(session, _)| ended(*session))
             .cloned()
             .collect();
-        let mut rows: Vec<(u64, Row)> = keys
-            .iter()
-            .filter_map(|k| self.pending.remove(k))
-            .collect();
+        let mut rows: Vec<(u64, Row)> =
+            keys.iter().filter_map(|k| self.pending.remove(k)).collect();
         rows.sort_unstable_by_key(|(order, _)| *order);
         for (_, row) in rows {
             self.emit(&row);
@@ -267,7 +265,10 @@ pub(super) fn follow(
         match chunk {
             Chunk::Data(bytes) => {
                 partial.extend_from_slice(&bytes);
-                let end = partial.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+                let end = partial
+                    .iter()
+                    .rposition(|&b| b == b'\n')
+                    .map_or(0, |i| i + 1);
                 let mut tampered = push(&mut follower, &mut listing, &partial[..end]);
                 partial.drain(..end);
                 // A line this long is malformed whatever follows: no need to wait.
@@ -311,9 +312,7 @@ pub(super) fn follow(
     }
     let code = match (&stopped, report.verdict()) {
         (Stopped::Signal(_), _) => exit::OK,
-        (Stopped::Gone(_), _) | (_, Verdict::Tampered(_)) => {
-            aegis_verify::exit::TAMPERED_OR_USAGE
-        }
+        (Stopped::Gone(_), _) | (_, Verdict::Tampered(_)) => aegis_verify::exit::TAMPERED_OR_USAGE,
         (_, Verdict::Verified(_)) => exit::OK,
         (_, Verdict::Indeterminate(_)) => aegis_verify::exit::INDETERMINATE,
     };

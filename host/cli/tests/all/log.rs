@@ -149,8 +149,8 @@ mod follow {
     use aegis_record::chain::LineSink;
     use aegis_record::line::LineBody as _;
     use aegis_record::{
-        CapabilityOutcome, DecisionAxes, ExecutionOutcome, LineHash, OutcomeLine,
-        PolicyOutcome, PolicySetHash, seal,
+        CapabilityOutcome, DecisionAxes, ExecutionOutcome, LineHash, OutcomeLine, PolicyOutcome,
+        PolicySetHash, seal,
     };
     use std::io::{BufRead, BufReader, Write};
     use std::path::Path;
@@ -283,8 +283,8 @@ mod follow {
         }
 
         fn signal(&self, signal: rustix::process::Signal) {
-            let pid = rustix::process::Pid::from_raw(i32::try_from(self.child.id()).unwrap())
-                .unwrap();
+            let pid =
+                rustix::process::Pid::from_raw(i32::try_from(self.child.id()).unwrap()).unwrap();
             rustix::process::kill_process(pid, signal).unwrap();
         }
 
@@ -334,7 +334,10 @@ mod follow {
         session.append(&denied("c2", "fast", "second")).unwrap();
         let got = log.until(|l| l.contains("  c2  "));
         assert!(!got.iter().any(|l| l.contains("c1")), "{got:?}");
-        assert!(got.last().unwrap().contains("  fast  denied  policy  "), "{got:?}");
+        assert!(
+            got.last().unwrap().contains("  fast  denied  policy  "),
+            "{got:?}"
+        );
         session.append(&denied("c1", "slow", "first")).unwrap();
         log.until(|l| l.contains("  c1  ") && l.contains("  slow  denied  "));
         // Everything written has been read (c1's row is the last line's): the verdict
@@ -400,7 +403,10 @@ mod follow {
         .unwrap()
         .bytes;
         let tail_lines = [bad, b"\n".to_vec(), after, b"\n".to_vec()].concat();
-        let mut f = std::fs::OpenOptions::new().append(true).open(&file).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
         f.write_all(&tail_lines).unwrap();
         let verify = Command::new(env!("CARGO_BIN_EXE_aegis"))
             .arg("verify")
@@ -408,9 +414,15 @@ mod follow {
             .output()
             .unwrap();
         let headline = text(&verify.stdout).lines().next().unwrap().to_owned();
-        assert!(headline.starts_with("Tampered — bad signature"), "{headline}");
+        assert!(
+            headline.starts_with("Tampered — bad signature"),
+            "{headline}"
+        );
         // The next thing printed is the verdict: no row on the way.
-        assert_eq!(log.until(|l| l.starts_with("# ")), [format!("# {headline}")]);
+        assert_eq!(
+            log.until(|l| l.starts_with("# ")),
+            [format!("# {headline}")]
+        );
         let (code, rest, stderr) = log.exit();
         assert_eq!(code, Some(1), "{stderr}");
         assert!(rest.is_empty(), "{rest:?}");
@@ -439,9 +451,15 @@ mod follow {
             let (code, rest, stderr) = log.exit();
             assert_eq!(code, Some(1), "{stderr}");
             let last = rest.last().unwrap();
-            let why = if replace { "was replaced by another file" } else { "shrank to 10 bytes" };
+            let why = if replace {
+                "was replaced by another file"
+            } else {
+                "shrank to 10 bytes"
+            };
             assert!(
-                last.starts_with("# Tampered — ") && last.contains(why) && last.contains("a record only grows"),
+                last.starts_with("# Tampered — ")
+                    && last.contains(why)
+                    && last.contains("a record only grows"),
                 "{rest:?}"
             );
         }

@@ -74,9 +74,9 @@ pub use verdict::{
 };
 
 use std::io::Read;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::sync_channel;
+use std::sync::{Arc, Mutex};
 use walk::Walk;
 use workers::{Batch, MAX_THREADS, Shared, worker};
 

@@ -302,7 +302,11 @@ impl Head {
 impl Walk {
     /// A walk whose batches go to `tx`'s workers, or are checked as they are flushed
     /// when `tx` is `None`.
-    pub(super) fn new(options: &Options, tx: Option<SyncSender<Batch>>, shared: Arc<Shared>) -> Walk {
+    pub(super) fn new(
+        options: &Options,
+        tx: Option<SyncSender<Batch>>,
+        shared: Arc<Shared>,
+    ) -> Walk {
         Walk {
             options: options.clone(),
             tx,
