@@ -135,3 +135,23 @@ fn a_bad_signature_stops_the_follower_at_its_line() {
     );
     assert!(follower.tampered().is_some());
 }
+
+/// A line longer than the verifier reads is malformed as soon as it is pushed, as the
+/// whole-file walk finds it, whether or not its newline has come.
+#[test]
+fn an_oversize_line_is_malformed() {
+    let long = vec![b'x'; aegis_record::verify::MAX_LINE_BYTES + 1];
+    for line in [long.clone(), [long.clone(), b"\n".to_vec()].concat()] {
+        let mut follower = Follower::new(&Options::default());
+        let steps = follower.push_line(&line);
+        assert!(
+            matches!(
+                &steps[..],
+                [Step::Tampered(Tampered::Malformed { line: 1, .. })]
+            ),
+            "{steps:?}"
+        );
+        let whole = verify(&line[..], &Options::default()).unwrap();
+        assert_eq!(follower.finish(None), whole);
+    }
+}

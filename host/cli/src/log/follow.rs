@@ -287,7 +287,10 @@ pub(super) fn follow(
                     header(args, &follower.report(), &mut listing.out);
                     listing.out.extend(rows);
                 }
-                std::thread::sleep(POLL);
+                // Standard input's receive already waited.
+                if matches!(source, Source::File { .. }) {
+                    std::thread::sleep(POLL);
+                }
             }
             Chunk::End => break Stopped::End,
             Chunk::Gone(why) => break Stopped::Gone(why),

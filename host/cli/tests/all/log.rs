@@ -313,53 +313,56 @@ mod follow {
     }
 
     /// Rows appear as their outcome lines are appended and verified; a call whose
-    /// outcome has not come is not a row yet; SIGTERM stops it with exit 0 and the
+    /// outcome has not come is not a row yet; SIGTERM or SIGINT stops it with exit 0 and the
     /// verdict of what was read.
     #[test]
-    fn rows_appear_as_the_record_grows_and_sigterm_stops_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("r.aarl");
-        let session = Session::open(appending(&file), key(), None, Object::new()).unwrap();
-        session.append_unsigned(&intent("c0", "read")).unwrap();
-        session
-            .append(&denied("c0", "read", "before follow"))
-            .unwrap();
-        let mut log = Following::start(&[file.as_os_str()], Stdio::null());
-        // What was there: the verdict of those bytes, then its row.
-        let first = log.until(|l| l.contains("  c0  "));
-        assert!(first[0].starts_with("# Indeterminate — "), "{first:?}");
-        // Two calls start; the second finishes first: only it is a row.
-        session.append_unsigned(&intent("c1", "slow")).unwrap();
-        session.append_unsigned(&intent("c2", "fast")).unwrap();
-        session.append(&denied("c2", "fast", "second")).unwrap();
-        let got = log.until(|l| l.contains("  c2  "));
-        assert!(!got.iter().any(|l| l.contains("c1")), "{got:?}");
-        assert!(
-            got.last().unwrap().contains("  fast  denied  policy  "),
-            "{got:?}"
-        );
-        session.append(&denied("c1", "slow", "first")).unwrap();
-        log.until(|l| l.contains("  c1  ") && l.contains("  slow  denied  "));
-        // Everything written has been read (c1's row is the last line's): the verdict
-        // so far is the one `aegis verify` gives those bytes.
-        log.signal(rustix::process::Signal::TERM);
-        let (code, rest, stderr) = log.exit();
-        assert_eq!(code, Some(0), "{stderr}");
-        let verify = Command::new(env!("CARGO_BIN_EXE_aegis"))
-            .arg("verify")
-            .arg(&file)
-            .output()
-            .unwrap();
-        let headline = text(&verify.stdout).lines().next().unwrap().to_owned();
-        assert!(headline.starts_with("Indeterminate — "), "{headline}");
-        assert_eq!(
-            rest,
-            [format!(
-                "# stopped following {} (SIGTERM): {headline}",
-                file.display()
-            )]
-        );
-        session.close().unwrap();
+    fn rows_appear_as_the_record_grows_and_a_signal_stops_it() {
+        use rustix::process::Signal;
+        for (signal, name) in [(Signal::TERM, "SIGTERM"), (Signal::INT, "SIGINT")] {
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("r.aarl");
+            let session = Session::open(appending(&file), key(), None, Object::new()).unwrap();
+            session.append_unsigned(&intent("c0", "read")).unwrap();
+            session
+                .append(&denied("c0", "read", "before follow"))
+                .unwrap();
+            let mut log = Following::start(&[file.as_os_str()], Stdio::null());
+            // What was there: the verdict of those bytes, then its row.
+            let first = log.until(|l| l.contains("  c0  "));
+            assert!(first[0].starts_with("# Indeterminate — "), "{first:?}");
+            // Two calls start; the second finishes first: only it is a row.
+            session.append_unsigned(&intent("c1", "slow")).unwrap();
+            session.append_unsigned(&intent("c2", "fast")).unwrap();
+            session.append(&denied("c2", "fast", "second")).unwrap();
+            let got = log.until(|l| l.contains("  c2  "));
+            assert!(!got.iter().any(|l| l.contains("c1")), "{got:?}");
+            assert!(
+                got.last().unwrap().contains("  fast  denied  policy  "),
+                "{got:?}"
+            );
+            session.append(&denied("c1", "slow", "first")).unwrap();
+            log.until(|l| l.contains("  c1  ") && l.contains("  slow  denied  "));
+            // Everything written has been read (c1's row is the last line's): the verdict
+            // so far is the one `aegis verify` gives those bytes.
+            log.signal(signal);
+            let (code, rest, stderr) = log.exit();
+            assert_eq!(code, Some(0), "{stderr}");
+            let verify = Command::new(env!("CARGO_BIN_EXE_aegis"))
+                .arg("verify")
+                .arg(&file)
+                .output()
+                .unwrap();
+            let headline = text(&verify.stdout).lines().next().unwrap().to_owned();
+            assert!(headline.starts_with("Indeterminate — "), "{headline}");
+            assert_eq!(
+                rest,
+                [format!(
+                    "# stopped following {} ({name}): {headline}",
+                    file.display()
+                )]
+            );
+            session.close().unwrap();
+        }
     }
 
     /// A line with a bad signature appended after rows were listed stops the follow
