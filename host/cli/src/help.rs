@@ -160,14 +160,31 @@ EXAMPLES:
   aegis log --key KEY_ID aegis-audit.aarl
   aegis log --tool read_file --verdict denied aegis-audit.aarl
   aegis log --since 2026-12-04T00:00:00.000000Z --json aegis-audit.aarl
+  aegis log --follow --key KEY_ID aegis-audit.aarl
+  journal-reader | aegis log --follow -
 
 Each line: time, session, tool, verdict (ok, denied, rate_limited, parked, no_grant,
 failed, ceiling, refused, no_outcome, tool_change), station, duration, call id, reason.
 A record written before lines carried times shows - for the time.
 
+--follow lists what the record holds under its verdict, then keeps reading as it grows
+(looking again every 200 ms), with aegis verify's rules applied line by line. A call is
+listed once its outcome line has been read and its signature and chain verified, so
+calls appear in the order they finished; a call still running is not listed until its
+outcome comes (or, as no_outcome, once its session closes or a new one opens). A line
+not yet ended by a newline is waited for. The follow stops:
+  - at a Tampered line, with aegis verify's verdict;
+  - when the file shrinks, or its name leads to another file or to none (a record
+    only grows, so either is reported as Tampered);
+  - on SIGINT or SIGTERM, with the verdict of the lines read so far;
+  - with -, when standard input ends, with the verdict of all of it.
+--json gives one object a call as it is listed and a last object: why it stopped
+(stopped: signal, end, tampered, gone), a message, and the verify report.
+
 EXIT STATUS:
-  0    the record is Verified
-  1    Tampered (nothing listed), or a usage error
+  0    the record is Verified; with --follow, also stopped by SIGINT or SIGTERM
+  1    Tampered (nothing listed), or a usage error; with --follow, a Tampered line
+       (calls before it stay listed), or a file that shrank or was replaced
   2    the record could not be read, or the listing not written
   3    Indeterminate (what it holds is listed)";
 

@@ -17,6 +17,8 @@ use aegis_runtime::pipeline::CallClass;
 use std::collections::HashMap;
 
 use crate::recheck::Kept;
+
+mod follow;
 use crate::{CliError, exit, print};
 
 /// `aegis log`'s arguments.
@@ -38,6 +40,13 @@ pub struct LogArgs {
     /// 2026-12-04T06:10:00.000000Z); lines without a time are left out.
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     since: Option<String>,
+    /// Keep reading as the record grows, as `tail -f` does, verifying each line before
+    /// listing it: a call is listed once its outcome line verifies. A Tampered line, a
+    /// file that shrinks or whose name leads to another file (a record only grows) stop
+    /// it with exit 1; SIGINT or SIGTERM stop it with exit 0 and the verdict so far.
+    /// With -, standard input is read until it ends.
+    #[arg(long)]
+    follow: bool,
 }
 
 const VERDICTS: [&str; 10] = [
@@ -84,6 +93,9 @@ pub fn log(args: &LogArgs) -> Result<u8, CliError> {
     };
     let trust =
         aegis_verify::trust_slice(&args.record).map_err(|e| CliError::Unreadable(e.to_string()))?;
+    if args.follow {
+        return follow::follow(args, path, trust);
+    }
     let (name, mut kept) = Kept::open(path)?;
     let report = verify(&mut kept, &Options { trust, threads: 0 })
         .map_err(|e| CliError::Unreadable(format!("{name}: {e}")))?;
@@ -97,14 +109,7 @@ pub fn log(args: &LogArgs) -> Result<u8, CliError> {
     } else {
         rows_of(&kept.bytes)
     };
-    let shown = rows.into_iter().filter(|r| {
-        args.tool.as_ref().is_none_or(|t| *t == r.tool)
-            && args.verdict.as_deref().is_none_or(|v| v == r.verdict)
-            && args
-                .since
-                .as_ref()
-                .is_none_or(|since| r.time.as_ref().is_some_and(|t| t >= since))
-    });
+    let shown = rows.into_iter().filter(|r| keep(args, r));
     let mut out = Vec::new();
     if args.record.json {
         // {"verify": <the report aegis verify --json prints>}
@@ -126,6 +131,16 @@ pub fn log(args: &LogArgs) -> Result<u8, CliError> {
     Ok(code)
 }
 
+/// Whether the filters keep `r`.
+fn keep(args: &LogArgs, r: &Row) -> bool {
+    args.tool.as_ref().is_none_or(|t| *t == r.tool)
+        && args.verdict.as_deref().is_none_or(|v| v == r.verdict)
+        && args
+            .since
+            .as_ref()
+            .is_none_or(|since| r.time.as_ref().is_some_and(|t| t >= since))
+}
+
 /// Every call (by its intent, or its outcome when it has none) and every tool change,
 /// in file order. Lines the verifier accepted are read again here; one that does not
 /// read as its type is skipped (the verdict above already says what it is).
@@ -135,85 +150,115 @@ fn rows_of(bytes: &[u8]) -> Vec<Row> {
     let mut session = 0u64;
     let mut opened = false;
     for line in bytes.split(|&b| b == b'\n') {
-        let Ok(Value::Object(obj)) = aegis_record::json::parse(line) else {
-            continue;
-        };
-        let time = obj.get("time").and_then(Value::as_str).map(str::to_owned);
-        let line_type = obj.get("line_type").and_then(Value::as_str).unwrap_or("");
-        match LineType::from_token(line_type) {
-            LineType::Open => {
+        match Read::of(line) {
+            Some(Read::Open) => {
                 if opened {
                     session += 1;
                 }
                 opened = true;
             }
-            LineType::Intent => {
-                let Ok(intent) = IntentLine::from_object(&obj) else {
-                    continue;
-                };
+            Some(Read::Intent(time, intent)) => {
                 by_call.insert((session, intent.call_id.clone()), rows.len());
-                rows.push(Row {
-                    time,
-                    session,
-                    tool: intent.tool_id,
-                    verdict: "no_outcome",
-                    station: String::new(),
-                    reason: String::new(),
-                    wall_ms: None,
-                    call_id: intent.call_id,
-                });
+                rows.push(intent_row(time, session, intent));
             }
+            Some(Read::Outcome(time, outcome)) => {
+                match by_call.remove(&(session, outcome.call_id.clone())) {
+                    Some(i) => complete(&mut rows[i], &outcome),
+                    None => rows.push(outcome_row(time, session, &outcome)),
+                }
+            }
+            Some(Read::Change(row)) => rows.push(Row { session, ..*row }),
+            Some(Read::Close) | None => {}
+        }
+    }
+    rows
+}
+
+/// A line as the listing reads it.
+enum Read {
+    Open,
+    Intent(Option<String>, IntentLine),
+    Outcome(Option<String>, Box<OutcomeLine>),
+    /// A tool change's row (its session is the caller's to set).
+    Change(Box<Row>),
+    Close,
+}
+
+impl Read {
+    /// `None` for a line that does not read as a type the listing shows.
+    fn of(line: &[u8]) -> Option<Read> {
+        let Ok(Value::Object(obj)) = aegis_record::json::parse(line) else {
+            return None;
+        };
+        let time = obj.get("time").and_then(Value::as_str).map(str::to_owned);
+        let line_type = obj.get("line_type").and_then(Value::as_str).unwrap_or("");
+        Some(match LineType::from_token(line_type) {
+            LineType::Open => Read::Open,
+            LineType::Close => Read::Close,
+            LineType::Intent => Read::Intent(time, IntentLine::from_object(&obj).ok()?),
             LineType::Outcome => {
-                let Ok(outcome) = OutcomeLine::from_object(&obj) else {
-                    continue;
-                };
-                let (verdict, station, reason) = judged(&outcome);
-                let at = by_call.remove(&(session, outcome.call_id.clone()));
-                let row = match at {
-                    Some(i) => &mut rows[i],
-                    None => {
-                        rows.push(Row {
-                            time,
-                            session,
-                            tool: outcome.tool_id.clone(),
-                            verdict,
-                            station: String::new(),
-                            reason: String::new(),
-                            wall_ms: None,
-                            call_id: outcome.call_id.clone(),
-                        });
-                        rows.last_mut().expect("just pushed")
-                    }
-                };
-                row.verdict = verdict;
-                row.station = station;
-                row.reason = reason;
-                row.wall_ms = outcome.wall_ms.map(|w| w.get());
+                Read::Outcome(time, Box::new(OutcomeLine::from_object(&obj).ok()?))
             }
             LineType::ToolChange => {
-                let Ok(change) = ToolChangeLine::from_object(&obj) else {
-                    continue;
-                };
+                let change = ToolChangeLine::from_object(&obj).ok()?;
                 let mut reason = format!("{} ({})", change.change.token(), change.action.token());
                 if !change.fields.is_empty() {
                     reason.push_str(": ");
                     reason.push_str(&change.fields.join(", "));
                 }
-                rows.push(Row {
+                Read::Change(Box::new(Row {
                     time,
-                    session,
+                    session: 0,
                     tool: change.tool_id,
                     verdict: "tool_change",
                     station: "pins".into(),
                     reason,
                     wall_ms: None,
                     call_id: String::new(),
-                });
+                }))
             }
-            _ => {}
-        }
+            _ => return None,
+        })
     }
-    rows
+}
+
+/// A call by its intent, until its outcome comes.
+fn intent_row(time: Option<String>, session: u64, intent: IntentLine) -> Row {
+    Row {
+        time,
+        session,
+        tool: intent.tool_id,
+        verdict: "no_outcome",
+        station: String::new(),
+        reason: String::new(),
+        wall_ms: None,
+        call_id: intent.call_id,
+    }
+}
+
+/// A call by its outcome alone, when no intent was read for it.
+fn outcome_row(time: Option<String>, session: u64, outcome: &OutcomeLine) -> Row {
+    let mut row = Row {
+        time,
+        session,
+        tool: outcome.tool_id.clone(),
+        verdict: "no_outcome",
+        station: String::new(),
+        reason: String::new(),
+        wall_ms: None,
+        call_id: outcome.call_id.clone(),
+    };
+    complete(&mut row, outcome);
+    row
+}
+
+/// A call's row with its outcome's verdict, station, reason and duration.
+fn complete(row: &mut Row, outcome: &OutcomeLine) {
+    let (verdict, station, reason) = judged(outcome);
+    row.verdict = verdict;
+    row.station = station;
+    row.reason = reason;
+    row.wall_ms = outcome.wall_ms.map(|w| w.get());
 }
 
 /// The verdict token, the station that decided (empty when it ran) and why.

@@ -141,7 +141,8 @@ enum Command {
     /// saw. Runs nothing.
     ///
     /// The record is verified first, as `aegis verify` does; a Tampered record lists
-    /// nothing. Text the record holds is escaped for the terminal.
+    /// nothing. Text the record holds is escaped for the terminal. With --follow, it
+    /// keeps reading as the record grows, listing each call once its lines verify.
     #[command(after_help = help::LOG)]
     Log(Box<log::LogArgs>),
     /// Write a fresh ed25519 signing key (mode 0600) and print its public key and key_id.

@@ -5,7 +5,7 @@ mod support;
 
 use aegis_record::json::Object;
 use aegis_record::json::{self, Value};
-use aegis_record::verify::{Options, Report, Tampered, Verdict, verify};
+use aegis_record::verify::{Follower, Options, Report, Step, Tampered, Verdict, verify};
 use aegis_record::*;
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -86,8 +86,57 @@ fn lines(bytes: &[u8]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// `bytes` fed to a follower `chunk` complete lines at a time, the unfinished last line
+/// (if any) given to finish; with every step it took.
+fn follow(bytes: &[u8], chunk: usize) -> (Report, Vec<Step>) {
+    let all: Vec<&[u8]> = bytes.split_inclusive(|&b| b == b'\n').collect();
+    let (complete, partial) = match all.last() {
+        Some(last) if !last.ends_with(b"\n") => (&all[..all.len() - 1], Some(*last)),
+        _ => (&all[..], None),
+    };
+    let mut follower = Follower::new(&Options::default());
+    let mut steps = Vec::new();
+    for lines in complete.chunks(chunk) {
+        steps.extend(follower.push_lines(lines));
+    }
+    (follower.finish(partial), steps)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// A follower fed the same bytes, however they are cut into pushes, reports what
+    /// the whole-file walk reports; it never accepts a line at or after the line that
+    /// decides Tampered, and it says Tampered exactly when the report does (a finding on
+    /// the unfinished last line shows only in the report).
+    #[test]
+    fn a_follower_reports_what_verify_reports(bytes in file(), at in any::<prop::sample::Index>(), to in any::<u8>(), cut in any::<prop::sample::Index>(), chunk in 1usize..5) {
+        let mut changed = bytes.clone();
+        let i = at.index(changed.len());
+        changed[i] = to;
+        changed.truncate(cut.index(changed.len() + 1).max(i));
+        let whole = check(&changed);
+        for chunk in [chunk, usize::MAX] {
+            let (report, steps) = follow(&changed, chunk);
+            prop_assert_eq!(&report, &whole);
+            let said = steps.iter().find_map(|s| match s {
+                Step::Tampered(t) => Some(t.clone()),
+                _ => None,
+            });
+            if let Some(t) = &said {
+                prop_assert_eq!(whole.verdict(), &Verdict::Tampered(t.clone()));
+                prop_assert!(matches!(steps.last(), Some(Step::Tampered(_))));
+                let accepted_late = steps.iter().any(|s| matches!(s, Step::Accepted { line, .. } if *line >= t.line()));
+                prop_assert!(!accepted_late);
+            } else if let Verdict::Tampered(t) = whole.verdict() {
+                // Only the unfinished last line, judged at finish, can decide it then:
+                // by itself, or by following a line that was held.
+                let complete = changed.iter().filter(|&&b| b == b'\n').count() as u64;
+                let held = steps.contains(&Step::Held { line: t.line() });
+                prop_assert!(t.line() > complete || held, "{}", whole.headline());
+            }
+        }
+    }
 
     /// The unchanged file verifies: the properties below are not vacuous.
     #[test]

@@ -70,9 +70,11 @@
 //! - `verdict`: the three verdicts and the classes of finding behind them.
 //! - `report`: the report a walk produces, and its text and JSON renderings.
 //! - `walk`: the per-line state machine that reads the file once.
+//! - `follow`: the same walk fed one line at a time, as a growing file is read.
 //! - `workers`: the threads that check signatures while the walk goes on.
 //! - `trust`: the trust store an operator pins keys with.
 
+mod follow;
 mod report;
 mod trust;
 mod verdict;
@@ -80,6 +82,7 @@ mod walk;
 mod workers;
 
 pub use crate::json::quote;
+pub use follow::{Follower, Step};
 pub use report::{ClockStep, InFlight, KeyChange, KeyChangeKind, Report, TrustedThroughHandoff};
 pub use trust::{TrustAnchor, TrustStoreError, parse_trust_store};
 pub use verdict::{
@@ -88,9 +91,9 @@ pub use verdict::{
 };
 
 use std::io::Read;
-use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::sync_channel;
+use std::sync::{Arc, Mutex};
 use walk::Walk;
 use workers::{Batch, MAX_THREADS, Shared, worker};
 
@@ -140,18 +143,18 @@ fn walk_with(input: impl Read, options: &Options, batches: bool) -> std::io::Res
         n => n,
     }
     .min(MAX_THREADS);
-    let shared = Shared {
+    let shared = Arc::new(Shared {
         first_failure: Mutex::new(None),
         earliest_line: AtomicU64::new(u64::MAX),
         batches,
-    };
+    });
     let (tx, rx) = sync_channel::<Batch>(threads * 2);
     let rx = Mutex::new(rx);
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| worker(&rx, &shared));
         }
-        let mut walk = Walk::new(options, tx, &shared);
+        let mut walk = Walk::new(options, Some(tx), Arc::clone(&shared));
         let result = walk.run(input);
         let walked = walk.finish();
         // The sender is dropped inside finish(), so workers drain and stop.

@@ -8,7 +8,7 @@ use super::verdict::{
     BoundaryProblem, HandoffProblem, Indeterminate, Position, SignatureProblem, Tampered, Trust,
     Verdict,
 };
-use super::workers::{BATCH, BATCH_BYTES, Batch, Job, Shared, sig_failure};
+use super::workers::{BATCH, BATCH_BYTES, Batch, Failure, Job, Shared, check, sig_failure};
 use super::{MAX_ID_BYTES, MAX_LINE_BYTES, MAX_LISTED_CALLS, Options};
 use crate::digest::{KeyId, LineHash, sha256};
 use crate::json::{self, Layout, Object, ParseError, Value};
@@ -38,6 +38,7 @@ fn id_prefix(s: &str) -> (String, bool) {
     (s[..end].to_owned(), true)
 }
 
+#[derive(Clone)]
 struct SessionState {
     index: u64,
     expected_seq: u64,
@@ -57,6 +58,7 @@ struct SessionState {
 }
 
 /// A call in flight as the walk holds it.
+#[derive(Clone)]
 struct Pending {
     /// Intent order in the file, for listing.
     order: u64,
@@ -83,7 +85,7 @@ impl Pending {
 }
 
 /// A bounded list of calls: the first [`MAX_LISTED_CALLS`] named, the rest counted.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct CallList {
     listed: Vec<InFlight>,
     unlisted: u64,
@@ -115,6 +117,7 @@ impl CallList {
     }
 }
 
+#[derive(Clone)]
 pub(super) struct Walked {
     tampered: Option<Tampered>,
     /// Each key with the file line it was first seen on.
@@ -149,14 +152,8 @@ impl Walked {
             .first_failure
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        // The earliest finding in the file decides; a walk finding wins a tie.
-        let (tampered, coverage) = match (self.tampered, failure) {
-            (Some(t), Some(f)) if f.line < t.line() => (Some(sig_failure(&f)), f.covered_before),
-            (None, Some(f)) => (Some(sig_failure(&f)), f.covered_before),
-            (Some(t), _) => (Some(t), self.last_signed),
-            (None, None) => (None, self.last_signed),
-        };
+            .clone();
+        let (tampered, coverage) = decide(self.tampered, failure.as_ref(), self.last_signed);
         // The walk may have read past the deciding line before a worker's failure reached
         // it, by a distance that depends on timing: report only what precedes the
         // deciding line, so the same bytes always give the same report.
@@ -241,10 +238,27 @@ impl Walked {
     }
 }
 
-pub(super) struct Walk<'a> {
-    options: &'a Options,
+/// The finding that decides between the walk's own and the workers' first failure: the
+/// earliest in the file, a walk finding winning a tie; with the coverage before it.
+pub(super) fn decide(
+    walk: Option<Tampered>,
+    failure: Option<&Failure>,
+    last_signed: Option<Position>,
+) -> (Option<Tampered>, Option<Position>) {
+    match (walk, failure) {
+        (Some(t), Some(f)) if f.line < t.line() => (Some(sig_failure(f)), f.covered_before),
+        (None, Some(f)) => (Some(sig_failure(f)), f.covered_before),
+        (Some(t), _) => (Some(t), last_signed),
+        (None, None) => (None, last_signed),
+    }
+}
+
+pub(super) struct Walk {
+    options: Options,
+    /// Where batches go: worker threads, or (`None`) checked on this thread as they are
+    /// flushed, for a follower that must know a line's signature holds before going on.
     tx: Option<SyncSender<Batch>>,
-    shared: &'a Shared,
+    shared: Arc<Shared>,
     batch: Vec<Job>,
     batch_covered_before: Option<Position>,
     /// The bytes of the messages in `batch`.
@@ -314,11 +328,17 @@ impl Head {
     }
 }
 
-impl<'a> Walk<'a> {
-    pub(super) fn new(options: &'a Options, tx: SyncSender<Batch>, shared: &'a Shared) -> Walk<'a> {
+impl Walk {
+    /// A walk whose batches go to `tx`'s workers, or are checked as they are flushed
+    /// when `tx` is `None`.
+    pub(super) fn new(
+        options: &Options,
+        tx: Option<SyncSender<Batch>>,
+        shared: Arc<Shared>,
+    ) -> Walk {
         Walk {
-            options,
-            tx: Some(tx),
+            options: options.clone(),
+            tx,
             shared,
             batch: Vec::with_capacity(BATCH),
             batch_covered_before: None,
@@ -399,19 +419,22 @@ impl<'a> Walk<'a> {
 
     pub(super) fn finish(mut self) -> Walked {
         self.flush();
+        // Dropping the sender lets the workers drain and stop.
         self.tx = None;
-        if self.out.tampered.is_none()
-            && let Some(s) = self.session.take()
-        {
-            if !s.anchored {
-                self.out.unanchored = Some(s.index);
-            }
-            self.out.in_flight.take_session(s.index, s.in_flight);
-        }
+        end(&mut self.out, self.session.take());
         self.out
     }
 
-    fn flush(&mut self) {
+    /// What [`Walk::finish`] would give if the input ended here, the walk going on.
+    /// Signatures queued and not yet flushed are not in it.
+    pub(super) fn snapshot(&self) -> Walked {
+        let mut out = self.out.clone();
+        end(&mut out, self.session.clone());
+        out
+    }
+
+    /// Sends the queued signature checks on (or, without workers, checks them now).
+    pub(super) fn flush(&mut self) {
         if self.batch.is_empty() {
             return;
         }
@@ -421,10 +444,18 @@ impl<'a> Walk<'a> {
             jobs,
             covered_before: self.batch_covered_before,
         };
-        if let Some(tx) = &self.tx {
+        match &self.tx {
             // Workers only stop when the sender is gone, so this cannot fail while we hold it.
-            let _ = tx.send(batch);
+            Some(tx) => {
+                let _ = tx.send(batch);
+            }
+            None => check(batch, &self.shared),
         }
+    }
+
+    /// Records the finding that stopped the walk, for the report.
+    pub(super) fn stop(&mut self, stop: Tampered) {
+        self.out.tampered = Some(stop);
     }
 
     fn note(&mut self, finding: Indeterminate, line: u64) {
@@ -433,13 +464,22 @@ impl<'a> Walk<'a> {
         }
     }
 
-    fn line(&mut self, no: u64, bytes: &[u8], oversize: bool, last: bool) -> Result<(), Stop> {
+    /// Judges one line: its position once it chains, `None` for a torn final line
+    /// (`last`, and not JSON), the finding that stops the walk otherwise. Its signature
+    /// is only queued: it holds once [`Walk::flush`] and the workers say so.
+    pub(super) fn line(
+        &mut self,
+        no: u64,
+        bytes: &[u8],
+        oversize: bool,
+        last: bool,
+    ) -> Result<Option<Position>, Stop> {
         self.out.saw_line = true;
         if oversize {
             return Err(malformed(no, format!("longer than {MAX_LINE_BYTES} bytes")));
         }
         let Some((obj, layout)) = self.parse(no, bytes, last)? else {
-            return Ok(());
+            return Ok(None);
         };
         let head = Head::read(no, &obj)?;
         // Lines as written by a conforming emitter are already canonical: hash them as
@@ -460,11 +500,12 @@ impl<'a> Walk<'a> {
                 seq: 0,
             };
             self.timed(no, at, time);
-            return Ok(());
+            return Ok(Some(at));
         }
         let at = self.chain(no, head.seq, head.prev_hash, hash)?;
         self.timed(no, at, time);
-        self.by_type(no, at, &head.line_type, &obj)
+        self.by_type(no, at, &head.line_type, &obj)?;
+        Ok(Some(at))
     }
 
     /// Parses a line as a JSON object; `None` for a final line torn mid-write, which is
@@ -905,6 +946,19 @@ impl<'a> Walk<'a> {
             self.flush();
         }
         Ok(())
+    }
+}
+
+/// The input ends: the final session's calls are in flight, and it is unanchored
+/// unless its last line is an anchor.
+fn end(out: &mut Walked, session: Option<SessionState>) {
+    if out.tampered.is_none()
+        && let Some(s) = session
+    {
+        if !s.anchored {
+            out.unanchored = Some(s.index);
+        }
+        out.in_flight.take_session(s.index, s.in_flight);
     }
 }
 

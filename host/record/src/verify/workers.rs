@@ -40,6 +40,7 @@ pub(super) struct Batch {
     pub(super) covered_before: Option<Position>,
 }
 
+#[derive(Clone)]
 pub(super) struct Failure {
     pub(super) line: u64,
     pub(super) at: Position,
@@ -55,47 +56,51 @@ pub(super) struct Shared {
 
 pub(super) fn worker(rx: &Mutex<Receiver<Batch>>, shared: &Shared) {
     loop {
-        let batch = match rx.lock().unwrap_or_else(PoisonError::into_inner).recv() {
-            Ok(b) => b,
+        match rx.lock().unwrap_or_else(PoisonError::into_inner).recv() {
+            Ok(batch) => check(batch, shared),
             Err(_) => return,
-        };
-        let mut covered = batch.covered_before;
-        if shared.batches && batch.jobs.len() >= MIN_BATCH {
-            // Only lines before a failure already found can still matter.
-            let earliest = shared.earliest_line.load(Ordering::Relaxed);
-            let live = batch.jobs.partition_point(|job| job.line <= earliest);
-            let items: Vec<BatchItem<'_>> = batch.jobs[..live]
-                .iter()
-                .map(|job| (&*job.key, &job.message[..], &job.signature))
-                .collect();
-            if verify_batch(&items) {
-                continue;
-            }
         }
-        // Some line fails (or the batch could not be checked as one): strict, line by
-        // line in file order, finds the first failure and the coverage before it.
-        for job in batch.jobs {
-            if job.line > shared.earliest_line.load(Ordering::Relaxed) {
-                break;
-            }
-            if job.key.verify_strict(&job.message, &job.signature) {
-                covered = Some(job.at);
-                continue;
-            }
-            let mut first = shared
-                .first_failure
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if first.as_ref().is_none_or(|f| job.line < f.line) {
-                *first = Some(Failure {
-                    line: job.line,
-                    at: job.at,
-                    covered_before: covered,
-                });
-                shared.earliest_line.fetch_min(job.line, Ordering::Relaxed);
-            }
+    }
+}
+
+/// Checks one batch, noting its first failure in `shared` if it is the earliest yet.
+pub(super) fn check(batch: Batch, shared: &Shared) {
+    let mut covered = batch.covered_before;
+    if shared.batches && batch.jobs.len() >= MIN_BATCH {
+        // Only lines before a failure already found can still matter.
+        let earliest = shared.earliest_line.load(Ordering::Relaxed);
+        let live = batch.jobs.partition_point(|job| job.line <= earliest);
+        let items: Vec<BatchItem<'_>> = batch.jobs[..live]
+            .iter()
+            .map(|job| (&*job.key, &job.message[..], &job.signature))
+            .collect();
+        if verify_batch(&items) {
+            return;
+        }
+    }
+    // Some line fails (or the batch could not be checked as one): strict, line by
+    // line in file order, finds the first failure and the coverage before it.
+    for job in batch.jobs {
+        if job.line > shared.earliest_line.load(Ordering::Relaxed) {
             break;
         }
+        if job.key.verify_strict(&job.message, &job.signature) {
+            covered = Some(job.at);
+            continue;
+        }
+        let mut first = shared
+            .first_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if first.as_ref().is_none_or(|f| job.line < f.line) {
+            *first = Some(Failure {
+                line: job.line,
+                at: job.at,
+                covered_before: covered,
+            });
+            shared.earliest_line.fetch_min(job.line, Ordering::Relaxed);
+        }
+        break;
     }
 }
 

@@ -1,0 +1,395 @@
+//! `aegis log --follow`: a record read as it grows, each line verified before anything
+//! it says is shown.
+//!
+//! The lines go one chunk at a time through [`Follower`], which applies `aegis verify`'s
+//! per-line rules and checks each signature before saying a line holds; a call's row is
+//! printed once its outcome line holds (or, with `no_outcome`, once a close or a new
+//! session means it will get none). What is in the file when `log` starts is listed
+//! under the verdict of those bytes, as `aegis log` lists it, except that rows come in
+//! the order calls finished. A partial last line (no newline yet) is waited for.
+//!
+//! A record only grows: a file that shrinks below what was read, or whose name now
+//! leads elsewhere (removed, replaced, rotated), stops the follow as Tampered. SIGINT
+//! and SIGTERM stop it with exit 0 and the verdict of the lines read so far. Standard
+//! input is read until it ends, and then judged as `aegis verify` judges it.
+
+use super::{LogArgs, Read, Row, complete, intent_row, outcome_row, row_json, row_text};
+use crate::interrupt::Interrupts;
+use crate::{CliError, exit, print};
+use aegis_record::json::Object;
+use aegis_record::text::escape;
+use aegis_record::verify::{
+    Follower, MAX_LINE_BYTES, Options, Position, Report, Step, TrustAnchor, Verdict,
+};
+use std::collections::HashMap;
+use std::io::Read as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::Duration;
+
+/// How long to wait before looking again at a file that has not grown.
+const POLL: Duration = Duration::from_millis(200);
+
+/// How much is read at once: enough lines that a backlog's signatures are checked in
+/// batches.
+const CHUNK: usize = 1 << 20;
+
+/// Where the lines come from.
+enum Source {
+    File {
+        file: std::fs::File,
+        path: PathBuf,
+        name: String,
+        /// Bytes read so far.
+        read: u64,
+        /// The opened file's device and inode, to notice the name leading elsewhere.
+        id: (u64, u64),
+    },
+    /// Standard input, read on a thread (a read there blocks, and signals must still
+    /// be noticed).
+    Stdin(Receiver<std::io::Result<Vec<u8>>>),
+}
+
+enum Chunk {
+    Data(Vec<u8>),
+    /// Nothing new yet.
+    Idle,
+    /// Standard input ended.
+    End,
+    /// The file no longer is the record that was being read: why.
+    Gone(String),
+}
+
+impl Source {
+    fn open(path: &Path) -> Result<(String, Source), CliError> {
+        if path.as_os_str() == "-" {
+            let (tx, rx) = std::sync::mpsc::sync_channel(4);
+            std::thread::Builder::new()
+                .name("aegis-log-stdin".into())
+                .spawn(move || {
+                    let mut stdin = std::io::stdin().lock();
+                    loop {
+                        let mut buf = vec![0; CHUNK];
+                        // An empty chunk is the end; after it, or an error, the thread ends.
+                        let (chunk, last) = match stdin.read(&mut buf) {
+                            Ok(n) => {
+                                buf.truncate(n);
+                                (Ok(buf), n == 0)
+                            }
+                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                            Err(e) => (Err(e), true),
+                        };
+                        if tx.send(chunk).is_err() || last {
+                            return;
+                        }
+                    }
+                })
+                .map_err(|e| CliError::Unreadable(format!("standard input: {e}")))?;
+            return Ok(("standard input".into(), Source::Stdin(rx)));
+        }
+        let name = escape(&path.display().to_string()).into_owned();
+        // The same open as `aegis verify`'s: never through a final link, only a regular
+        // file.
+        let file = aegis_files::open(path)
+            .map_err(|e| CliError::Unreadable(escape(&e.to_string()).into_owned()))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| CliError::Unreadable(format!("{name}: {e}")))?;
+        let source = Source::File {
+            file,
+            path: path.to_owned(),
+            name: name.clone(),
+            read: 0,
+            id: (meta.dev(), meta.ino()),
+        };
+        Ok((name, source))
+    }
+
+    fn next(&mut self) -> Result<Chunk, String> {
+        match self {
+            Source::Stdin(rx) => match rx.recv_timeout(POLL) {
+                Ok(Ok(bytes)) if bytes.is_empty() => Ok(Chunk::End),
+                Ok(Ok(bytes)) => Ok(Chunk::Data(bytes)),
+                Ok(Err(e)) => Err(format!("standard input: {e}")),
+                Err(RecvTimeoutError::Timeout) => Ok(Chunk::Idle),
+                Err(RecvTimeoutError::Disconnected) => Ok(Chunk::End),
+            },
+            Source::File {
+                file,
+                path,
+                name,
+                read,
+                id,
+            } => {
+                let mut buf = vec![0; CHUNK];
+                let n = loop {
+                    match file.read(&mut buf) {
+                        Ok(n) => break n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(format!("{name}: {e}")),
+                    }
+                };
+                if n > 0 {
+                    *read += n as u64;
+                    buf.truncate(n);
+                    return Ok(Chunk::Data(buf));
+                }
+                let len = file.metadata().map_err(|e| format!("{name}: {e}"))?.len();
+                if len < *read {
+                    return Ok(Chunk::Gone(format!(
+                        "{name} shrank to {len} bytes after {read} were read"
+                    )));
+                }
+                // Looked at without following a link: the name must still lead to the
+                // file being read.
+                match std::fs::symlink_metadata(path) {
+                    Ok(m) if (m.dev(), m.ino()) == *id => Ok(Chunk::Idle),
+                    Ok(_) => Ok(Chunk::Gone(format!("{name} was replaced by another file"))),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        Ok(Chunk::Gone(format!("{name} was removed")))
+                    }
+                    Err(e) => Err(format!("{name}: {e}")),
+                }
+            }
+        }
+    }
+}
+
+/// The calls waiting for their outcome, and the rows ready to print.
+struct Listing<'a> {
+    args: &'a LogArgs,
+    /// (session, call_id) → (intent order, its row).
+    pending: HashMap<(u64, String), (u64, Row)>,
+    next: u64,
+    out: Vec<u8>,
+}
+
+impl Listing<'_> {
+    /// A line the follower accepted, at `at`.
+    fn line(&mut self, at: Position, bytes: &[u8]) {
+        match Read::of(bytes.strip_suffix(b"\n").unwrap_or(bytes)) {
+            // A new session: the calls left in flight before it will get no outcome.
+            Some(Read::Open) => self.unfinished(|_| true),
+            Some(Read::Close) => self.unfinished(|session| session == at.session),
+            Some(Read::Intent(time, intent)) => {
+                let key = (at.session, intent.call_id.clone());
+                let row = intent_row(time, at.session, intent);
+                self.pending.insert(key, (self.next, row));
+                self.next += 1;
+            }
+            Some(Read::Outcome(time, outcome)) => {
+                let row = match self.pending.remove(&(at.session, outcome.call_id.clone())) {
+                    Some((_, mut row)) => {
+                        complete(&mut row, &outcome);
+                        row
+                    }
+                    None => outcome_row(time, at.session, &outcome),
+                };
+                self.emit(&row);
+            }
+            Some(Read::Change(row)) => {
+                let row = Row {
+                    session: at.session,
+                    ..*row
+                };
+                self.emit(&row);
+            }
+            None => {}
+        }
+    }
+
+    /// Lists, as `no_outcome` in intent order, the calls of the sessions `ended` names.
+    fn unfinished(&mut self, ended: impl Fn(u64) -> bool) {
+        let keys: Vec<(u64, String)> = self
+            .pending
+            .keys()
+            .filter(|(session, _)| ended(*session))
+            .cloned()
+            .collect();
+        let mut rows: Vec<(u64, Row)> =
+            keys.iter().filter_map(|k| self.pending.remove(k)).collect();
+        rows.sort_unstable_by_key(|(order, _)| *order);
+        for (_, row) in rows {
+            self.emit(&row);
+        }
+    }
+
+    fn emit(&mut self, row: &Row) {
+        if !super::keep(self.args, row) {
+            return;
+        }
+        if self.args.record.json {
+            self.out.extend(row_json(row).to_canonical());
+            self.out.push(b'\n');
+        } else {
+            self.out.extend(row_text(row).into_bytes());
+        }
+    }
+}
+
+/// Why the follow ended, for its last line.
+enum Stopped {
+    Signal(String),
+    End,
+    Tampered,
+    Gone(String),
+}
+
+pub(super) fn follow(
+    args: &LogArgs,
+    path: &Path,
+    trust: Option<Vec<TrustAnchor>>,
+) -> Result<u8, CliError> {
+    let (name, mut source) = Source::open(path)?;
+    let interrupts = Interrupts::install_stop_signals()
+        .map_err(|e| CliError::Refused(format!("the signal handlers: {e}")))?;
+    let mut follower = Follower::new(&Options { trust, threads: 0 });
+    let mut listing = Listing {
+        args,
+        pending: HashMap::new(),
+        next: 0,
+        out: Vec::new(),
+    };
+    // What the file held at the start is listed under its verdict, once it is read.
+    let mut caught_up = false;
+    let mut partial: Vec<u8> = Vec::new();
+    let stopped = loop {
+        if interrupts.token().is_cancelled() {
+            let signal = interrupts.token().reason().unwrap_or_default();
+            break Stopped::Signal(signal);
+        }
+        let chunk = source
+            .next()
+            .map_err(|e| CliError::Unreadable(escape(&e).into_owned()))?;
+        match chunk {
+            Chunk::Data(bytes) => {
+                partial.extend_from_slice(&bytes);
+                let end = partial
+                    .iter()
+                    .rposition(|&b| b == b'\n')
+                    .map_or(0, |i| i + 1);
+                let mut tampered = push(&mut follower, &mut listing, &partial[..end]);
+                partial.drain(..end);
+                // A line this long is malformed whatever follows: no need to wait.
+                if !tampered && partial.len() > MAX_LINE_BYTES {
+                    tampered = push(&mut follower, &mut listing, &partial);
+                    partial.clear();
+                }
+                if tampered {
+                    break Stopped::Tampered;
+                }
+            }
+            Chunk::Idle => {
+                if !caught_up {
+                    caught_up = true;
+                    let rows = std::mem::take(&mut listing.out);
+                    header(args, &follower.report(), &mut listing.out);
+                    listing.out.extend(rows);
+                }
+                // Standard input's receive already waited.
+                if matches!(source, Source::File { .. }) {
+                    std::thread::sleep(POLL);
+                }
+            }
+            Chunk::End => break Stopped::End,
+            Chunk::Gone(why) => break Stopped::Gone(why),
+        }
+        if caught_up && !listing.out.is_empty() {
+            print(&listing.out).map_err(|_| CliError::Stdout)?;
+            listing.out.clear();
+        }
+    };
+    let report = match stopped {
+        Stopped::End => follower.finish(Some(&partial)),
+        _ => follower.report(),
+    };
+    if !caught_up {
+        // Stopped before the backlog was listed. A Tampered record lists nothing, as
+        // `aegis log` lists nothing of one: its last line says why.
+        let rows = std::mem::take(&mut listing.out);
+        if !matches!(report.verdict(), Verdict::Tampered(_)) {
+            header(args, &report, &mut listing.out);
+            listing.out.extend(rows);
+        }
+    }
+    let code = match (&stopped, report.verdict()) {
+        (Stopped::Signal(_), _) => exit::OK,
+        (Stopped::Gone(_), _) | (_, Verdict::Tampered(_)) => aegis_verify::exit::TAMPERED_OR_USAGE,
+        (_, Verdict::Verified(_)) => exit::OK,
+        (_, Verdict::Indeterminate(_)) => aegis_verify::exit::INDETERMINATE,
+    };
+    last_line(args, &name, &stopped, &report, &mut listing.out);
+    print(&listing.out).map_err(|_| CliError::Stdout)?;
+    Ok(code)
+}
+
+/// Pushes `bytes` (whole lines) through the follower, listing each accepted line;
+/// whether the record turned out Tampered.
+fn push(follower: &mut Follower, listing: &mut Listing<'_>, bytes: &[u8]) -> bool {
+    if bytes.is_empty() {
+        return false;
+    }
+    let lines: Vec<&[u8]> = if bytes.ends_with(b"\n") {
+        bytes.split_inclusive(|&b| b == b'\n').collect()
+    } else {
+        vec![bytes]
+    };
+    let mut lines = lines.into_iter();
+    for step in follower.push_lines(lines.as_slice()) {
+        match step {
+            Step::Accepted { at, .. } => {
+                if let Some(line) = lines.next() {
+                    listing.line(at, line);
+                }
+            }
+            Step::Tampered(_) => return true,
+            _ => {
+                lines.next();
+            }
+        }
+    }
+    false
+}
+
+/// The verdict of what the file held at the start, as `aegis log` prints it.
+fn header(args: &LogArgs, report: &Report, out: &mut Vec<u8>) {
+    if args.record.json {
+        out.extend_from_slice(b"{\"verify\":");
+        out.extend(report.to_json());
+        out.extend_from_slice(b"}\n");
+    } else {
+        out.extend(format!("# {}\n", report.headline()).into_bytes());
+    }
+}
+
+/// Why the follow stopped and the verdict of what was read.
+fn last_line(args: &LogArgs, name: &str, stopped: &Stopped, report: &Report, out: &mut Vec<u8>) {
+    let (token, text) = match stopped {
+        Stopped::Signal(signal) => (
+            "signal",
+            format!("stopped following {name} ({signal}): {}", report.headline()),
+        ),
+        Stopped::End => ("end", format!("{name} ended: {}", report.headline())),
+        Stopped::Tampered => ("tampered", report.headline()),
+        Stopped::Gone(why) => (
+            "gone",
+            format!("Tampered — {why}: a record only grows; stopped following"),
+        ),
+    };
+    if args.record.json {
+        let mut o = Object::new();
+        o.insert("stopped", token);
+        o.insert("message", text);
+        let mut bytes = o.to_canonical();
+        // {"message":…,"stopped":…,"verify":<the report>}
+        bytes.pop();
+        bytes.extend_from_slice(b",\"verify\":");
+        bytes.extend(report.to_json());
+        bytes.push(b'}');
+        out.extend(bytes);
+        out.push(b'\n');
+    } else {
+        out.extend(format!("# {text}\n").into_bytes());
+    }
+}
