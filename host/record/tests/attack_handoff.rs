@@ -331,7 +331,12 @@ fn a_retired_key_coming_back_is_not_reported_as_continuing() {
     let report = check(&f.out, None);
     assert_eq!(report.verdict(), &Verdict::Verified(Trust::Unpinned));
     let last = report.key_changes().last().unwrap();
-    assert_eq!(last.kind, KeyChangeKind::Unannounced, "{}", report.to_text());
+    assert_eq!(
+        last.kind,
+        KeyChangeKind::Unannounced,
+        "{}",
+        report.to_text()
+    );
     assert_eq!((last.from, last.to), (o.key_id(), r.key_id()));
 }
 
@@ -393,7 +398,11 @@ fn a_key_handed_to_twice_is_listed_once_as_trusted_through_a_handoff() {
 #[test]
 fn a_key_id_for_another_key_is_a_bad_handoff() {
     let (k, r, o) = (key(), rotated(), outsider());
-    for wrong in [o.key_id(), k.key_id(), KeyId::from_bytes(*r.key_id().as_bytes())] {
+    for wrong in [
+        o.key_id(),
+        k.key_id(),
+        KeyId::from_bytes(*r.key_id().as_bytes()),
+    ] {
         if wrong == r.key_id() {
             continue;
         }
@@ -812,5 +821,72 @@ fn a_published_key_plus_torsion_is_labelled_as_published() {
         !report.published_test_keys().is_empty(),
         "{}",
         report.to_text()
+    );
+}
+
+/// Claim (§6.3 member types): `next_public_key` and `next_key_id` are 64 lowercase hex
+/// characters. Another spelling of the same bytes (upper case), a shorter or longer
+/// string, or another JSON type is malformed, never a second name for the same key.
+#[test]
+fn a_next_key_spelled_otherwise_is_malformed() {
+    use aegis_record::json::Value;
+    let (k, r) = (key(), rotated());
+    let pk = r.public_key().to_hex();
+    let id = r.key_id().to_hex();
+    let spellings: [(Value, Value); 5] = [
+        (Value::String(pk.to_uppercase()), Value::String(id.clone())),
+        (Value::String(pk.clone()), Value::String(id.to_uppercase())),
+        (Value::String(format!("{pk}00")), Value::String(id.clone())),
+        (
+            Value::String(pk[..62].to_owned()),
+            Value::String(id.clone()),
+        ),
+        (
+            Value::String(pk.clone()),
+            Value::Array(vec![Value::String(id.clone())]),
+        ),
+    ];
+    for (next_pk, next_id) in spellings {
+        let mut body = Object::new();
+        body.insert("next_public_key", next_pk);
+        body.insert("next_key_id", next_id);
+        let mut f = File::new();
+        f.open(&k);
+        f.push("key_handoff", body, &k);
+        f.close(&r);
+        let report = check(&f.out, None);
+        assert!(
+            matches!(
+                report.verdict(),
+                Verdict::Tampered(Tampered::Malformed { line: 2, .. })
+            ),
+            "{}",
+            report.headline()
+        );
+    }
+}
+
+/// Claim (§8.3 step 12): a key id written for the canonical encoding of a point, next
+/// to a non-canonical encoding of that point, is bad_key_handoff (key ids are over the
+/// bytes as written).
+#[test]
+fn a_key_id_for_another_encoding_of_the_point_is_a_bad_handoff() {
+    let k = key();
+    let (y, canonical) = small_y_point().expect("some y < 19 is on the curve");
+    let mut f = File::new();
+    f.open(&k);
+    f.hand_off_raw(&k, p_plus(y), PublicKey::from_bytes(canonical).key_id());
+    let report = check(&f.out, None);
+    assert!(
+        matches!(
+            report.verdict(),
+            Verdict::Tampered(Tampered::BadKeyHandoff {
+                line: 2,
+                problem: HandoffProblem::KeyIdMismatch,
+                ..
+            })
+        ),
+        "{}",
+        report.headline()
     );
 }
