@@ -297,7 +297,7 @@ fn the_old_key_reopening_after_a_handoff_is_named_unannounced() {
     assert_eq!(last.kind, KeyChangeKind::Unannounced);
     assert_eq!((last.from, last.to), (r.key_id(), k.key_id()));
     assert!(report.to_text().contains(&format!(
-        "key_unannounced session 1 from {} to {} (no key_handoff names it)\n",
+        "key_unannounced session 1 from {} to {} (not the key the latest key_handoff names)\n",
         r.key_id(),
         k.key_id()
     )));
@@ -310,11 +310,9 @@ fn the_old_key_reopening_after_a_handoff_is_named_unannounced() {
 /// rotation gets — where the same comeback by the first key (never handed to) is
 /// `key_unannounced`. The retired key is exactly the one a rotation moves away from
 /// (because it may be compromised), and nothing in the file says the holder of `o`
-/// handed back to `r`; the reader is told the change was announced. The walk keys
-/// `handed_to` by the key alone, never retiring an entry when that key hands on
-/// (host/record/src/verify/walk.rs, `open`: `match self.handed_to.get(&key_id)`).
+/// handed back to `r`; the reader was told the change was announced. (Found by an
+/// attack review; now only the file's latest hand-off continues, SPEC §8.4.)
 #[test]
-#[ignore = "finding: a retired key's comeback is reported as key_continues, not key_unannounced"]
 fn a_retired_key_coming_back_is_not_reported_as_continuing() {
     let (k, r, o) = (key(), rotated(), outsider());
     let mut f = File::new();
@@ -340,45 +338,10 @@ fn a_retired_key_coming_back_is_not_reported_as_continuing() {
     assert_eq!((last.from, last.to), (o.key_id(), r.key_id()));
 }
 
-/// What the report says today for the comeback above, pinned so a change is seen:
-/// `key_continues` naming the first hand-off, and (pinned to the first key) Verified.
-#[test]
-fn a_retired_key_coming_back_is_reported_as_continuing_today() {
-    let (k, r, o) = (key(), rotated(), outsider());
-    let mut f = File::new();
-    f.open(&k);
-    f.hand_off(&k, r.public_key());
-    f.close(&r);
-    f.open(&r);
-    f.hand_off(&r, o.public_key());
-    f.close(&o);
-    f.open(&r);
-    f.close(&r);
-    let report = check(&f.out, Some(&[&k]));
-    assert_eq!(report.verdict(), &Verdict::Verified(Trust::Pinned));
-    let last = report.key_changes().last().unwrap();
-    assert_eq!(
-        (last.from, last.to, last.kind),
-        (
-            k.key_id(),
-            r.key_id(),
-            KeyChangeKind::Continues {
-                handoff_at: Position { session: 0, seq: 1 }
-            }
-        )
-    );
-    assert!(report.to_text().contains(&format!(
-        "key_continues session 2 from {} to {} handed off at session 0 seq 1\n",
-        k.key_id(),
-        r.key_id()
-    )));
-}
-
 /// Claim (§9.2 item 9): the report lists each key accepted through a hand-off. A key
 /// handed to twice (k → r, r → k, k → r) is one key accepted; it is listed once per
-/// hand-off today.
+/// hand-off before the fix.
 #[test]
-#[ignore = "finding: trusted_through_handoff lists a key once per hand-off to it, not once per key"]
 fn a_key_handed_to_twice_is_listed_once_as_trusted_through_a_handoff() {
     let (k, r) = (key(), rotated());
     let mut f = File::new();

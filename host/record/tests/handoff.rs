@@ -251,7 +251,7 @@ fn an_unannounced_key_change_keeps_its_verdict_and_is_named() {
     assert_eq!(last.kind, KeyChangeKind::Unannounced);
     assert_eq!((last.from, last.to), (r.key_id(), o.key_id()));
     assert!(report.to_text().contains(&format!(
-        "key_unannounced session 1 from {} to {} (no key_handoff names it)\n",
+        "key_unannounced session 1 from {} to {} (not the key the latest key_handoff names)\n",
         r.key_id(),
         o.key_id()
     )));

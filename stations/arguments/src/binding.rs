@@ -80,16 +80,22 @@ pub struct Projection {
     pub values: Map<String, Value>,
 }
 
-/// `name` in the form a binding compares: a JSON Pointer of one token with no escape
-/// (`/path`) is the key itself (`path`); any other pointer stays a pointer, and a key
-/// stays a key. `None` for an empty name.
+/// `name` in the form a binding compares: a JSON Pointer of one token is the key it
+/// names (`/path` is `path`, `/a~1b` is `a/b`), unless that key starts with `/` (it
+/// would read as a pointer again); any other pointer stays a pointer, and a key stays a
+/// key. So each argument has one name. `None` for an empty name.
 pub fn canonical_name(name: &str) -> Option<String> {
     if name.is_empty() {
         return None;
     }
     match name.strip_prefix('/') {
-        Some(token) if !token.contains('/') && !token.contains('~') && !token.is_empty() => {
-            Some(token.to_owned())
+        Some(token) if !token.contains('/') && !token.is_empty() => {
+            let key = token.replace("~1", "/").replace("~0", "~");
+            Some(if key.starts_with('/') {
+                name.to_owned()
+            } else {
+                key
+            })
         }
         _ => Some(name.to_owned()),
     }

@@ -209,7 +209,6 @@ fn a_list_of_paths_is_replayed_as_live() {
 /// `canonical_name` (stations/arguments/src/binding.rs), which leaves any pointer with
 /// an escape as a pointer.
 #[test]
-#[ignore = "finding: `a/b` and `/a~1b` are one argument but two names to a binding"]
 fn an_escaped_pointer_and_its_key_are_one_argument() {
     assert!(matches!(
         Binding::named(["a/b", "/a~1b"]),

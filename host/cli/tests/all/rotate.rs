@@ -140,7 +140,7 @@ fn a_key_change_without_a_handoff_is_named_unannounced() {
     let report = text(&out.stdout);
     assert!(
         report.contains(&format!(
-            "key_unannounced session 1 from {old_id} to {new_id} (no key_handoff names it)\n"
+            "key_unannounced session 1 from {old_id} to {new_id} (not the key the latest key_handoff names)\n"
         )),
         "{report}"
     );

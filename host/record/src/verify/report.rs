@@ -299,7 +299,7 @@ impl Report {
                     handoff_at.session, handoff_at.seq
                 ),
                 KeyChangeKind::Unannounced => format!(
-                    "key_unannounced session {session} from {from} to {to} (no key_handoff names it)\n"
+                    "key_unannounced session {session} from {from} to {to} (not the key the latest key_handoff names)\n"
                 ),
             });
         }

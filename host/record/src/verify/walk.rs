@@ -270,6 +270,10 @@ pub(super) struct Walk {
     /// Each key a `key_handoff` named → the latest hand-off to it: the key that handed
     /// and where. In a pinned walk every entry is trusted (its giver was in force).
     handed_to: HashMap<KeyId, (KeyId, Position)>,
+    /// The file's latest hand-off: to, from, where. Only a session opened with its
+    /// `to` key continues the rotation; a key handed on since (a retired key coming
+    /// back) is an unannounced change.
+    latest_handoff: Option<(KeyId, KeyId, Position)>,
     /// The current line's signing input, when it could be cut from canonical bytes.
     signing_input: Option<Vec<u8>>,
     out: Walked,
@@ -347,6 +351,7 @@ impl Walk {
             session: None,
             decided: HashSet::new(),
             handed_to: HashMap::new(),
+            latest_handoff: None,
             signing_input: None,
             out: Walked {
                 tampered: None,
@@ -754,16 +759,15 @@ impl Walk {
             });
         }
         if let Some(prev) = &self.session {
-            let change = match self.handed_to.get(&key_id) {
+            let continued = self.latest_handoff.filter(|(to, _, _)| *to == key_id);
+            let change = match continued {
                 // The same key as the whole previous session: nothing changed.
                 _ if key_id == prev.key_id && key_id == prev.open_key_id => None,
-                Some((from, handoff_at)) => Some(KeyChange {
+                Some((_, from, handoff_at)) => Some(KeyChange {
                     at,
-                    from: *from,
+                    from,
                     to: key_id,
-                    kind: KeyChangeKind::Continues {
-                        handoff_at: *handoff_at,
-                    },
+                    kind: KeyChangeKind::Continues { handoff_at },
                 }),
                 None if key_id != prev.key_id => Some(KeyChange {
                     at,
@@ -838,8 +842,11 @@ impl Walk {
         if !self.out.keys.iter().any(|(k, _)| *k == to) {
             self.out.keys.push((to, no));
         }
-        self.handed_to.insert(to, (from, at));
+        let listed_before = self.handed_to.insert(to, (from, at)).is_some();
+        self.latest_handoff = Some((to, from, at));
+        // Listed once per key: the first hand-off that made it trusted.
         if let Some(trust) = &self.options.trust
+            && !listed_before
             && !trust
                 .iter()
                 .any(|anchor| anchor.matches(&handoff.next_public_key))
