@@ -213,6 +213,12 @@ impl VerifyingKey {
             return Err(KeyError::SmallOrder);
         }
         let point = vk.to_edwards();
+        // RFC 8032 §5.1.3: an encoding whose y is not below p (or a "negative" zero x)
+        // does not decode. The library reduces it instead, which would give one point
+        // a second key id.
+        if point.compress().as_bytes() != key.as_bytes() {
+            return Err(KeyError::NotAPoint);
+        }
         Ok(VerifyingKey {
             inner: vk,
             point,
