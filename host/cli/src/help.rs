@@ -164,8 +164,11 @@ EXAMPLES:
   journal-reader | aegis log --follow -
 
 Each line: time, session, tool, verdict (ok, denied, rate_limited, parked, no_grant,
-failed, ceiling, refused, no_outcome, tool_change), station, duration, call id, reason.
-A record written before lines carried times shows - for the time.
+failed, ceiling, refused, no_outcome, tool_change), station, duration, call id, the key
+that signed the outcome (key, first 16 hex digits), what the call tried (tried: the
+path-like arguments its tool's binding names, as sent, canonical JSON), reason. A
+record written before lines carried times, or calls whose tool had no binding, show -.
+--json gives the full key_id and tried.
 
 --follow lists what the record holds under its verdict, then keeps reading as it grows
 (looking again every 200 ms), with aegis verify's rules applied line by line. A call is

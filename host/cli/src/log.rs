@@ -83,6 +83,10 @@ struct Row {
     reason: String,
     wall_ms: Option<u64>,
     call_id: String,
+    /// The key id that signed the outcome (or the tool change).
+    key: Option<String>,
+    /// What the call tried: its bound arguments as recorded (canonical JSON text).
+    tried: Option<String>,
 }
 
 pub fn log(args: &LogArgs) -> Result<u8, CliError> {
@@ -161,10 +165,10 @@ fn rows_of(bytes: &[u8]) -> Vec<Row> {
                 by_call.insert((session, intent.call_id.clone()), rows.len());
                 rows.push(intent_row(time, session, intent));
             }
-            Some(Read::Outcome(time, outcome)) => {
+            Some(Read::Outcome(time, outcome, key)) => {
                 match by_call.remove(&(session, outcome.call_id.clone())) {
-                    Some(i) => complete(&mut rows[i], &outcome),
-                    None => rows.push(outcome_row(time, session, &outcome)),
+                    Some(i) => complete(&mut rows[i], &outcome, key),
+                    None => rows.push(outcome_row(time, session, &outcome, key)),
                 }
             }
             Some(Read::Change(row)) => rows.push(Row { session, ..*row }),
@@ -178,7 +182,8 @@ fn rows_of(bytes: &[u8]) -> Vec<Row> {
 enum Read {
     Open,
     Intent(Option<String>, IntentLine),
-    Outcome(Option<String>, Box<OutcomeLine>),
+    /// The outcome, with the line's time and the key id that signed it.
+    Outcome(Option<String>, Box<OutcomeLine>, Option<String>),
     /// A tool change's row (its session is the caller's to set).
     Change(Box<Row>),
     Close,
@@ -191,13 +196,14 @@ impl Read {
             return None;
         };
         let time = obj.get("time").and_then(Value::as_str).map(str::to_owned);
+        let key = obj.get("key_id").and_then(Value::as_str).map(str::to_owned);
         let line_type = obj.get("line_type").and_then(Value::as_str).unwrap_or("");
         Some(match LineType::from_token(line_type) {
             LineType::Open => Read::Open,
             LineType::Close => Read::Close,
             LineType::Intent => Read::Intent(time, IntentLine::from_object(&obj).ok()?),
             LineType::Outcome => {
-                Read::Outcome(time, Box::new(OutcomeLine::from_object(&obj).ok()?))
+                Read::Outcome(time, Box::new(OutcomeLine::from_object(&obj).ok()?), key)
             }
             LineType::ToolChange => {
                 let change = ToolChangeLine::from_object(&obj).ok()?;
@@ -215,6 +221,8 @@ impl Read {
                     reason,
                     wall_ms: None,
                     call_id: String::new(),
+                    key,
+                    tried: None,
                 }))
             }
             _ => return None,
@@ -233,11 +241,18 @@ fn intent_row(time: Option<String>, session: u64, intent: IntentLine) -> Row {
         reason: String::new(),
         wall_ms: None,
         call_id: intent.call_id,
+        key: None,
+        tried: None,
     }
 }
 
 /// A call by its outcome alone, when no intent was read for it.
-fn outcome_row(time: Option<String>, session: u64, outcome: &OutcomeLine) -> Row {
+fn outcome_row(
+    time: Option<String>,
+    session: u64,
+    outcome: &OutcomeLine,
+    key: Option<String>,
+) -> Row {
     let mut row = Row {
         time,
         session,
@@ -247,18 +262,27 @@ fn outcome_row(time: Option<String>, session: u64, outcome: &OutcomeLine) -> Row
         reason: String::new(),
         wall_ms: None,
         call_id: outcome.call_id.clone(),
+        key: None,
+        tried: None,
     };
-    complete(&mut row, outcome);
+    complete(&mut row, outcome, key);
     row
 }
 
-/// A call's row with its outcome's verdict, station, reason and duration.
-fn complete(row: &mut Row, outcome: &OutcomeLine) {
+/// A call's row with its outcome's verdict, station, reason, duration, signing key and
+/// what it tried.
+fn complete(row: &mut Row, outcome: &OutcomeLine, key: Option<String>) {
     let (verdict, station, reason) = judged(outcome);
     row.verdict = verdict;
     row.station = station;
     row.reason = reason;
     row.wall_ms = outcome.wall_ms.map(|w| w.get());
+    row.key = key;
+    row.tried = outcome
+        .decision_axes
+        .bound
+        .as_ref()
+        .map(|b| b.values.clone());
 }
 
 /// The verdict token, the station that decided (empty when it ran) and why.
@@ -310,8 +334,10 @@ fn row_text(r: &Row) -> String {
             escape(s).into_owned()
         }
     };
+    // A key by its first 16 hex digits, as verify's report shortens them.
+    let key = r.key.as_deref().map_or("-", |k| k.get(..16).unwrap_or(k));
     format!(
-        "{}  s{}  {}  {}  {}  {}  {}  {}\n",
+        "{}  s{}  {}  {}  {}  {}  {}  key {}  tried {}  {}\n",
         r.time.as_deref().unwrap_or("-"),
         r.session,
         dash(&r.tool),
@@ -320,6 +346,8 @@ fn row_text(r: &Row) -> String {
         r.wall_ms
             .map_or_else(|| "-".to_owned(), |ms| format!("{ms}ms")),
         dash(&r.call_id),
+        escape(key),
+        dash(r.tried.as_deref().unwrap_or("")),
         dash(&r.reason),
     )
 }
@@ -346,5 +374,7 @@ fn row_json(r: &Row) -> Object {
     if !r.call_id.is_empty() {
         o.insert("call_id", r.call_id.as_str());
     }
+    o.insert_opt("key_id", r.key.clone());
+    o.insert_opt("tried", r.tried.clone());
     o
 }

@@ -178,13 +178,13 @@ impl Listing<'_> {
                 self.pending.insert(key, (self.next, row));
                 self.next += 1;
             }
-            Some(Read::Outcome(time, outcome)) => {
+            Some(Read::Outcome(time, outcome, key)) => {
                 let row = match self.pending.remove(&(at.session, outcome.call_id.clone())) {
                     Some((_, mut row)) => {
-                        complete(&mut row, &outcome);
+                        complete(&mut row, &outcome, key);
                         row
                     }
-                    None => outcome_row(time, at.session, &outcome),
+                    None => outcome_row(time, at.session, &outcome, key),
                 };
                 self.emit(&row);
             }

@@ -63,13 +63,51 @@ fn a_record_reads_as_one_line_a_call_after_its_verdict() {
     let out = log(&[relayed.as_os_str()]);
     let listing = text(&out.stdout);
     assert!(
-        listing.contains("  read  tool_change  pins  -  -  changed (withheld): description"),
+        listing.contains(
+            "  read  tool_change  pins  -  -  key 5990c104283522fc  tried -  changed (withheld): description"
+        ),
         "{listing}"
     );
     assert!(
-        listing.contains("  read  refused  pins  -  call-rug-pull  refused by the relay (pins)"),
+        listing.contains(
+            "  read  refused  pins  -  call-rug-pull  key 5990c104283522fc  tried -  refused by the relay (pins)"
+        ),
         "{listing}"
     );
+
+    // What a call tried, and under which key: the bound path, as the record holds it.
+    let tried = vectors().join("verified/arguments.aarl");
+    let out = log(&[tried.as_os_str()]);
+    let listing = text(&out.stdout);
+    assert!(
+        listing
+            .contains("  call-arguments  key 5990c104283522fc  tried {\"path\":\"../secret.txt\"}"),
+        "{listing}"
+    );
+    let out = log(&[os("--json"), tried.as_os_str()]);
+    let row = text(&out.stdout).lines().nth(1).unwrap().to_owned();
+    let row = aegis_record::json::parse(row.as_bytes()).unwrap();
+    let row = row.as_object().unwrap();
+    assert_eq!(
+        row.get("tried").and_then(Value::as_str),
+        Some(r#"{"path":"../secret.txt"}"#)
+    );
+    assert_eq!(
+        row.get("key_id").and_then(Value::as_str).map(str::len),
+        Some(64)
+    );
+    // A key handed off mid-session: each call names the key that signed it.
+    let handoff = vectors().join("verified/key_handoff.aarl");
+    let out = log(&[handoff.as_os_str()]);
+    let listing = text(&out.stdout);
+    let keys: Vec<&str> = listing
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split("  key ").nth(1)?.get(..16))
+        .collect();
+    assert_eq!(keys.len(), 3, "{listing}");
+    assert_ne!(keys[0], keys[1], "{listing}");
+    assert_eq!(keys[1], keys[2], "{listing}");
 
     // Timed lines: the time is shown, and --since keeps what is at or after it.
     let timed = vectors().join("verified/timed.aarl");
