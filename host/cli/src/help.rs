@@ -163,8 +163,12 @@ EXAMPLES:
   aegis log --follow --key KEY_ID aegis-audit.aarl
   journal-reader | aegis log --follow -
 
-Each line: time, session, tool, verdict (ok, denied, rate_limited, parked, no_grant,
-failed, ceiling, refused, no_outcome, tool_change), station, duration, call id, the key
+Each session starts with a line saying when and where it opened and under which key:
+# session N opened TIME on HOSTNAME by FRONT (run, wrap -- the server's argv, gateway
+MANIFEST), key KEY (with --json, {\"session\":{...}} holding the open line's host and
+front as recorded). Then, each call: time, session, tool, verdict (ok, denied,
+rate_limited, parked, no_grant, failed, ceiling, refused, no_outcome, tool_change),
+station, duration, call id, the key
 that signed the outcome (key, first 16 hex digits), what the call tried (tried: the
 path-like arguments its tool's binding names, as sent, canonical JSON), reason. A
 record written before lines carried times, or calls whose tool had no binding, show -.

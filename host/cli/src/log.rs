@@ -108,12 +108,11 @@ pub fn log(args: &LogArgs) -> Result<u8, CliError> {
         Verdict::Tampered(_) => aegis_verify::exit::TAMPERED_OR_USAGE,
         Verdict::Indeterminate(_) => aegis_verify::exit::INDETERMINATE,
     };
-    let rows = if matches!(report.verdict(), Verdict::Tampered(_)) {
+    let entries = if matches!(report.verdict(), Verdict::Tampered(_)) {
         Vec::new()
     } else {
         rows_of(&kept.bytes)
     };
-    let shown = rows.into_iter().filter(|r| keep(args, r));
     let mut out = Vec::new();
     if args.record.json {
         // {"verify": <the report aegis verify --json prints>}
@@ -121,14 +120,16 @@ pub fn log(args: &LogArgs) -> Result<u8, CliError> {
         out.extend(report.to_json());
         out.push(b'}');
         out.push(b'\n');
-        for row in shown {
-            out.extend(row_json(&row).to_canonical());
-            out.push(b'\n');
-        }
     } else {
         out.extend(format!("# {}\n", report.headline()).into_bytes());
-        for row in shown {
-            out.extend(row_text(&row).into_bytes());
+    }
+    for entry in &entries {
+        match entry {
+            Entry::Session(session, opened) => {
+                out.extend(opened.listed(*session, args.record.json));
+            }
+            Entry::Call(row) if keep(args, row) => out.extend(row_listed(row, args.record.json)),
+            Entry::Call(_) => {}
         }
     }
     print(&out).map_err(|_| CliError::Stdout)?;
@@ -145,33 +146,144 @@ fn keep(args: &LogArgs, r: &Row) -> bool {
             .is_none_or(|since| r.time.as_ref().is_some_and(|t| t >= since))
 }
 
-/// Every call (by its intent, or its outcome when it has none) and every tool change,
-/// in file order. Lines the verifier accepted are read again here; one that does not
-/// read as its type is skipped (the verdict above already says what it is).
-fn rows_of(bytes: &[u8]) -> Vec<Row> {
-    let mut rows: Vec<Row> = Vec::new();
+/// One entry of the listing: a session's opening, or a call.
+enum Entry {
+    Session(u64, Box<Opened>),
+    Call(Row),
+}
+
+/// Where and how a session opened, from its open line: when, on which host, which
+/// front end (and what it fronted), under which key.
+struct Opened {
+    time: Option<String>,
+    key: Option<String>,
+    host: Option<Object>,
+    front: Option<Object>,
+}
+
+impl Opened {
+    fn of(obj: &Object) -> Opened {
+        let provenance = obj.get("provenance").and_then(Value::as_object);
+        let member = |name: &str| {
+            provenance
+                .and_then(|p| p.get(name))
+                .and_then(Value::as_object)
+                .cloned()
+        };
+        Opened {
+            time: obj.get("time").and_then(Value::as_str).map(str::to_owned),
+            key: obj.get("key_id").and_then(Value::as_str).map(str::to_owned),
+            host: member("host"),
+            front: member("front"),
+        }
+    }
+
+    /// The session's line: `# session N opened TIME on HOST by FRONT, key KEY`, or
+    /// with `json` `{"session":{…}}` holding the provenance's `host` and `front` as
+    /// recorded. Text from the record is escaped.
+    fn listed(&self, session: u64, json: bool) -> Vec<u8> {
+        if json {
+            let mut o = Object::new();
+            o.insert(
+                "index",
+                aegis_record::json::SafeInt::new(session).unwrap_or_default(),
+            );
+            o.insert_opt("time", self.time.clone());
+            o.insert_opt("key_id", self.key.clone());
+            o.insert_opt("host", self.host.clone());
+            o.insert_opt("front", self.front.clone());
+            let mut line = Object::new();
+            line.insert("session", o);
+            let mut out = line.to_canonical();
+            out.push(b'\n');
+            return out;
+        }
+        let text = |o: &Option<Object>, path: &[&str]| -> Option<String> {
+            let (last, inner) = path.split_last()?;
+            let mut at = o.as_ref()?;
+            for key in inner {
+                at = at.get(key)?.as_object()?;
+            }
+            at.get(last)?.as_str().map(|s| escape(s).into_owned())
+        };
+        let hostname = text(&self.host, &["hostname"]).unwrap_or_else(|| "-".into());
+        let mut front = text(&self.front, &["command"]).unwrap_or_else(|| "-".into());
+        let argv: Vec<String> = self
+            .front
+            .as_ref()
+            .and_then(|f| f.get("server")?.as_object()?.get("argv")?.as_array())
+            .map(|argv| {
+                argv.iter()
+                    .filter_map(Value::as_str)
+                    .map(|a| escape(a).into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !argv.is_empty() {
+            front.push_str(" -- ");
+            front.push_str(&argv.join(" "));
+        }
+        if let Some(manifest) = text(&self.front, &["manifest"]) {
+            front.push(' ');
+            front.push_str(&manifest);
+        }
+        let key = self
+            .key
+            .as_deref()
+            .map_or("-", |k| k.get(..16).unwrap_or(k));
+        format!(
+            "# session {session} opened {} on {hostname} by {front}, key {}\n",
+            self.time.as_deref().unwrap_or("-"),
+            escape(key)
+        )
+        .into_bytes()
+    }
+}
+
+/// A call's row as listed: a line of text, or one JSON object.
+fn row_listed(row: &Row, json: bool) -> Vec<u8> {
+    if json {
+        let mut out = row_json(row).to_canonical();
+        out.push(b'\n');
+        out
+    } else {
+        row_text(row).into_bytes()
+    }
+}
+
+/// Every session's opening, every call (by its intent, or its outcome when it has
+/// none) and every tool change, in file order. Lines the verifier accepted are read
+/// again here; one that does not read as its type is skipped (the verdict above
+/// already says what it is).
+fn rows_of(bytes: &[u8]) -> Vec<Entry> {
+    let mut rows: Vec<Entry> = Vec::new();
     let mut by_call: HashMap<(u64, String), usize> = HashMap::new();
     let mut session = 0u64;
     let mut opened = false;
     for line in bytes.split(|&b| b == b'\n') {
         match Read::of(line) {
-            Some(Read::Open) => {
+            Some(Read::Open(o)) => {
                 if opened {
                     session += 1;
                 }
                 opened = true;
+                rows.push(Entry::Session(session, o));
             }
             Some(Read::Intent(time, intent)) => {
                 by_call.insert((session, intent.call_id.clone()), rows.len());
-                rows.push(intent_row(time, session, intent));
+                rows.push(Entry::Call(intent_row(time, session, intent)));
             }
             Some(Read::Outcome(time, outcome, key)) => {
                 match by_call.remove(&(session, outcome.call_id.clone())) {
-                    Some(i) => complete(&mut rows[i], &outcome, key),
-                    None => rows.push(outcome_row(time, session, &outcome, key)),
+                    Some(i) => {
+                        if let Entry::Call(row) = &mut rows[i] {
+                            complete(row, &outcome, key);
+                        }
+                    }
+                    None => rows.push(Entry::Call(outcome_row(time, session, &outcome, key))),
                 }
             }
-            Some(Read::Change(row)) => rows.push(Row { session, ..*row }),
+            Some(Read::Change(row)) => rows.push(Entry::Call(Row { session, ..*row })),
             Some(Read::Close) | None => {}
         }
     }
@@ -180,7 +292,7 @@ fn rows_of(bytes: &[u8]) -> Vec<Row> {
 
 /// A line as the listing reads it.
 enum Read {
-    Open,
+    Open(Box<Opened>),
     Intent(Option<String>, IntentLine),
     /// The outcome, with the line's time and the key id that signed it.
     Outcome(Option<String>, Box<OutcomeLine>, Option<String>),
@@ -199,7 +311,7 @@ impl Read {
         let key = obj.get("key_id").and_then(Value::as_str).map(str::to_owned);
         let line_type = obj.get("line_type").and_then(Value::as_str).unwrap_or("");
         Some(match LineType::from_token(line_type) {
-            LineType::Open => Read::Open,
+            LineType::Open => Read::Open(Box::new(Opened::of(&obj))),
             LineType::Close => Read::Close,
             LineType::Intent => Read::Intent(time, IntentLine::from_object(&obj).ok()?),
             LineType::Outcome => {

@@ -13,7 +13,7 @@
 //! and SIGTERM stop it with exit 0 and the verdict of the lines read so far. Standard
 //! input is read until it ends, and then judged as `aegis verify` judges it.
 
-use super::{LogArgs, Read, Row, complete, intent_row, outcome_row, row_json, row_text};
+use super::{LogArgs, Read, Row, complete, intent_row, outcome_row, row_listed};
 use crate::interrupt::Interrupts;
 use crate::{CliError, exit, print};
 use aegis_record::json::Object;
@@ -170,7 +170,11 @@ impl Listing<'_> {
     fn line(&mut self, at: Position, bytes: &[u8]) {
         match Read::of(bytes.strip_suffix(b"\n").unwrap_or(bytes)) {
             // A new session: the calls left in flight before it will get no outcome.
-            Some(Read::Open) => self.unfinished(|_| true),
+            Some(Read::Open(opened)) => {
+                self.unfinished(|_| true);
+                self.out
+                    .extend(opened.listed(at.session, self.args.record.json));
+            }
             Some(Read::Close) => self.unfinished(|session| session == at.session),
             Some(Read::Intent(time, intent)) => {
                 let key = (at.session, intent.call_id.clone());
@@ -219,12 +223,7 @@ impl Listing<'_> {
         if !super::keep(self.args, row) {
             return;
         }
-        if self.args.record.json {
-            self.out.extend(row_json(row).to_canonical());
-            self.out.push(b'\n');
-        } else {
-            self.out.extend(row_text(row).into_bytes());
-        }
+        self.out.extend(row_listed(row, self.args.record.json));
     }
 }
 

@@ -35,10 +35,15 @@ fn a_record_reads_as_one_line_a_call_after_its_verdict() {
     let listing = text(&out.stdout);
     let lines: Vec<&str> = listing.lines().collect();
     assert_eq!(lines[0], "# Verified (unpinned)");
-    // The golden session: nine calls, one per exit class; no times before 1.3.
-    assert_eq!(lines.len(), 10, "{listing}");
+    // Its one session's opening (no time, host or front before 1.3), then its nine
+    // calls, one per exit class.
+    assert_eq!(
+        lines[1],
+        "# session 0 opened - on - by -, key 5990c104283522fc"
+    );
+    assert_eq!(lines.len(), 11, "{listing}");
     assert!(
-        lines[1..].iter().all(|l| l.starts_with("-  s0  ")),
+        lines[2..].iter().all(|l| l.starts_with("-  s0  ")),
         "{listing}"
     );
     assert!(listing.contains("  ok  "), "{listing}");
@@ -47,14 +52,14 @@ fn a_record_reads_as_one_line_a_call_after_its_verdict() {
     let out = log(&[os("--tool"), os("deploy"), golden.as_os_str()]);
     let deploy = text(&out.stdout);
     assert!(
-        deploy.lines().skip(1).all(|l| l.contains("  deploy  ")),
+        deploy.lines().skip(2).all(|l| l.contains("  deploy  ")),
         "{deploy}"
     );
     let out = log(&[os("--verdict"), os("ok"), golden.as_os_str()]);
     assert!(
         text(&out.stdout)
             .lines()
-            .skip(1)
+            .skip(2)
             .all(|l| l.contains("  ok  "))
     );
 
@@ -85,7 +90,7 @@ fn a_record_reads_as_one_line_a_call_after_its_verdict() {
         "{listing}"
     );
     let out = log(&[os("--json"), tried.as_os_str()]);
-    let row = text(&out.stdout).lines().nth(1).unwrap().to_owned();
+    let row = text(&out.stdout).lines().nth(2).unwrap().to_owned();
     let row = aegis_record::json::parse(row.as_bytes()).unwrap();
     let row = row.as_object().unwrap();
     assert_eq!(
@@ -102,7 +107,7 @@ fn a_record_reads_as_one_line_a_call_after_its_verdict() {
     let listing = text(&out.stdout);
     let keys: Vec<&str> = listing
         .lines()
-        .skip(1)
+        .filter(|l| !l.starts_with('#'))
         .filter_map(|l| l.split("  key ").nth(1)?.get(..16))
         .collect();
     assert_eq!(keys.len(), 3, "{listing}");
@@ -118,7 +123,11 @@ fn a_record_reads_as_one_line_a_call_after_its_verdict() {
         os("2026-12-04T00:00:01.000000Z"),
         timed.as_os_str(),
     ]);
-    assert_eq!(text(&out.stdout).lines().count(), 1, "only the header");
+    assert_eq!(
+        text(&out.stdout).lines().count(),
+        2,
+        "only the header and the session's opening"
+    );
     let out = log(&[os("--since"), os("yesterday"), timed.as_os_str()]);
     assert_eq!(out.status.code(), Some(1));
 

@@ -1391,6 +1391,29 @@ fn the_path_a_call_tried_is_recorded_and_a_stricter_rule_over_it_is_rechecked() 
     );
     assert!(!record.contains("call_arguments"));
 
+    // `aegis log` answers when, where, what and under which key, line by line.
+    let out = aegis()
+        .arg("log")
+        .arg(w.path("record.jsonl"))
+        .output()
+        .unwrap();
+    let listing = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{listing}");
+    let session = listing.lines().nth(1).unwrap();
+    assert!(
+        session.starts_with("# session 0 opened 20") && session.contains(" by wrap -- python3 "),
+        "{listing}"
+    );
+    let tried_line = listing
+        .lines()
+        .find(|l| l.contains("  read_file  ok  "))
+        .unwrap();
+    assert!(
+        tried_line.contains(r#"tried {"path":"../secret.txt"}"#),
+        "{listing}"
+    );
+    assert!(tried_line.starts_with("20"), "timed: {listing}");
+
     let recheck = |policy: &str| {
         let file = w.path("recheck.yaml");
         std::fs::write(&file, policy).unwrap();
