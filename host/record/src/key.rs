@@ -80,6 +80,28 @@ pub fn published_test_key(key: &PublicKey) -> Option<&'static str> {
     published_test_key_id(&key.key_id())
 }
 
+/// The published test key `key` is, up to a torsion point: a published key's point
+/// plus a point of small order is not the published key, but anyone holding the
+/// published seed signs under it too (a signature whose hash scalar is a multiple of
+/// the torsion point's order verifies), so it proves no more about its author.
+pub fn published_test_key_of(key: &VerifyingKey) -> Option<&'static str> {
+    static CLEARED: std::sync::OnceLock<Vec<curve25519_dalek::edwards::EdwardsPoint>> =
+        std::sync::OnceLock::new();
+    let cleared = CLEARED.get_or_init(|| {
+        PUBLISHED_TEST_KEYS
+            .iter()
+            .filter_map(|k| VerifyingKey::new(&SigningKey::from_seed(k.seed).public_key()).ok())
+            .map(|k| k.point.mul_by_cofactor())
+            .collect()
+    });
+    let point = key.point.mul_by_cofactor();
+    cleared
+        .iter()
+        .zip(&PUBLISHED_TEST_KEYS)
+        .find(|(p, _)| **p == point)
+        .map(|(_, k)| k.name)
+}
+
 /// [`published_test_key`] by fingerprint, for reports that hold key ids.
 pub fn published_test_key_id(key_id: &KeyId) -> Option<&'static str> {
     published_key_ids()

@@ -4,8 +4,10 @@
 //! against the line-by-line path. Files are sealed line by line with `seal`, so a test
 //! can write what no conforming writer would.
 //!
-//! Tests marked `#[ignore]` demonstrate a claim that does not hold today; each names the
-//! claim. The others pin claims that held.
+//! Written by an attack review; the four claims it found broken were fixed after it
+//! (a retired key reported as continuing, a key listed once per hand-off, a
+//! non-canonical key encoding, a published key plus torsion not labelled), and their
+//! tests now pin the fixes. The others pin claims that held.
 
 mod support;
 
@@ -731,7 +733,6 @@ fn a_torsioned_next_key_is_checked_alike_in_both_paths() {
 /// never holds such a key unless an operator put it there (or a trusted key handed to
 /// it). Fault: host/record/src/key.rs `published_test_key_id` compares key ids only.
 #[test]
-#[ignore = "finding: a published seed's key plus torsion is not labelled a published test key"]
 fn a_published_key_plus_torsion_is_labelled_as_published() {
     let seed = *b"aegis development key: worthless";
     assert!(SigningKey::from_seed(seed).public_key().is_development());

@@ -6,7 +6,8 @@
 //! The property test draws argument objects over names that fold together, JSON
 //! Pointers and keys for one argument, `__proto__`, nested objects and arrays, and
 //! policies over a few of those names; the named tests pin the cases the brief lists.
-//! Tests marked `#[ignore]` demonstrate a claim that does not hold today.
+//! (Written by an attack review; the one claim it found broken, `a/b` and `/a~1b` read
+//! as two arguments, was fixed after it.)
 
 use aegis_policy_arguments::binding::{Binding, BindingError};
 use aegis_policy_arguments::unambiguous::{canonical_of, read_object};

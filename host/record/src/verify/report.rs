@@ -101,6 +101,8 @@ pub struct TrustedThroughHandoff {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Report {
     pub(super) verdict: Verdict,
+    /// Keys whose point is a published test key's plus a torsion point, by its name.
+    pub(super) published: Vec<(KeyId, &'static str)>,
     pub(super) keys: Vec<KeyId>,
     pub(super) coverage: Option<Position>,
     pub(super) in_flight: Vec<InFlight>,
@@ -170,7 +172,13 @@ impl Report {
     pub fn published_test_keys(&self) -> Vec<(KeyId, &'static str)> {
         self.keys
             .iter()
-            .filter_map(|k| crate::key::published_test_key_id(k).map(|name| (*k, name)))
+            .filter_map(|k| {
+                let name = crate::key::published_test_key_id(k).or_else(|| {
+                    let found = self.published.iter().find(|(id, _)| id == k);
+                    found.map(|(_, name)| *name)
+                });
+                name.map(|name| (*k, name))
+            })
             .collect()
     }
 

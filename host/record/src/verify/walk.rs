@@ -122,6 +122,8 @@ pub(super) struct Walked {
     tampered: Option<Tampered>,
     /// Each key with the file line it was first seen on.
     keys: Vec<(KeyId, u64)>,
+    /// Keys that are a published test key plus a torsion point, by the name of that key.
+    published: Vec<(KeyId, &'static str)>,
     trust_used: bool,
     last_signed: Option<Position>,
     /// Each finding with its file line.
@@ -219,8 +221,14 @@ impl Walked {
                 None => Verdict::Verified(Trust::Pinned),
             }
         };
+        let published = self
+            .published
+            .into_iter()
+            .filter(|(k, _)| keys.contains(k))
+            .collect();
         Report {
             verdict,
+            published,
             keys,
             coverage,
             in_flight: in_flight.listed,
@@ -356,6 +364,7 @@ impl Walk {
             out: Walked {
                 tampered: None,
                 keys: Vec::new(),
+                published: Vec::new(),
                 trust_used: options.trust.is_some(),
                 last_signed: None,
                 findings: Vec::new(),
@@ -732,7 +741,10 @@ impl Walk {
             self.out.keys.push((key_id, no));
         }
         let key = match VerifyingKey::new(&open.public_key) {
-            Ok(k) => Arc::new(k),
+            Ok(k) => {
+                self.note_published(key_id, &k);
+                Arc::new(k)
+            }
             Err(e) => {
                 let problem = match e {
                     crate::key::KeyError::SmallOrder => SignatureProblem::KeySmallOrder,
@@ -801,6 +813,17 @@ impl Walk {
         self.signed(no, at, obj)
     }
 
+    /// Keeps `key_id` as a published test key when its point is one plus a torsion
+    /// point (its id is not the published key's, so the report's id match misses it).
+    fn note_published(&mut self, key_id: KeyId, key: &VerifyingKey) {
+        if crate::key::published_test_key_id(&key_id).is_none()
+            && let Some(name) = crate::key::published_test_key_of(key)
+            && !self.out.published.iter().any(|(k, _)| *k == key_id)
+        {
+            self.out.published.push((key_id, name));
+        }
+    }
+
     fn key_change(&mut self, change: KeyChange) {
         if self.out.key_changes.len() < MAX_LISTED_CALLS {
             self.out.key_changes.push(change);
@@ -829,14 +852,19 @@ impl Walk {
                 _ => HandoffProblem::NotAPoint,
             })
         })?;
+        let from = self
+            .session
+            .as_ref()
+            .expect("a key_handoff line follows an open line")
+            .key_id;
+        if to == from {
+            return Err(bad(HandoffProblem::SameKey));
+        }
+        self.note_published(to, &key);
         let session = self
             .session
             .as_mut()
             .expect("a key_handoff line follows an open line");
-        let from = session.key_id;
-        if to == from {
-            return Err(bad(HandoffProblem::SameKey));
-        }
         session.key = Arc::new(key);
         session.key_id = to;
         if !self.out.keys.iter().any(|(k, _)| *k == to) {
