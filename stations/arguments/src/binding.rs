@@ -140,7 +140,7 @@ impl Binding {
     }
 
     /// The path-like arguments an input schema (a JSON Schema object) describes: each
-    /// property, down to [`MAX_SCHEMA_DEPTH`] levels of nested objects, whose name says
+    /// property, down to four levels of nested objects, whose name says
     /// it names a place (`path`, `file_path`, `dir`, `source`, `uri`, …) or whose schema
     /// has `format: uri` (or `uri-reference`, `iri`, `iri-reference`), and whose type
     /// admits a string or an array. At most [`MAX_BOUND_NAMES`], in name order.
