@@ -551,8 +551,9 @@ pub struct HostFlags {
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
     /// Append the record to this file (a durable file sink) instead of the profile's
-    /// sink; needs a signing key (this flag's or the profile's). Replaces the profile's
-    /// `[operator]` audit.
+    /// sink; needs a signing key (this flag's or the profile's). A directory (`DIR/`)
+    /// gives each session a new file of its own in it, so sessions never wait on one
+    /// another. Replaces the profile's `[operator]` audit.
     #[arg(long, value_name = "PATH")]
     pub audit: Option<PathBuf>,
     /// The signing key (`aegis keygen`); required by a durable sink. Replaces the

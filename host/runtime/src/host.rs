@@ -196,6 +196,48 @@ pub fn policy_station(
     Ok((plugin, evaluator))
 }
 
+/// The record file a session writes for the audit setting `path`: `path` itself, or,
+/// when it names a directory (ends in `/`, or is a directory and not a link to one), a
+/// new file in it named `<host>-<UTC start time>-<16 random hex>.aarl`, so files from
+/// many processes and hosts never collide and each holds one chain, verifiable alone
+/// (`aegis verify DIR` checks them all). The host part keeps letters, digits, `.` and
+/// `-` of the hostname (others become `_`), at most 64 of them.
+pub fn session_file(path: &Path) -> PathBuf {
+    let named_dir = path.as_os_str().as_encoded_bytes().ends_with(b"/");
+    let is_dir = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
+    if !named_dir && !is_dir {
+        return path.to_owned();
+    }
+    let host = crate::whereabouts::this_host();
+    let host: String = host
+        .get("hostname")
+        .and_then(aegis_record::json::Value::as_str)
+        .unwrap_or("host")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    let time: String = aegis_record::time::now()
+        .chars()
+        .filter(|c| !matches!(c, ':' | '-'))
+        .collect();
+    let mut random = [0u8; 8];
+    // Should the system give no randomness, two sessions started in the same
+    // microsecond on one host could name one file; the file sink's lock then makes the
+    // second wait for the first (or exit 5 with --no-wait), as one file always did.
+    let _ = getrandom::fill(&mut random);
+    path.join(format!(
+        "{host}-{time}-{}.aarl",
+        aegis_record::digest::encode_hex(&random)
+    ))
+}
+
 /// A `path = "…"` config section, quoted by the toml crate.
 fn path_config(path: &Path) -> String {
     let mut table = toml::Table::new();
@@ -387,8 +429,12 @@ impl HostBuilder {
 
     /// Replaces the profile's audit sink with the durable file sink appending to
     /// `path` (`aegis run --audit`); a durable sink needs [`HostBuilder::signing_key`].
+    /// A directory (a path ending in `/`, or naming a directory that is not a link)
+    /// gets a new file of the session's own ([`session_file`]), so sessions of many
+    /// processes never wait on one another.
     pub fn audit_file(mut self, by: &'static str, path: &Path) -> HostBuilder {
-        self.audit = Some(Override::file("audit", by, "builtin:file-sink", path));
+        let path = session_file(path);
+        self.audit = Some(Override::file("audit", by, "builtin:file-sink", &path));
         self
     }
 
@@ -400,7 +446,8 @@ impl HostBuilder {
     /// instead.
     pub fn operator_audit(mut self) -> HostBuilder {
         if let Some(s) = &self.profile.operator.audit {
-            let mut o = Override::file("audit", OPERATOR_AUDIT, "builtin:file-sink", &s.value);
+            let path = session_file(&s.value);
+            let mut o = Override::file("audit", OPERATOR_AUDIT, "builtin:file-sink", &path);
             o.setting = Some((s.key, s.line));
             self.audit = Some(o);
         }
@@ -718,4 +765,32 @@ fn override_entry(o: &Override, said: &PluginChoice, by: &Plugin) -> Object {
         entry.insert("path", file.display().to_string());
     }
     entry
+}
+
+#[cfg(test)]
+mod session_file_tests {
+    use super::session_file;
+
+    /// A file stays itself; a directory, named with `/` or existing, gets a new file
+    /// per session; a link to a directory is not taken for one (the file sink then
+    /// refuses the link, as it refuses any).
+    #[test]
+    fn a_directory_gets_a_file_per_session_and_a_link_is_not_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("record.aarl");
+        assert_eq!(session_file(&file), file);
+        let a = session_file(dir.path());
+        let b = session_file(dir.path());
+        assert_ne!(a, b);
+        assert_eq!(a.parent(), Some(dir.path()));
+        assert!(a.extension().is_some_and(|e| e == "aarl"), "{a:?}");
+        let named = dir.path().join("later/");
+        assert_eq!(
+            session_file(&named).parent(),
+            Some(dir.path().join("later").as_path())
+        );
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        assert_eq!(session_file(&link), link);
+    }
 }

@@ -1515,3 +1515,71 @@ rules:
         "{stdout}"
     );
 }
+
+/// Issue 34, item 1: an audit directory gives each session a file of its own, so a
+/// second session never waits on one still open (with --no-wait a shared file would
+/// exit 5 at once), and `aegis verify DIR` checks both files.
+#[test]
+fn sessions_writing_into_one_audit_directory_never_wait_on_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("k");
+    let out = aegis()
+        .args(["keygen", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let records = dir.path().join("records");
+    std::fs::create_dir(&records).unwrap();
+    let audit = format!("{}/", records.display());
+    let mut wrap = aegis()
+        .args(["wrap", "--audit", &audit, "--signing-key"])
+        .arg(&key)
+        .arg("--")
+        .arg("python3")
+        .arg(server_script())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = wrap.stdin.take().unwrap();
+    let mut stdout = BufReader::new(wrap.stdout.take().unwrap());
+    stdin
+        .write_all(
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}\n",
+        )
+        .unwrap();
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("\"result\""), "{line}");
+    // The wrap session is open and holds its file; a run into the same directory
+    // starts at once.
+    let run = aegis()
+        .args(["run", "--no-wait", "--audit", &audit, "--signing-key"])
+        .arg(&key)
+        .args(["--component"])
+        .arg(common::guest("echo"))
+        .args(["--id", "echo", "--input", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    drop(stdin);
+    assert_eq!(wrap.wait().unwrap().code(), Some(0));
+    let files: Vec<PathBuf> = std::fs::read_dir(&records)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    for f in &files {
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.ends_with(".aarl") && name.matches('-').count() >= 2,
+            "{name}"
+        );
+    }
+    let out = aegis().arg("verify").arg(&records).output().unwrap();
+    let report = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    assert_eq!(report.matches("Verified (unpinned)").count(), 2, "{report}");
+}
