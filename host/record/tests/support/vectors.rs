@@ -1167,28 +1167,39 @@ fn tampered_vectors(t: &mut Table, k: &SigningKey) {
     );
 }
 
-/// A signature with R = the identity point (small order) and S = k·a: the lax equation
-/// [S]B = R + [k]A holds, so a verifier that skips the small-order check on R accepts it.
-fn small_order_r_signature(key_seed: &[u8; 32], public: &PublicKey, message: &[u8]) -> String {
-    use curve25519_dalek::scalar::Scalar;
+/// The secret scalar `a` of the key with `seed` (RFC 8032 §5.1.5: SHA-512, the lower
+/// half clamped), for signatures no conforming signer would make.
+fn secret_scalar(seed: &[u8; 32]) -> curve25519_dalek::scalar::Scalar {
     use sha2::{Digest as _, Sha512};
-    let h = Sha512::digest(key_seed);
+    let h = Sha512::digest(seed);
     let mut a = [0u8; 32];
     a.copy_from_slice(&h[..32]);
     a[0] &= 248;
     a[31] &= 127;
     a[31] |= 64;
-    let a = Scalar::from_bytes_mod_order(a);
-    let mut r = [0u8; 32];
-    r[0] = 1; // the identity point
-    let k = Scalar::from_bytes_mod_order_wide(
+    curve25519_dalek::scalar::Scalar::from_bytes_mod_order(a)
+}
+
+/// The challenge k = SHA-512(R ‖ A ‖ M) mod ℓ of RFC 8032 §5.1.6.
+fn challenge(r: &[u8; 32], public: &PublicKey, message: &[u8]) -> curve25519_dalek::scalar::Scalar {
+    use sha2::{Digest as _, Sha512};
+    curve25519_dalek::scalar::Scalar::from_bytes_mod_order_wide(
         &Sha512::new()
             .chain_update(r)
             .chain_update(public.as_bytes())
             .chain_update(message)
             .finalize()
             .into(),
-    );
+    )
+}
+
+/// A signature with R = the identity point (small order) and S = k·a: the lax equation
+/// [S]B = R + [k]A holds, so a verifier that skips the small-order check on R accepts it.
+fn small_order_r_signature(key_seed: &[u8; 32], public: &PublicKey, message: &[u8]) -> String {
+    let a = secret_scalar(key_seed);
+    let mut r = [0u8; 32];
+    r[0] = 1; // the identity point
+    let k = challenge(&r, public, message);
     let s = k * a;
     let mut sig = [0u8; 64];
     sig[..32].copy_from_slice(&r);
@@ -1577,13 +1588,7 @@ fn torsioned_r_signature(key_seed: &[u8; 32], public: &PublicKey, message: &[u8]
     use curve25519_dalek::scalar::Scalar;
     use curve25519_dalek::traits::IsIdentity as _;
     use sha2::{Digest as _, Sha512};
-    let h = Sha512::digest(key_seed);
-    let mut a = [0u8; 32];
-    a.copy_from_slice(&h[..32]);
-    a[0] &= 248;
-    a[31] &= 127;
-    a[31] |= 64;
-    let a = Scalar::from_bytes_mod_order(a);
+    let a = secret_scalar(key_seed);
     let nonce = Scalar::from_bytes_mod_order_wide(
         &Sha512::new()
             .chain_update(b"aegis vector: torsioned R")
@@ -1593,14 +1598,7 @@ fn torsioned_r_signature(key_seed: &[u8; 32], public: &PublicKey, message: &[u8]
     );
     let big_r = ED25519_BASEPOINT_POINT * nonce + EIGHT_TORSION[1];
     let r = big_r.compress().to_bytes();
-    let k = Scalar::from_bytes_mod_order_wide(
-        &Sha512::new()
-            .chain_update(r)
-            .chain_update(public.as_bytes())
-            .chain_update(message)
-            .finalize()
-            .into(),
-    );
+    let k = challenge(&r, public, message);
     let s = nonce + k * a;
     let mut sig = [0u8; 64];
     sig[..32].copy_from_slice(&r);

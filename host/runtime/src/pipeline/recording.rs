@@ -15,7 +15,7 @@
 //!   of them as unknown.
 
 use aegis_policy_arguments::binding::Binding;
-use aegis_policy_arguments::unambiguous::{canonical_of, read_object};
+use aegis_policy_arguments::unambiguous::{self, canonical_of, read_object};
 use aegis_record::BoundArguments;
 use sha2::{Digest as _, Sha256};
 use std::collections::{BTreeMap, HashMap};
@@ -24,13 +24,21 @@ use std::sync::{Arc, PoisonError, RwLock};
 /// The most tools whose schema binding is held: a listing holds at most this many.
 const MAX_INFERRED: usize = 4096;
 
+/// A binding found from a tool's schema.
+#[derive(Debug)]
+struct Inferred {
+    binding: Arc<Binding>,
+    /// SHA-256 of the schema text, when it came as text.
+    text: Option<[u8; 32]>,
+}
+
 /// The bindings and the opt-in, for one pipeline.
 #[derive(Debug, Default)]
 pub struct ArgumentRecording {
     operator: BTreeMap<String, Arc<Binding>>,
-    inferred: RwLock<HashMap<String, Arc<Binding>>>,
-    /// SHA-256 of the schema text each inferred binding was read from.
-    texts: RwLock<HashMap<String, [u8; 32]>>,
+    /// Each tool's binding from its schema, with the SHA-256 of the schema text it was
+    /// read from when it came as text ([`ArgumentRecording::bind_schema_text`]).
+    inferred: RwLock<HashMap<String, Inferred>>,
     whole: bool,
 }
 
@@ -43,7 +51,6 @@ impl ArgumentRecording {
                 .map(|(tool, b)| (tool, Arc::new(b)))
                 .collect(),
             inferred: RwLock::default(),
-            texts: RwLock::default(),
             whole,
         }
     }
@@ -51,6 +58,10 @@ impl ArgumentRecording {
     /// Takes `tool`'s binding from its input schema, unless the operator named one.
     /// A later schema for the same tool replaces the earlier (a relisted tool).
     pub fn bind_schema(&self, tool: &str, schema: &serde_json::Value) {
+        self.infer(tool, schema, None);
+    }
+
+    fn infer(&self, tool: &str, schema: &serde_json::Value, text: Option<[u8; 32]>) {
         if self.operator.contains_key(tool) {
             return;
         }
@@ -62,27 +73,27 @@ impl ArgumentRecording {
         if inferred.len() >= MAX_INFERRED && !inferred.contains_key(tool) {
             return;
         }
-        inferred.insert(tool.to_owned(), binding);
+        inferred.insert(tool.to_owned(), Inferred { binding, text });
     }
 
     /// [`ArgumentRecording::bind_schema`] of a schema's JSON text; text that is not
-    /// JSON binds nothing (the tool's calls then record no bound arguments). A relay
-    /// hands the pinned schema over with every call, so the digest of the text last
-    /// bound is kept and the same text is not read again.
+    /// JSON read one way only (`aegis_policy_arguments::unambiguous`: no keys that
+    /// fold together, no duplicates) binds nothing, and the binding read before stays.
+    /// A relay hands the pinned schema over with every call, so the digest of the
+    /// text last bound is kept and the same text is not read again.
     pub fn bind_schema_text(&self, tool: &str, schema: &str) {
         let digest: [u8; 32] = Sha256::digest(schema.as_bytes()).into();
-        let seen = |texts: &HashMap<String, [u8; 32]>| texts.get(tool) == Some(&digest);
-        if self.operator.contains_key(tool)
-            || seen(&self.texts.read().unwrap_or_else(PoisonError::into_inner))
-        {
+        let seen = self
+            .inferred
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(tool)
+            .is_some_and(|i| i.text == Some(digest));
+        if seen || self.operator.contains_key(tool) {
             return;
         }
-        if let Ok(value) = serde_json::from_str::<serde_json::Value>(schema) {
-            self.bind_schema(tool, &value);
-            let mut texts = self.texts.write().unwrap_or_else(PoisonError::into_inner);
-            if texts.len() < MAX_INFERRED || texts.contains_key(tool) {
-                texts.insert(tool.to_owned(), digest);
-            }
+        if let Ok(value) = unambiguous::read(schema.as_bytes()) {
+            self.infer(tool, &value, Some(digest));
         }
     }
 
@@ -95,7 +106,7 @@ impl ArgumentRecording {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(tool)
-            .cloned()
+            .map(|i| Arc::clone(&i.binding))
     }
 
     /// What a call of `tool` with `arguments` (canonical JSON; `None` when it states
@@ -147,8 +158,10 @@ mod tests {
         assert_eq!(r.binding("t").unwrap().names(), ["path"]);
         r.bind_schema_text("t", r#"{"properties":{"dir":{}}}"#);
         assert_eq!(r.binding("t").unwrap().names(), ["dir"]);
-        // Not JSON: the binding read before stays.
+        // Not JSON, or JSON that reads two ways: the binding read before stays.
         r.bind_schema_text("t", "{");
+        assert_eq!(r.binding("t").unwrap().names(), ["dir"]);
+        r.bind_schema_text("t", r#"{"properties":{"path":{}},"properties":{}}"#);
         assert_eq!(r.binding("t").unwrap().names(), ["dir"]);
     }
 
