@@ -9,7 +9,7 @@ use crate::{
     AuditSink, AuditSink_TO, AuditSinkBox, CallAnswer, ConfinementBackend, ConfinementBackend_TO,
     ConfinementBackendBox, ConfinementReport, ConfinementRequest, IndexedAnswer, IndexedDecision,
     PluginError, PolicyDecision, PolicyEvaluator, PolicyEvaluator_TO, PolicyEvaluatorBox,
-    PolicyRequest, Retention, Tail, each_axis, guard, index_decisions,
+    PolicyRequest, Retention, StoredSession, Tail, each_axis, guard, index_decisions,
 };
 use abi_stable::sabi_trait::TD_Opaque;
 #[cfg(not(aegis_api_before_indexed))]
@@ -136,6 +136,32 @@ pub trait Sink: Send + Sync + 'static {
     /// # Errors
     /// When the store cannot be read.
     fn read_lines(&self, start: u64, max: u32) -> Result<Vec<Vec<u8>>, PluginError>;
+    /// The sessions a store of many sessions holds; see [`AuditSink::sessions`].
+    ///
+    /// # Errors
+    /// [`ErrorKind::UNSUPPORTED`](crate::ErrorKind::UNSUPPORTED) by default: a store of
+    /// one chain.
+    fn sessions(&self, host: &str, since: &str) -> Result<Vec<StoredSession>, PluginError> {
+        let _ = (host, since);
+        Err(PluginError::unsupported("store of many sessions"))
+    }
+    /// Lines of one session; see [`AuditSink::read_session`].
+    ///
+    /// # Errors
+    /// UNSUPPORTED by default.
+    fn read_session(&self, id: &str, start: u64, max: u32) -> Result<Vec<Vec<u8>>, PluginError> {
+        let _ = (id, start, max);
+        Err(PluginError::unsupported("store of many sessions"))
+    }
+    /// One token from a bucket the store shares between processes; see
+    /// [`AuditSink::take_rate`].
+    ///
+    /// # Errors
+    /// UNSUPPORTED by default.
+    fn take_rate(&self, bucket: &str, max: u64, per_seconds: u64) -> Result<bool, PluginError> {
+        let _ = (bucket, max, per_seconds);
+        Err(PluginError::unsupported("shared rate limit"))
+    }
 }
 
 /// A rate limit as a policy states it: at most `max` calls per `per_seconds`.
@@ -311,6 +337,40 @@ impl<T: Sink> AuditSink for Guarded<T> {
                 .read_lines(start, max)
                 .map(|lines| lines.into_iter().map(RVec::from).collect())
         })
+    }
+
+    fn sessions(
+        &self,
+        host: RStr<'_>,
+        since: RStr<'_>,
+    ) -> RResult<RVec<StoredSession>, PluginError> {
+        guard(|| {
+            self.0
+                .sessions(host.as_str(), since.as_str())
+                .map(RVec::from)
+        })
+    }
+
+    fn read_session(
+        &self,
+        id: RStr<'_>,
+        start: u64,
+        max: u32,
+    ) -> RResult<RVec<RVec<u8>>, PluginError> {
+        guard(|| {
+            self.0
+                .read_session(id.as_str(), start, max)
+                .map(|lines| lines.into_iter().map(RVec::from).collect())
+        })
+    }
+
+    fn take_rate(
+        &self,
+        bucket: RStr<'_>,
+        max: u64,
+        per_seconds: u64,
+    ) -> RResult<bool, PluginError> {
+        guard(|| self.0.take_rate(bucket.as_str(), max, per_seconds))
     }
 }
 

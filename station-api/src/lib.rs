@@ -737,6 +737,68 @@ pub trait AuditSink: Send + Sync {
     /// a file that `aegis verify` reads.
     #[sabi(last_prefix_field)]
     fn read_lines(&self, start: u64, max: u32) -> RResult<RVec<RVec<u8>>, PluginError>;
+
+    /// The sessions a store that keeps one chain per session holds (a database many
+    /// hosts write into), oldest first: those opened on `host` (any host when empty)
+    /// at or after `since` (an RFC 3339 UTC time; any time when empty). A store that
+    /// keeps one chain answers [`ErrorKind::UNSUPPORTED`], and its lines are read with
+    /// [`AuditSink::read_lines`].
+    ///
+    /// Added after `read_lines`, with a default body that answers UNSUPPORTED.
+    fn sessions(
+        &self,
+        host: RStr<'_>,
+        since: RStr<'_>,
+    ) -> RResult<RVec<StoredSession>, PluginError> {
+        let _ = (host, since);
+        RResult::RErr(PluginError::unsupported("store of many sessions"))
+    }
+
+    /// Up to `max` lines of session `id` (as [`AuditSink::sessions`] named it) from its
+    /// line index `start` (0-based), byte-exact, without newlines; fewer at its end.
+    ///
+    /// Added after `read_lines`, with a default body that answers UNSUPPORTED.
+    fn read_session(
+        &self,
+        id: RStr<'_>,
+        start: u64,
+        max: u32,
+    ) -> RResult<RVec<RVec<u8>>, PluginError> {
+        let _ = (id, start, max);
+        RResult::RErr(PluginError::unsupported("store of many sessions"))
+    }
+
+    /// Takes one token from the store's bucket `bucket` (at most `max` calls per
+    /// `per_seconds`, refilled continuously by the store's own clock), shared by every
+    /// process writing to the store; whether there was one. What lets a policy's rate
+    /// limit hold across processes and hosts.
+    ///
+    /// Added after `read_lines`, with a default body that answers UNSUPPORTED: the
+    /// host then keeps rate limits in the policy station's process.
+    fn take_rate(
+        &self,
+        bucket: RStr<'_>,
+        max: u64,
+        per_seconds: u64,
+    ) -> RResult<bool, PluginError> {
+        let _ = (bucket, max, per_seconds);
+        RResult::RErr(PluginError::unsupported("shared rate limit"))
+    }
+}
+
+/// One session a store holds, as [`AuditSink::sessions`] lists it.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
+pub struct StoredSession {
+    /// The store's name for it, given back to [`AuditSink::read_session`]: the session
+    /// nonce (lowercase hex) in the stores this crate's authors ship.
+    pub id: RString,
+    /// The host its open line names.
+    pub host: RString,
+    /// Its open line's time (RFC 3339 UTC).
+    pub opened: RString,
+    /// How many lines it holds.
+    pub lines: u64,
 }
 
 /// A policy evaluator across the boundary.
