@@ -33,7 +33,17 @@ die() {
   exit 1
 }
 
+# Prints the binaries' directory, having checked that every one used here is in it.
 find_bindir() {
+  local d b
+  d="$(candidate_bindir)" || exit 1
+  for b in initdb pg_ctl postgres psql pg_isready createdb; do
+    [[ -x "$d/$b" ]] || die "$d/$b is missing: install the PostgreSQL server and client (Debian/Ubuntu: apt-get install postgresql-15) or set AEGIS_PG_BIN"
+  done
+  echo "$d"
+}
+
+candidate_bindir() {
   local d
   if [[ -n "${AEGIS_PG_BIN:-}" ]]; then
     [[ -x "$AEGIS_PG_BIN/initdb" ]] || die "AEGIS_PG_BIN=$AEGIS_PG_BIN has no initdb"
@@ -45,8 +55,9 @@ find_bindir() {
     echo "$d"
     return
   fi
+  # Resolved: Debian links initdb into /usr/local/bin or /usr/bin without its siblings.
   if command -v initdb >/dev/null; then
-    dirname "$(command -v initdb)"
+    dirname "$(readlink -f "$(command -v initdb)")"
     return
   fi
   if command -v pg_config >/dev/null; then
@@ -106,7 +117,7 @@ server() {
 
 # Makes and starts a cluster in a new temporary directory; sets DIR and PORT.
 make_cluster() {
-  BINDIR="$(find_bindir)"
+  BINDIR="$(find_bindir)" || exit 1
   OWNER=""
   if [[ "$(id -u)" == 0 ]]; then
     OWNER="${AEGIS_PG_USER:-nobody}"
