@@ -102,7 +102,8 @@ impl Cluster {
     }
 
     /// A libpq key=value connection string for `user` to the database [`DATABASE`]:
-    /// `host=<socket dir> port=<port> user=<user> dbname=aegis`.
+    /// `host='<socket dir>' port=<port> user='<user>' dbname='aegis'`, values quoted as
+    /// libpq (and the `postgres` crate's `Config`) read them.
     pub fn conninfo(&self, user: &str) -> String {
         self.conninfo_in(DATABASE, user)
     }
@@ -178,16 +179,20 @@ impl Cluster {
         }
     }
 
-    /// Creates a database no other test in this cluster uses (`t_<pid>_<n>`, owned by the
-    /// superuser) and answers its name.
+    /// Creates a database no other test in this cluster uses (`t_<pid>_<time>_<n>`, owned
+    /// by the superuser) and answers its name. The time is there because a long CI run
+    /// reuses process ids, and its cluster outlives each test binary.
     ///
     /// # Panics
     ///
     /// If `CREATE DATABASE` fails.
     pub fn fresh_database(&self) -> String {
         static NEXT: AtomicU32 = AtomicU32::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
         let name = format!(
-            "t_{}_{}",
+            "t_{}_{nanos:x}_{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
@@ -451,6 +456,27 @@ mod tests {
             )
         );
         assert_eq!(quote(r"a'b\c"), r"'a\'b\\c'");
+        // libpq itself reads it: psql given the string where a database name goes.
+        let out = Command::new(bindir().join("psql"))
+            .args([
+                "-X",
+                "-A",
+                "-t",
+                "-c",
+                "SELECT current_user, current_database()",
+            ])
+            .arg(pg.conninfo(SUPERUSER))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim_end(),
+            "aegis_admin|aegis"
+        );
     }
 
     #[test]
