@@ -123,8 +123,10 @@ make_cluster() {
     OWNER="${AEGIS_PG_USER:-nobody}"
     command -v runuser >/dev/null || die "running as root needs runuser (util-linux) to run PostgreSQL as $OWNER"
   fi
-  # Short on purpose: a Unix socket's path is limited to 107 bytes.
-  DIR="$(mktemp -d "${TMPDIR:-/tmp}/aegis-pg.XXXXXX")"
+  # A Unix socket's path is limited to 107 bytes: a long TMPDIR falls back to /tmp.
+  local base="${TMPDIR:-/tmp}"
+  ((${#base} <= 64)) || base=/tmp
+  DIR="$(mktemp -d "$base/aegis-pg.XXXXXX")"
   # Without TCP the port only names the socket file, which is alone in DIR; it still
   # picks PostgreSQL's shared-memory key, so spread clusters over a range.
   PORT=$((20000 + RANDOM % 30000))

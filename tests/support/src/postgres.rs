@@ -522,6 +522,23 @@ mod tests {
         assert!(!alive(pid), "postmaster {pid} is still running");
     }
 
+    /// A cluster named by `AEGIS_TEST_PG` is used as is: dropping its handle leaves the
+    /// server running, and stopping it through the handle is refused.
+    #[test]
+    fn a_named_cluster_is_used_not_owned() {
+        let own = private();
+        let value = format!("{}:{}", own.socket_dir().display(), own.port());
+        let named = external(&value);
+        assert_eq!(named.sql(SUPERUSER, "SELECT 1").unwrap(), "1");
+        drop(named);
+        assert_eq!(own.sql(SUPERUSER, "SELECT 1").unwrap(), "1");
+        let mut named = external(&value);
+        let refused =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| named.stop(Shutdown::Fast)));
+        assert!(refused.is_err(), "a named cluster was stopped");
+        assert_eq!(own.sql(SUPERUSER, "SELECT 1").unwrap(), "1");
+    }
+
     const HOLDER_ENV: &str = "AEGIS_PG_HOLDER";
 
     /// Not a test: the child of `a_killed_process_leaves_no_server`, which holds a
