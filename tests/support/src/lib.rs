@@ -8,6 +8,10 @@
 //! This crate is a dev-dependency only (`publish = false`). It used to be a file that
 //! each test pulled in with `#[path]`, which compiled it once per test binary with its
 //! own lint and dead-code settings; a crate is compiled once and checked like any other.
+//!
+//! [`postgres`] gives tests a real, throwaway PostgreSQL cluster.
+
+pub mod postgres;
 
 use std::path::PathBuf;
 use std::process::Command;
