@@ -323,14 +323,38 @@ pub const EXPORT: &str = "\
 EXAMPLES:
   aegis --profile durable-file export --out record.aarl
   aegis --profile ./mine.toml export --out record.aarl --force
+  aegis --profile ./fleet.toml export --out records/ --host web-1 --since 2026-12-01
+  aegis verify records/
 
 EXIT STATUS:
   0  written
   1  a usage error, or the output exists (without --force) or is not a regular file
+     (a directory, for a store of many sessions)
   2  the sink holds no record (none written yet, or a volatile sink, which keeps
      nothing past its process), or the sink or the output could not be read or written
   4  the profile, its audit plugin or the sink's config was refused
   5  the sink is busy: another process is writing the record (try again)";
+
+pub const STORE: &str = "\
+EXAMPLES:
+  aegis --profile ./fleet.toml store init --admin-connection-file /etc/aegis/pg-admin.conn";
+
+pub const STORE_INIT: &str = "\
+Runs as the administrator (a role that may create tables in the profile's database, not
+the profile's writer): makes the lines table, its append-only triggers and the rate-limit
+table, and grants the writer INSERT and SELECT on the lines and nothing more. The retention
+the profile declares is what the trigger enforces.
+
+EXAMPLES:
+  aegis --profile ./fleet.toml store init --admin-connection-file /etc/aegis/pg-admin.conn
+  aegis --profile ./fleet.toml store init --admin-connection 'host=/run/postgresql user=postgres dbname=aegis'
+
+EXIT STATUS:
+  0  the store is ready, and the writer was checked to be able to add lines only
+  1  a usage error (no administrator connection)
+  4  the profile, its audit plugin, the store or the writer was refused (the sink keeps
+     one chain and has no store to prepare; the server unreachable; the administrator
+     and the writer are one role)";
 
 pub const COMPLETIONS: &str = "\
 EXAMPLES:

@@ -24,6 +24,7 @@ mod recheck;
 mod rotate;
 mod run;
 mod settings;
+mod store;
 mod style;
 mod wrap;
 
@@ -229,15 +230,31 @@ enum Command {
         command: PluginsCommand,
     },
     /// Write every line the profile's audit sink holds to a file, byte-exact, for
-    /// `aegis verify`. Never creates the sink: a record that is not there is an error.
+    /// `aegis verify`; from a store of many sessions (PostgreSQL), one file per session
+    /// into a directory. Never creates the sink: a record that is not there is an error.
     #[command(after_help = help::EXPORT)]
     Export {
-        /// Where to write the record.
+        /// Where to write the record: a file, or for a store of many sessions a
+        /// directory (made if missing).
         #[arg(long, value_name = "PATH")]
         out: PathBuf,
-        /// Replace an existing output file.
+        /// Replace existing output files.
         #[arg(long)]
         force: bool,
+        /// Only sessions opened on this host (its hostname); stores of many sessions only.
+        #[arg(long, value_name = "HOSTNAME")]
+        host: Option<String>,
+        /// Only sessions opened at or after this UTC time (2026-12-04,
+        /// 2026-12-04T10:00:00Z or the record's own form); stores of many sessions only.
+        #[arg(long, value_name = "TIME")]
+        since: Option<String>,
+    },
+    /// Prepare the profile's audit store (PostgreSQL): tables, append-only triggers and
+    /// the writer's rights.
+    #[command(after_help = help::STORE)]
+    Store {
+        #[command(subcommand)]
+        command: StoreCommand,
     },
     /// List profiles, or show one resolved.
     #[command(after_help = help::PROFILES)]
@@ -277,6 +294,23 @@ enum PluginsCommand {
 }
 
 #[derive(Subcommand)]
+enum StoreCommand {
+    /// Make the store as an administrator, so the profile's writer role may only add
+    /// lines: run once, and again to change the retention. Idempotent.
+    #[command(after_help = help::STORE_INIT)]
+    Init {
+        /// A file holding the administrator's libpq connection string (mode 0600:
+        /// it may hold a password).
+        #[arg(long, value_name = "FILE", conflicts_with = "admin_connection")]
+        admin_connection_file: Option<PathBuf>,
+        /// The administrator's libpq connection string (no password here: the command
+        /// line is visible to every user; use --admin-connection-file for one).
+        #[arg(long, value_name = "CONNINFO")]
+        admin_connection: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
 enum ProfilesCommand {
     /// Every profile reachable by name (the name --profile takes), with where it comes
     /// from.
@@ -312,6 +346,7 @@ impl Command {
             Command::Demo => "demo",
             Command::Plugins { .. } => "plugins list",
             Command::Export { .. } => "export",
+            Command::Store { .. } => "store init",
             Command::Profiles {
                 command: ProfilesCommand::List,
             } => "profiles list",
@@ -334,6 +369,7 @@ impl Command {
                 | Command::Gateway(_)
                 | Command::Confine(_)
                 | Command::Export { .. }
+                | Command::Store { .. }
                 | Command::Profiles {
                     command: ProfilesCommand::Show { .. }
                 }
@@ -445,7 +481,24 @@ fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Profiles {
             command: ProfilesCommand::List,
         } => plugins::list_profiles(),
-        Command::Export { out, force } => plugins::export(profile, &out, force),
+        Command::Export {
+            out,
+            force,
+            host,
+            since,
+        } => plugins::export(
+            profile,
+            &out,
+            force,
+            &store::Filter::new(host, since.as_deref())?,
+        ),
+        Command::Store {
+            command:
+                StoreCommand::Init {
+                    admin_connection_file,
+                    admin_connection,
+                },
+        } => store::init(profile, admin_connection, admin_connection_file),
         Command::Profiles {
             command: ProfilesCommand::Show { name, json },
         } => plugins::show_profile(name.as_deref().unwrap_or(profile), json),

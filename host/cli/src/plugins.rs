@@ -378,7 +378,12 @@ fn json_of(v: &toml::Value) -> Value {
     }
 }
 
-pub fn export(profile: &str, out: &std::path::Path, force: bool) -> Result<u8, CliError> {
+pub fn export(
+    profile: &str,
+    out: &std::path::Path,
+    force: bool,
+    filter: &crate::store::Filter,
+) -> Result<u8, CliError> {
     let profile = crate::use_profile(profile)?;
     let registry = Registry::new();
     let plugin = profile
@@ -412,6 +417,9 @@ pub fn export(profile: &str, out: &std::path::Path, force: bool) -> Result<u8, C
             "profile {}: its audit sink ({}) is volatile: it keeps its lines only in the process that wrote them, so there is no record to export here; use a profile whose sink retains them (durable-file) or pass --audit PATH to the command that records",
             profile.name, profile.audit.spec
         )));
+    }
+    if let Some(sessions) = crate::store::sessions(&sink, filter)? {
+        return crate::store::export_sessions(&sink, &sessions, out, force);
     }
     // --force replaces an earlier export and nothing else: a device, a FIFO or a link at
     // `out` is refused. The lines go to a fresh file beside `out` (O_EXCL | O_NOFOLLOW),

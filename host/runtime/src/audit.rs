@@ -19,9 +19,10 @@
 
 use crate::plugin::Plugin;
 use crate::profile::{Profile, provenance_of};
+use abi_stable::std_types::RVec;
 use aegis_record::json::{self, Object, Value};
 use aegis_record::{LineHash, LineSink, Session, SigningKey, WriteError};
-use aegis_station_api::{AuditSinkBox, Retention, TailKind};
+use aegis_station_api::{AuditSinkBox, ErrorKind, PluginError, Retention, StoredSession, TailKind};
 use std::sync::Arc;
 
 /// What the operator is told about where records go.
@@ -400,10 +401,18 @@ const EXPORT_PAGE: u32 = 1024;
 /// # Errors
 /// The sink's read error, or the write error.
 pub fn export(sink: &AuditSinkBox, out: &mut impl std::io::Write) -> std::io::Result<u64> {
+    write_pages(out, |start| sink.read_lines(start, EXPORT_PAGE))
+}
+
+/// Writes the pages `read(start)` answers to `out`, a line each, until one comes back
+/// short. Returns the number of lines.
+fn write_pages(
+    out: &mut impl std::io::Write,
+    read: impl Fn(u64) -> abi_stable::std_types::RResult<RVec<RVec<u8>>, PluginError>,
+) -> std::io::Result<u64> {
     let mut written = 0u64;
     loop {
-        let page = sink
-            .read_lines(written, EXPORT_PAGE)
+        let page = read(written)
             .into_result()
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         for line in &page {
@@ -416,4 +425,37 @@ pub fn export(sink: &AuditSinkBox, out: &mut impl std::io::Write) -> std::io::Re
             return Ok(written);
         }
     }
+}
+
+/// The sessions a store of many sessions holds, oldest first, on `host` (any when
+/// empty) opened at or after `since` (the record's time form; any when empty); `None`
+/// for a sink that keeps one chain (its lines are read with [`export`]).
+///
+/// # Errors
+/// The sink's error, other than "unsupported".
+pub fn stored_sessions(
+    sink: &AuditSinkBox,
+    host: &str,
+    since: &str,
+) -> std::io::Result<Option<Vec<StoredSession>>> {
+    match sink.sessions(host.into(), since.into()).into_result() {
+        Ok(sessions) => Ok(Some(sessions.into_vec())),
+        Err(e) if e.kind == ErrorKind::UNSUPPORTED => Ok(None),
+        Err(e) => Err(std::io::Error::other(e.to_string())),
+    }
+}
+
+/// Writes every line of session `id` of a store of many sessions to `out`, byte-exact,
+/// one per line: a file that `aegis verify` reads. Returns the number of lines.
+///
+/// # Errors
+/// The sink's read error, or the write error.
+pub fn export_session(
+    sink: &AuditSinkBox,
+    id: &str,
+    out: &mut impl std::io::Write,
+) -> std::io::Result<u64> {
+    write_pages(out, |start| {
+        sink.read_session(id.into(), start, EXPORT_PAGE)
+    })
 }

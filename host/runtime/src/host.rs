@@ -209,33 +209,45 @@ pub fn session_file(path: &Path) -> PathBuf {
         return path.to_owned();
     }
     let host = crate::whereabouts::this_host();
-    let host: String = host
+    let hostname = host
         .get("hostname")
         .and_then(aegis_record::json::Value::as_str)
-        .unwrap_or("host")
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(64)
-        .collect();
-    let time: String = aegis_record::time::now()
-        .chars()
-        .filter(|c| !matches!(c, ':' | '-'))
-        .collect();
+        .unwrap_or("host");
     let mut random = [0u8; 8];
     // Should the system give no randomness, two sessions started in the same
     // microsecond on one host could name one file; the file sink's lock then makes the
     // second wait for the first (or exit 5 with --no-wait), as one file always did.
     let _ = getrandom::fill(&mut random);
-    path.join(format!(
-        "{host}-{time}-{}.aarl",
-        aegis_record::digest::encode_hex(&random)
+    path.join(session_file_name(
+        hostname,
+        &aegis_record::time::now(),
+        &aegis_record::digest::encode_hex(&random),
     ))
+}
+
+/// `<host>-<time>-<tag>.aarl`, a session's file name: the host's letters, digits, `.`
+/// and `-` (others become `_`, at most 64), the time without its `:` and `-`, and the
+/// tag likewise (at most 64). Never a path separator nor a name starting with `.`,
+/// whatever the parts hold: `aegis export` names files after what a store says.
+pub fn session_file_name(hostname: &str, time: &str, tag: &str) -> String {
+    let plain = |text: &str| -> String {
+        text.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(64)
+            .collect()
+    };
+    let mut host = plain(hostname);
+    if host.is_empty() || host.starts_with('.') {
+        host.insert(0, '_');
+    }
+    let time: String = time.chars().filter(|c| !matches!(c, ':' | '-')).collect();
+    format!("{host}-{}-{}.aarl", plain(&time), plain(tag))
 }
 
 /// A `path = "…"` config section, quoted by the toml crate.

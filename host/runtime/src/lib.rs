@@ -24,7 +24,9 @@ pub mod registry;
 pub mod sandbox;
 pub mod whereabouts;
 
-pub use audit::{AuditNotice, OpenedAudit, RetentionError, export, open_audit};
+pub use audit::{
+    AuditNotice, OpenedAudit, RetentionError, export, export_session, open_audit, stored_sessions,
+};
 pub use host::{CloseError, Host, HostBuilder, PluginSource};
 pub use outcome::{Ending, Exceeded};
 pub use pipeline::{

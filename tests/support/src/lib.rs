@@ -22,6 +22,7 @@ pub const PLUGIN_PACKAGES: &[&str] = &[
     "aegis-sink-file-plugin",
     "aegis-sink-memory-plugin",
     "aegis-sink-sqlite",
+    "aegis-sink-postgres",
     "aegis-policy-static-plugin",
     "aegis-policy-yaml-plugin",
     "aegis-policy-cedar-plugin",
