@@ -464,6 +464,12 @@ impl Session {
         self.write(KeyHandoffLine::LINE_TYPE, body, true, Some(next))
     }
 
+    /// Whether a failed sync stopped the session: it then refuses every later line (a
+    /// host that can opens a new session in its place).
+    pub fn is_stopped(&self) -> bool {
+        self.lock().poisoned
+    }
+
     /// The hash of the last line that landed.
     pub fn tail(&self) -> LineHash {
         self.lock().tail

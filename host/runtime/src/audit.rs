@@ -153,6 +153,8 @@ pub struct OpenedAudit {
     /// Where records go.
     pub notice: AuditNotice,
     sink: Arc<SinkAdapter>,
+    /// The hash of the session's open line, which names it.
+    open_line: LineHash,
 }
 
 impl std::fmt::Debug for OpenedAudit {
@@ -165,6 +167,22 @@ impl std::fmt::Debug for OpenedAudit {
 }
 
 impl OpenedAudit {
+    /// The hash of the session's open line, which names it.
+    pub fn open_line(&self) -> LineHash {
+        self.open_line
+    }
+
+    /// Whether the sink holds many sessions, each a chain of its own (a database many
+    /// hosts write), so a stopped session can be followed by a new one on a new sink.
+    pub fn holds_many_sessions(&self) -> bool {
+        // A time no session can have opened at or after: the answer says only whether
+        // the sink lists sessions at all.
+        matches!(
+            stored_sessions(&self.sink.0, "", "9999-12-31T23:59:59.999999Z"),
+            Ok(Some(_))
+        )
+    }
+
     /// Writes every line this session's sink holds to `out` (see [`export`]). For a
     /// volatile sink this is the only way to see its record before the process ends.
     ///
@@ -192,7 +210,7 @@ pub fn provenance(profile: &Profile, plugins: &[(&str, &Plugin)], retention: Ret
 }
 
 /// What a host adds to the open line's provenance beyond the profile and its plugins.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct ProvenanceExtra {
     /// The operator's overrides of the profile (see [`crate::host`]), each an object
     /// saying what replaced what; the `overrides` member is left out when there are none.
@@ -207,6 +225,9 @@ pub struct ProvenanceExtra {
     /// The front end (`run`, `wrap`, `gateway`) and what it fronts; left out when the
     /// embedder names none.
     pub front: Option<Object>,
+    /// The session this one follows because it stopped (a write to its sink failed):
+    /// `{"open_line_hash": …}` of the stopped session; left out otherwise.
+    pub resumes: Option<Object>,
 }
 
 /// The provenance object, with the [`ProvenanceExtra`] members.
@@ -221,6 +242,7 @@ fn provenance_with(
         confinement,
         serving,
         front,
+        resumes,
     } = extra;
     let mut p = Object::new();
     p.insert("aegis_version", env!("CARGO_PKG_VERSION"));
@@ -255,6 +277,7 @@ fn provenance_with(
     p.insert_opt("confinement", confinement);
     p.insert_opt("serving", serving);
     p.insert_opt("front", front);
+    p.insert_opt("resumes", resumes);
     p
 }
 
@@ -377,6 +400,7 @@ pub fn open_audit_with(
             }
         })?;
     Ok(OpenedAudit {
+        open_line: session.tail(),
         session,
         notice,
         sink,

@@ -32,6 +32,7 @@ use crate::capability::{ToolManifest, ToolRegistry};
 use crate::handler::HostHandler;
 use crate::pipeline::{
     ArgumentRecording, CallRecord, CallRequest, OpenError, OwnedCall, Pipeline, PipelineError,
+    Resume,
 };
 use crate::plugin::Plugin;
 use crate::profile::{PluginChoice, Profile, ProfileError};
@@ -369,7 +370,9 @@ impl Host {
     /// open: closing the session under it would leave that call without an outcome.
     pub fn into_audit(self) -> Result<OpenedAudit, Host> {
         match Arc::try_unwrap(self.pipeline) {
-            Ok(pipeline) => Ok(pipeline.into_audit()),
+            Ok(pipeline) => pipeline.into_audit().map_err(|pipeline| Host {
+                pipeline: Arc::new(*pipeline),
+            }),
             Err(pipeline) => Err(Host { pipeline }),
         }
     }
@@ -719,22 +722,44 @@ fn assemble(
     if let Some(o) = &audit {
         recorded.push(override_entry(o, &profile.audit, &sink_plugin));
     }
+    let extra = ProvenanceExtra {
+        overrides: recorded,
+        confinement,
+        serving,
+        front,
+        resumes: None,
+    };
     let opened = open_audit_with(
         sink,
         &sink_plugin,
-        key,
+        key.clone(),
         profile,
         &[("policy", &policy_plugin), ("audit", &sink_plugin)],
-        ProvenanceExtra {
-            overrides: recorded,
-            confinement,
-            serving,
-            front,
-        },
+        extra.clone(),
     )?;
-    Ok(Pipeline::from_parts(
-        evaluator, opened, tools, handlers, sandbox,
-    ))
+    let resumable = opened.holds_many_sessions();
+    let mut pipeline = Pipeline::from_parts(evaluator, opened, tools, handlers, sandbox);
+    if resumable {
+        let (profile, config) = (profile.clone(), audit_choice.config.clone());
+        pipeline.set_resume(Resume::new(move |stopped: &OpenedAudit| {
+            let sink = sink_plugin.audit_sink(&config).map_err(|e| e.to_string())?;
+            let mut resumes = Object::new();
+            resumes.insert("open_line_hash", stopped.open_line().to_hex());
+            open_audit_with(
+                sink,
+                &sink_plugin,
+                key.clone(),
+                &profile,
+                &[("policy", &policy_plugin), ("audit", &sink_plugin)],
+                ProvenanceExtra {
+                    resumes: Some(resumes),
+                    ..extra.clone()
+                },
+            )
+            .map_err(|e| e.to_string())
+        }));
+    }
+    Ok(pipeline)
 }
 
 /// Builds the audit sink; while it says it is busy and the caller chose to wait, says so

@@ -18,7 +18,8 @@
 //!   profile declares.
 //! - A (session, seq) is stored once: a second row for it is refused by the database.
 //! - After any failure (the server lost, a refused insert) the sink refuses everything
-//!   after, like the file sink: nothing runs until a new session is opened.
+//!   after, like the file sink: nothing runs until the host opens a new session on a
+//!   new sink.
 //! - `read_session` returns the stored bytes unchanged, so `aegis export --out DIR`
 //!   writes files `aegis verify` checks byte for byte.
 //!

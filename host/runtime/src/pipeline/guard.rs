@@ -8,6 +8,8 @@ use super::*;
 pub(super) struct Open {
     pub(super) stated: Stated,
     pub(super) decided: Decisions,
+    /// The session its intent went to, which its outcome must go to.
+    pub(super) audit: Arc<OpenedAudit>,
 }
 
 impl Open {
@@ -17,11 +19,7 @@ impl Open {
         grant
     }
 
-    pub(super) fn finish(
-        self,
-        pipeline: &Pipeline,
-        executed: Executed,
-    ) -> Result<CallRecord, PipelineError> {
+    pub(super) fn finish(self, executed: Executed) -> Result<CallRecord, PipelineError> {
         let mut output = None;
         let mut stderr = Vec::new();
         let ended = match executed {
@@ -77,7 +75,7 @@ impl Open {
             }
         };
         let outcome = outcome_line(self.stated, self.decided, ended);
-        match pipeline.audit.session.append(&outcome) {
+        match self.audit.session.append(&outcome) {
             Ok(appended) => Ok(CallRecord {
                 outcome,
                 seq: appended.seq,
@@ -93,7 +91,7 @@ impl Open {
 
     /// The drop guard's outcome: what had been decided, and an execution that says
     /// the call was abandoned (or, while unwinding, that the host panicked).
-    pub(super) fn abandon(self, pipeline: &Pipeline) {
+    pub(super) fn abandon(self) {
         let ended = if std::thread::panicking() {
             Ended::unmeasured(ExecutionOutcome::Trap {
                 message: HOST_PANIC.to_owned(),
@@ -104,7 +102,7 @@ impl Open {
         let outcome = outcome_line(self.stated, self.decided, ended);
         // Nothing to report to: a failure here has already poisoned the session, and
         // the missing outcome leaves the call in flight for `aegis verify` to flag.
-        let _ = pipeline.audit.session.append(&outcome);
+        let _ = self.audit.session.append(&outcome);
     }
 }
 
@@ -145,14 +143,14 @@ impl Call<'_> {
     /// [`PipelineError::Outcome`]: the output is withheld.
     pub fn finish(mut self, executed: Executed) -> Result<CallRecord, PipelineError> {
         let open = self.open.take().expect("a call is finished once, by value");
-        open.finish(self.pipeline, executed)
+        open.finish(executed)
     }
 }
 
 impl Drop for Call<'_> {
     fn drop(&mut self) {
         if let Some(open) = self.open.take() {
-            open.abandon(self.pipeline);
+            open.abandon();
         }
     }
 }
@@ -202,14 +200,14 @@ impl OwnedCall {
     /// [`PipelineError::Outcome`]: the output is withheld.
     pub fn finish(mut self, executed: Executed) -> Result<CallRecord, PipelineError> {
         let open = self.open.take().expect("a call is finished once, by value");
-        open.finish(&self.pipeline, executed)
+        open.finish(executed)
     }
 }
 
 impl Drop for OwnedCall {
     fn drop(&mut self) {
         if let Some(open) = self.open.take() {
-            open.abandon(&self.pipeline);
+            open.abandon();
         }
     }
 }

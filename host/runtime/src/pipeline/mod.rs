@@ -82,8 +82,8 @@ use std::collections::BTreeMap;
 use std::future::{Future, poll_fn};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::task::Poll;
 
 /// The reason recorded for a station that never decided because the call stopped first.
@@ -287,6 +287,9 @@ pub enum PipelineError {
         /// The write failure.
         source: WriteError,
     },
+    /// The session had stopped and a new one could not be opened: nothing ran.
+    #[error("the record stopped and a new session could not be opened, so nothing ran: {0}")]
+    Resume(String),
     /// A tool change line could not be written.
     #[error("the change to tool {tool_id:?} could not be recorded: {source}")]
     ToolChange {
@@ -320,13 +323,41 @@ pub enum OpenError {
     Busy(ProfileError),
 }
 
+/// How a pipeline follows a stopped session with a new one: `open` is given the
+/// stopped session and opens the next on a new sink.
+pub(crate) struct Resume {
+    open: Box<OpenNext>,
+    turn: Mutex<()>,
+}
+
+/// Opens the session that follows a stopped one, or says why it cannot.
+type OpenNext = dyn Fn(&OpenedAudit) -> Result<OpenedAudit, String> + Send + Sync;
+
+impl Resume {
+    pub(crate) fn new(
+        open: impl Fn(&OpenedAudit) -> Result<OpenedAudit, String> + Send + Sync + 'static,
+    ) -> Resume {
+        Resume {
+            open: Box::new(open),
+            turn: Mutex::new(()),
+        }
+    }
+}
+
 /// The four stations, assembled. Share it between threads: every method takes `&self`.
 pub struct Pipeline {
     policy: PolicyEvaluatorBox,
     tools: ToolRegistry,
     handlers: BTreeMap<String, HostHandler>,
     sandbox: Arc<Sandbox>,
-    audit: OpenedAudit,
+    /// The session calls are recorded in now: replaced only when it has stopped and a
+    /// new one is opened in its place (see `session_for_call`).
+    audit: RwLock<Arc<OpenedAudit>>,
+    /// Where records go; the same for every session of the pipeline.
+    notice: AuditNotice,
+    /// How to open a new session when the current one has stopped; `None` for a sink
+    /// that keeps one chain (its stopped session stays stopped).
+    resume: Option<Resume>,
     /// Names this session's calls: the first 64 bits of its open line's hash. The open
     /// line carries a random nonce, so call ids stay distinct across the sessions of one
     /// record and across records, even with the same key.
@@ -361,7 +392,9 @@ impl Pipeline {
             tools,
             handlers,
             sandbox,
-            audit,
+            notice: audit.notice.clone(),
+            audit: RwLock::new(Arc::new(audit)),
+            resume: None,
             call_prefix,
             calls: AtomicU64::new(0),
             recording: ArgumentRecording::default(),
@@ -379,19 +412,82 @@ impl Pipeline {
         &self.recording
     }
 
-    /// Where the record goes, for the operator.
-    pub fn notice(&self) -> &AuditNotice {
-        &self.audit.notice
+    /// Sets how a stopped session is followed by a new one (before any call).
+    pub(crate) fn set_resume(&mut self, resume: Resume) {
+        self.resume = Some(resume);
     }
 
-    /// The audit session.
-    pub fn audit(&self) -> &OpenedAudit {
-        &self.audit
+    /// Where the record goes, for the operator.
+    pub fn notice(&self) -> &AuditNotice {
+        &self.notice
+    }
+
+    /// The audit session calls are recorded in now.
+    pub fn audit(&self) -> Arc<OpenedAudit> {
+        Arc::clone(&self.audit.read().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Ends the pipeline, handing back its audit session (to close or export it).
-    pub fn into_audit(self) -> OpenedAudit {
-        self.audit
+    ///
+    /// # Errors
+    /// The pipeline itself, unchanged, while a call still holds the session (a call
+    /// keeps the session its intent went to, for its outcome).
+    pub fn into_audit(self) -> Result<OpenedAudit, Box<Pipeline>> {
+        let Pipeline {
+            policy,
+            tools,
+            handlers,
+            sandbox,
+            audit,
+            notice,
+            resume,
+            call_prefix,
+            calls,
+            recording,
+        } = self;
+        let current = audit.into_inner().unwrap_or_else(PoisonError::into_inner);
+        Arc::try_unwrap(current).map_err(|current| {
+            Box::new(Pipeline {
+                policy,
+                tools,
+                handlers,
+                sandbox,
+                audit: RwLock::new(current),
+                notice,
+                resume,
+                call_prefix,
+                calls,
+                recording,
+            })
+        })
+    }
+
+    /// The session a new call's intent goes to: the current one, or, when it has
+    /// stopped (a write failed) and the sink keeps a chain per session, a new session
+    /// opened in its place, whose open line names the one it follows. Nothing runs in
+    /// between: while the new one cannot be opened, every call is refused.
+    ///
+    /// # Errors
+    /// [`PipelineError::Resume`]: the current session has stopped and no new one could
+    /// be opened.
+    fn session_for_call(&self) -> Result<Arc<OpenedAudit>, PipelineError> {
+        let current = self.audit();
+        let Some(resume) = &self.resume else {
+            return Ok(current);
+        };
+        if !current.session.is_stopped() {
+            return Ok(current);
+        }
+        // One attempt at a time; whoever waited finds the session another has opened.
+        let _turn = resume.turn.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = self.audit();
+        if !current.session.is_stopped() {
+            return Ok(current);
+        }
+        let next = (resume.open)(&current).map_err(PipelineError::Resume)?;
+        let next = Arc::new(next);
+        *self.audit.write().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&next);
+        Ok(next)
     }
 
     /// Runs one call through all four stations.
@@ -494,7 +590,8 @@ impl Pipeline {
     fn open_call(&self, request: &CallRequest<'_>) -> Result<Open, PipelineError> {
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
         let stated = Stated::of(format!("call-{}-{n}", self.call_prefix), request, self);
-        self.audit
+        let audit = self.session_for_call()?;
+        audit
             .session
             .append_unsigned(&IntentLine {
                 call_id: stated.call_id.clone(),
@@ -505,6 +602,7 @@ impl Pipeline {
         Ok(Open {
             stated,
             decided: Decisions::default(),
+            audit,
         })
     }
 
@@ -516,7 +614,7 @@ impl Pipeline {
     /// # Errors
     /// [`PipelineError::ToolChange`] when the line could not be written.
     pub fn record_tool_change(&self, change: &ToolChangeLine) -> Result<u64, PipelineError> {
-        self.audit
+        self.session_for_call()?
             .session
             .append(change)
             .map(|appended| appended.seq)
@@ -549,13 +647,10 @@ impl Pipeline {
             }
             station => format!("refused by the {station}: {}", refusal.reason),
         };
-        self.open_call(request)?.finish(
-            self,
-            Executed::NotStarted {
-                cause: refusal.cause,
-                reason,
-            },
-        )
+        self.open_call(request)?.finish(Executed::NotStarted {
+            cause: refusal.cause,
+            reason,
+        })
     }
 
     /// Runs the policy and capability stations over `request` without recording or

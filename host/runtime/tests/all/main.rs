@@ -6,3 +6,4 @@ mod capability;
 mod handler;
 mod plugin_abi;
 mod sandbox;
+mod store;
