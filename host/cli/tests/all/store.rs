@@ -748,6 +748,20 @@ fn a_writer_killed_mid_call_leaves_its_call_in_flight_and_the_others_untouched()
         "{}",
         text(&out.stdout)
     );
+    // `aegis log` lists the call with no outcome, and every other call as answered.
+    let out = aegis()
+        .args(["log", "--color", "never"])
+        .arg(&killed.file)
+        .output()
+        .unwrap();
+    let listed = text(&out.stdout);
+    let call_id = field(killed.lines.last().unwrap(), "call_id");
+    let open: Vec<&str> = listed
+        .lines()
+        .filter(|l| l.contains("no_outcome"))
+        .collect();
+    assert_eq!(open.len(), 1, "{listed}");
+    assert!(open[0].contains(&call_id), "{listed}");
 }
 
 /// The server restarted (an immediate shutdown: every backend gone at once) while a
