@@ -342,14 +342,16 @@ fn check(item: Item, options: &Options) -> (PathBuf, Checked) {
 /// One file's part of a many-file report.
 fn entry(path: &Path, checked: &Checked, json: bool) -> Vec<u8> {
     if json {
+        // The path whole, never cut as a display quote is: it is what a reader matches
+        // the report to (an export's names differ only in their last characters).
         let mut out = b"{\"file\":".to_vec();
-        out.extend(aegis_record::json::quote(&path.to_string_lossy()).into_bytes());
+        aegis_record::json::write_string(&path.to_string_lossy(), &mut out);
         // A name that is not UTF-8 is shown lossily above; its bytes, in hex, tell two
         // such files apart.
         if path.to_str().is_none() {
             out.extend_from_slice(b",\"file_hex\":");
             let hex = aegis_record::digest::encode_hex(path.as_os_str().as_encoded_bytes());
-            out.extend(aegis_record::json::quote(&hex).into_bytes());
+            aegis_record::json::write_string(&hex, &mut out);
         }
         match checked {
             Checked::Report(r) => {

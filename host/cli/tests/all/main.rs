@@ -22,6 +22,7 @@ mod recheck;
 mod rotate;
 mod run;
 mod shared_record;
+mod store;
 mod terminal;
 mod verify;
 mod verify_only;

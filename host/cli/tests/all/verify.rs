@@ -796,3 +796,34 @@ fn file_names_in_many_file_reports_are_escaped_and_told_apart() {
     assert_eq!(hexes.len(), 2, "{}", String::from_utf8_lossy(&out.stdout));
     assert_ne!(hexes[0], hexes[1]);
 }
+
+/// Regression (caught by the store tests, issue 34): `--json` cut each file's name at 64
+/// characters, as a quote for display does, so the files of an export
+/// (`<host>-<opened>-<nonce>.aarl`, told apart by their last characters) could not be
+/// matched to their reports.
+#[test]
+fn json_names_each_file_of_many_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let golden = std::fs::read(vectors().join("golden/golden.aarl")).unwrap();
+    let long = "h".repeat(80);
+    let files: Vec<PathBuf> = ["1", "2"]
+        .iter()
+        .map(|n| dir.path().join(format!("{long}-{n}.aarl")))
+        .collect();
+    for file in &files {
+        std::fs::write(file, &golden).unwrap();
+    }
+    let out = aegis()
+        .args(["verify", "--json"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let named: Vec<PathBuf> = stdout(&out)
+        .lines()
+        .filter_map(|l| match json::parse(l.as_bytes()).ok()? {
+            Value::Object(o) => o.get("file")?.as_str().map(PathBuf::from),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(named, files, "{}", stdout(&out));
+}
