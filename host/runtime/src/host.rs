@@ -27,7 +27,7 @@
 //! - An override's file is read when the host opens; a later change to it is the
 //!   plugin's business (the YAML evaluator keeps the set it loaded).
 
-use crate::audit::{AuditNotice, OpenedAudit, ProvenanceExtra, open_audit_with};
+use crate::audit::{AuditNotice, OpenedAudit, ProvenanceExtra, open_shared_audit};
 use crate::capability::{ToolManifest, ToolRegistry};
 use crate::handler::HostHandler;
 use crate::pipeline::{
@@ -35,6 +35,7 @@ use crate::pipeline::{
 };
 use crate::plugin::Plugin;
 use crate::profile::{PluginChoice, Profile, ProfileError};
+use crate::rate::{RateHeld, StoreLedger};
 use crate::registry::{PluginSpec, Registry};
 use crate::sandbox::{CancelToken, Options, Sandbox};
 use aegis_record::PolicySetHash;
@@ -53,6 +54,8 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct Host {
     pipeline: Arc<Pipeline>,
+    /// The rate ledger the policy station took, if it took one.
+    rate: Option<StoreLedger>,
 }
 
 /// How a host's sandbox is had.
@@ -358,8 +361,19 @@ impl Host {
     pub fn into_audit(self) -> Result<OpenedAudit, Host> {
         match Arc::try_unwrap(self.pipeline) {
             Ok(pipeline) => Ok(pipeline.into_audit()),
-            Err(pipeline) => Err(Host { pipeline }),
+            Err(pipeline) => Err(Host {
+                pipeline,
+                rate: self.rate,
+            }),
         }
+    }
+
+    /// Where the policy station's rate-limit buckets are held: `None` when the station
+    /// did not take the host's ledger (it keeps no budget, or keeps its own in its
+    /// process); else as far as the audit store's first answer has said
+    /// ([`RateHeld::NotYet`] before the first rate-limited call).
+    pub fn rate_limits(&self) -> Option<RateHeld> {
+        self.rate.as_ref().map(StoreLedger::held)
     }
 }
 
@@ -592,7 +606,7 @@ impl HostBuilder {
             serving,
             front,
         };
-        let mut pipeline = assemble(
+        let (mut pipeline, rate) = assemble(
             &profile, &registry, overrides, key, tools, handlers, sandbox,
         )?;
         let bindings = profile
@@ -604,6 +618,7 @@ impl HostBuilder {
         pipeline.set_recording(ArgumentRecording::new(bindings, record_arguments));
         Ok(Host {
             pipeline: Arc::new(pipeline),
+            rate,
         })
     }
 }
@@ -619,7 +634,9 @@ struct Overrides {
 }
 
 /// The one assembly: resolves and builds the policy and audit stations (the
-/// profile's, or the overrides'), and opens the audit session with the provenance.
+/// profile's, or the overrides'), hands the policy station the rate ledger over the
+/// audit sink, and opens the audit session with the provenance. Returns the ledger
+/// when the station took it.
 fn assemble(
     profile: &Profile,
     registry: &Registry,
@@ -628,7 +645,7 @@ fn assemble(
     tools: ToolRegistry,
     handlers: BTreeMap<String, HostHandler>,
     sandbox: Arc<Sandbox>,
-) -> Result<Pipeline, OpenError> {
+) -> Result<(Pipeline, Option<StoreLedger>), OpenError> {
     let Overrides {
         policy,
         audit,
@@ -689,6 +706,21 @@ fn assemble(
             OpenError::Profile(e)
         }
     })?;
+    // The station's rate limits go to the audit store (or, when it keeps none, to
+    // buckets the host keeps in this process), before the first call and before the
+    // session opens, so a station that refuses the ledger leaves nothing recorded.
+    let sink = Arc::new(sink);
+    let ledger = StoreLedger::new(sink.clone());
+    let shared = evaluator
+        .share_rate_limits(ledger.boxed())
+        .into_result()
+        .map_err(|e| {
+            profile.plugin_error(
+                "policy",
+                &policy_choice,
+                format!("refused the host's rate-limit ledger: {e}"),
+            )
+        })?;
     let mut recorded = Vec::new();
     if let Some(o) = &policy {
         let mut entry = override_entry(o, &profile.policy, &policy_plugin);
@@ -707,7 +739,7 @@ fn assemble(
     if let Some(o) = &audit {
         recorded.push(override_entry(o, &profile.audit, &sink_plugin));
     }
-    let opened = open_audit_with(
+    let opened = open_shared_audit(
         sink,
         &sink_plugin,
         key,
@@ -720,8 +752,9 @@ fn assemble(
             front,
         },
     )?;
-    Ok(Pipeline::from_parts(
-        evaluator, opened, tools, handlers, sandbox,
+    Ok((
+        Pipeline::from_parts(evaluator, opened, tools, handlers, sandbox),
+        shared.then_some(ledger),
     ))
 }
 
