@@ -5,4 +5,5 @@
 mod capability;
 mod handler;
 mod plugin_abi;
+mod rate;
 mod sandbox;
