@@ -22,6 +22,11 @@
 //!   volatile sink accepts, see [`crate::audit`]), no tools, no handlers, a sandbox
 //!   with no compilation cache and no instance pool, and no waiting for a busy audit
 //!   sink (a record another process holds fails the open with [`OpenError::Busy`]).
+//! - The policy station is handed a rate ledger over the audit sink before the session
+//!   opens ([`crate::rate`]): its rate limits are the store's when the store keeps
+//!   buckets, the host process's otherwise, and a store error refuses the call. A
+//!   station that refuses the ledger fails the open, with nothing recorded.
+//!   [`policy_station`] (what `aegis recheck` asks) hands none.
 //!
 //! # Non-guarantees
 //! - An override's file is read when the host opens; a later change to it is the
@@ -174,6 +179,8 @@ fn station_plugin(
 /// `policy_file` the YAML evaluator over that file, resolved exactly as
 /// [`HostBuilder::policy_file`] resolves it — built alone: no audit session, no sandbox,
 /// no tools, nothing written (`aegis recheck`). Also returns the plugin that built it.
+/// It is handed no rate ledger: its rate limits are its own, so a replay never spends
+/// a live budget held in the audit store.
 ///
 /// # Errors
 /// As [`HostBuilder::open`] for the policy station: the plugin cannot be resolved or
