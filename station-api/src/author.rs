@@ -9,14 +9,15 @@ use crate::{
     AuditSink, AuditSink_TO, AuditSinkBox, CallAnswer, ConfinementBackend, ConfinementBackend_TO,
     ConfinementBackendBox, ConfinementReport, ConfinementRequest, IndexedAnswer, IndexedDecision,
     PluginError, PolicyDecision, PolicyEvaluator, PolicyEvaluator_TO, PolicyEvaluatorBox,
-    PolicyRequest, Retention, StoredSession, Tail, each_axis, guard, index_decisions,
+    PolicyRequest, RateLedgerBox, Retention, StoredSession, Tail, each_axis, guard,
+    index_decisions,
 };
 use abi_stable::sabi_trait::TD_Opaque;
 #[cfg(not(aegis_api_before_indexed))]
 use abi_stable::std_types::RSliceMut;
 use abi_stable::std_types::{RResult, RSlice, RStr, RString, RVec};
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
 /// A policy evaluator, in plain Rust.
@@ -99,6 +100,18 @@ pub trait Policy: Send + Sync + 'static {
         let _ = (values, known);
         self.evaluate_call(request, None, axes, out)
     }
+
+    /// Takes the ledger the host shares for rate limits: see
+    /// [`PolicyEvaluator::share_rate_limits`]. The default keeps no budget and answers
+    /// `false`; an evaluator with rate limits hands the ledger to its [`RateLimits`]
+    /// ([`RateLimits::share`]), takes with [`RateLimits::try_take`], and answers `true`.
+    ///
+    /// # Errors
+    /// When the evaluator cannot take the ledger; the host then refuses to open.
+    fn share_rate_limits(&self, ledger: RateLedgerBox) -> Result<bool, PluginError> {
+        drop(ledger);
+        Ok(false)
+    }
 }
 
 /// A confinement backend, in plain Rust.
@@ -177,9 +190,23 @@ pub struct Rate {
 /// evaluates: what a policy station keeps to answer a rate limit. A bucket starts full
 /// (`max` tokens) and refills at `max` per `per_seconds`; a rule whose rate changes (a
 /// reload) starts a fresh bucket.
-#[derive(Debug, Default)]
+///
+/// Once given a ledger ([`RateLimits::share`]), every take goes to it instead, keyed by
+/// the rule id, and the buckets in the process are no longer used: the budget is the
+/// ledger's (the host's, held in the audit store when the store keeps buckets).
+#[derive(Default)]
 pub struct RateLimits {
     buckets: Mutex<HashMap<String, Bucket>>,
+    ledger: OnceLock<RateLedgerBox>,
+}
+
+impl std::fmt::Debug for RateLimits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimits")
+            .field("buckets", &self.buckets)
+            .field("shared", &self.ledger.get().is_some())
+            .finish()
+    }
 }
 
 #[derive(Debug)]
@@ -195,14 +222,64 @@ impl RateLimits {
         RateLimits::default()
     }
 
-    /// Takes one token from rule `id`'s bucket at `rate`; whether there was one.
+    /// Takes every later token from `ledger` instead of the buckets in this process.
+    /// The buckets already spent are not carried over: the ledger's budget is its own.
+    ///
+    /// # Errors
+    /// A ledger was shared already: one budget, never two in turn.
+    pub fn share(&self, ledger: RateLedgerBox) -> Result<(), PluginError> {
+        self.ledger.set(ledger).map_err(|_| {
+            PluginError::new(
+                crate::ErrorKind::OTHER,
+                "rate limits are already shared with a ledger",
+            )
+        })
+    }
+
+    /// Whether takes go to a shared ledger.
+    pub fn is_shared(&self) -> bool {
+        self.ledger.get().is_some()
+    }
+
+    /// [`RateLimits::try_take`] at `rate`.
+    ///
+    /// # Errors
+    /// As [`RateLimits::try_take`].
+    pub fn try_take_at(&self, id: &str, rate: Rate) -> Result<bool, PluginError> {
+        self.try_take(id, rate.max, rate.per_seconds)
+    }
+
+    /// Takes one token from rule `id`'s bucket (at most `max` calls per `per_seconds`):
+    /// the shared ledger's when one was given, else this process's; whether there was
+    /// one.
+    ///
+    /// # Errors
+    /// The ledger's error. The caller fails its evaluation with it, so the call is
+    /// refused: an unreachable store is never "within budget", and there is no falling
+    /// back to this process's buckets.
+    pub fn try_take(&self, id: &str, max: u64, per_seconds: u64) -> Result<bool, PluginError> {
+        match self.ledger.get() {
+            Some(ledger) => ledger.take(RStr::from(id), max, per_seconds).into_result(),
+            None => Ok(self.take_local(id, max, per_seconds)),
+        }
+    }
+
+    /// Takes one token from rule `id`'s bucket at `rate`; whether there was one. See
+    /// [`RateLimits::take`].
     pub fn take_at(&self, id: &str, rate: Rate) -> bool {
         self.take(id, rate.max, rate.per_seconds)
     }
 
     /// Takes one token from rule `id`'s bucket (at most `max` calls per `per_seconds`);
-    /// whether there was one.
+    /// whether there was one. Without a ledger this never fails. With one, a ledger
+    /// error answers `false` (no token: fails closed); use [`RateLimits::try_take`] to
+    /// tell an error from an empty bucket.
     pub fn take(&self, id: &str, max: u64, per_seconds: u64) -> bool {
+        self.try_take(id, max, per_seconds).unwrap_or(false)
+    }
+
+    /// A token from this process's bucket for rule `id`.
+    fn take_local(&self, id: &str, max: u64, per_seconds: u64) -> bool {
         let now = Instant::now();
         let fresh = || Bucket {
             rate: (max, per_seconds),
@@ -278,6 +355,11 @@ impl<T: Policy> PolicyEvaluator for Guarded<T> {
             self.0
                 .evaluate_call(request, arguments, axes.as_slice(), out.as_mut_slice())
         })
+    }
+
+    #[cfg(not(aegis_api_before_indexed))]
+    fn share_rate_limits(&self, ledger: RateLedgerBox) -> RResult<bool, PluginError> {
+        guard(|| self.0.share_rate_limits(ledger))
     }
 
     #[cfg(not(aegis_api_before_indexed))]
@@ -529,4 +611,115 @@ macro_rules! export_root {
             }
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Rate, RateLimits};
+    use crate::{ErrorKind, PluginError, RateLedger, RateLedger_TO, RateLedgerBox};
+    use abi_stable::sabi_trait::TD_Opaque;
+    use abi_stable::std_types::{RResult, RStr};
+    use std::sync::{Arc, Mutex};
+
+    /// A ledger that records every take and answers from a budget of `left` tokens
+    /// shared by all its clones, or fails every take.
+    #[derive(Clone)]
+    struct Counting {
+        takes: Arc<Mutex<Vec<(String, u64, u64)>>>,
+        left: Arc<Mutex<u64>>,
+        fails: bool,
+    }
+
+    impl Counting {
+        fn new(left: u64, fails: bool) -> Counting {
+            Counting {
+                takes: Arc::default(),
+                left: Arc::new(Mutex::new(left)),
+                fails,
+            }
+        }
+
+        fn boxed(&self) -> RateLedgerBox {
+            RateLedger_TO::from_value(self.clone(), TD_Opaque)
+        }
+
+        fn takes(&self) -> Vec<(String, u64, u64)> {
+            self.takes.lock().unwrap().clone()
+        }
+    }
+
+    impl RateLedger for Counting {
+        fn take(&self, bucket: RStr<'_>, max: u64, per_seconds: u64) -> RResult<bool, PluginError> {
+            self.takes
+                .lock()
+                .unwrap()
+                .push((bucket.to_string(), max, per_seconds));
+            if self.fails {
+                return RResult::RErr(PluginError::new(ErrorKind::IO, "store unreachable"));
+            }
+            let mut left = self.left.lock().unwrap();
+            let had = *left > 0;
+            *left = left.saturating_sub(1);
+            RResult::ROk(had)
+        }
+    }
+
+    const RATE: Rate = Rate {
+        max: 2,
+        per_seconds: 3600,
+    };
+
+    /// Without a ledger a bucket is the process's: `max` tokens, then none.
+    #[test]
+    fn without_a_ledger_the_budget_is_the_processs() {
+        let limits = RateLimits::new();
+        assert!(!limits.is_shared());
+        let taken: Vec<bool> = (0..3).map(|_| limits.take_at("r", RATE)).collect();
+        assert_eq!(taken, [true, true, false]);
+        assert_eq!(limits.try_take_at("r", RATE), Ok(false));
+        assert_eq!(limits.try_take_at("other", RATE), Ok(true));
+    }
+
+    /// Once shared, every take goes to the ledger under the rule id and rate, and the
+    /// ledger's answer is the answer: two evaluators' `RateLimits` sharing one ledger
+    /// spend one budget (the local buckets, which would allow 2 each, are not asked).
+    #[test]
+    fn a_shared_ledger_holds_the_budget_keyed_by_rule_id() {
+        let ledger = Counting::new(3, false);
+        let (a, b) = (RateLimits::new(), RateLimits::new());
+        a.share(ledger.boxed()).unwrap();
+        b.share(ledger.boxed()).unwrap();
+        assert!(a.is_shared() && b.is_shared());
+        let taken: Vec<bool> = (0..3)
+            .flat_map(|_| [a.try_take_at("r", RATE), b.try_take_at("r", RATE)])
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(taken, [true, true, true, false, false, false]);
+        assert_eq!(ledger.takes(), vec![("r".to_owned(), 2, 3600); 6]);
+    }
+
+    /// A ledger that fails makes the take fail: never within budget, and never the
+    /// process's buckets instead. `take` (which cannot say why) answers no token.
+    #[test]
+    fn a_failing_ledger_fails_the_take_and_never_falls_back() {
+        let ledger = Counting::new(0, true);
+        let limits = RateLimits::new();
+        limits.share(ledger.boxed()).unwrap();
+        let e = limits.try_take_at("r", RATE).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::IO);
+        assert_eq!(e.message.as_str(), "store unreachable");
+        assert!(!limits.take_at("r", RATE));
+        assert_eq!(ledger.takes().len(), 2);
+    }
+
+    /// One budget, never two in turn: a second ledger is refused and the first stays.
+    #[test]
+    fn a_second_ledger_is_refused() {
+        let (first, second) = (Counting::new(5, false), Counting::new(5, false));
+        let limits = RateLimits::new();
+        limits.share(first.boxed()).unwrap();
+        assert!(limits.share(second.boxed()).is_err());
+        assert_eq!(limits.try_take_at("r", RATE), Ok(true));
+        assert_eq!((first.takes().len(), second.takes().len()), (1, 0));
+    }
 }

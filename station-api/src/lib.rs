@@ -544,7 +544,42 @@ pub trait PolicyEvaluator: Send + Sync {
         let _ = (values, known);
         self.evaluate_call(request, RStr::from(""), axes, out)
     }
+
+    /// Hands the evaluator the ledger its rate limits are to be taken from from now on:
+    /// a bucket per rule id that every process sharing the ledger's store shares. The
+    /// host asks once, after the audit sink is built and before the first call, and
+    /// never for a replay (`aegis recheck` spends the evaluator's own budget). The
+    /// answer is whether the evaluator took it: `false` for one that keeps no budget,
+    /// or keeps its own and cannot share it.
+    ///
+    /// A ledger that fails ([`RateLedger::take`] answers an error) must fail the
+    /// evaluation that asked: the host then refuses the call. Never read an unreachable
+    /// store as "within budget", and never fall back to a budget of the process's own.
+    ///
+    /// Added after `evaluate_stated_call`, with a default body that answers `false`.
+    fn share_rate_limits(&self, ledger: RateLedgerBox) -> RResult<bool, PluginError> {
+        drop(ledger);
+        RResult::ROk(false)
+    }
     // previous-api: end of cut.
+}
+
+/// Rate-limit buckets held where many processes can share them: what the host hands
+/// a policy evaluator ([`PolicyEvaluator::share_rate_limits`]) so that a policy's
+/// `rate_limit` holds across processes and hosts. The host's ledger takes from the
+/// audit store ([`AuditSink::take_rate`]) when the store keeps buckets, and from
+/// buckets in its own process when it does not.
+#[sabi_trait]
+pub trait RateLedger: Send + Sync {
+    /// Takes one token from bucket `bucket` (at most `max` calls per `per_seconds`,
+    /// refilled continuously; a bucket whose rate changes starts again full); whether
+    /// there was one.
+    ///
+    /// # Errors
+    /// The ledger could not answer (its store is unreachable, say): the evaluation
+    /// that asked must fail, so that the call is refused.
+    #[sabi(last_prefix_field)]
+    fn take(&self, bucket: RStr<'_>, max: u64, per_seconds: u64) -> RResult<bool, PluginError>;
 }
 
 /// What [`PolicyEvaluator::evaluate_call`] returns: the answer of
@@ -801,6 +836,8 @@ pub struct StoredSession {
     pub lines: u64,
 }
 
+/// A rate ledger across the boundary.
+pub type RateLedgerBox = RateLedger_TO<'static, RBox<()>>;
 /// A policy evaluator across the boundary.
 pub type PolicyEvaluatorBox = PolicyEvaluator_TO<'static, RBox<()>>;
 /// A confinement backend across the boundary.

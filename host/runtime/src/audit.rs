@@ -127,8 +127,9 @@ fn at(location: &str) -> String {
     }
 }
 
-/// An audit sink as the chain writer sees it.
-struct SinkAdapter(AuditSinkBox);
+/// An audit sink as the chain writer sees it. The sink is shared with the host's rate
+/// ledger ([`crate::rate`]), which takes rate-limit tokens from the same store.
+struct SinkAdapter(Arc<AuditSinkBox>);
 
 impl LineSink for SinkAdapter {
     fn append(&self, line: &[u8]) -> std::io::Result<()> {
@@ -312,6 +313,18 @@ pub fn open_audit(
 /// See [`RetentionError`].
 pub fn open_audit_with(
     sink: AuditSinkBox,
+    sink_plugin: &Plugin,
+    key: Option<SigningKey>,
+    profile: &Profile,
+    plugins: &[(&str, &Plugin)],
+    extra: ProvenanceExtra,
+) -> Result<OpenedAudit, RetentionError> {
+    open_shared_audit(Arc::new(sink), sink_plugin, key, profile, plugins, extra)
+}
+
+/// [`open_audit_with`] on a sink shared with the host's rate ledger.
+pub(crate) fn open_shared_audit(
+    sink: Arc<AuditSinkBox>,
     sink_plugin: &Plugin,
     key: Option<SigningKey>,
     profile: &Profile,

@@ -22,12 +22,17 @@
 //!   volatile sink accepts, see [`crate::audit`]), no tools, no handlers, a sandbox
 //!   with no compilation cache and no instance pool, and no waiting for a busy audit
 //!   sink (a record another process holds fails the open with [`OpenError::Busy`]).
+//! - The policy station is handed a rate ledger over the audit sink before the session
+//!   opens ([`crate::rate`]): its rate limits are the store's when the store keeps
+//!   buckets, the host process's otherwise, and a store error refuses the call. A
+//!   station that refuses the ledger fails the open, with nothing recorded.
+//!   [`policy_station`] (what `aegis recheck` asks) hands none.
 //!
 //! # Non-guarantees
 //! - An override's file is read when the host opens; a later change to it is the
 //!   plugin's business (the YAML evaluator keeps the set it loaded).
 
-use crate::audit::{AuditNotice, OpenedAudit, ProvenanceExtra, open_audit_with};
+use crate::audit::{AuditNotice, OpenedAudit, ProvenanceExtra, open_shared_audit};
 use crate::capability::{ToolManifest, ToolRegistry};
 use crate::handler::HostHandler;
 use crate::pipeline::{
@@ -36,6 +41,7 @@ use crate::pipeline::{
 };
 use crate::plugin::Plugin;
 use crate::profile::{PluginChoice, Profile, ProfileError};
+use crate::rate::{RateHeld, StoreLedger};
 use crate::registry::{PluginSpec, Registry};
 use crate::sandbox::{CancelToken, Options, Sandbox};
 use aegis_record::PolicySetHash;
@@ -54,6 +60,8 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct Host {
     pipeline: Arc<Pipeline>,
+    /// The rate ledger the policy station took, if it took one.
+    rate: Option<StoreLedger>,
 }
 
 /// How a host's sandbox is had.
@@ -172,6 +180,8 @@ fn station_plugin(
 /// `policy_file` the YAML evaluator over that file, resolved exactly as
 /// [`HostBuilder::policy_file`] resolves it — built alone: no audit session, no sandbox,
 /// no tools, nothing written (`aegis recheck`). Also returns the plugin that built it.
+/// It is handed no rate ledger: its rate limits are its own, so a replay never spends
+/// a live budget held in the audit store.
 ///
 /// # Errors
 /// As [`HostBuilder::open`] for the policy station: the plugin cannot be resolved or
@@ -372,9 +382,21 @@ impl Host {
         match Arc::try_unwrap(self.pipeline) {
             Ok(pipeline) => pipeline.into_audit().map_err(|pipeline| Host {
                 pipeline: Arc::new(*pipeline),
+                rate: self.rate,
             }),
-            Err(pipeline) => Err(Host { pipeline }),
+            Err(pipeline) => Err(Host {
+                pipeline,
+                rate: self.rate,
+            }),
         }
+    }
+
+    /// Where the policy station's rate-limit buckets are held: `None` when the station
+    /// did not take the host's ledger (it keeps no budget, or keeps its own in its
+    /// process); else as far as the audit store's first answer has said
+    /// ([`RateHeld::NotYet`] before the first rate-limited call).
+    pub fn rate_limits(&self) -> Option<RateHeld> {
+        self.rate.as_ref().map(StoreLedger::held)
     }
 }
 
@@ -607,7 +629,7 @@ impl HostBuilder {
             serving,
             front,
         };
-        let mut pipeline = assemble(
+        let (mut pipeline, rate) = assemble(
             &profile, &registry, overrides, key, tools, handlers, sandbox,
         )?;
         let bindings = profile
@@ -619,6 +641,7 @@ impl HostBuilder {
         pipeline.set_recording(ArgumentRecording::new(bindings, record_arguments));
         Ok(Host {
             pipeline: Arc::new(pipeline),
+            rate,
         })
     }
 }
@@ -634,7 +657,9 @@ struct Overrides {
 }
 
 /// The one assembly: resolves and builds the policy and audit stations (the
-/// profile's, or the overrides'), and opens the audit session with the provenance.
+/// profile's, or the overrides'), hands the policy station the rate ledger over the
+/// audit sink, and opens the audit session with the provenance. Returns the ledger
+/// when the station took it.
 fn assemble(
     profile: &Profile,
     registry: &Registry,
@@ -643,7 +668,7 @@ fn assemble(
     tools: ToolRegistry,
     handlers: BTreeMap<String, HostHandler>,
     sandbox: Arc<Sandbox>,
-) -> Result<Pipeline, OpenError> {
+) -> Result<(Pipeline, Option<StoreLedger>), OpenError> {
     let Overrides {
         policy,
         audit,
@@ -704,6 +729,21 @@ fn assemble(
             OpenError::Profile(e)
         }
     })?;
+    // The station's rate limits go to the audit store (or, when it keeps none, to
+    // buckets the host keeps in this process), before the first call and before the
+    // session opens, so a station that refuses the ledger leaves nothing recorded.
+    let sink = Arc::new(sink);
+    let ledger = StoreLedger::new(sink.clone());
+    let shared = evaluator
+        .share_rate_limits(ledger.boxed())
+        .into_result()
+        .map_err(|e| {
+            profile.plugin_error(
+                "policy",
+                &policy_choice,
+                format!("refused the host's rate-limit ledger: {e}"),
+            )
+        })?;
     let mut recorded = Vec::new();
     if let Some(o) = &policy {
         let mut entry = override_entry(o, &profile.policy, &policy_plugin);
@@ -729,7 +769,7 @@ fn assemble(
         front,
         resumes: None,
     };
-    let opened = open_audit_with(
+    let opened = open_shared_audit(
         sink,
         &sink_plugin,
         key.clone(),
@@ -741,12 +781,13 @@ fn assemble(
     let mut pipeline = Pipeline::from_parts(evaluator, opened, tools, handlers, sandbox);
     if resumable {
         let (profile, config) = (profile.clone(), audit_choice.config.clone());
+        let ledger = ledger.clone();
         pipeline.set_resume(Resume::new(move |stopped: &OpenedAudit| {
-            let sink = sink_plugin.audit_sink(&config).map_err(|e| e.to_string())?;
+            let sink = Arc::new(sink_plugin.audit_sink(&config).map_err(|e| e.to_string())?);
             let mut resumes = Object::new();
             resumes.insert("open_line_hash", stopped.open_line().to_hex());
-            open_audit_with(
-                sink,
+            let opened = open_shared_audit(
+                sink.clone(),
                 &sink_plugin,
                 key.clone(),
                 &profile,
@@ -756,10 +797,13 @@ fn assemble(
                     ..extra.clone()
                 },
             )
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+            // The stopped sink's connection is gone: rate limits follow the new one.
+            ledger.follow(sink);
+            Ok(opened)
         }));
     }
-    Ok(pipeline)
+    Ok((pipeline, shared.then_some(ledger)))
 }
 
 /// Builds the audit sink; while it says it is busy and the caller chose to wait, says so

@@ -18,6 +18,7 @@ pub mod outcome;
 pub mod pipeline;
 pub mod plugin;
 pub mod profile;
+pub mod rate;
 pub mod recheck;
 pub mod refusal;
 pub mod registry;

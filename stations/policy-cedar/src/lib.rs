@@ -36,7 +36,11 @@
 //!   escaped by a caller who states another.
 //! - Cedar's `like` matches raw strings. `/data/../etc/passwd` is `like "/data/*"`:
 //!   normalising a path argument before it reaches any evaluator is the host's job.
-//! - Rate-limit state lives in the process: a restart refills every bucket.
+//! - Rate-limit state lives in the process — a restart refills every bucket — unless
+//!   the host shares a ledger ([`Policy::share_rate_limits`]): then every bucket is
+//!   the ledger's, held in the audit store when the store keeps buckets (see
+//!   `spec/PROFILES.md`, "Rate limits across processes"). A ledger that fails fails
+//!   the evaluation, so the host refuses the call.
 //!
 //! [`DecisionTable`]: aegis_station_api::DecisionTable
 
@@ -45,7 +49,7 @@ pub mod set;
 use aegis_station_api::abi_stable::std_types::{RArc, ROption, RStr, RString};
 use aegis_station_api::{
     CallAnswer, DecisionTable, ErrorKind, IndexedAnswer, IndexedDecision, NarrowingLimits,
-    PluginError, Policy, PolicyDecision, PolicyRequest, RateLimits, Verdict,
+    PluginError, Policy, PolicyDecision, PolicyRequest, RateLedgerBox, RateLimits, Verdict,
 };
 use arc_swap::ArcSwap;
 use cedar_policy::{
@@ -195,7 +199,8 @@ impl CedarEngine {
     /// or nest deeper than [`MAX_ARGUMENT_DEPTH`], refuse the call.
     ///
     /// # Errors
-    /// More axes than `out` has slots.
+    /// More axes than `out` has slots, or a shared rate ledger failed
+    /// ([`Policy::share_rate_limits`]).
     pub fn decide(
         &self,
         request: &PolicyRequest<'_>,
@@ -235,7 +240,7 @@ impl CedarEngine {
                         context.clone(),
                         None,
                     ) {
-                        Ok(r) => self.decide_one(&set, &r, &mut counted),
+                        Ok(r) => self.decide_one(&set, &r, &mut counted)?,
                         Err(_) => Decided::refused(reason::BAD_REQUEST),
                     }
                 }
@@ -277,12 +282,15 @@ impl CedarEngine {
 
     /// Decides one axis. `counted` holds each rate-limited permit already charged for
     /// this call (by position), with whether it had a token.
+    ///
+    /// # Errors
+    /// A shared rate ledger failed: the whole call fails, so the host refuses it.
     fn decide_one(
         &self,
         set: &CedarSet,
         request: &Request,
         counted: &mut Vec<(u32, bool)>,
-    ) -> Decided {
+    ) -> Result<Decided, PluginError> {
         let response = self
             .authorizer
             .is_authorized(request, set.cedar(), set.entities());
@@ -305,7 +313,7 @@ impl CedarEngine {
                     .collect();
                 d.extra = Some(format!("forbidden by policies {}", ids.join(", ")));
             }
-            return d;
+            return Ok(d);
         }
         // Cedar leaves a failing policy out of its decision; here it refuses.
         let mut failed: Vec<u32> = diagnostics
@@ -316,13 +324,13 @@ impl CedarEngine {
             .collect();
         if diagnostics.errors().next().is_some() {
             failed.sort_unstable();
-            return match failed.first() {
+            return Ok(match failed.first() {
                 Some(&at) => Decided::at(Verdict::DENY, at, reasons_of(at).map(|r| r.error)),
                 None => Decided::refused(reason::BAD_REQUEST),
-            };
+            });
         }
         if response.decision() == Decision::Deny {
-            return Decided::refused(reason::NO_PERMIT);
+            return Ok(Decided::refused(reason::NO_PERMIT));
         }
         let metas = set.policies();
         let meta = |at: u32| metas.get(at as usize);
@@ -330,11 +338,11 @@ impl CedarEngine {
             .iter()
             .find(|&&at| meta(at).is_some_and(|m| m.pending_approval))
         {
-            return Decided::at(
+            return Ok(Decided::at(
                 Verdict::PENDING_APPROVAL,
                 at,
                 reasons_of(at).map(|r| r.decided),
-            );
+            ));
         }
         let limits = deciding
             .iter()
@@ -349,31 +357,35 @@ impl CedarEngine {
             let within = match counted.iter().find(|&&(p, _)| p == at) {
                 Some(&(_, within)) => within,
                 None => {
-                    let within = self.take(&m.id, rate);
+                    let within = self.take(&m.id, rate)?;
                     counted.push((at, within));
                     within
                 }
             };
             if !within {
-                return Decided::at(
+                return Ok(Decided::at(
                     Verdict::RATE_LIMIT,
                     at,
                     reasons_of(at).map(|r| r.over_limit),
-                );
+                ));
             }
         }
         if let Some(at) = first_limited {
             rule = at;
         }
-        Decided {
+        Ok(Decided {
             limits,
             ..Decided::at(Verdict::ALLOW, rule, reasons_of(rule).map(|r| r.decided))
-        }
+        })
     }
 
-    /// Takes one token from policy `id`'s bucket; whether there was one.
-    fn take(&self, id: &str, rate: Rate) -> bool {
-        self.buckets.take_at(id, rate)
+    /// Takes one token from policy `id`'s bucket (the shared ledger's, once the host
+    /// gave one); whether there was one.
+    ///
+    /// # Errors
+    /// The shared ledger failed; never read as a token.
+    fn take(&self, id: &str, rate: Rate) -> Result<bool, PluginError> {
+        self.buckets.try_take_at(id, rate)
     }
 
     /// [`CedarEngine::decide`] in the owned form: one [`PolicyDecision`] per axis asked.
@@ -579,6 +591,11 @@ impl Policy for CedarEngine {
                 Ok(CallAnswer::from(self.decide(request, axes, None, out)?))
             }
         }
+    }
+
+    /// Every `@rate_limit` permit takes from `ledger` from now on, keyed by its id.
+    fn share_rate_limits(&self, ledger: RateLedgerBox) -> Result<bool, PluginError> {
+        self.buckets.share(ledger).map(|()| true)
     }
 }
 

@@ -21,7 +21,11 @@
 //! # Non-guarantees
 //! - Rules over arguments compare what the client sent, lexically; see [`arguments`].
 //! - The role is asserted by the caller and not authenticated here; see [`set`].
-//! - Rate-limit state lives in the process: a restart refills every bucket.
+//! - Rate-limit state lives in the process — a restart refills every bucket — unless
+//!   the host shares a ledger ([`Policy::share_rate_limits`]): then every bucket is
+//!   the ledger's, held in the audit store when the store keeps buckets (see
+//!   `spec/PROFILES.md`, "Rate limits across processes"). A ledger that fails fails
+//!   the evaluation, so the host refuses the call.
 
 pub mod arguments;
 pub mod set;
@@ -29,7 +33,7 @@ pub mod set;
 use aegis_station_api::abi_stable::std_types::{ROption, RStr, RString};
 use aegis_station_api::{
     CallAnswer, ErrorKind, IndexedAnswer, IndexedDecision, Limits, PluginError, Policy,
-    PolicyDecision, PolicyRequest, RateLimits, Verdict,
+    PolicyDecision, PolicyRequest, RateLedgerBox, RateLimits, Verdict,
 };
 use arc_swap::ArcSwap;
 use arguments::{CallArguments, Fit};
@@ -112,17 +116,33 @@ impl PolicyEngine {
     }
 
     /// Decides one call that names `capability` (asked alone).
-    pub fn decide(&self, tool: &str, capability: &str, role: &str) -> PolicyDecision {
+    ///
+    /// # Errors
+    /// A shared rate ledger failed ([`Policy::share_rate_limits`]).
+    pub fn decide(
+        &self,
+        tool: &str,
+        capability: &str,
+        role: &str,
+    ) -> Result<PolicyDecision, PluginError> {
         let set = self.set.load();
         let mut call = CallState::new(CallArguments::Unknown);
-        let d = self.decide_in(&set, tool, capability, role, &mut call);
-        owned(&set, d)
+        let d = self.decide_in(&set, tool, capability, role, &mut call)?;
+        Ok(owned(&set, d))
     }
 
     /// Decides one call over each of `axes` in order, stopping after the first answer
     /// that is not an allow: one decision per axis asked. All axes are decided by the
     /// same set, and a rate_limit rule takes at most one token for the whole call.
-    pub fn decide_axes(&self, tool: &str, axes: &[&str], role: &str) -> Vec<PolicyDecision> {
+    ///
+    /// # Errors
+    /// A shared rate ledger failed ([`Policy::share_rate_limits`]).
+    pub fn decide_axes(
+        &self,
+        tool: &str,
+        axes: &[&str],
+        role: &str,
+    ) -> Result<Vec<PolicyDecision>, PluginError> {
         self.decide_each(tool, axes.iter().copied(), role)
     }
 
@@ -133,19 +153,19 @@ impl PolicyEngine {
         tool: &str,
         axes: impl ExactSizeIterator<Item = &'a str>,
         role: &str,
-    ) -> Vec<PolicyDecision> {
+    ) -> Result<Vec<PolicyDecision>, PluginError> {
         let set = self.set.load();
         let mut call = CallState::new(CallArguments::Unknown);
         let mut answers = Vec::with_capacity(axes.len());
         for axis in axes {
-            let d = self.decide_in(&set, tool, axis, role, &mut call);
+            let d = self.decide_in(&set, tool, axis, role, &mut call)?;
             let allowed = d.verdict == Verdict::ALLOW;
             answers.push(owned(&set, d));
             if !allowed {
                 break;
             }
         }
-        answers
+        Ok(answers)
     }
 
     /// [`PolicyEngine::decide_axes`] in the indexed form the host asks for
@@ -241,7 +261,7 @@ impl PolicyEngine {
         // allows (the host records the first allow), else the refusing axis's.
         let mut recorded_read = None;
         for (axis, slot) in axes.zip(out.iter_mut()) {
-            let d = self.decide_in(&set, tool, axis, role, &mut call);
+            let d = self.decide_in(&set, tool, axis, role, &mut call)?;
             let read = call.read.take();
             if answered == 0 || d.verdict != Verdict::ALLOW {
                 recorded_read = read;
@@ -277,6 +297,9 @@ impl PolicyEngine {
     }
 
     /// Decides one ask against `set`, keeping in `call` what spans the call's axes.
+    ///
+    /// # Errors
+    /// A shared rate ledger failed: the whole call fails, so the host refuses it.
     fn decide_in(
         &self,
         set: &PolicySet,
@@ -284,7 +307,7 @@ impl PolicyEngine {
         capability: &str,
         role: &str,
         call: &mut CallState,
-    ) -> Decided {
+    ) -> Result<Decided, PluginError> {
         let selected = set.select_call(tool, capability, role, &call.args);
         let would_allow = match &selected {
             None => set.default != Action::Deny,
@@ -297,14 +320,18 @@ impl PolicyEngine {
             && let Some(unknown) = set.first_unknown(tool, capability, role, &call.args)
         {
             call.needed |= call.unstated(&set.rules()[unknown as usize]);
-            return Decided::new(Verdict::DENY, Some(unknown), set::reason::ARGUMENTS_UNKNOWN);
+            return Ok(Decided::new(
+                Verdict::DENY,
+                Some(unknown),
+                set::reason::ARGUMENTS_UNKNOWN,
+            ));
         }
         let Some(selected) = selected else {
             let (verdict, reason) = match set.default {
                 Action::Deny => (Verdict::DENY, set::reason::DEFAULT_DENY),
                 _ => (Verdict::ALLOW, set::reason::DEFAULT_ALLOW),
             };
-            return Decided::new(verdict, None, reason);
+            return Ok(Decided::new(verdict, None, reason));
         };
         let at = selected.position;
         let rule = &set.rules()[at as usize];
@@ -316,12 +343,16 @@ impl PolicyEngine {
         }
         if selected.fit == Fit::Unknown && rule.can_allow() {
             // Allowing on what could not be compared would widen authority.
-            return Decided::new(Verdict::DENY, Some(at), set::reason::ARGUMENTS_UNKNOWN);
+            return Ok(Decided::new(
+                Verdict::DENY,
+                Some(at),
+                set::reason::ARGUMENTS_UNKNOWN,
+            ));
         }
         // Every selected position is a rule's, so it has reasons.
         let reason = |over_limit| set.reason_position(at, over_limit).unwrap_or(u32::MAX);
         let counted = &mut call.counted;
-        match rule.action {
+        Ok(match rule.action {
             Action::Allow => Decided::new(Verdict::ALLOW, Some(at), reason(false)),
             Action::Deny => Decided::new(Verdict::DENY, Some(at), reason(false)),
             Action::PendingApproval => Decided {
@@ -333,7 +364,7 @@ impl PolicyEngine {
                 let within = match counted.iter().find(|&&(p, _)| p == at) {
                     Some(&(_, within)) => within,
                     None => {
-                        let within = self.take(&rule.id, rate);
+                        let within = self.take(&rule.id, rate)?;
                         counted.push((at, within));
                         within
                     }
@@ -344,12 +375,16 @@ impl PolicyEngine {
                     Decided::new(Verdict::RATE_LIMIT, Some(at), reason(true))
                 }
             }
-        }
+        })
     }
 
-    /// Takes one token from rule `id`'s bucket; whether there was one.
-    fn take(&self, id: &str, rate: Rate) -> bool {
-        self.buckets.take_at(id, rate)
+    /// Takes one token from rule `id`'s bucket (the shared ledger's, once the host
+    /// gave one); whether there was one.
+    ///
+    /// # Errors
+    /// The shared ledger failed; never read as a token.
+    fn take(&self, id: &str, rate: Rate) -> Result<bool, PluginError> {
+        self.buckets.try_take_at(id, rate)
     }
 }
 
@@ -443,11 +478,11 @@ impl Policy for PolicyEngine {
     }
 
     fn evaluate(&self, request: &PolicyRequest<'_>) -> Result<PolicyDecision, PluginError> {
-        Ok(self.decide(
+        self.decide(
             request.tool_id.as_str(),
             request.capability.as_str(),
             request.role.as_str(),
-        ))
+        )
     }
 
     fn evaluate_axes(
@@ -455,11 +490,11 @@ impl Policy for PolicyEngine {
         request: &PolicyRequest<'_>,
         axes: &[RStr<'_>],
     ) -> Result<Vec<PolicyDecision>, PluginError> {
-        Ok(self.decide_each(
+        self.decide_each(
             request.tool_id.as_str(),
             axes.iter().map(RStr::as_str),
             request.role.as_str(),
-        ))
+        )
     }
 
     fn evaluate_axes_indexed(
@@ -509,5 +544,10 @@ impl Policy for PolicyEngine {
             &known,
             out,
         )
+    }
+
+    /// Every rate_limit rule takes from `ledger` from now on, keyed by its id.
+    fn share_rate_limits(&self, ledger: RateLedgerBox) -> Result<bool, PluginError> {
+        self.buckets.share(ledger).map(|()| true)
     }
 }

@@ -142,6 +142,7 @@ proptest! {
                 for role in ROLES {
                     let expected: Vec<Resolved> = owned
                         .decide_axes(tool, axes, role)
+                        .unwrap()
                         .into_iter()
                         .map(|d| (
                             d.verdict,

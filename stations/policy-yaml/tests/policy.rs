@@ -84,9 +84,12 @@ fn errors_name_file_line_and_field() {
 fn deny_wins_then_specificity_then_priority_then_default() {
     let e = engine();
     // A matching deny beats a more specific allow.
-    assert_eq!(e.decide("read-notes", "net", "ops").verdict, Verdict::DENY);
+    assert_eq!(
+        e.decide("read-notes", "net", "ops").unwrap().verdict,
+        Verdict::DENY
+    );
     // The most specific allow wins over the general one, whatever the file order.
-    let d = e.decide("read-notes", "fs.read", "ops");
+    let d = e.decide("read-notes", "fs.read", "ops").unwrap();
     assert_eq!(
         (
             d.verdict,
@@ -95,14 +98,14 @@ fn deny_wins_then_specificity_then_priority_then_default() {
         (Verdict::ALLOW, Some("ops-notes"))
     );
     // A role-scoped rule does not match a call that claims no role.
-    let d = e.decide("read-notes", "fs.read", "");
+    let d = e.decide("read-notes", "fs.read", "").unwrap();
     assert_eq!(
         d.matched_rule.as_ref().into_option().map(|s| s.as_str()),
         Some("allow-notes")
     );
     assert_eq!(d.limits.max_memory_bytes.into_option(), Some(33_554_432));
     // No match: the default.
-    let d = e.decide("shell", "", "");
+    let d = e.decide("shell", "", "").unwrap();
     assert_eq!((d.verdict, d.matched_rule.is_none()), (Verdict::DENY, true));
 }
 
@@ -128,7 +131,10 @@ fn file_order_never_decides_between_different_rules() {
         ("deploy", "", ""),
         ("shell", "", ""),
     ] {
-        let (x, y) = (a.decide(tool, cap, role), b.decide(tool, cap, role));
+        let (x, y) = (
+            a.decide(tool, cap, role).unwrap(),
+            b.decide(tool, cap, role).unwrap(),
+        );
         assert_eq!(x.verdict, y.verdict, "{tool} {cap} {role}");
         assert_eq!(x.matched_rule, y.matched_rule, "{tool} {cap} {role}");
     }
@@ -167,7 +173,7 @@ fn rate_limits_hold_across_threads() {
         for _ in 0..8 {
             s.spawn(|| {
                 for _ in 0..10 {
-                    if e.decide("search", "", "").verdict == Verdict::ALLOW {
+                    if e.decide("search", "", "").unwrap().verdict == Verdict::ALLOW {
                         allowed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     }
                 }
@@ -179,7 +185,7 @@ fn rate_limits_hold_across_threads() {
         3,
         "max 3 per hour: 3 of 80 calls pass"
     );
-    let d = e.decide("search", "", "");
+    let d = e.decide("search", "", "").unwrap();
     assert_eq!(d.verdict, Verdict::RATE_LIMIT);
     assert!(
         d.reason.as_str().contains("3 calls per 3600 s"),
@@ -191,8 +197,8 @@ fn rate_limits_hold_across_threads() {
 #[test]
 fn pending_approval_mints_a_fresh_id_and_refuses() {
     let e = engine();
-    let a = e.decide("deploy", "", "");
-    let b = e.decide("deploy", "", "");
+    let a = e.decide("deploy", "", "").unwrap();
+    let b = e.decide("deploy", "", "").unwrap();
     assert_eq!(a.verdict, Verdict::PENDING_APPROVAL);
     let (a, b) = (
         a.approval_id.into_option().unwrap(),
@@ -211,11 +217,11 @@ fn a_bad_reload_keeps_the_old_set() {
         .unwrap_err();
     assert_eq!(err.line, 3);
     assert_eq!(e.current().hash(), before);
-    assert_eq!(e.decide("shell", "", "").verdict, Verdict::DENY);
+    assert_eq!(e.decide("shell", "", "").unwrap().verdict, Verdict::DENY);
     e.reload("version: 1\ndefault: allow\n", "new.yaml")
         .unwrap();
     assert_ne!(e.current().hash(), before);
-    assert_eq!(e.decide("shell", "", "").verdict, Verdict::ALLOW);
+    assert_eq!(e.decide("shell", "", "").unwrap().verdict, Verdict::ALLOW);
 }
 
 #[test]
@@ -272,7 +278,7 @@ fn a_large_policy_loads_and_a_late_duplicate_names_the_first() {
     assert_eq!(set.rules().len(), 20_000);
     let engine = PolicyEngine::new(set);
     assert_eq!(
-        engine.decide("t19999", "fs.read", "").verdict,
+        engine.decide("t19999", "fs.read", "").unwrap().verdict,
         Verdict::ALLOW
     );
     let dup = format!("{text}  - {{ id: r0, action: deny }}\n");
@@ -385,8 +391,14 @@ fn restricting_rules_keyed_on_role_load_with_a_warning() {
     assert!(w.iter().all(|l| !l.contains('\n')));
     // And indeed: the deny does not reach a caller who claims no role.
     let e = PolicyEngine::new(set);
-    assert_eq!(e.decide("anything", "", "guest").verdict, Verdict::DENY);
-    assert_eq!(e.decide("anything", "", "").verdict, Verdict::ALLOW);
+    assert_eq!(
+        e.decide("anything", "", "guest").unwrap().verdict,
+        Verdict::DENY
+    );
+    assert_eq!(
+        e.decide("anything", "", "").unwrap().verdict,
+        Verdict::ALLOW
+    );
 }
 
 /// The host asks about every axis of a call at once; a rate_limit rule selected for
@@ -395,18 +407,24 @@ fn restricting_rules_keyed_on_role_load_with_a_warning() {
 fn a_call_asked_over_several_axes_takes_one_token() {
     let e = engine(); // search-rate: max 3 per hour, tool search, any capability
     for call in 0..3 {
-        let answers = e.decide_axes("search", &["fs.read", "fs.write", "net.http"], "");
+        let answers = e
+            .decide_axes("search", &["fs.read", "fs.write", "net.http"], "")
+            .unwrap();
         assert_eq!(answers.len(), 3, "call {call}");
         assert!(
             answers.iter().all(|d| d.verdict == Verdict::ALLOW),
             "call {call}"
         );
     }
-    let answers = e.decide_axes("search", &["fs.read", "fs.write", "net.http"], "");
+    let answers = e
+        .decide_axes("search", &["fs.read", "fs.write", "net.http"], "")
+        .unwrap();
     assert_eq!(answers.len(), 1, "stops at the first refusal");
     assert_eq!(answers[0].verdict, Verdict::RATE_LIMIT);
     // A deny on a later axis stops there, and is what the host records.
-    let answers = e.decide_axes("read-notes", &["fs.read", "net"], "");
+    let answers = e
+        .decide_axes("read-notes", &["fs.read", "net"], "")
+        .unwrap();
     let verdicts: Vec<Verdict> = answers.iter().map(|d| d.verdict).collect();
     assert_eq!(verdicts, [Verdict::ALLOW, Verdict::DENY]);
 }

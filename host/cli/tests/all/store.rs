@@ -1121,3 +1121,80 @@ fn operator_errors_are_one_line_with_their_exit_code() {
     assert!(stderr.contains("not a directory"), "{stderr}");
     assert_eq!(std::fs::read(&file).unwrap(), b"kept");
 }
+
+/// A policy's rate limit held in the store: six `aegis run`s at once, each a process
+/// of its own with a budget of 3 an hour, get 3 calls between them, and a seventh
+/// afterwards none. With a file record instead, each process keeps its own budget and
+/// all six run: the store is what makes the budget one.
+#[test]
+fn a_rate_limit_holds_across_processes_through_the_store() {
+    let pg = postgres::shared();
+    let store = Store::new(pg);
+    let (key, _) = keygen(store.dir.path(), "k");
+    let policy = store.path("policy.yaml");
+    std::fs::write(
+        &policy,
+        "version: 1\ndefault: deny\nrules:\n  - id: echo-budget\n    action: rate_limit\n    \
+         tool: echo\n    rate: { max: 3, per_seconds: 3600 }\n",
+    )
+    .unwrap();
+    let run = |audit: Option<&Path>| {
+        let mut cmd = aegis();
+        cmd.arg("--profile")
+            .arg(&store.profile)
+            .args(["run", "--policy"])
+            .arg(&policy)
+            .arg("--component")
+            .arg(crate::common::guest("echo"))
+            .args(["--id", "echo", "--input", "hi", "--signing-key"])
+            .arg(&key);
+        if let Some(dir) = audit {
+            cmd.arg("--audit").arg(dir);
+        }
+        cmd
+    };
+    let at_once = |audit: Option<&Path>| -> Vec<i32> {
+        let children: Vec<_> = (0..6)
+            .map(|_| {
+                run(audit)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut codes: Vec<i32> = children
+            .into_iter()
+            .map(|c| {
+                let out = c.wait_with_output().unwrap();
+                out.status
+                    .code()
+                    .unwrap_or_else(|| panic!("{}", text(&out.stderr)))
+            })
+            .collect();
+        codes.sort_unstable();
+        codes
+    };
+    assert_eq!(at_once(None), [0, 0, 0, 11, 11, 11]);
+    let late = run(None).output().unwrap();
+    assert_eq!(late.status.code(), Some(11), "{}", text(&late.stderr));
+    assert!(
+        text(&late.stderr).contains("echo-budget"),
+        "{}",
+        text(&late.stderr)
+    );
+    // The refusals are on the record like any call: 7 sessions, 3 of them allowed.
+    let out = store.path("out");
+    let sessions = store.export(&out, &[]);
+    assert_eq!(sessions.len(), 7);
+    let allowed = sessions
+        .iter()
+        .flat_map(|s| s.of_type("outcome"))
+        .filter(|o| at(o, &["policy", "status"]) == "allowed")
+        .count();
+    assert_eq!(allowed, 3);
+    // Without the store, a process's budget is its own.
+    let files = store.path("files");
+    std::fs::create_dir(&files).unwrap();
+    assert_eq!(at_once(Some(&files)), [0; 6]);
+}

@@ -5,5 +5,6 @@
 mod capability;
 mod handler;
 mod plugin_abi;
+mod rate;
 mod sandbox;
 mod store;

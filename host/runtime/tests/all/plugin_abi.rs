@@ -557,7 +557,7 @@ fn a_policy_plugin_built_before_indexed_answers_is_refused_and_the_current_build
     };
     assert!(!older.contains('\n'), "{older}");
     assert!(
-        older.ends_with("first difference: VTable: too many fields (expected 8, found 5)"),
+        older.ends_with("first difference: VTable: too many fields (expected 9, found 5)"),
         "{older}"
     );
     let current = Plugin::load(&cdylib("aegis-policy-yaml-plugin"), None).unwrap();

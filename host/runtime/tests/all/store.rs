@@ -1,6 +1,7 @@
 //! A host whose sink keeps a chain per session (the PostgreSQL sink, loaded from its
 //! cdylib, against a real server): when the server is lost mid-session nothing runs,
-//! and once it is back the host opens a new session that names the stopped one.
+//! and once it is back the host opens a new session that names the stopped one, and
+//! takes rate-limit tokens from the new sink.
 
 use aegis_record::{Options, SigningKey, Verdict, verify};
 use aegis_runtime::capability::{DEFAULT_LIMITS, ToolKind, ToolManifest};
@@ -41,9 +42,19 @@ fn a_stopped_session_is_followed_by_a_new_one_once_the_store_is_back() {
     );
     drop(plugin.audit_sink(&init).unwrap());
 
+    // Rate limits are held in the store, so they must follow it to the new session.
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "version: 1\ndefault: deny\nrules:\n  - id: echo-budget\n    action: rate_limit\n    \
+         tool: echo\n    rate: { max: 100, per_seconds: 3600 }\n",
+    )
+    .unwrap();
     let key = SigningKey::generate().unwrap();
     let host = aegis_runtime::Host::builder(Profile::find("default").unwrap())
         .audit_plugin("the test", plugin.clone(), config.clone())
+        .policy_file("the test", &policy)
         .signing_key(key.clone())
         .tool(echo())
         .open()
@@ -61,6 +72,10 @@ fn a_stopped_session_is_followed_by_a_new_one_once_the_store_is_back() {
     }
     cluster.start();
     assert_eq!(call("four").unwrap().output.as_deref(), Some(&b"four"[..]));
+    assert_eq!(
+        host.rate_limits(),
+        Some(aegis_runtime::rate::RateHeld::Store)
+    );
     assert_eq!(call("five").unwrap().output.as_deref(), Some(&b"five"[..]));
     host.close().unwrap();
 
