@@ -274,8 +274,9 @@ impl CallRecord {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PipelineError {
-    /// The intent line could not be written: nothing ran.
-    #[error("the intent line could not be written, so nothing ran: {0}")]
+    /// The intent line could not be written, or its write not confirmed durable (a
+    /// database's commit whose answer was lost may still have stored it): nothing ran.
+    #[error("the intent line could not be written or confirmed stored, so nothing ran: {0}")]
     Intent(#[source] WriteError),
     /// The outcome line could not be written: any output was withheld.
     #[error(
