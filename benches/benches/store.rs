@@ -151,7 +151,7 @@ fn lines() -> (Vec<OutcomeLine>, Vec<Vec<u8>>) {
     let bytes: Vec<Vec<u8>> = sink
         .contents()
         .split(|&b| b == b'\n')
-        .filter(|l| l.contains_subslice(b"\"line_type\":\"outcome\""))
+        .filter(|l| is_outcome(l))
         .map(<[u8]>::to_vec)
         .collect();
     assert_eq!(bytes.len(), outcomes.len(), "one sealed line per outcome");
@@ -165,14 +165,10 @@ fn lines() -> (Vec<OutcomeLine>, Vec<Vec<u8>>) {
     (outcomes, bytes)
 }
 
-trait ContainsSubslice {
-    fn contains_subslice(&self, needle: &[u8]) -> bool;
-}
-
-impl ContainsSubslice for [u8] {
-    fn contains_subslice(&self, needle: &[u8]) -> bool {
-        self.windows(needle.len()).any(|w| w == needle)
-    }
+/// Whether a canonical line is an outcome (the session also wrote an open and a close).
+fn is_outcome(line: &[u8]) -> bool {
+    let needle = b"\"line_type\":\"outcome\"";
+    line.windows(needle.len()).any(|w| w == needle)
 }
 
 /// One floor connection: a prepared single-row INSERT, autocommit (one COMMIT each).
