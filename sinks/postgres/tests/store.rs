@@ -349,3 +349,39 @@ fn a_server_lost_mid_session_stops_the_sink_and_nothing_is_skipped() {
         "the open and the first intent; nothing after"
     );
 }
+
+/// Lines appended by many writer threads before one sync go in as one statement and one
+/// commit (group commit), and come back byte-exact in seq order.
+#[test]
+fn lines_appended_before_one_sync_are_committed_together() {
+    let store = Store::new(postgres::shared());
+    let sink = store.init();
+    // Real record lines, sealed by the chain writer into memory first.
+    let memory = Arc::new(aegis_record::VecSink::new());
+    let mut whereabouts = Object::new();
+    whereabouts.insert("hostname", "alpha");
+    let mut provenance = Object::new();
+    provenance.insert("host", whereabouts);
+    let mut extensions = Object::new();
+    extensions.insert("provenance", provenance);
+    let session = Session::open(
+        memory.clone(),
+        SigningKey::from_seed([9; 32]),
+        None,
+        extensions,
+    )
+    .unwrap();
+    for call in 0..5 {
+        session.append_unsigned(&intent(call)).unwrap();
+    }
+    session.close().unwrap();
+    let written = memory.contents();
+    for line in written.split_inclusive(|b| *b == b'\n') {
+        sink.append(line).unwrap();
+    }
+    sink.sync().unwrap();
+    let listed = sink.sessions("", "").unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].lines, 7);
+    assert_eq!(read_all(&sink, &listed[0].id), written);
+}
