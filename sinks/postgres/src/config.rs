@@ -128,6 +128,7 @@ fn connection(
 }
 
 fn read_private(path: &Path) -> Result<String, PluginError> {
+    use std::io::Read as _;
     use std::os::unix::fs::MetadataExt as _;
     let refused = |why: String| {
         PluginError::new(
@@ -135,20 +136,30 @@ fn read_private(path: &Path) -> Result<String, PluginError> {
             format!("connection_file {}: {why}", path.display()),
         )
     };
-    let meta = std::fs::symlink_metadata(path).map_err(|e| refused(e.to_string()))?;
-    if meta.file_type().is_symlink() {
-        return Err(refused("a symbolic link; refused".into()));
-    }
-    if !meta.is_file() {
-        return Err(refused("not a regular file".into()));
-    }
-    if meta.mode() & 0o077 != 0 {
+    // Opened once, never through a final link, never a FIFO or a device (aegis-files);
+    // its mode is read from the descriptor opened, not from the path.
+    let file = aegis_files::open(path).map_err(|e| match e {
+        aegis_files::FileError::NotAFile { found, .. } => refused(format!(
+            "{found}, not a regular file; refused (never read through a symbolic link)"
+        )),
+        other => refused(other.to_string()),
+    })?;
+    let mode = file.metadata().map_err(|e| refused(e.to_string()))?.mode();
+    if mode & 0o077 != 0 {
         return Err(refused(format!(
             "mode {:o} lets group or others read it; it may hold a password (chmod 600)",
-            meta.mode() & 0o777
+            mode & 0o777
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| refused(e.to_string()))?;
+    // A connection string is one short line: more than this is not one.
+    const MAX: u64 = 64 * 1024;
+    let mut text = String::new();
+    file.take(MAX + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| refused(e.to_string()))?;
+    if text.len() as u64 > MAX {
+        return Err(refused(format!("longer than {MAX} bytes")));
+    }
     let body = text.trim_end_matches(['\n', '\r']);
     if body.contains('\n') {
         return Err(refused("holds more than one line".into()));
@@ -266,6 +277,17 @@ mod tests {
         let e = parse(&cfg(&link)).err().unwrap();
         assert!(e.message.contains("symbolic link"), "{}", e.message);
         let e = parse(&cfg(dir.path())).err().unwrap();
+        assert!(e.message.contains("not a regular file"), "{}", e.message);
+        // A FIFO is refused without waiting for a writer.
+        let fifo = dir.path().join("fifo");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let e = parse(&cfg(&fifo)).err().unwrap();
         assert!(e.message.contains("not a regular file"), "{}", e.message);
     }
 }
