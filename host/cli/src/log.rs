@@ -427,7 +427,7 @@ fn judged(outcome: &OutcomeLine) -> (&'static str, String, String) {
         {
             reason.clone()
         }
-        (PolicyOutcome::PendingApproval { approval_id }, _) => {
+        (PolicyOutcome::PendingApproval { approval_id, .. }, _) => {
             format!("parked for approval {approval_id}")
         }
         (_, ExecutionOutcome::HostDenied { reason }) => reason.clone(),

@@ -33,7 +33,7 @@ use aegis_runtime::capability::{Limits, ToolRegistry};
 use aegis_runtime::pipeline::CallRequest;
 use aegis_runtime::{Ending, Executed, OwnedCall, Pipeline};
 
-use crate::relay::{CallEnd, Cause, Gate, Refusal, RefusedCall, ToolCall};
+use crate::relay::{CallEnd, Cause, Gate, NeverParked, Opened, Refusal, RefusedCall, ToolCall};
 use crate::stdio::{Notice, Sink};
 
 /// A relayed grant's ceilings: the relay enforces none on the server, so the grant
@@ -117,8 +117,10 @@ impl HostGate {
 
 impl Gate for HostGate {
     type Pending = Pending;
+    type Parked = NeverParked;
+    type Waiter = NeverParked;
 
-    fn open(&self, call: &ToolCall<'_>) -> Result<Pending, Refusal> {
+    fn open(&self, call: &ToolCall<'_>) -> Result<Opened<Self>, Refusal> {
         // The pinned schema says which arguments are path-like, for the record.
         if let Some(schema) = call.input_schema {
             self.pipeline
@@ -139,10 +141,10 @@ impl Gate for HostGate {
         };
         if let Some(grant) = owned.authorize() {
             if grant.limits() == UNBOUNDED {
-                return Ok(Pending {
+                return Ok(Opened::Forward(Pending {
                     call: owned,
                     started: Instant::now(),
-                });
+                }));
             }
             // Fail closed: a ceiling the policy set would be recorded but not enforced.
             let reason = "the policy sets ceilings (limits) on this tool, and aegis wrap cannot hold a relayed server to them";
@@ -168,6 +170,14 @@ impl Gate for HostGate {
                 .recorded(call_id))
             }
         }
+    }
+
+    fn resume(&self, parked: NeverParked, _: NeverParked) -> Result<Pending, Refusal> {
+        match parked {}
+    }
+
+    fn withdraw(&self, parked: NeverParked, _: &str) {
+        match parked {}
     }
 
     fn finish(&self, pending: Pending, end: CallEnd<'_>) {

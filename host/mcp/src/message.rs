@@ -375,6 +375,22 @@ impl Request<'_> {
         params_ambiguous(self.params, members)
     }
 
+    /// The exact text of `params._meta.progressToken` when it is one string or integer
+    /// read one way only: the token a client asks progress notifications under.
+    pub fn progress_token(&self) -> Option<&str> {
+        let Lookup::One(meta) = params_object(self.params)?.lookup("_meta") else {
+            return None;
+        };
+        match meta.object()?.lookup("progressToken") {
+            Lookup::One(token) => match token.value() {
+                Value::String(s) if s.exact => Some(token.raw_text()),
+                Value::Number(_) => Some(token.raw_text()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// For a `tools/list`: whether `params.cursor` is present (a later page).
     pub fn has_cursor(&self) -> bool {
         // A `null` cursor is no cursor: clients send it for the first page.

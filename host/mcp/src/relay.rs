@@ -52,6 +52,15 @@
 //!   decided when a listing ends; cancelled while waiting, it is recorded as refused and
 //!   never reaches the server. The client's own listings are compared with the pins page
 //!   by page as they pass.
+//! - A call the gate parks for approval ([`Opened::Park`]) is neither forwarded nor
+//!   answered while it waits: the relay holds the request exactly as sent, its id stays
+//!   in use (and counts against [`RelayConfig::max_pending`]), and its [`Waiter`] goes to
+//!   the caller. Settled ([`Relay::settle`]), an approved call is forwarded byte for byte
+//!   as the client sent it once [`Gate::resume`] opened it as a new call, and a refused one
+//!   is answered with the refusal. A park whose request ends first (the client cancels,
+//!   the server exits, the relay stops) goes to [`Gate::withdraw`], exactly once, and its
+//!   late settlement does nothing. A client that gave a progress token hears
+//!   `notifications/progress` while it waits ([`Relay::keep_alive`]).
 //! - A change seen once (a tool changed, added, removed or listed twice) refuses that
 //!   tool for the rest of the session, even if a later listing shows it as pinned again,
 //!   and is written to the pins file as `held`. A tool whose definition names a pinned
@@ -76,6 +85,8 @@
 //!   Calls inside a JSON-RPC batch never wait: with nothing usable pinned they are
 //!   refused. At most [`MAX_LISTING_BYTES`] of waiting frames are held; past that a
 //!   call is decided at once (and refused).
+//! - A call inside a batch cannot wait for approval (the batch is answered as one): a
+//!   park there is withdrawn and the batch refused.
 //! - A task-augmented `tools/call` (MCP 2025-11-25) finishes when the server answers with
 //!   the task handle; the work the task does afterwards is not followed.
 //! - [`CallEnd::Cancelled`] means the client cancelled; the server may have run the call
@@ -93,6 +104,7 @@
 //!   stations, and the record holds the bytes that reached the client as that id's answer.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use crate::frame::Frame;
 use crate::json::{self, Node};
@@ -150,12 +162,35 @@ pub trait Gate {
     /// finish it from the thread that reads the server.
     type Pending: Send;
 
+    /// A call parked for approval, which the relay holds (unanswered, unforwarded)
+    /// until its park is settled. [`NeverParked`] for a gate that never parks.
+    type Parked: Send;
+
+    /// How a park is waited on, by a thread of its own, off the relay's lock.
+    type Waiter: Waiter;
+
     /// Decides a `tools/call` before it is forwarded (policy, capability, intent durable).
     ///
     /// # Errors
     /// A [`Refusal`] when the call must not run; the relay answers the client with it and
     /// never forwards the call. The gate records its own refusals.
-    fn open(&self, call: &ToolCall<'_>) -> Result<Self::Pending, Refusal>;
+    fn open(&self, call: &ToolCall<'_>) -> Result<Opened<Self>, Refusal>;
+
+    /// Runs a parked call the approval `approved` settled: a new call, decided under the
+    /// approval. Called at most once per park, with what its [`Waiter`] returned.
+    ///
+    /// # Errors
+    /// A [`Refusal`] (recorded by the gate) when the approval does not cover the call.
+    fn resume(
+        &self,
+        parked: Self::Parked,
+        approved: <Self::Waiter as Waiter>::Approved,
+    ) -> Result<Self::Pending, Refusal>;
+
+    /// Gives up a parked call whose request ended before its park was settled (the
+    /// client cancelled it, the server exited, the relay stopped): the gate settles the
+    /// park as withdrawn, unless a decision came first.
+    fn withdraw(&self, parked: Self::Parked, why: &str);
 
     /// Ends a forwarded call. Called exactly once per pending call.
     fn finish(&self, pending: Self::Pending, end: CallEnd<'_>);
@@ -167,6 +202,55 @@ pub trait Gate {
     /// Records a tool definition that changed against the pins: called once a tool and
     /// session, when the change is first seen, before any call it refuses is recorded.
     fn tool_changed(&self, change: &ToolChangeLine);
+}
+
+/// What the gate made of a `tools/call` it did not refuse.
+pub enum Opened<G: Gate + ?Sized> {
+    /// Forward it to the server, and end it with [`Gate::finish`].
+    Forward(G::Pending),
+    /// Hold it: a rule parked it for a person's approval. The relay keeps the request
+    /// open, hands `waiter` to its caller ([`Relay::take_waiters`]), and answers or
+    /// resumes the call when [`Relay::settle`] is told the park's end.
+    Park {
+        /// The park's id, as recorded.
+        approval_id: String,
+        /// What [`Gate::resume`] or [`Gate::withdraw`] is given back.
+        parked: G::Parked,
+        /// What waits for the decision.
+        waiter: G::Waiter,
+    },
+}
+
+/// How a park ended, as its [`Waiter`] says.
+#[derive(Debug)]
+pub enum Settled<A> {
+    /// Approved: resume the call with this.
+    Approved(A),
+    /// Denied, expired or withdrawn: answer the client with this refusal.
+    Refused(Refusal),
+}
+
+/// Waits for a park's decision. Runs on a thread of its own, never holding the relay.
+pub trait Waiter: Send + 'static {
+    /// What an approval hands to [`Gate::resume`].
+    type Approved: Send;
+
+    /// Blocks until the park is settled. While it waits it calls `keep_alive` about
+    /// every `every`, so the relay can tell a client that asked for progress that the
+    /// call is still alive.
+    fn wait(self, every: Duration, keep_alive: &mut dyn FnMut()) -> Settled<Self::Approved>;
+}
+
+/// The parked call and waiter of a gate that never parks: no value exists.
+#[derive(Debug)]
+pub enum NeverParked {}
+
+impl Waiter for NeverParked {
+    type Approved = NeverParked;
+
+    fn wait(self, _: Duration, _: &mut dyn FnMut()) -> Settled<NeverParked> {
+        match self {}
+    }
 }
 
 /// A `tools/call` to decide.
@@ -184,7 +268,9 @@ pub struct ToolCall<'a> {
     /// The tool's `inputSchema` as pinned (canonical JSON), when the pins hold its
     /// definition: what the host finds the tool's path-like arguments from.
     pub input_schema: Option<&'a str>,
-    /// True when the call arrived in a JSON-RPC batch.
+    /// True when the call arrived in a JSON-RPC batch. A batch is answered as one
+    /// array, so a call in it cannot wait for approval: the gate should refuse rather
+    /// than park it (a park it returns anyway is withdrawn and refused).
     pub in_batch: bool,
 }
 
@@ -269,6 +355,11 @@ pub enum PinMode {
     RecordOnly,
 }
 
+/// How often a client waiting on a parked call that asked for progress is told the
+/// call is alive: well inside the TypeScript SDK's default 60-second request timeout,
+/// which progress resets when the client opts in.
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
 /// The relay's settings. By default: pins enforced, unreadable client lines dropped,
 /// at most [`DEFAULT_MAX_PENDING`] requests pending.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -279,8 +370,12 @@ pub struct RelayConfig {
     /// default: a server whose parser accepts what ours does not would run a call the
     /// relay never saw.
     pub forward_unparsed_client_lines: bool,
-    /// The most requests (of any method) that may wait at once, in each direction.
+    /// The most requests (of any method) that may wait at once, in each direction;
+    /// parked calls count.
     pub max_pending: usize,
+    /// How often a parked call that gave a progress token gets a progress notification
+    /// ([`DEFAULT_KEEP_ALIVE`]).
+    pub keep_alive: Duration,
 }
 
 impl Default for RelayConfig {
@@ -289,8 +384,20 @@ impl Default for RelayConfig {
             pin_mode: PinMode::Enforce,
             forward_unparsed_client_lines: false,
             max_pending: DEFAULT_MAX_PENDING,
+            keep_alive: DEFAULT_KEEP_ALIVE,
         }
     }
+}
+
+/// A client's `tools/call` held while its park waits for a decision.
+struct HeldForApproval<K> {
+    raw_id: String,
+    approval_id: String,
+    /// The request exactly as the client sent it, forwarded as such if it resumes.
+    frame: Vec<u8>,
+    parked: K,
+    /// `params._meta.progressToken`'s text, and how many notifications were sent.
+    progress: Option<(String, u64)>,
 }
 
 /// A client request waiting for the server.
@@ -790,6 +897,10 @@ pub struct Relay<G: Gate> {
     held_bytes: usize,
     /// What deciding held calls led to, carried out after the frame being handled.
     released: Vec<Action>,
+    /// Calls parked for approval, by id, until their park is settled.
+    parked: BTreeMap<IdKey, HeldForApproval<G::Parked>>,
+    /// Waiters of parks opened since the caller last took them.
+    waiters: Vec<(String, G::Waiter)>,
 }
 
 /// The diagnostics of one frame: at most [`MAX_LOG_LINES`], the rest counted.
@@ -875,6 +986,8 @@ impl<G: Gate> Relay<G> {
             held: Vec::new(),
             held_bytes: 0,
             released: Vec::new(),
+            parked: BTreeMap::new(),
+            waiters: Vec::new(),
         }
     }
 
@@ -899,6 +1012,105 @@ impl<G: Gate> Relay<G> {
     /// How many client requests wait for the server.
     pub fn pending(&self) -> usize {
         self.client_requests.len()
+    }
+
+    /// How often a parked call's client that asked for progress is told it is alive.
+    pub fn keep_alive_every(&self) -> Duration {
+        self.config.keep_alive
+    }
+
+    /// How many calls wait for an approval.
+    pub fn parked(&self) -> usize {
+        self.parked.len()
+    }
+
+    /// The waiters of the parks opened since the last call, each with its approval id:
+    /// the caller runs each [`Waiter::wait`] on a thread of its own and hands the result
+    /// to [`Relay::settle`].
+    pub fn take_waiters(&mut self) -> Vec<(String, G::Waiter)> {
+        std::mem::take(&mut self.waiters)
+    }
+
+    /// A park's end: an approved call is resumed through [`Gate::resume`] and forwarded
+    /// as the client sent it; a refused one is answered with the refusal. A park whose
+    /// request already ended (cancelled, server gone) leaves nothing to do.
+    pub fn settle(
+        &mut self,
+        approval_id: &str,
+        settled: Settled<<G::Waiter as Waiter>::Approved>,
+    ) -> Vec<Action> {
+        let Some(key) = self
+            .parked
+            .iter()
+            .find(|(_, held)| held.approval_id == approval_id)
+            .map(|(key, _)| key.clone())
+        else {
+            return vec![Action::Log(format!(
+                "approval {approval_id} settled after its request ended"
+            ))];
+        };
+        let Some(held) = self.parked.remove(&key) else {
+            return Vec::new();
+        };
+        let refusal = match settled {
+            Settled::Approved(approved) => match self.gate.resume(held.parked, approved) {
+                Ok(pending) => {
+                    self.client_requests.insert(
+                        key,
+                        Outstanding {
+                            raw_id: held.raw_id.clone(),
+                            kind: Kind::Call(pending),
+                        },
+                    );
+                    let mut frame = held.frame;
+                    frame.push(b'\n');
+                    return vec![
+                        Action::Log(format!(
+                            "client: tools/call {} approved ({approval_id}); forwarded",
+                            held.raw_id
+                        )),
+                        Action::ToServer(frame),
+                    ];
+                }
+                Err(refusal) => refusal,
+            },
+            Settled::Refused(refusal) => refusal,
+        };
+        let mut reply = refusal_reply(&held.raw_id, &refusal);
+        reply.push(b'\n');
+        vec![
+            Action::Log(format!(
+                "client: tools/call {} not run ({approval_id}): {}",
+                held.raw_id,
+                aegis_record::text::escape(&refusal.reason)
+            )),
+            Action::ToClient(reply),
+        ]
+    }
+
+    /// A progress notification for the parked call of `approval_id`, when its client
+    /// gave a progress token: the call is alive, waiting for a person.
+    pub fn keep_alive(&mut self, approval_id: &str) -> Vec<Action> {
+        let Some(held) = self
+            .parked
+            .values_mut()
+            .find(|held| held.approval_id == approval_id)
+        else {
+            return Vec::new();
+        };
+        let Some((token, sent)) = held.progress.as_mut() else {
+            return Vec::new();
+        };
+        *sent += 1;
+        let mut out = format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{token},"progress":{sent},"message":"#
+        );
+        json::write_string(
+            &format!("waiting for approval {approval_id} (aegis approvals show {approval_id})"),
+            &mut out,
+        );
+        out.push_str("}}\n");
+        vec![Action::ToClient(out.into_bytes())]
     }
 
     /// How many cancelled client requests the server may still answer (their ids are
@@ -968,6 +1180,19 @@ impl<G: Gate> Relay<G> {
             reply.push(b'\n');
             actions.push(Action::ToClient(reply));
         }
+        for (_, held) in std::mem::take(&mut self.parked) {
+            self.gate.withdraw(
+                held.parked,
+                "the MCP server exited while the call waited for approval",
+            );
+            let mut reply = error_reply(
+                &held.raw_id,
+                SERVER_EXITED,
+                "the MCP server exited while the call waited for approval",
+            );
+            reply.push(b'\n');
+            actions.push(Action::ToClient(reply));
+        }
         self.server_requests.clear();
         self.forget_tombstones();
         self.pins.own.waiting = None;
@@ -987,11 +1212,17 @@ impl<G: Gate> Relay<G> {
 
     /// The relay stops: every pending call ends as [`CallEnd::Shutdown`]. Nothing is sent.
     pub fn shutdown(&mut self) -> Vec<Action> {
-        let count = self.client_requests.len();
+        let count = self.client_requests.len() + self.parked.len();
         for (_, outstanding) in std::mem::take(&mut self.client_requests) {
             if let Kind::Call(pending) = outstanding.kind {
                 self.gate.finish(pending, CallEnd::Shutdown);
             }
+        }
+        for (_, held) in std::mem::take(&mut self.parked) {
+            self.gate.withdraw(
+                held.parked,
+                "the relay stopped while the call waited for approval",
+            );
         }
         self.server_requests.clear();
         self.forget_tombstones();
@@ -1112,6 +1343,18 @@ impl<G: Gate> Relay<G> {
             );
             return Cancelled::Waiting;
         }
+        if let Some(held) = self.parked.remove(key) {
+            let why = format!(
+                "the client cancelled the call while it waited for approval: {}",
+                reason.unwrap_or("no reason given")
+            );
+            logs.push(format!(
+                "client: withdrew tools/call {} parked as {}",
+                held.raw_id, held.approval_id
+            ));
+            self.gate.withdraw(held.parked, &why);
+            return Cancelled::Waiting;
+        }
         let Some(outstanding) = self.client_requests.remove(key) else {
             return Cancelled::Nothing;
         };
@@ -1154,6 +1397,7 @@ impl<G: Gate> Relay<G> {
                 id.raw
             ))
         } else if self.client_requests.contains_key(&id.key)
+            || self.parked.contains_key(&id.key)
             || batch_ids.contains(&id.key)
             || self.held.iter().any(|(key, _)| *key == id.key)
         {
@@ -1163,7 +1407,7 @@ impl<G: Gate> Relay<G> {
                 "request id {} was cancelled and the server may still answer it",
                 id.raw
             ))
-        } else if self.client_requests.len() + self.held.len() + batch_ids.len()
+        } else if self.client_requests.len() + self.parked.len() + self.held.len() + batch_ids.len()
             >= self.config.max_pending
         {
             Some(format!(
@@ -1189,7 +1433,7 @@ impl<G: Gate> Relay<G> {
         }
         if request.method == "tools/call" {
             return match self.decide_call(&request, id_problem, false, logs) {
-                Ok(pending) => {
+                Ok(Opened::Forward(pending)) => {
                     self.client_requests.insert(
                         request.id.key.clone(),
                         Outstanding {
@@ -1198,6 +1442,28 @@ impl<G: Gate> Relay<G> {
                         },
                     );
                     Plan::Forward
+                }
+                Ok(Opened::Park {
+                    approval_id,
+                    parked,
+                    waiter,
+                }) => {
+                    logs.push(format!(
+                        "client: tools/call {} parked for approval as {approval_id}; it waits",
+                        request.id.raw
+                    ));
+                    self.waiters.push((approval_id.clone(), waiter));
+                    self.parked.insert(
+                        request.id.key.clone(),
+                        HeldForApproval {
+                            raw_id: request.id.raw.clone(),
+                            approval_id,
+                            frame: request.raw.to_vec(),
+                            parked,
+                            progress: request.progress_token().map(|t| (t.to_owned(), 0)),
+                        },
+                    );
+                    Plan::Drop
                 }
                 Err(refusal) => {
                     logs.push(refusal_log(&request.id, &refusal));
@@ -1236,7 +1502,7 @@ impl<G: Gate> Relay<G> {
         id_problem: Option<String>,
         in_batch: bool,
         logs: &mut Logs,
-    ) -> Result<G::Pending, Refusal> {
+    ) -> Result<Opened<G>, Refusal> {
         if let Some(why) = id_problem {
             return Err(self.refuse_here(request, Refusal::new(Cause::IdInUse, why)));
         }
@@ -1384,7 +1650,22 @@ impl<G: Gate> Relay<G> {
         batch_ids.insert(request.id.key.clone());
         if request.method == "tools/call" {
             return match self.decide_call(&request, id_problem, true, logs) {
-                Ok(pending) => Element::Call(request.id, pending),
+                Ok(Opened::Forward(pending)) => Element::Call(request.id, pending),
+                Ok(Opened::Park {
+                    approval_id,
+                    parked,
+                    ..
+                }) => {
+                    let why =
+                        "a call in a batch cannot wait for approval: the batch is answered as one";
+                    self.gate.withdraw(parked, why);
+                    let refusal = Refusal::new(
+                        Cause::PendingApproval,
+                        format!("parked for approval {approval_id}, and withdrawn: {why}"),
+                    );
+                    logs.push(refusal_log(&request.id, &refusal));
+                    Element::Refused(request.id, refusal)
+                }
                 Err(refusal) => {
                     logs.push(refusal_log(&request.id, &refusal));
                     Element::Refused(request.id, refusal)

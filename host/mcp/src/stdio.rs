@@ -12,7 +12,9 @@
 //! writes it itself once it has let go of the relay, which spares a thread wake-up per
 //! relayed message; a reader never writes to the peer it reads from (that peer may be
 //! blocked writing to it), so at worst it stalls behind the other peer, as the peers
-//! would without wrap. The calling thread watches the server process, the signals and the client's
+//! would without wrap. A call the relay parks for approval gets a thread of its own that
+//! waits for the park's decision ([`crate::relay::Waiter`]) without holding the relay,
+//! and then hands it to [`Relay::settle`]. The calling thread watches the server process, the signals and the client's
 //! end of its input: client EOF (seen by the reader, or as a hang-up on the client's
 //! input, whichever comes first) closes the server's stdin once what was queued for it is
 //! written; the server gets SIGTERM `grace` later and SIGKILL after another `grace`. A
@@ -62,7 +64,7 @@ use std::time::{Duration, Instant};
 use crate::frame::{DEFAULT_MAX_FRAME, Frame, FrameReader};
 use crate::outbox::{Next, Outbox};
 use crate::pins::PinSet;
-use crate::relay::{Action, Gate, Relay};
+use crate::relay::{Action, Gate, Relay, Waiter as _};
 
 #[cfg(doc)]
 use crate::relay::CallEnd;
@@ -367,9 +369,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl<G: Gate> Shared<G> {
-    /// Hands one frame to the relay and queues what it decided.
-    fn hand(&self, frame: Frame, from_client: bool) {
+impl<G: Gate + Send + 'static> Shared<G> {
+    /// Hands one frame to the relay and queues what it decided; a call it parked gets a
+    /// thread that waits for the park's decision ([`Shared::wait_for`]).
+    fn hand(self: &Arc<Self>, frame: Frame, from_client: bool) {
         // Room first, outside the relay's lock: a full queue means a peer is not
         // reading, and only this reader should wait for it.
         if from_client {
@@ -382,7 +385,7 @@ impl<G: Gate> Shared<G> {
         } else {
             Peer::Client
         };
-        let (logs, claimed) = {
+        let (logs, claimed, waiters, keep_alive) = {
             let mut relay = lock(&self.relay);
             let Some(r) = relay.as_mut() else { return };
             let actions = if from_client {
@@ -392,12 +395,46 @@ impl<G: Gate> Shared<G> {
             };
             // Queued (or claimed) under the lock, so each destination gets frames in the
             // relay's order.
-            self.queue(actions, Some(other))
+            let (logs, claimed) = self.queue(actions, Some(other));
+            (logs, claimed, r.take_waiters(), r.keep_alive_every())
         };
         if let Some(frame) = claimed {
             // The relay is let go of: this write may wait on the other peer.
             self.write(other, &frame);
         }
+        self.say(logs);
+        for (approval_id, waiter) in waiters {
+            self.wait_for(approval_id, waiter, keep_alive);
+        }
+    }
+
+    /// Waits for a park's decision on a thread of its own, then hands it to the relay.
+    /// A thread that cannot start settles nothing: the park stays until the session
+    /// ends, when it is withdrawn.
+    fn wait_for(self: &Arc<Self>, approval_id: String, waiter: G::Waiter, every: Duration) {
+        let shared = Arc::clone(self);
+        let started = std::thread::Builder::new()
+            .name("aegis-wrap-approval".into())
+            .spawn(move || {
+                let mut keep_alive = || shared.with_relay(|r| r.keep_alive(&approval_id));
+                let settled = waiter.wait(every, &mut keep_alive);
+                shared.with_relay(|r| r.settle(&approval_id, settled));
+            });
+        if let Err(e) = started {
+            (self.sink)(Notice::Error(&format!(
+                "no thread could wait for an approval ({e}); the call waits until the session ends"
+            )));
+        }
+    }
+
+    /// Runs `f` on the relay, if the session still has one, and carries out what it
+    /// decided.
+    fn with_relay(&self, f: impl FnOnce(&mut Relay<G>) -> Vec<Action>) {
+        let logs = {
+            let mut relay = lock(&self.relay);
+            let Some(r) = relay.as_mut() else { return };
+            self.queue(f(r), None).0
+        };
         self.say(logs);
     }
 
@@ -624,7 +661,7 @@ fn stop_now(child: &mut Child) {
 }
 
 /// A writer thread: writes what `to`'s queue hands out until it is finished and empty.
-fn drain<G: Gate>(shared: &Shared<G>, to: Peer) {
+fn drain<G: Gate + Send + 'static>(shared: &Shared<G>, to: Peer) {
     while let Next::Frame(frame) = shared.outbox(to).next() {
         shared.write(to, &frame);
     }
@@ -635,8 +672,8 @@ fn drain<G: Gate>(shared: &Shared<G>, to: Peer) {
     }
 }
 
-fn read_loop<G: Gate>(
-    shared: &Shared<G>,
+fn read_loop<G: Gate + Send + 'static>(
+    shared: &Arc<Shared<G>>,
     input: impl Read,
     max_frame: usize,
     from_client: bool,

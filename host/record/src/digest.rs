@@ -162,6 +162,25 @@ digest_type! {
     DefinitionDigest
 }
 
+digest_type! {
+    /// SHA-256 over a call's arguments as RFC 8785 canonical JSON (for a call that has
+    /// no arguments object, a command's invocation, its [`RequestDigest`]'s bytes): what
+    /// an approval names as the exact arguments it approved.
+    ArgumentsDigest
+}
+
+impl ArgumentsDigest {
+    /// Digest of a call's arguments given as their canonical JSON text.
+    pub fn of_canonical_arguments(canonical: &[u8]) -> ArgumentsDigest {
+        ArgumentsDigest(sha256(canonical))
+    }
+
+    /// The digest a call without an arguments object is approved by: its invocation's.
+    pub fn of_invocation(request: RequestDigest) -> ArgumentsDigest {
+        ArgumentsDigest(*request.as_bytes())
+    }
+}
+
 impl LineHash {
     /// The `prev_hash` of a session's open line: 64 zeros.
     pub const GENESIS: LineHash = LineHash([0; 32]);

@@ -28,6 +28,7 @@
 //! - Records are not confidential: decision axes and reasons are host-written free text
 //!   that may name paths. Read a chain before publishing it.
 
+pub mod approval;
 pub mod bound;
 pub mod chain;
 pub mod digest;
@@ -40,10 +41,11 @@ pub mod text;
 pub mod time;
 pub mod verify;
 
+pub use approval::Approver;
 pub use chain::{Appended, LineSink, SealedLine, Session, VecSink, WriteError, seal};
 pub use digest::{
-    ComponentDigest, DefinitionDigest, KeyId, LineHash, PolicySetHash, RequestDigest,
-    ResponseDigest,
+    ArgumentsDigest, ComponentDigest, DefinitionDigest, KeyId, LineHash, PolicySetHash,
+    RequestDigest, ResponseDigest,
 };
 pub use key::{PublicKey, Signature, SigningKey};
 pub use line::{

@@ -11,10 +11,11 @@
 //! outcome and decision bodies and never for [`IntentLine`], so the writer has no path
 //! that signs an intent. Both traits are sealed.
 
+use crate::approval::Approver;
 use crate::bound::{insert_list, text_value, text_values};
 use crate::digest::{
-    ComponentDigest, DefinitionDigest, HexError, KeyId, LineHash, PolicySetHash, RequestDigest,
-    ResponseDigest,
+    ArgumentsDigest, ComponentDigest, DefinitionDigest, HexError, KeyId, LineHash, PolicySetHash,
+    RequestDigest, ResponseDigest,
 };
 use crate::json::{Object, SafeInt, Value};
 use crate::key::PublicKey;
@@ -145,7 +146,7 @@ impl<'a> Fields<'a> {
         Fields { obj, prefix }
     }
 
-    fn path(&self, key: &str) -> String {
+    pub(crate) fn path(&self, key: &str) -> String {
         if self.prefix.is_empty() {
             key.to_owned()
         } else {
@@ -179,11 +180,11 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn string(&self, key: &str) -> Result<String, FieldError> {
+    pub(crate) fn string(&self, key: &str) -> Result<String, FieldError> {
         self.str(key).map(str::to_owned)
     }
 
-    fn opt_string(&self, key: &str) -> Result<Option<String>, FieldError> {
+    pub(crate) fn opt_string(&self, key: &str) -> Result<Option<String>, FieldError> {
         Ok(self.opt_str(key)?.map(str::to_owned))
     }
 
@@ -229,7 +230,7 @@ impl<'a> Fields<'a> {
             .ok_or_else(|| self.type_err(key, "an object"))
     }
 
-    fn opt_object(&self, key: &str) -> Result<Option<&'a Object>, FieldError> {
+    pub(crate) fn opt_object(&self, key: &str) -> Result<Option<&'a Object>, FieldError> {
         match self.obj.get(key) {
             None => Ok(None),
             Some(_) => self.object(key).map(Some),
@@ -402,6 +403,9 @@ pub enum PolicyOutcome {
     PendingApproval {
         /// Names the park; a decision line answers it.
         approval_id: String,
+        /// What approving it would authorise: the scope a decision may grant at most.
+        /// Absent on lines written before approvals could be decided.
+        scope: Option<ApprovalScope>,
     },
 }
 
@@ -420,9 +424,10 @@ impl PolicyOutcome {
                 o.insert("status", "rate_limited");
                 o.insert("reason", text_value(reason));
             }
-            PolicyOutcome::PendingApproval { approval_id } => {
+            PolicyOutcome::PendingApproval { approval_id, scope } => {
                 o.insert("status", "pending_approval");
                 o.insert("approval_id", text_value(approval_id));
+                o.insert_opt("scope", scope.as_ref().map(ApprovalScope::to_object));
             }
         }
         o
@@ -440,6 +445,10 @@ impl PolicyOutcome {
             },
             "pending_approval" => PolicyOutcome::PendingApproval {
                 approval_id: f.string("approval_id")?,
+                scope: f
+                    .opt_object("scope")?
+                    .map(|o| ApprovalScope::from_object(o, "policy.scope"))
+                    .transpose()?,
             },
             other => return Err(tag_err("policy.status", other)),
         })
@@ -1011,15 +1020,65 @@ impl OutcomeLine {
 }
 
 /// The authority an approval grants. It rides inside the approved verdict, so an approval
-/// without a recorded scope cannot be expressed.
+/// without a recorded scope cannot be expressed; a park states the scope approving it
+/// would grant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApprovalScope {
     /// The tool approved.
     pub tool_id: String,
+    /// The exact arguments approved ([`ArgumentsDigest`]); a resumed call whose
+    /// arguments differ is refused. Absent on lines written before it was recorded.
+    pub arguments_digest: Option<ArgumentsDigest>,
     /// Filesystem roots approved, if any.
     pub fs: Option<FsScope>,
     /// Network destinations approved, if any.
     pub net: Option<NetScope>,
+    /// The last time the approval may be used ([`crate::time`] form).
+    pub expires_at: Option<String>,
+}
+
+impl ApprovalScope {
+    /// The scope's members as a JSON object.
+    pub fn to_object(&self) -> Object {
+        let mut s = Object::new();
+        s.insert("tool_id", text_value(&self.tool_id));
+        s.insert_opt("arguments_digest", self.arguments_digest.map(Value::from));
+        s.insert_opt("fs", self.fs.as_ref().map(FsScope::to_object));
+        s.insert_opt("net", self.net.as_ref().map(NetScope::to_object));
+        s.insert_opt("expires_at", self.expires_at.as_deref().map(Value::from));
+        s
+    }
+
+    /// Reads a scope; `prefix` names it in errors (`verdict.scope`).
+    ///
+    /// # Errors
+    /// A missing or ill-typed member, or an `expires_at` not in the one time form.
+    pub fn from_object(obj: &Object, prefix: &str) -> Result<ApprovalScope, FieldError> {
+        let s = Fields::new(obj, prefix);
+        let expires_at = s.opt_string("expires_at")?;
+        if expires_at
+            .as_deref()
+            .is_some_and(|t| !crate::time::is_valid(t))
+        {
+            return Err(FieldError::Domain {
+                field: s.path("expires_at"),
+                what: "not a time in the one form (RFC 3339, UTC, six fractional digits)",
+            });
+        }
+        Ok(ApprovalScope {
+            tool_id: s.string("tool_id")?,
+            arguments_digest: s.opt_hex("arguments_digest", ArgumentsDigest::from_hex)?,
+            fs: s
+                .opt_object("fs")?
+                .map(|o| FsScope::from_object(o, &s.path("fs")))
+                .transpose()?,
+            net: s
+                .opt_object("net")?
+                .map(|o| NetScope::from_object(o, &s.path("net")))
+                .transpose()?,
+            expires_at,
+        })
+    }
 }
 
 /// A human's verdict on a parked call, tagged by `verdict`.
@@ -1058,29 +1117,53 @@ pub struct DecisionLine {
     pub approval_id: String,
     /// The verdict.
     pub verdict: DecisionVerdict,
+    /// Who decided ([`Approver`]); absent on lines written before approvers were
+    /// recorded, which attribute the decision to no one but the host that signed it.
+    pub approver: Option<Approver>,
 }
 
-impl LineBody for DecisionLine {
-    const LINE_TYPE: &'static str = "decision";
-    fn to_object(&self) -> Object {
+impl DecisionVerdict {
+    /// The verdict as the line's `verdict` object.
+    pub fn to_object(&self) -> Object {
         let mut v = Object::new();
-        match &self.verdict {
+        match self {
             DecisionVerdict::Approved { scope } => {
-                let mut s = Object::new();
-                s.insert("tool_id", text_value(&scope.tool_id));
-                s.insert_opt("fs", scope.fs.as_ref().map(FsScope::to_object));
-                s.insert_opt("net", scope.net.as_ref().map(NetScope::to_object));
                 v.insert("verdict", "approved");
-                v.insert("scope", s);
+                v.insert("scope", scope.to_object());
             }
             DecisionVerdict::Denied { reason } => {
                 v.insert("verdict", "denied");
                 v.insert("reason", text_value(reason));
             }
         }
+        v
+    }
+
+    /// Reads a `verdict` object; `prefix` names it in errors.
+    ///
+    /// # Errors
+    /// A missing or ill-typed member, or an unknown tag.
+    pub fn from_object(obj: &Object, prefix: &str) -> Result<DecisionVerdict, FieldError> {
+        let v = Fields::new(obj, prefix);
+        Ok(match v.str("verdict")? {
+            "approved" => DecisionVerdict::Approved {
+                scope: ApprovalScope::from_object(v.object("scope")?, &v.path("scope"))?,
+            },
+            "denied" => DecisionVerdict::Denied {
+                reason: v.string("reason")?,
+            },
+            other => return Err(tag_err(&v.path("verdict"), other)),
+        })
+    }
+}
+
+impl LineBody for DecisionLine {
+    const LINE_TYPE: &'static str = "decision";
+    fn to_object(&self) -> Object {
         let mut o = Object::new();
         o.insert("approval_id", text_value(&self.approval_id));
-        o.insert("verdict", v);
+        o.insert("verdict", self.verdict.to_object());
+        o.insert_opt("approver", self.approver.as_ref().map(Approver::to_object));
         o
     }
 }
@@ -1093,32 +1176,13 @@ impl DecisionLine {
     /// A missing or ill-typed member.
     pub fn from_object(obj: &Object) -> Result<DecisionLine, FieldError> {
         let f = Fields::new(obj, "");
-        let v = Fields::new(f.object("verdict")?, "verdict");
-        let verdict = match v.str("verdict")? {
-            "approved" => {
-                let s = Fields::new(v.object("scope")?, "verdict.scope");
-                DecisionVerdict::Approved {
-                    scope: ApprovalScope {
-                        tool_id: s.string("tool_id")?,
-                        fs: s
-                            .opt_object("fs")?
-                            .map(|o| FsScope::from_object(o, "verdict.scope.fs"))
-                            .transpose()?,
-                        net: s
-                            .opt_object("net")?
-                            .map(|o| NetScope::from_object(o, "verdict.scope.net"))
-                            .transpose()?,
-                    },
-                }
-            }
-            "denied" => DecisionVerdict::Denied {
-                reason: v.string("reason")?,
-            },
-            other => return Err(tag_err("verdict.verdict", other)),
-        };
         Ok(DecisionLine {
             approval_id: f.string("approval_id")?,
-            verdict,
+            verdict: DecisionVerdict::from_object(f.object("verdict")?, "verdict")?,
+            approver: f
+                .opt_object("approver")?
+                .map(|o| Approver::from_object(o, "approver"))
+                .transpose()?,
         })
     }
 }
@@ -1340,8 +1404,22 @@ mod tests {
             DecisionVerdict::Approved {
                 scope: ApprovalScope {
                     tool_id: "t".into(),
+                    arguments_digest: None,
                     fs: None,
                     net: None,
+                    expires_at: None,
+                },
+            },
+            DecisionVerdict::Approved {
+                scope: ApprovalScope {
+                    tool_id: "t".into(),
+                    arguments_digest: Some(ArgumentsDigest::of_canonical_arguments(b"{}")),
+                    fs: Some(FsScope {
+                        read_paths: vec!["/srv".into()],
+                        write_paths: vec![],
+                    }),
+                    net: Some(NetScope::default()),
+                    expires_at: Some("2026-12-05T06:00:00.000000Z".into()),
                 },
             },
             DecisionVerdict::Denied {
@@ -1350,10 +1428,26 @@ mod tests {
         ] {
             let d = DecisionLine {
                 approval_id: "a".into(),
+                approver: Some(crate::approval::sign(
+                    &crate::SigningKey::from_seed([1; 32]),
+                    "a",
+                    &verdict,
+                )),
                 verdict,
             };
             assert_eq!(DecisionLine::from_object(&d.to_object()).unwrap(), d);
         }
+    }
+
+    #[test]
+    fn an_expiry_not_in_the_one_time_form_is_refused() {
+        let mut scope = Object::new();
+        scope.insert("tool_id", "t");
+        scope.insert("expires_at", "2026-12-05T06:00:00Z");
+        assert!(matches!(
+            ApprovalScope::from_object(&scope, "verdict.scope"),
+            Err(FieldError::Domain { field, .. }) if field == "verdict.scope.expires_at"
+        ));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 mod support;
 
+use aegis_record::approval::ClientMechanism;
 use aegis_record::bound::{MAX_BODY_BYTES, MAX_TEXT_BYTES};
 use aegis_record::json::{Object, SafeInt};
 use aegis_record::verify::{Options, Verdict, verify};
@@ -213,6 +214,7 @@ fn write(f: &Fields) -> Vec<u8> {
         (
             PolicyOutcome::PendingApproval {
                 approval_id: f.approval_id.clone(),
+                scope: Some(scope(f)),
             },
             ExecutionOutcome::Success,
         ),
@@ -231,13 +233,11 @@ fn write(f: &Fields) -> Vec<u8> {
     }
     s.append(&DecisionLine {
         approval_id: format!("1{}", f.approval_id),
-        verdict: DecisionVerdict::Approved {
-            scope: ApprovalScope {
-                tool_id: f.tool_id.clone(),
-                fs: Some(fs(f)),
-                net: Some(net(f)),
-            },
-        },
+        verdict: DecisionVerdict::Approved { scope: scope(f) },
+        approver: Some(Approver::Client {
+            client: f.reason.clone(),
+            mechanism: ClientMechanism::Elicitation,
+        }),
     })
     .unwrap();
     s.append(&DecisionLine {
@@ -245,10 +245,26 @@ fn write(f: &Fields) -> Vec<u8> {
         verdict: DecisionVerdict::Denied {
             reason: f.reason.clone(),
         },
+        approver: Some(Approver::Key {
+            public_key: SigningKey::from_seed([3; 32]).public_key(),
+            key_id: SigningKey::from_seed([3; 32]).key_id(),
+            signature: SigningKey::from_seed([3; 32]).sign(f.reason.as_bytes()),
+        }),
     })
     .unwrap();
     s.close().unwrap();
     sink.contents()
+}
+
+/// The largest scope the fields make: every member present, each as long as drawn.
+fn scope(f: &Fields) -> ApprovalScope {
+    ApprovalScope {
+        tool_id: f.tool_id.clone(),
+        arguments_digest: Some(ArgumentsDigest::of_canonical_arguments(f.reason.as_bytes())),
+        fs: Some(fs(f)),
+        net: Some(net(f)),
+        expires_at: Some(aegis_record::time::format_micros(u64::MAX)),
+    }
 }
 
 fn check(bytes: &[u8]) {

@@ -30,6 +30,7 @@ fn outcome(call: &Call) -> OutcomeLine {
         2 => {
             o.policy = PolicyOutcome::PendingApproval {
                 approval_id: format!("apr-{}", call.id),
+                scope: None,
             }
         }
         _ => {

@@ -413,7 +413,9 @@ fn reason_of(policy: &PolicyOutcome) -> Option<String> {
         PolicyOutcome::Denied { reason } | PolicyOutcome::RateLimited { reason } => {
             Some(reason.clone())
         }
-        PolicyOutcome::PendingApproval { approval_id } => Some(format!("parked as {approval_id}")),
+        PolicyOutcome::PendingApproval { approval_id, .. } => {
+            Some(format!("parked as {approval_id}"))
+        }
     }
 }
 

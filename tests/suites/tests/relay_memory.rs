@@ -17,7 +17,8 @@ use std::cell::Cell;
 
 use aegis_mcp::frame::{DEFAULT_MAX_FRAME, Frame};
 use aegis_mcp::relay::{
-    Action, CallEnd, Gate, MAX_BATCH, Refusal, RefusedCall, Relay, RelayConfig, ToolCall,
+    Action, CallEnd, Gate, MAX_BATCH, NeverParked, Opened, Refusal, RefusedCall, Relay,
+    RelayConfig, ToolCall,
 };
 
 const PEAK_BOUND: u64 = 3 * DEFAULT_MAX_FRAME as u64;
@@ -32,10 +33,20 @@ struct Counting {
 
 impl Gate for Counting {
     type Pending = u64;
+    type Parked = NeverParked;
+    type Waiter = NeverParked;
 
-    fn open(&self, _call: &ToolCall<'_>) -> Result<u64, Refusal> {
+    fn open(&self, _call: &ToolCall<'_>) -> Result<Opened<Self>, Refusal> {
         self.opened.set(self.opened.get() + 1);
-        Ok(self.opened.get())
+        Ok(Opened::Forward(self.opened.get()))
+    }
+
+    fn resume(&self, parked: NeverParked, _: NeverParked) -> Result<u64, Refusal> {
+        match parked {}
+    }
+
+    fn withdraw(&self, parked: NeverParked, _: &str) {
+        match parked {}
     }
 
     fn finish(&self, _pending: u64, _end: CallEnd<'_>) {

@@ -10,15 +10,29 @@ use std::collections::BTreeMap;
 use aegis_mcp::frame::Frame;
 use aegis_mcp::pins::PinSet;
 use aegis_mcp::relay::{
-    Action, CallEnd, Cause, Gate, PinMode, Refusal, RefusedCall, Relay, RelayConfig, ToolCall,
+    Action, CallEnd, Cause, Gate, Opened, PinMode, Refusal, RefusedCall, Relay, RelayConfig,
+    Settled, ToolCall, Waiter,
 };
 use proptest::prelude::*;
 
-/// Opens every call except to tools named in `deny`; numbers its pending calls.
+/// Opens every call except to tools named in `deny`, parks those named in `park`;
+/// numbers its pending calls.
 #[derive(Default)]
 struct CountingGate {
     deny: Vec<&'static str>,
+    park: Vec<&'static str>,
     log: RefCell<GateLog>,
+}
+
+/// What a parked call waits on here: the tests settle parks themselves.
+struct Unwaited;
+
+impl Waiter for Unwaited {
+    type Approved = bool;
+
+    fn wait(self, _: std::time::Duration, _: &mut dyn FnMut()) -> Settled<bool> {
+        Settled::Refused(Refusal::new(Cause::PendingApproval, "not waited on here"))
+    }
 }
 
 #[derive(Default, Debug)]
@@ -36,13 +50,27 @@ struct GateLog {
     recorded: Vec<String>,
     /// The tool change lines, as the gate was given them.
     changes: Vec<aegis_record::ToolChangeLine>,
+    /// Parks opened, resumed and withdrawn, in order: `park apr-N`, `resume apr-N`,
+    /// `withdraw apr-N: why`.
+    parks: Vec<String>,
 }
 
 impl Gate for CountingGate {
     type Pending = u32;
+    type Parked = String;
+    type Waiter = Unwaited;
 
-    fn open(&self, call: &ToolCall<'_>) -> Result<u32, Refusal> {
+    fn open(&self, call: &ToolCall<'_>) -> Result<Opened<Self>, Refusal> {
         let mut log = self.log.borrow_mut();
+        if self.park.contains(&call.name) {
+            let approval_id = format!("apr-{}", log.parks.len() + 1);
+            log.parks.push(format!("park {approval_id}"));
+            return Ok(Opened::Park {
+                parked: approval_id.clone(),
+                approval_id,
+                waiter: Unwaited,
+            });
+        }
         if self.deny.contains(&call.name) {
             log.gate_refused += 1;
             return Err(
@@ -51,7 +79,27 @@ impl Gate for CountingGate {
             );
         }
         log.opened += 1;
+        Ok(Opened::Forward(log.opened))
+    }
+
+    fn resume(&self, parked: String, approved: bool) -> Result<u32, Refusal> {
+        let mut log = self.log.borrow_mut();
+        log.parks.push(format!("resume {parked}"));
+        if !approved {
+            return Err(Refusal::new(
+                Cause::PendingApproval,
+                "the approval does not cover this call",
+            ));
+        }
+        log.opened += 1;
         Ok(log.opened)
+    }
+
+    fn withdraw(&self, parked: String, why: &str) {
+        self.log
+            .borrow_mut()
+            .parks
+            .push(format!("withdraw {parked}: {why}"));
     }
 
     fn finish(&self, pending: u32, end: CallEnd<'_>) {
@@ -1645,4 +1693,161 @@ fn the_relays_own_listing_cannot_be_cancelled_or_share_a_waiting_calls_id() {
         1,
         "the waiting call runs: {released:?}"
     );
+}
+
+/// A gate that parks calls to `rm`.
+fn parking() -> CountingGate {
+    CountingGate {
+        park: vec!["rm"],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_parked_call_waits_unanswered_and_runs_as_sent_once_approved() {
+    let mut relay = listed(parking(), RelayConfig::default());
+    let sent = call("7", "rm");
+    let actions = relay.from_client(line(&sent));
+    assert!(to_server(&actions).is_empty(), "{actions:?}");
+    assert!(to_client(&actions).is_empty(), "{actions:?}");
+    assert_eq!(relay.parked(), 1);
+    let waiters = relay.take_waiters();
+    assert_eq!(waiters.len(), 1);
+    assert_eq!(waiters[0].0, "apr-1");
+    assert!(
+        relay.take_waiters().is_empty(),
+        "a waiter is handed out once"
+    );
+
+    let actions = relay.settle("apr-1", Settled::Approved(true));
+    assert_eq!(to_server(&actions), vec![format!("{sent}\n")]);
+    assert!(to_client(&actions).is_empty());
+    assert_eq!(relay.parked(), 0);
+    let response = r#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}}"#;
+    assert_eq!(
+        to_client(&relay.from_server(line(response))),
+        vec![format!("{response}\n")]
+    );
+    let log = relay.gate().log.borrow();
+    assert_eq!(log.parks, ["park apr-1", "resume apr-1"]);
+    assert_eq!(log.ended[&1], "response tool_error=false");
+}
+
+#[test]
+fn a_denied_or_uncovered_park_is_answered_with_the_refusal_and_never_forwarded() {
+    let mut relay = listed(parking(), RelayConfig::default());
+    relay.from_client(line(&call("1", "rm")));
+    relay.from_client(line(&call("2", "rm")));
+    let denied = Refusal::new(Cause::PendingApproval, "denied by alice: not on a Friday");
+    let actions = relay.settle("apr-1", Settled::Refused(denied));
+    assert!(to_server(&actions).is_empty());
+    let reply = to_client(&actions);
+    assert_eq!(reply.len(), 1);
+    assert!(
+        reply[0].starts_with(r#"{"jsonrpc":"2.0","id":1,"result":"#),
+        "{}",
+        reply[0]
+    );
+    assert!(reply[0].contains("not on a Friday"), "{}", reply[0]);
+    assert!(reply[0].contains(r#""isError":true"#), "{}", reply[0]);
+    // An approval the gate finds does not cover the call is a refusal too.
+    let actions = relay.settle("apr-2", Settled::Approved(false));
+    assert!(to_server(&actions).is_empty());
+    assert!(to_client(&actions)[0].contains("does not cover"));
+    assert_eq!(relay.parked(), 0);
+    assert_eq!(relay.pending(), 0);
+}
+
+#[test]
+fn a_cancelled_park_is_withdrawn_and_its_late_settlement_does_nothing() {
+    let mut relay = listed(parking(), RelayConfig::default());
+    relay.from_client(line(&call("\"c\"", "rm")));
+    let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"c","reason":"user left"}}"#;
+    let actions = relay.from_client(line(cancel));
+    // The server never saw the call, so it is not told of its cancellation.
+    assert!(to_server(&actions).is_empty(), "{actions:?}");
+    assert_eq!(relay.parked(), 0);
+    let actions = relay.settle("apr-1", Settled::Approved(true));
+    assert!(to_server(&actions).is_empty() && to_client(&actions).is_empty());
+    let log = relay.gate().log.borrow();
+    assert_eq!(
+        log.parks,
+        [
+            "park apr-1",
+            "withdraw apr-1: the client cancelled the call while it waited for approval: user left"
+        ]
+    );
+}
+
+#[test]
+fn a_parked_call_holds_its_id_and_counts_against_the_bound() {
+    let config = RelayConfig {
+        max_pending: 2,
+        ..RelayConfig::default()
+    };
+    let mut relay = listed(parking(), config);
+    relay.from_client(line(&call("1", "rm")));
+    let again = to_client(&relay.from_client(line(&call("1", "read"))));
+    assert!(again[0].contains("already pending"), "{again:?}");
+    relay.from_client(line(&call("2", "rm")));
+    let full = to_client(&relay.from_client(line(&call("3", "read"))));
+    assert!(full[0].contains("requests are already pending"), "{full:?}");
+}
+
+#[test]
+fn a_client_that_asked_for_progress_hears_the_call_is_alive() {
+    let mut relay = listed(parking(), RelayConfig::default());
+    let with_token = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"rm","arguments":{},"_meta":{"progressToken":"tok-\u0031"}}}"#;
+    relay.from_client(line(with_token));
+    relay.from_client(line(&call("6", "rm")));
+    let first = to_client(&relay.keep_alive("apr-1"));
+    let second = to_client(&relay.keep_alive("apr-1"));
+    assert_eq!(
+        first,
+        vec![concat!(
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok-\u0031","progress":1,"#,
+            r#""message":"waiting for approval apr-1 (aegis approvals show apr-1)"}}"#,
+            "\n"
+        )]
+    );
+    assert!(second[0].contains(r#""progress":2,"#), "{second:?}");
+    // No token, no notification; an unknown id, none either.
+    assert!(relay.keep_alive("apr-2").is_empty());
+    assert!(relay.keep_alive("apr-9").is_empty());
+}
+
+#[test]
+fn a_park_is_withdrawn_when_the_server_exits_or_the_relay_stops() {
+    let mut relay = listed(parking(), RelayConfig::default());
+    relay.from_client(line(&call("1", "rm")));
+    let actions = relay.server_exited("exited with status 1");
+    let reply = to_client(&actions);
+    assert_eq!(reply.len(), 1);
+    assert!(reply[0].contains("waited for approval"), "{reply:?}");
+    assert_eq!(
+        relay.gate().log.borrow().parks[1],
+        "withdraw apr-1: the MCP server exited while the call waited for approval"
+    );
+
+    let mut relay = listed(parking(), RelayConfig::default());
+    relay.from_client(line(&call("1", "rm")));
+    relay.shutdown();
+    assert_eq!(
+        relay.gate().log.borrow().parks[1],
+        "withdraw apr-1: the relay stopped while the call waited for approval"
+    );
+}
+
+#[test]
+fn a_call_in_a_batch_is_never_left_waiting() {
+    let mut relay = listed(parking(), RelayConfig::default());
+    let batch = format!("[{},{}]", call("1", "read"), call("2", "rm"));
+    let actions = relay.from_client(line(&batch));
+    assert!(to_server(&actions).is_empty(), "{actions:?}");
+    let reply = to_client(&actions);
+    assert_eq!(reply.len(), 1);
+    assert!(reply[0].contains("cannot wait for approval"), "{reply:?}");
+    assert_eq!(relay.parked(), 0);
+    assert!(relay.take_waiters().is_empty());
+    assert!(relay.gate().log.borrow().parks[1].starts_with("withdraw apr-1: a call in a batch"));
 }

@@ -3,7 +3,9 @@
 //! business (host/cli/tests/all/wrap.rs drives the same session over the runtime); here the
 //! gate refuses every call, and the traffic is requests and notifications.
 
-use aegis_mcp::relay::{CallEnd, Cause, Gate, Refusal, RefusedCall, Relay, RelayConfig, ToolCall};
+use aegis_mcp::relay::{
+    CallEnd, Cause, Gate, NeverParked, Opened, Refusal, RefusedCall, Relay, RelayConfig, ToolCall,
+};
 use aegis_mcp::stdio::{Ended, Notice, Session, Sink, StdioConfig};
 use std::io::{PipeReader, Read, Write};
 use std::process::Command;
@@ -15,9 +17,19 @@ struct NoCalls;
 
 impl Gate for NoCalls {
     type Pending = ();
+    type Parked = NeverParked;
+    type Waiter = NeverParked;
 
-    fn open(&self, _: &ToolCall<'_>) -> Result<(), Refusal> {
+    fn open(&self, _: &ToolCall<'_>) -> Result<Opened<Self>, Refusal> {
         Err(Refusal::new(Cause::UnenforceableLimits, "no calls here"))
+    }
+
+    fn resume(&self, parked: NeverParked, _: NeverParked) -> Result<(), Refusal> {
+        match parked {}
+    }
+
+    fn withdraw(&self, parked: NeverParked, _: &str) {
+        match parked {}
     }
 
     fn finish(&self, (): (), _: CallEnd<'_>) {}

@@ -222,6 +222,7 @@ pub fn golden_session() -> Vec<u8> {
                 "deploy",
                 PolicyOutcome::PendingApproval {
                     approval_id: "apr-golden-04".into(),
+                    scope: None,
                 },
                 "parked for approval",
             ),
@@ -302,13 +303,16 @@ pub fn golden_session() -> Vec<u8> {
         verdict: DecisionVerdict::Approved {
             scope: ApprovalScope {
                 tool_id: "deploy".into(),
+                arguments_digest: None,
                 fs: Some(FsScope {
                     read_paths: vec!["/srv/site".into()],
                     write_paths: vec!["/srv/site/out".into()],
                 }),
                 net: None,
+                expires_at: None,
             },
         },
+        approver: None,
     })
     .unwrap();
     s.close().unwrap();
@@ -1065,6 +1069,7 @@ fn tampered_vectors(t: &mut Table, k: &SigningKey) {
         verdict: DecisionVerdict::Denied {
             reason: "not during the freeze".into(),
         },
+        approver: None,
     })
     .unwrap();
     s.append(&DecisionLine {
@@ -1072,10 +1077,13 @@ fn tampered_vectors(t: &mut Table, k: &SigningKey) {
         verdict: DecisionVerdict::Approved {
             scope: ApprovalScope {
                 tool_id: "deploy".into(),
+                arguments_digest: None,
                 fs: None,
                 net: None,
+                expires_at: None,
             },
         },
+        approver: None,
     })
     .unwrap();
     s.close().unwrap();

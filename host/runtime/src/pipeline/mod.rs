@@ -254,7 +254,7 @@ impl CallRecord {
             (PolicyOutcome::RateLimited { reason }, _) => {
                 Some(format!("rate limited{rule}: {reason}"))
             }
-            (PolicyOutcome::PendingApproval { approval_id }, _) => {
+            (PolicyOutcome::PendingApproval { approval_id, .. }, _) => {
                 Some(format!("parked for approval {approval_id}{rule}; not run"))
             }
             (_, CapabilityOutcome::Denied { reason, .. }) => {

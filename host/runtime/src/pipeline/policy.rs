@@ -242,6 +242,9 @@ pub(super) fn decide_policy(
             Some(approval_id) => (
                 PolicyOutcome::PendingApproval {
                     approval_id: approval_id.into_string(),
+                    // The pipeline states the scope once the capability station has
+                    // said what a grant would hold.
+                    scope: None,
                 },
                 Some(about(Cause::PendingApproval)),
             ),

@@ -646,7 +646,7 @@ fn a_policy_plugin_built_before_indexed_answers_is_refused_and_the_current_build
     for h in &hosts {
         let line = h.pipeline().decide(&CallRequest::new("park", b"{}")).0;
         match line.policy {
-            aegis_record::PolicyOutcome::PendingApproval { approval_id } => {
+            aegis_record::PolicyOutcome::PendingApproval { approval_id, .. } => {
                 assert!(approval_id.starts_with("apr-"), "{approval_id}");
             }
             other => panic!("expected a park, got {other:?}"),

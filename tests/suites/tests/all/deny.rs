@@ -131,7 +131,7 @@ fn pending_approval_parks_nothing_and_records_its_approval_id() {
     assert_eq!(r.output, None);
     let checked = h.finish();
     let o = checked.outcome(&r.outcome.call_id);
-    let PolicyOutcome::PendingApproval { approval_id } = &o.policy else {
+    let PolicyOutcome::PendingApproval { approval_id, .. } = &o.policy else {
         panic!("{:?}", o.policy)
     };
     assert!(!approval_id.is_empty());
