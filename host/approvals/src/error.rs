@@ -45,6 +45,14 @@ pub enum QueueError {
         /// What is wrong.
         problem: String,
     },
+    /// A record member (scope, verdict, approver) is not as the record writes it.
+    #[error("{}: {source}", path.display())]
+    Member {
+        /// The file.
+        path: PathBuf,
+        /// Which member, and why.
+        source: aegis_record::line::FieldError,
+    },
     /// The directory holds more entries than a listing reads.
     #[error("{}: more than {} entries; refused rather than listed in part (remove settled requests)", path.display(), crate::MAX_ENTRIES)]
     TooMany {

@@ -3,6 +3,7 @@
 
 use crate::QueueError;
 use aegis_record::json::{Object, SafeInt, Value};
+use aegis_record::{ApprovalScope, Approver, DecisionVerdict};
 use std::cell::RefCell;
 use std::path::Path;
 
@@ -66,8 +67,8 @@ pub struct Request {
     pub arguments_cut: bool,
     /// The argument axes the binding derived (as `decision_axes.bound`).
     pub bound: Option<Object>,
-    /// What an approval grants, as the record's `ApprovalScope` object.
-    pub scope: Object,
+    /// What an approval grants, exactly as the park outcome records it.
+    pub scope: ApprovalScope,
 }
 
 impl Request {
@@ -102,7 +103,7 @@ impl Request {
             o.insert("arguments_cut", true);
         }
         o.insert_opt("bound", self.bound.clone());
-        o.insert("scope", self.scope.clone());
+        o.insert("scope", self.scope.to_object());
         o
     }
 
@@ -159,7 +160,8 @@ impl Request {
             arguments,
             arguments_cut,
             bound: m.opt_object("bound")?.cloned(),
-            scope: m.object("scope")?.clone(),
+            scope: ApprovalScope::from_object(m.object("scope")?, "scope")
+                .map_err(|source| member(path, source))?,
         };
         m.no_others()?;
         Ok(r)
@@ -172,9 +174,9 @@ pub struct DecisionFile {
     /// The request decided.
     pub approval_id: String,
     /// The verdict, as on the record's decision line.
-    pub verdict: Object,
+    pub verdict: DecisionVerdict,
     /// Who decided, as on the record's decision line.
-    pub approver: Object,
+    pub approver: Approver,
     /// When (the record's time form).
     pub decided_at: String,
 }
@@ -185,8 +187,8 @@ impl DecisionFile {
         let mut o = Object::new();
         o.insert("format", DECISION_FORMAT);
         o.insert("approval_id", self.approval_id.as_str());
-        o.insert("verdict", self.verdict.clone());
-        o.insert("approver", self.approver.clone());
+        o.insert("verdict", self.verdict.to_object());
+        o.insert("approver", self.approver.to_object());
         o.insert("decided_at", self.decided_at.as_str());
         o
     }
@@ -200,8 +202,10 @@ impl DecisionFile {
         m.format(DECISION_FORMAT)?;
         let d = DecisionFile {
             approval_id: m.id()?,
-            verdict: m.object("verdict")?.clone(),
-            approver: m.object("approver")?.clone(),
+            verdict: DecisionVerdict::from_object(m.object("verdict")?, "verdict")
+                .map_err(|source| member(path, source))?,
+            approver: Approver::from_object(m.object("approver")?, "approver")
+                .map_err(|source| member(path, source))?,
             decided_at: m.time("decided_at")?,
         };
         m.no_others()?;
@@ -210,7 +214,14 @@ impl DecisionFile {
 
     /// Whether the host decided it (expiry, withdrawal) rather than a person.
     pub fn by_host(&self) -> bool {
-        self.approver.get("via").and_then(Value::as_str) == Some("host")
+        matches!(self.approver, Approver::Host { .. })
+    }
+}
+
+fn member(path: &Path, source: aegis_record::line::FieldError) -> QueueError {
+    QueueError::Member {
+        path: path.to_owned(),
+        source,
     }
 }
 

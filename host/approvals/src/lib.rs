@@ -53,6 +53,7 @@ pub use error::{ClaimError, DecideError, QueueError};
 pub use files::{ARGUMENTS_CAP, DECISION_FORMAT, DecisionFile, Front, REQUEST_FORMAT, Request};
 
 use aegis_files::{Cap, FileError};
+use aegis_record::DecisionVerdict;
 use aegis_record::json::{self, Object, Value};
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -91,18 +92,12 @@ impl State {
         match self {
             State::Pending => "pending",
             State::Expired => "expired",
-            State::Decided(d) => verdict_name(&d.verdict),
+            State::Decided(d) => match d.verdict {
+                DecisionVerdict::Approved { .. } => "approved",
+                DecisionVerdict::Denied { .. } => "denied",
+            },
             State::Used(_) => "used",
         }
-    }
-}
-
-/// `approved` or `denied` (or `decided` for a verdict of another tag).
-fn verdict_name(verdict: &Object) -> &'static str {
-    match verdict.get("verdict").and_then(Value::as_str) {
-        Some("approved") => "approved",
-        Some("denied") => "denied",
-        _ => "decided",
     }
 }
 
@@ -304,7 +299,7 @@ impl Queue {
     /// Places `decision` as the one decision of its id.
     ///
     /// A person's decision is refused once the request has expired; the host's own
-    /// (`approver.via = "host"`: expiry, withdrawal) is not, since it is how expiry is
+    /// ([`aegis_record::Approver::Host`]: expiry, withdrawal) is not, since it is how expiry is
     /// settled.
     ///
     /// # Errors

@@ -3,7 +3,9 @@
 use aegis_approvals::{
     ClaimError, DecideError, DecisionFile, Front, Queue, QueueError, Request, State,
 };
-use aegis_record::json::{Object, SafeInt};
+use aegis_record::approval::HostSettled;
+use aegis_record::json::SafeInt;
+use aegis_record::{ApprovalScope, Approver, DecisionVerdict, SigningKey};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::sync::{Arc, Barrier};
@@ -19,8 +21,6 @@ fn time_in(secs: i64) -> String {
 }
 
 fn request(expires_in: i64) -> Request {
-    let mut scope = Object::new();
-    scope.insert("tool_id", "read_file");
     let mut r = Request {
         approval_id: aegis_record::line::new_approval_id(),
         parked_at: time_in(0),
@@ -35,28 +35,39 @@ fn request(expires_in: i64) -> Request {
         arguments: None,
         arguments_cut: false,
         bound: None,
-        scope,
+        scope: scope(),
     };
     r.set_arguments(r#"{"path":"/notes/a.txt"}"#.into());
     r
 }
 
+fn scope() -> ApprovalScope {
+    ApprovalScope {
+        tool_id: "read_file".into(),
+        arguments_digest: None,
+        fs: None,
+        net: None,
+        expires_at: Some(time_in(600)),
+    }
+}
+
+/// A decision by a fresh key (`via` "key") or by the host on expiry (`via` "host",
+/// which only denies).
 fn decision(id: &str, via: &str, approve: bool) -> DecisionFile {
-    let mut verdict = Object::new();
-    if approve {
-        let mut scope = Object::new();
-        scope.insert("tool_id", "read_file");
-        verdict.insert("verdict", "approved");
-        verdict.insert("scope", scope);
+    let verdict = if approve && via != "host" {
+        DecisionVerdict::Approved { scope: scope() }
     } else {
-        verdict.insert("verdict", "denied");
-        verdict.insert("reason", "no");
-    }
-    let mut approver = Object::new();
-    approver.insert("via", via);
-    if via == "host" {
-        approver.insert("why", "expired");
-    }
+        DecisionVerdict::Denied {
+            reason: "no".into(),
+        }
+    };
+    let approver = if via == "host" {
+        Approver::Host {
+            why: HostSettled::Expired,
+        }
+    } else {
+        aegis_record::approval::sign(&SigningKey::generate().unwrap(), id, &verdict)
+    };
     DecisionFile {
         approval_id: id.to_owned(),
         verdict,
