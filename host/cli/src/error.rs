@@ -41,6 +41,13 @@ pub enum CliError {
     /// sink), so not again.
     #[error("the record could not be written")]
     RecordFailedSaid,
+    /// approvals approve/deny: the request was already decided, or its decision used
+    /// (exit 19).
+    #[error("{0}")]
+    Settled(String),
+    /// approvals approve/deny: the request expired before it was decided (exit 20).
+    #[error("{0}")]
+    Expired(String),
     /// gateway: the address could not be bound, the transport failed or the sandbox was
     /// not built (exit 18).
     #[error("{0}")]
@@ -70,6 +77,8 @@ impl CliError {
             CliError::Tampered(_) => exit::RECHECK_TAMPERED,
             CliError::RecordFailed(_) | CliError::RecordFailedSaid => exit::RECORD_FAILED,
             CliError::ServeFailed(_) => exit::SERVE_FAILED,
+            CliError::Settled(_) => exit::APPROVAL_SETTLED,
+            CliError::Expired(_) => exit::APPROVAL_EXPIRED,
             CliError::Confine(ConfineError::Exec(_)) => confine::EXIT_EXEC,
             CliError::Confine(_) => confine::EXIT_REFUSED,
             CliError::Interrupted { code, .. } => *code,

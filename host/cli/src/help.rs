@@ -15,6 +15,7 @@ EXAMPLES:
   aegis rotate --audit aegis-audit.aarl --signing-key KEY --next-key NEW_KEY
   aegis recheck --policy stricter.yaml --key KEY_ID aegis-audit.aarl
   aegis pins diff pins.jsonl -- ./server
+  aegis approvals approve apr-… --approver-key ~/.config/aegis/approver.key
   aegis demo
 
 EXIT STATUS:
@@ -37,6 +38,8 @@ EXIT STATUS:
   16   run: the host could not start the tool
   17   run, wrap, gateway: the record could not be written
   18   gateway: the transport could not be bound or failed
+  19   approvals approve/deny: the request was already decided (or its decision used)
+  20   approvals approve/deny: the request expired before it was decided
   125  wrap, pins, confine: the program could not be confined as required (not started)
   127  wrap, pins, confine: the confined program could not be executed
   129/130/143  stopped by SIGHUP/SIGINT/SIGTERM (run: after recording the outcome)
@@ -454,3 +457,83 @@ EXIT STATUS:
   125  the profile confines native programs and the server could not be confined
   127  the confined server could not be executed
   129/130/143  SIGHUP/SIGINT/SIGTERM stopped it (nothing written; the server is ended)";
+
+pub const APPROVALS: &str = "\
+EXAMPLES:
+  aegis approvals list
+  aegis approvals show apr-0123456789abcdef0123456789abcdef
+  aegis approvals approve apr-0123456789abcdef0123456789abcdef --approver-key ~/.config/aegis/approver.key
+
+The queue is a private directory (0700): $XDG_STATE_HOME/aegis/approvals, else
+~/.local/state/aegis/approvals, or --approvals DIR.
+
+EXIT STATUS:
+  1  a usage error (no such subcommand); each subcommand's --help lists its codes";
+
+pub const APPROVALS_LIST: &str = "\
+EXAMPLES:
+  aegis approvals list
+  aegis approvals list --json --approvals /srv/aegis/approvals
+
+A state is pending, expired, approved or denied (decided, not yet taken up by the
+waiting host) or used. Text a request holds is shown escaped. --json prints one object
+per request: {\"request\":{...the request file...},\"state\",\"decision\":{...}} (decision
+once decided).
+
+EXIT STATUS:
+  0  listed (nothing on stdout for an empty queue)
+  1  a usage error
+  2  the queue could not be read or made
+  4  the queue directory or a file in it was refused (a link, another user's, open to
+     group or others, malformed, more than 10 000 entries)";
+
+pub const APPROVALS_SHOW: &str = "\
+EXAMPLES:
+  aegis approvals show apr-0123456789abcdef0123456789abcdef
+  aegis approvals show --json apr-0123456789abcdef0123456789abcdef
+
+Shows exactly what approving authorises: the tool, the call's arguments (canonical JSON)
+and the digest the approval binds, the argument axes the binding derived, the files it
+may read and write, the network destinations, and until when the approval may be used;
+then who parked it (front end, host, process, record), the rule and its reason, and the
+state (with the decision, once there is one). Text a request holds is shown escaped.
+
+EXIT STATUS:
+  0  shown
+  1  a usage error (an id not of the form apr- and 32 lowercase hex digits)
+  2  no such request, or the queue could not be read
+  4  the queue directory or the request was refused";
+
+pub const APPROVALS_APPROVE: &str = "\
+EXAMPLES:
+  aegis approvals approve apr-0123456789abcdef0123456789abcdef --approver-key ~/.config/aegis/approver.key
+
+Signs (approval id, verdict, scope) with the key and places it as the request's one
+decision; the host waiting on the call is woken and runs it once, within that scope.
+The record's decision line carries your key id and signature.
+
+EXIT STATUS:
+  0   approved
+  1   a usage error (an id not of the form apr- and 32 lowercase hex digits)
+  2   no such request, the key or the queue could not be read, or the decision written
+  4   the key (not a seed file, or group or others can access it), the queue directory
+      or the request was refused
+  19  already decided (the first decision stands) or its decision already used
+  20  the request expired before it was decided";
+
+pub const APPROVALS_DENY: &str = "\
+EXAMPLES:
+  aegis approvals deny apr-0123456789abcdef0123456789abcdef --reason 'not on production' --approver-key ~/.config/aegis/approver.key
+
+Signs (approval id, denied, reason) with the key and places it as the request's one
+decision; the host waiting on the call answers the client with the reason.
+
+EXIT STATUS:
+  0   denied
+  1   a usage error (an id not of the form apr- and 32 lowercase hex digits; no
+      --reason, or an empty one)
+  2   no such request, the key or the queue could not be read, or the decision written
+  4   the key (not a seed file, or group or others can access it), the queue directory
+      or the request was refused
+  19  already decided (the first decision stands) or its decision already used
+  20  the request expired before it was decided";

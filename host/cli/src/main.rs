@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use error::CliError;
 
+mod approvals;
 mod confine;
 mod demo;
 mod error;
@@ -84,6 +85,11 @@ mod exit {
     /// 1 (a usage error) nor recheck's 6, so a script tells a change from a typo and
     /// from a recheck verdict.
     pub const PINS_DIFFER: u8 = 9;
+    /// approvals approve/deny: the request was already decided (the first decision
+    /// stands), or its decision already used.
+    pub const APPROVAL_SETTLED: u8 = 19;
+    /// approvals approve/deny: the request expired before it was decided.
+    pub const APPROVAL_EXPIRED: u8 = 20;
 }
 
 const _: () = assert!(
@@ -256,6 +262,13 @@ enum Command {
         #[command(subcommand)]
         command: StoreCommand,
     },
+    /// Decide calls a policy parked for approval: list the queue, show what approving a
+    /// request authorises, approve or deny it with your signing key.
+    #[command(after_help = help::APPROVALS)]
+    Approvals {
+        #[command(subcommand)]
+        command: approvals::ApprovalsCommand,
+    },
     /// List profiles, or show one resolved.
     #[command(after_help = help::PROFILES)]
     Profiles {
@@ -347,6 +360,7 @@ impl Command {
             Command::Plugins { .. } => "plugins list",
             Command::Export { .. } => "export",
             Command::Store { .. } => "store init",
+            Command::Approvals { command } => command.name(),
             Command::Profiles {
                 command: ProfilesCommand::List,
             } => "profiles list",
@@ -499,6 +513,7 @@ fn dispatch(cli: Cli) -> Result<u8, CliError> {
                     admin_connection,
                 },
         } => store::init(profile, admin_connection, admin_connection_file),
+        Command::Approvals { command } => approvals::approvals(&command),
         Command::Profiles {
             command: ProfilesCommand::Show { name, json },
         } => plugins::show_profile(name.as_deref().unwrap_or(profile), json),

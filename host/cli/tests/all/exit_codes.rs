@@ -954,10 +954,128 @@ fn completions_and_man_codes_are_documented_and_produced() {
     );
 }
 
+/// `aegis approvals …` against a real queue, with a request filed as a host files one.
+#[test]
+fn approvals_codes_are_documented_and_produced() {
+    use aegis_approvals::{Front, Queue, Request};
+    use std::os::unix::fs::PermissionsExt as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let key = keygen(tmp.path());
+    let key = key.to_str().unwrap();
+    let open_key = tmp.path().join("open.key");
+    std::fs::copy(key, &open_key).unwrap();
+    std::fs::set_permissions(&open_key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let open_key = open_key.to_str().unwrap();
+    let queue = Queue::open(&tmp.path().join("q")).unwrap();
+    let q = queue.dir().to_str().unwrap().to_owned();
+    let file = |expires_at: String| {
+        let id = aegis_record::line::new_approval_id();
+        queue
+            .file(&Request {
+                approval_id: id.clone(),
+                parked_at: aegis_record::time::now(),
+                expires_at,
+                host: "h".into(),
+                pid: aegis_record::json::SafeInt::from(1u32),
+                front: Front::Wrap,
+                record: "r.aarl".into(),
+                tool_id: "deploy".into(),
+                rule: None,
+                reason: None,
+                arguments: None,
+                arguments_cut: false,
+                bound: None,
+                scope: aegis_record::ApprovalScope {
+                    tool_id: "deploy".into(),
+                    arguments_digest: None,
+                    fs: None,
+                    net: None,
+                    expires_at: None,
+                },
+            })
+            .unwrap();
+        id
+    };
+    let later = aegis_record::time::format_micros(u64::MAX / 2);
+    let past = "2000-01-01T00:00:00.000000Z".to_owned();
+    let nothing = aegis_record::line::new_approval_id();
+    let unsafe_dir = tmp.path().join("open");
+    std::fs::create_dir(&unsafe_dir).unwrap();
+    std::fs::set_permissions(&unsafe_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let unsafe_dir = unsafe_dir.to_str().unwrap();
+    let unmakeable = "/proc/aegis-no-such/approvals";
+    let a = |args: &[&str]| {
+        let mut c = aegis();
+        c.arg("approvals").args(args);
+        c
+    };
+
+    let mut t = Table::new("approvals list");
+    t.run(0, "listed", &mut a(&["list", "--approvals", &q]));
+    t.run(1, "usage", &mut a(&["list", "--bogus"]));
+    t.run(
+        2,
+        "queue not made",
+        &mut a(&["list", "--approvals", unmakeable]),
+    );
+    t.run(
+        4,
+        "queue open to others",
+        &mut a(&["list", "--approvals", unsafe_dir]),
+    );
+    t.done();
+
+    let id = file(later.clone());
+    let mut t = Table::new("approvals show");
+    t.run(0, "shown", &mut a(&["show", &id, "--approvals", &q]));
+    t.run(
+        1,
+        "not an id",
+        &mut a(&["show", "apr-x", "--approvals", &q]),
+    );
+    t.run(
+        2,
+        "no such request",
+        &mut a(&["show", &nothing, "--approvals", &q]),
+    );
+    t.run(
+        4,
+        "queue open to others",
+        &mut a(&["show", &id, "--approvals", unsafe_dir]),
+    );
+    t.done();
+
+    for verb in ["approve", "deny"] {
+        let command = if verb == "approve" {
+            "approvals approve"
+        } else {
+            "approvals deny"
+        };
+        let decide = |id: &str, key: &str, dir: &str| {
+            let mut c = a(&[verb, id, "--approver-key", key, "--approvals", dir]);
+            if verb == "deny" {
+                c.args(["--reason", "no"]);
+            }
+            c
+        };
+        let id = file(later.clone());
+        let mut t = Table::new(command);
+        t.run(1, "not an id", &mut decide("apr-x", key, &q));
+        t.run(2, "no such request", &mut decide(&nothing, key, &q));
+        t.run(2, "no key", &mut decide(&id, "/nonexistent/k", &q));
+        t.run(4, "a key others can read", &mut decide(&id, open_key, &q));
+        t.run(4, "queue open to others", &mut decide(&id, key, unsafe_dir));
+        t.run(0, "decided", &mut decide(&id, key, &q));
+        t.run(19, "decided again", &mut decide(&id, key, &q));
+        t.run(20, "expired", &mut decide(&file(past.clone()), key, &q));
+        t.done();
+    }
+}
+
 /// The commands that only group others document and give their usage error.
 #[test]
 fn group_commands_document_their_usage_error() {
-    for group in ["key", "pins", "plugins", "profiles"] {
+    for group in ["key", "pins", "plugins", "profiles", "approvals"] {
         let mut t = Table::new(group);
         t.run(1, "no subcommand", aegis().arg(group));
         t.run(1, "no such subcommand", aegis().args([group, "nope"]));
@@ -1004,6 +1122,10 @@ fn the_top_level_help_lists_every_code() {
         "export",
         "completions",
         "man",
+        "approvals list",
+        "approvals show",
+        "approvals approve",
+        "approvals deny",
     ] {
         let missing: Vec<_> = documented(command).difference(&listed).copied().collect();
         assert!(

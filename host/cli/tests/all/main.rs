@@ -6,6 +6,7 @@
 
 mod common;
 
+mod approvals;
 mod cedar;
 mod confine;
 mod exit_codes;
