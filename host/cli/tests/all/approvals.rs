@@ -327,3 +327,47 @@ fn the_default_queue_is_made_private_under_xdg_state_home() {
     let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700);
 }
+
+#[test]
+fn approvers_racing_from_separate_processes_have_one_winner() {
+    let (tmp, queue, r) = filed(600);
+    let keys: Vec<PathBuf> = (0..6)
+        .map(|i| keygen(tmp.path(), &format!("k{i}")))
+        .collect();
+    let children: Vec<_> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, key)| {
+            let mut c = aegis();
+            c.args(["approvals", if i % 2 == 0 { "approve" } else { "deny" }])
+                .arg(&r.approval_id)
+                .arg("--approver-key")
+                .arg(key)
+                .arg("--approvals")
+                .arg(queue.dir());
+            if i % 2 == 1 {
+                c.args(["--reason", "no"]);
+            }
+            c.stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let codes: Vec<_> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap().status.code())
+        .collect();
+    assert_eq!(
+        codes.iter().filter(|c| **c == Some(0)).count(),
+        1,
+        "{codes:?}"
+    );
+    assert_eq!(
+        codes.iter().filter(|c| **c == Some(19)).count(),
+        5,
+        "{codes:?}"
+    );
+    let d = queue.claim(&r.approval_id).unwrap();
+    aegis_record::approval::check(&r.approval_id, &d.verdict, &d.approver).unwrap();
+}
