@@ -191,6 +191,22 @@ fn text(r: &Recheck) -> String {
             );
         }
     }
+    // Unchanged, but only because a recorded approval answers the new park: shown so a
+    // reader sees which calls now rest on a person's decision.
+    let mut under = under_approval(r).peekable();
+    if under.peek().is_some() {
+        s.push_str("allowed under their approval (the new policy parks them):\n");
+        for (call, id, rule) in under {
+            let _ = writeln!(
+                s,
+                "  {}  {}  approval {}  {}",
+                escape(&call.call_id),
+                escape(&call.tool_id),
+                escape(id),
+                rule_words(rule)
+            );
+        }
+    }
     let mut undecidable = r
         .calls
         .iter()
@@ -241,6 +257,19 @@ fn changes(
     })
 }
 
+/// The unchanged calls a recorded approval answers the new park of: the call, the
+/// approval id and the parking rule.
+fn under_approval(r: &Recheck) -> impl Iterator<Item = (&RecheckedCall, &str, Option<&str>)> {
+    r.calls.iter().filter_map(|c| match &c.replayed {
+        Replayed::Unchanged {
+            approval: Some(id),
+            rule,
+            ..
+        } => Some((c, id.as_str(), rule.as_deref())),
+        _ => None,
+    })
+}
+
 /// The `--json` report: one object (see the README's recheck section for its members).
 fn json(r: &Recheck, headline: &str) -> Object {
     let c = r.counts();
@@ -264,6 +293,15 @@ fn json(r: &Recheck, headline: &str) -> Object {
         }
     }
     o.insert("changed_calls", changed);
+    let approved: Vec<aegis_record::json::Value> = under_approval(r)
+        .map(|(call, id, rule)| {
+            let mut e = call_object(call);
+            e.insert("approval_ref", id);
+            e.insert_opt("rule", rule);
+            e.into()
+        })
+        .collect();
+    o.insert("approved_calls", approved);
     let undecidable = r
         .calls
         .iter()
