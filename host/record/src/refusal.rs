@@ -36,7 +36,8 @@ pub enum Station {
     /// shutdown, output that is not what the manifest declares.
     Gateway,
     /// The host before any station: arguments that read two ways, a caller's refusal,
-    /// an abandoned call, a ceiling it cannot hold a relayed server to.
+    /// an abandoned call, a ceiling it cannot hold a relayed server to, a call that is
+    /// not what its approval approved.
     Host,
 }
 

@@ -137,4 +137,57 @@ mod tests {
         assert!(!path_within("/data/a", "data"));
         assert!(!path_within("/etc", "/data/.."));
     }
+
+    fn grant(net: Vec<aegis_record::HttpRule>) -> aegis_record::CapabilityGrant {
+        aegis_record::CapabilityGrant {
+            grant_id: "g".into(),
+            tool_id: "t".into(),
+            fs: None,
+            net: Some(NetScope { http: net }),
+            max_memory_bytes: Default::default(),
+            max_wall_ms: Default::default(),
+            max_output_bytes: Default::default(),
+            component_digest: None,
+        }
+    }
+
+    fn rule(host: &str, ports: &[u16], methods: &[&str]) -> aegis_record::HttpRule {
+        aegis_record::HttpRule {
+            host: host.into(),
+            ports: ports.to_vec(),
+            methods: methods.iter().map(|m| (*m).to_owned()).collect(),
+        }
+    }
+
+    /// A destination is within the scope only when an approved one has its host and
+    /// every port and method it carries; a scope with no net admits none.
+    #[test]
+    fn a_destination_is_within_only_an_approved_one_covering_it() {
+        let scope = |net: Option<Vec<aegis_record::HttpRule>>| ApprovalScope {
+            tool_id: "t".into(),
+            arguments_digest: None,
+            fs: None,
+            net: net.map(|http| NetScope { http }),
+            expires_at: None,
+        };
+        let approved = scope(Some(vec![rule(
+            "api.example.org",
+            &[443],
+            &["GET", "POST"],
+        )]));
+        let ok = grant(vec![rule("api.example.org", &[443], &["GET"])]);
+        assert_eq!(within_scope(&ok, &approved), Ok(()));
+        for wider in [
+            rule("api.example.org", &[443, 80], &["GET"]),
+            rule("api.example.org", &[443], &["DELETE"]),
+            rule("example.org", &[443], &["GET"]),
+        ] {
+            let Err((axis, why)) = within_scope(&grant(vec![wider.clone()]), &approved) else {
+                panic!("{wider:?} admitted")
+            };
+            assert_eq!(axis, "net.http");
+            assert!(why.starts_with(OUTSIDE_SCOPE), "{why}");
+        }
+        assert!(within_scope(&ok, &scope(None)).is_err());
+    }
 }

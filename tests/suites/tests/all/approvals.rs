@@ -535,3 +535,74 @@ fn recheck_tells_newly_parked_from_refused_and_judges_resumed_calls_by_their_dec
         replayed(&r, &resumed.outcome.call_id)
     );
 }
+
+/// The profile's `[operator.approvals] timeout` reaches the pipeline (a park expires
+/// that long after it), and the builder's (a flag's) replaces it.
+#[test]
+fn the_profiles_approval_timeout_sets_a_parks_expiry_and_the_builders_replaces_it() {
+    let l = layout();
+    let (_, default) = aegis_runtime::profile::EMBEDDED
+        .iter()
+        .find(|(n, _)| *n == "default")
+        .unwrap();
+    let text = format!("{default}\n[operator.approvals]\ntimeout = \"2m\"\n");
+    for (flag, want) in [(None, 120), (Some(30), 30)] {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = dir.path().join("policy.yaml");
+        std::fs::write(&policy, PARK_READS).unwrap();
+        let profile = aegis_runtime::Profile::parse(
+            &text,
+            "p.toml",
+            aegis_runtime::ProfileSource::File(dir.path().join("p.toml")),
+        )
+        .unwrap();
+        let mut builder = aegis_runtime::Host::builder(profile)
+            .audit_file(aegis_suites::SUITE, &dir.path().join("record.aarl"))
+            .policy_file(aegis_suites::SUITE, &policy)
+            .sandbox(aegis_suites::sandbox())
+            .signing_key(SigningKey::generate().unwrap())
+            .tools(vec![wasm_tool(
+                "read-file",
+                "read-file",
+                &[&l.ro],
+                &[],
+                DEFAULT_LIMITS,
+            )]);
+        if let Some(secs) = flag {
+            builder = builder.approval_timeout(std::time::Duration::from_secs(secs));
+        }
+        let host = builder.open().unwrap();
+        assert_eq!(
+            host.approval_timeout(),
+            std::time::Duration::from_secs(want)
+        );
+        let now = || {
+            let d = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap();
+            u64::try_from(d.as_micros()).unwrap() + want * 1_000_000
+        };
+        let lower = aegis_record::time::format_micros(now());
+        let note = l.ro.join("notes.md");
+        let args = [s(&note)];
+        let parked = host
+            .call(&CallRequest {
+                args: &args,
+                ..CallRequest::new("read-file", b"")
+            })
+            .unwrap();
+        let upper = aegis_record::time::format_micros(now());
+        let expires = parked
+            .park()
+            .unwrap()
+            .scope
+            .unwrap()
+            .expires_at
+            .clone()
+            .unwrap();
+        assert!(
+            lower <= expires && expires <= upper,
+            "{lower} <= {expires} <= {upper}"
+        );
+    }
+}
