@@ -333,3 +333,69 @@ fn call_object(call: &RecheckedCall) -> Object {
     e.insert("session", int(call.session));
     e
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str, recorded: Verdict, replayed: Replayed) -> RecheckedCall {
+        RecheckedCall {
+            call_id: id.into(),
+            tool_id: "read_file".into(),
+            session: 0,
+            recorded: Some(recorded),
+            replayed,
+        }
+    }
+
+    /// A call the new policy would park is listed as newly parked, never refused; a
+    /// resumed call its recorded approval answers is listed apart, and counted
+    /// unchanged.
+    #[test]
+    fn newly_parked_and_allowed_under_approval_are_reported_apart() {
+        let r = Recheck {
+            calls: vec![
+                call(
+                    "c-1",
+                    Verdict::Allowed,
+                    Replayed::Changed {
+                        old: Verdict::Allowed,
+                        new: Verdict::PendingApproval,
+                        rule: Some("ask".into()),
+                        reason: Some("parked as apr-1".into()),
+                    },
+                ),
+                call(
+                    "c-2",
+                    Verdict::Allowed,
+                    Replayed::Unchanged {
+                        verdict: Verdict::Allowed,
+                        rule: Some("ask".into()),
+                        approval: Some("apr-2".into()),
+                    },
+                ),
+            ],
+            policy_set_hash: None,
+        };
+        let t = text(&r);
+        assert!(
+            t.contains("newly parked:\n  c-1  read_file  allowed → pending_approval  rule ask\n"),
+            "{t}"
+        );
+        assert!(!t.contains("newly refused"), "{t}");
+        assert!(
+            t.contains("allowed under their approval (the new policy parks them):\n  c-2  read_file  approval apr-2  rule ask\n"),
+            "{t}"
+        );
+        assert!(
+            t.ends_with("2 calls: 1 unchanged, 1 changed, 0 undecidable\n"),
+            "{t}"
+        );
+        let j = String::from_utf8(json(&r, "Verified").to_canonical()).unwrap();
+        assert!(j.contains(r#""group":"newly_parked""#), "{j}");
+        assert!(
+            j.contains(r#""approved_calls":[{"approval_ref":"apr-2","call_id":"c-2","rule":"ask","session":0,"tool_id":"read_file"}]"#),
+            "{j}"
+        );
+    }
+}
