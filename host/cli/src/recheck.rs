@@ -191,6 +191,22 @@ fn text(r: &Recheck) -> String {
             );
         }
     }
+    // Unchanged, but only because a recorded approval answers the new park: shown so a
+    // reader sees which calls now rest on a person's decision.
+    let mut under = under_approval(r).peekable();
+    if under.peek().is_some() {
+        s.push_str("allowed under their approval (the new policy parks them):\n");
+        for (call, id, rule) in under {
+            let _ = writeln!(
+                s,
+                "  {}  {}  approval {}  {}",
+                escape(&call.call_id),
+                escape(&call.tool_id),
+                escape(id),
+                rule_words(rule)
+            );
+        }
+    }
     let mut undecidable = r
         .calls
         .iter()
@@ -241,6 +257,19 @@ fn changes(
     })
 }
 
+/// The unchanged calls a recorded approval answers the new park of: the call, the
+/// approval id and the parking rule.
+fn under_approval(r: &Recheck) -> impl Iterator<Item = (&RecheckedCall, &str, Option<&str>)> {
+    r.calls.iter().filter_map(|c| match &c.replayed {
+        Replayed::Unchanged {
+            approval: Some(id),
+            rule,
+            ..
+        } => Some((c, id.as_str(), rule.as_deref())),
+        _ => None,
+    })
+}
+
 /// The `--json` report: one object (see the README's recheck section for its members).
 fn json(r: &Recheck, headline: &str) -> Object {
     let c = r.counts();
@@ -264,6 +293,15 @@ fn json(r: &Recheck, headline: &str) -> Object {
         }
     }
     o.insert("changed_calls", changed);
+    let approved: Vec<aegis_record::json::Value> = under_approval(r)
+        .map(|(call, id, rule)| {
+            let mut e = call_object(call);
+            e.insert("approval_ref", id);
+            e.insert_opt("rule", rule);
+            e.into()
+        })
+        .collect();
+    o.insert("approved_calls", approved);
     let undecidable = r
         .calls
         .iter()
@@ -294,4 +332,70 @@ fn call_object(call: &RecheckedCall) -> Object {
     e.insert("tool_id", call.tool_id.as_str());
     e.insert("session", int(call.session));
     e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str, recorded: Verdict, replayed: Replayed) -> RecheckedCall {
+        RecheckedCall {
+            call_id: id.into(),
+            tool_id: "read_file".into(),
+            session: 0,
+            recorded: Some(recorded),
+            replayed,
+        }
+    }
+
+    /// A call the new policy would park is listed as newly parked, never refused; a
+    /// resumed call its recorded approval answers is listed apart, and counted
+    /// unchanged.
+    #[test]
+    fn newly_parked_and_allowed_under_approval_are_reported_apart() {
+        let r = Recheck {
+            calls: vec![
+                call(
+                    "c-1",
+                    Verdict::Allowed,
+                    Replayed::Changed {
+                        old: Verdict::Allowed,
+                        new: Verdict::PendingApproval,
+                        rule: Some("ask".into()),
+                        reason: Some("parked as apr-1".into()),
+                    },
+                ),
+                call(
+                    "c-2",
+                    Verdict::Allowed,
+                    Replayed::Unchanged {
+                        verdict: Verdict::Allowed,
+                        rule: Some("ask".into()),
+                        approval: Some("apr-2".into()),
+                    },
+                ),
+            ],
+            policy_set_hash: None,
+        };
+        let t = text(&r);
+        assert!(
+            t.contains("newly parked:\n  c-1  read_file  allowed → pending_approval  rule ask\n"),
+            "{t}"
+        );
+        assert!(!t.contains("newly refused"), "{t}");
+        assert!(
+            t.contains("allowed under their approval (the new policy parks them):\n  c-2  read_file  approval apr-2  rule ask\n"),
+            "{t}"
+        );
+        assert!(
+            t.ends_with("2 calls: 1 unchanged, 1 changed, 0 undecidable\n"),
+            "{t}"
+        );
+        let j = String::from_utf8(json(&r, "Verified").to_canonical()).unwrap();
+        assert!(j.contains(r#""group":"newly_parked""#), "{j}");
+        assert!(
+            j.contains(r#""approved_calls":[{"approval_ref":"apr-2","call_id":"c-2","rule":"ask","session":0,"tool_id":"read_file"}]"#),
+            "{j}"
+        );
+    }
 }

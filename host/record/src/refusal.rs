@@ -36,7 +36,8 @@ pub enum Station {
     /// shutdown, output that is not what the manifest declares.
     Gateway,
     /// The host before any station: arguments that read two ways, a caller's refusal,
-    /// an abandoned call, a ceiling it cannot hold a relayed server to.
+    /// an abandoned call, a ceiling it cannot hold a relayed server to, a call that is
+    /// not what its approval approved.
     Host,
 }
 
@@ -120,6 +121,9 @@ pub enum Cause {
     AbandonedBeforeStations,
     /// Host: the policy set ceilings the host cannot hold a relayed server to.
     UnenforceableLimits,
+    /// Host: a call resumed under an approval is not what was approved (another tool,
+    /// other arguments, an expired approval, or a grant outside the approved scope).
+    ApprovalMismatch,
     /// A cause this reader does not know (a later version's token), read from a
     /// record; never written.
     Unknown,
@@ -127,7 +131,7 @@ pub enum Cause {
 
 impl Cause {
     /// Every cause this version writes, for tests and documentation.
-    pub const ALL: [Cause; 24] = [
+    pub const ALL: [Cause; 25] = [
         Cause::Denied,
         Cause::RateLimited,
         Cause::PendingApproval,
@@ -152,6 +156,7 @@ impl Cause {
         Cause::AmbiguousArguments,
         Cause::AbandonedBeforeStations,
         Cause::UnenforceableLimits,
+        Cause::ApprovalMismatch,
     ];
 
     /// The station this cause belongs to.
@@ -167,9 +172,11 @@ impl Cause {
             UnreadableRequest | IdInUse => Station::Relay,
             PinMismatch | Unlisted => Station::Pins,
             InvalidArguments | AtCapacity | OutputWithheld => Station::Gateway,
-            AmbiguousArguments | AbandonedBeforeStations | UnenforceableLimits | Unknown => {
-                Station::Host
-            }
+            AmbiguousArguments
+            | AbandonedBeforeStations
+            | UnenforceableLimits
+            | ApprovalMismatch
+            | Unknown => Station::Host,
         }
     }
 
@@ -201,6 +208,7 @@ impl Cause {
             AmbiguousArguments => "ambiguous_arguments",
             AbandonedBeforeStations => "abandoned_before_stations",
             UnenforceableLimits => "unenforceable_limits",
+            ApprovalMismatch => "approval_mismatch",
             Unknown => "unknown",
         }
     }
@@ -224,7 +232,9 @@ impl Cause {
         ) && !matches!(self, Cause::OutputWithheld)
             || matches!(
                 self,
-                Cause::AmbiguousArguments | Cause::AbandonedBeforeStations
+                Cause::AmbiguousArguments
+                    | Cause::AbandonedBeforeStations
+                    | Cause::ApprovalMismatch
             )
     }
 }
@@ -432,6 +442,7 @@ mod tests {
                 Cause::AtCapacity,
                 Cause::AmbiguousArguments,
                 Cause::AbandonedBeforeStations,
+                Cause::ApprovalMismatch,
             ]
         );
     }

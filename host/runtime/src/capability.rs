@@ -934,6 +934,24 @@ impl ToolRegistry {
         }
     }
 
+    /// The filesystem and network authority a grant for `tool` (naming `capability`)
+    /// would carry, as the record states it ([`Grant::to_record`]), before any policy
+    /// narrowing and without minting one: what approving a parked call would grant.
+    /// Nothing for a tool with no grant to mint.
+    pub(crate) fn would_grant(
+        &self,
+        tool: &str,
+        capability: Option<&str>,
+    ) -> (
+        Option<aegis_record::FsScope>,
+        Option<aegis_record::NetScope>,
+    ) {
+        match self.scope(tool, capability) {
+            Ok(scope) => (scope.record.fs.clone(), scope.record.net.clone()),
+            Err(_) => (None, None),
+        }
+    }
+
     /// Mints a grant for one call, default-deny, narrowed by the policy's limits.
     ///
     /// `capability` is the axis the call names (`fs.read`, `fs.write`, `net.http`,

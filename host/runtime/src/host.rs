@@ -286,6 +286,7 @@ pub struct HostBuilder {
     serving: Option<Object>,
     front: Option<Object>,
     record_arguments: bool,
+    approval_timeout: Option<std::time::Duration>,
 }
 
 /// What [`HostBuilder::open`] does while the audit sink says it is busy: wait, telling
@@ -322,6 +323,7 @@ impl Host {
             serving: None,
             front: None,
             record_arguments: false,
+            approval_timeout: None,
         }
     }
 
@@ -585,6 +587,13 @@ impl HostBuilder {
         self
     }
 
+    /// How long an approval of a parked call may be used (`--approval-timeout`),
+    /// replacing the profile's `[operator.approvals] timeout`.
+    pub fn approval_timeout(mut self, timeout: std::time::Duration) -> HostBuilder {
+        self.approval_timeout = Some(timeout);
+        self
+    }
+
     /// Use a sandbox shared with other hosts instead of building one.
     pub fn sandbox(mut self, sandbox: Arc<Sandbox>) -> HostBuilder {
         self.sandbox = SandboxSource::Shared(sandbox);
@@ -613,6 +622,7 @@ impl HostBuilder {
             serving,
             front,
             record_arguments,
+            approval_timeout,
         } = self;
         for m in manifests {
             tools.register(m).map_err(OpenError::Tool)?;
@@ -639,6 +649,12 @@ impl HostBuilder {
             .map(|s| s.value.clone())
             .unwrap_or_default();
         pipeline.set_recording(ArgumentRecording::new(bindings, record_arguments));
+        // The builder's (a flag's) timeout, else the profile's, else the default.
+        if let Some(timeout) =
+            approval_timeout.or_else(|| profile.operator.approval_timeout.as_ref().map(|s| s.value))
+        {
+            pipeline.set_approval_timeout(timeout);
+        }
         Ok(Host {
             pipeline: Arc::new(pipeline),
             rate,

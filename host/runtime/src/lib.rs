@@ -31,8 +31,8 @@ pub use audit::{
 pub use host::{CloseError, Host, HostBuilder, PluginSource};
 pub use outcome::{Ending, Exceeded};
 pub use pipeline::{
-    Call, CallClass, CallRecord, CallRequest, Executed, OpenError, OwnedCall, Pipeline,
-    PipelineError,
+    Approval, Call, CallClass, CallRecord, CallRequest, Executed, OpenError, OwnedCall, Park,
+    Pipeline, PipelineError,
 };
 pub use plugin::{CheckedLibrary, LoadError, Metadata, Origin, Plugin};
 pub use profile::{PluginChoice, Profile, ProfileError, ProfileSource};

@@ -22,12 +22,14 @@
 //!   expands them here.
 //! - The files named are not opened here: the command that uses a setting checks it as
 //!   it checks the flag (the key's mode, a file beneath a grant, a pins file's shape).
-//! - Approvals have no settings: there is nothing to set until approvals exist.
+//! - `[operator.approvals]` (`timeout`, `dir`, `approvers`) is parsed and checked for
+//!   shape here; the directory and key files are opened by the command that uses them.
 
 use aegis_policy_arguments::binding::Binding;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 use toml::Spanned;
 
 /// The `[operator]` table as written.
@@ -46,6 +48,52 @@ pub(crate) struct OperatorTable {
     allow_net: Option<Spanned<Vec<String>>>,
     record_arguments: Option<Spanned<bool>>,
     bind: Option<Spanned<BTreeMap<String, Vec<String>>>>,
+    approvals: Option<ApprovalsTable>,
+}
+
+/// The `[operator.approvals]` table as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ApprovalsTable {
+    timeout: Option<Spanned<String>>,
+    dir: Option<Spanned<String>>,
+    approvers: Option<Spanned<Vec<String>>>,
+}
+
+/// How long a parked call waits for a decision when nothing says otherwise.
+pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The longest approval timeout a setting may give: a week. A park is a held request;
+/// longer than this is a mistake, not a wait.
+pub const MAX_APPROVAL_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Reads a timeout written as a whole number and one unit, `s`, `m` or `h`
+/// (`90s`, `10m`, `1h`): more than zero and at most [`MAX_APPROVAL_TIMEOUT`].
+///
+/// # Errors
+/// A one-line reason, for the caller to put after the key or flag.
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration: write a whole number and s, m or h (10m)");
+    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (digits, unit) = text.split_at(split);
+    if digits.is_empty() || digits.len() > 9 {
+        return Err(bad());
+    }
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let per = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(bad()),
+    };
+    let d = Duration::from_secs(n.saturating_mul(per));
+    if d.is_zero() {
+        return Err(format!("{text:?}: a timeout must be more than zero"));
+    }
+    if d > MAX_APPROVAL_TIMEOUT {
+        return Err(format!("{text:?}: longer than the most allowed, 168h"));
+    }
+    Ok(d)
 }
 
 /// The profile text read for its `[operator]` table alone (the rest was checked
@@ -130,6 +178,14 @@ pub struct Operator {
     /// ["NAME", …] }`), replacing what the tool's schema suggests: `run`, `wrap`,
     /// `gateway`. Names are checked when the profile is read.
     pub bind: Option<Setting<BTreeMap<String, Binding>>>,
+    /// How long a parked call waits for a decision (`[operator.approvals] timeout`,
+    /// `--approval-timeout`): `wrap`, `gateway`, `run`.
+    pub approval_timeout: Option<Setting<Duration>>,
+    /// The approvals queue directory (`[operator.approvals] dir`, `--approvals`).
+    pub approvals_dir: Option<Setting<PathBuf>>,
+    /// The approvers' public key files the operator trusts (`[operator.approvals]
+    /// approvers`); none set: any approver key whose signature verifies.
+    pub approvers: Option<Setting<Vec<PathBuf>>>,
 }
 
 impl Operator {
@@ -179,6 +235,13 @@ impl Operator {
                 .collect();
             (s.key, format!("{{ {} }}", tools.join(", ")), s.line)
         }));
+        out.extend(
+            self.approval_timeout
+                .as_ref()
+                .map(|s| (s.key, quoted(&timeout_text(s.value)), s.line)),
+        );
+        out.extend(self.approvals_dir.as_ref().map(path));
+        out.extend(self.approvers.as_ref().map(paths));
         out
     }
 
@@ -192,6 +255,18 @@ impl Operator {
             .map(|s| (s.key, s.line))
             .chain(self.allow_net.as_ref().map(|s| (s.key, s.line)))
             .min_by_key(|(_, line)| *line)
+    }
+}
+
+/// A timeout as [`parse_timeout`] reads it: in the largest unit that divides it.
+fn timeout_text(d: Duration) -> String {
+    let s = d.as_secs();
+    if s.is_multiple_of(3600) {
+        format!("{}h", s / 3600)
+    } else if s.is_multiple_of(60) {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
     }
 }
 
@@ -363,7 +438,29 @@ pub(crate) fn parse(
         allow_net,
         record_arguments,
         bind,
+        approvals,
     } = table;
+    let ApprovalsTable {
+        timeout,
+        dir: approvals_dir,
+        approvers,
+    } = approvals.unwrap_or(ApprovalsTable {
+        timeout: None,
+        dir: None,
+        approvers: None,
+    });
+    let approval_timeout = timeout
+        .map(|v| {
+            let line = line_of(v.span().start);
+            parse_timeout(v.get_ref())
+                .map(|value| Setting {
+                    key: "approvals.timeout",
+                    value,
+                    line,
+                })
+                .map_err(|why| (line, format!("operator.approvals.timeout: {why}")))
+        })
+        .transpose()?;
     let bind = bind
         .map(|v| {
             let line = line_of(v.span().start);
@@ -425,6 +522,9 @@ pub(crate) fn parse(
             value: v.into_inner(),
         }),
         bind,
+        approval_timeout,
+        approvals_dir: one("approvals.dir", approvals_dir)?,
+        approvers: many("approvals.approvers", approvers)?,
     };
     if !confines && let Some((key, line)) = operator.first_grant() {
         return Err((
@@ -535,6 +635,68 @@ mod tests {
         );
         let e = file(&with("bind = { read = \"path\" }\n")).unwrap_err();
         assert!(e.starts_with("p.toml:16: operator.bind"), "{e}");
+    }
+
+    /// `[operator.approvals]`: a timeout in one unit, the queue directory and the
+    /// approvers' key files resolved against the profile; unknown keys, bad durations
+    /// and a zero or too long timeout refused at their line.
+    #[test]
+    fn approval_settings_parse_and_bad_ones_are_refused_at_their_line() {
+        let p = file(&with(
+            "role = \"r\"\n\n[operator.approvals]\ntimeout = \"90s\"\ndir = \"queue\"\napprovers = [\"alice.pub\", \"/k/bob.pub\"]\n",
+        ))
+        .unwrap();
+        let o = &p.operator;
+        let t = o.approval_timeout.as_ref().unwrap();
+        assert_eq!((t.value, t.line), (std::time::Duration::from_secs(90), 19));
+        assert_eq!(
+            o.approvals_dir.as_ref().unwrap().value,
+            PathBuf::from("/etc/x/queue")
+        );
+        assert_eq!(
+            o.approvers.as_ref().unwrap().value,
+            [
+                PathBuf::from("/etc/x/alice.pub"),
+                PathBuf::from("/k/bob.pub")
+            ]
+        );
+        let keys: Vec<&str> = o.entries().iter().map(|(k, _, _)| *k).collect();
+        assert_eq!(
+            keys,
+            [
+                "role",
+                "approvals.timeout",
+                "approvals.dir",
+                "approvals.approvers"
+            ]
+        );
+        assert_eq!(o.entries()[1].1, "\"90s\"");
+        for (timeout, words) in [
+            ("10", "is not a duration"),
+            ("10d", "is not a duration"),
+            ("m", "is not a duration"),
+            ("-1m", "is not a duration"),
+            ("0s", "more than zero"),
+            ("169h", "longer than the most allowed"),
+        ] {
+            let e = file(&with(&format!(
+                "[operator.approvals]\ntimeout = \"{timeout}\"\n"
+            )))
+            .unwrap_err();
+            assert!(
+                e.starts_with("p.toml:17: operator.approvals.timeout: ") && e.contains(words),
+                "{timeout}: {e}"
+            );
+        }
+        let e = file(&with("[operator.approvals]\nwho = \"me\"\n")).unwrap_err();
+        assert!(
+            e.starts_with("p.toml:17: ") && e.contains("unknown field `who`"),
+            "{e}"
+        );
+        assert_eq!(
+            super::parse_timeout("10m"),
+            Ok(super::DEFAULT_APPROVAL_TIMEOUT)
+        );
     }
 
     /// A profile without the table sets nothing (existing profiles are unchanged).

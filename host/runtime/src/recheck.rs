@@ -59,6 +59,15 @@
 //!   the YAML station (token buckets that start full and only refill) a burst spends a
 //!   budget at least as fast as the live calls did, so that holds, except that a call
 //!   the replay could not ask spends nothing; for another station it is its own rule.
+//! # Approvals
+//! A call that ran and that the new policy would park is a change to
+//! [`Verdict::PendingApproval`] (newly parked), never a refusal: a person might approve
+//! it. A call that ran under an approval (`decision_axes.approval_ref`) and that the
+//! new policy would park is unchanged, allowed under that approval, when the record
+//! holds a `decision` line approving that id (the approval answers the park, as it did
+//! live); without one it is newly parked. An approval never answers a deny: a resumed
+//! call the new policy denies is newly refused.
+//!
 //! - The replay compares verdicts (allowed, denied, rate-limited, parked), not reasons
 //!   or limits: a call refused by a different rule is unchanged.
 
@@ -67,9 +76,12 @@ use crate::pipeline::{self, PolicyAsk};
 use aegis_record::json::{Value, parse_line};
 use aegis_record::line::Stop;
 use aegis_record::refusal::Cause;
-use aegis_record::{CapabilityOutcome, IntentLine, OutcomeLine, PolicyOutcome, PolicySetHash};
+use aegis_record::{
+    CapabilityOutcome, DecisionLine, DecisionVerdict, IntentLine, OutcomeLine, PolicyOutcome,
+    PolicySetHash,
+};
 use aegis_station_api::PolicyEvaluatorBox;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// A policy verdict, without its wording.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -201,6 +213,10 @@ pub enum Replayed {
         verdict: Verdict,
         /// The rule that decides now (`None`: the default, or a failing station).
         rule: Option<String>,
+        /// Set for a call resumed under an approval (`decision_axes.approval_ref`) that
+        /// the new policy would park: the record holds the decision approving it, so
+        /// it stays allowed, under that approval.
+        approval: Option<String>,
     },
     /// The new policy decides otherwise.
     Changed {
@@ -313,7 +329,7 @@ struct SessionFacts {
 /// [`RecheckError::Unreadable`]: a line that is not a record line (never, for a record
 /// the verifier did not call Tampered; a torn final line is skipped).
 pub fn recheck(record: &[u8], policy: &PolicyEvaluatorBox) -> Result<Recheck, RecheckError> {
-    let (calls, sessions) = read_calls(record)?;
+    let (calls, sessions, approved) = read_calls(record)?;
     let new_hash = policy
         .policy_set_hash()
         .into_result()
@@ -341,7 +357,7 @@ pub fn recheck(record: &[u8], policy: &PolicyEvaluatorBox) -> Result<Recheck, Re
             let replayed = match (recorded, answer) {
                 (_, Err(why)) => Replayed::Undecidable(why),
                 (None, Ok(_)) => Replayed::Undecidable(Undecidable::InFlight),
-                (Some(o), Ok(d)) => compare(o, d, &rate_rules, new_hash),
+                (Some(o), Ok(d)) => compare(o, d, &rate_rules, new_hash, &approved),
             };
             RecheckedCall {
                 recorded: recorded.map(|o| Verdict::of(&o.policy)),
@@ -364,6 +380,7 @@ fn compare(
     d: pipeline::PolicyDecided,
     rate_rules: &BTreeSet<Option<String>>,
     new_hash: Option<PolicySetHash>,
+    approved: &HashSet<String>,
 ) -> Replayed {
     let old = Verdict::of(&recorded.policy);
     let new = Verdict::of(&d.policy);
@@ -377,6 +394,7 @@ fn compare(
             return Replayed::Unchanged {
                 verdict: old,
                 rule: d.matched_rule,
+                approval: None,
             };
         }
         return match old {
@@ -397,6 +415,21 @@ fn compare(
         return Replayed::Unchanged {
             verdict: new,
             rule: d.matched_rule,
+            approval: None,
+        };
+    }
+    // A call that ran under an approval, which the new policy parks: the approval
+    // answers the park, as it did live, when the record holds the decision approving
+    // it; without one a person would have to approve it again (newly parked). A deny
+    // is never answered by an approval, so it falls through as a change.
+    if let (Verdict::Allowed, Verdict::PendingApproval, Some(id)) =
+        (old, new, recorded.decision_axes.approval_ref.as_deref())
+        && approved.contains(id)
+    {
+        return Replayed::Unchanged {
+            verdict: Verdict::Allowed,
+            rule: d.matched_rule,
+            approval: Some(id.to_owned()),
         };
     }
     Replayed::Changed {
@@ -561,8 +594,12 @@ fn cut(text: &str) -> bool {
         && hex.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// Reads the calls (in intent order within each session) and what each session states.
-fn read_calls(record: &[u8]) -> Result<(Vec<Read>, Vec<SessionFacts>), RecheckError> {
+/// The calls, what each session states, and the approval ids a decision approved.
+type ReadRecord = (Vec<Read>, Vec<SessionFacts>, HashSet<String>);
+
+/// Reads the calls (in intent order within each session), what each session states,
+/// and which approvals a `decision` line approved.
+fn read_calls(record: &[u8]) -> Result<ReadRecord, RecheckError> {
     let lines: Vec<(u64, &[u8])> = record
         .split(|&b| b == b'\n')
         .enumerate()
@@ -572,6 +609,7 @@ fn read_calls(record: &[u8]) -> Result<(Vec<Read>, Vec<SessionFacts>), RecheckEr
     let mut calls: Vec<Read> = Vec::new();
     let mut by_id: HashMap<String, usize> = HashMap::new();
     let mut sessions: Vec<SessionFacts> = Vec::new();
+    let mut approved: HashSet<String> = HashSet::new();
     let last = lines.len();
     for (i, &(line, bytes)) in lines.iter().enumerate() {
         let unreadable = |message: String| RecheckError::Unreadable { line, message };
@@ -630,11 +668,18 @@ fn read_calls(record: &[u8]) -> Result<(Vec<Read>, Vec<SessionFacts>), RecheckEr
                     }
                 }
             }
-            // Decisions, closes and types this version does not know decide no call.
+            "decision" => {
+                let decision =
+                    DecisionLine::from_object(&obj).map_err(|e| unreadable(e.to_string()))?;
+                if matches!(decision.verdict, DecisionVerdict::Approved { .. }) {
+                    approved.insert(decision.approval_id);
+                }
+            }
+            // Closes and types this version does not know decide no call.
             _ => {}
         }
     }
-    Ok((calls, sessions))
+    Ok((calls, sessions, approved))
 }
 
 /// Records what an outcome states about its tool's axes in its session.

@@ -61,6 +61,7 @@ use crate::capability::{
     Capability, CapabilityDenied, Grant, NarrowingLimits, RegistrationError, ToolKind, ToolRegistry,
 };
 use crate::handler::{self, Axis, HostHandler};
+use crate::operator::DEFAULT_APPROVAL_TIMEOUT;
 use crate::outcome::Ending;
 use crate::profile::ProfileError;
 use crate::sandbox::{CancelToken, Sandbox, SandboxError};
@@ -69,9 +70,9 @@ use aegis_record::json::SafeInt;
 use aegis_record::line::Stop;
 use aegis_record::refusal::{Cause, Refusal, Station};
 use aegis_record::{
-    BoundArguments, CapabilityOutcome, DecisionAxes, ExecutionOutcome, FsAxis, IntentLine, NetAxis,
-    OutcomeLine, PolicyOutcome, PolicySetHash, RequestDigest, ResponseDigest, ToolChangeLine,
-    WriteError,
+    ApprovalScope, ArgumentsDigest, BoundArguments, CapabilityOutcome, DecisionAxes, DecisionLine,
+    ExecutionOutcome, FsAxis, IntentLine, NetAxis, OutcomeLine, PolicyOutcome, PolicySetHash,
+    RequestDigest, ResponseDigest, ToolChangeLine, WriteError,
 };
 use aegis_station_api::abi_stable::std_types::{RArc, ROption, RSlice, RSliceMut, RStr, RString};
 use aegis_station_api::{
@@ -85,6 +86,7 @@ use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::task::Poll;
+use std::time::Duration;
 
 /// The reason recorded for a station that never decided because the call stopped first.
 pub const NOT_REACHED: &str = "not reached: the call stopped before this station";
@@ -137,6 +139,37 @@ pub struct CallRequest<'a> {
     /// `cancelled: <why>`; one cancelled before it starts runs no guest code. Host
     /// handlers are not interrupted by it (they answer to their ceilings only).
     pub cancel: Option<&'a CancelToken>,
+    /// The approval this call resumes, when a person approved it after its park: the
+    /// call must be what was approved (tool, arguments digest, before its expiry) and
+    /// its grant within the approved scope, or it is refused (`approval_mismatch`). A
+    /// policy that parks it again is answered by the approval; one that denies it still
+    /// denies. `None` (what [`CallRequest::new`] sets): an ordinary call.
+    pub approval: Option<&'a Approval>,
+}
+
+/// An approval a call resumes under: the park's id and the scope the approver
+/// approved (as the `decision` line states it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Approval {
+    /// The park's approval id, recorded on the resumed call as
+    /// `decision_axes.approval_ref`.
+    pub approval_id: String,
+    /// What the approval grants.
+    pub scope: ApprovalScope,
+}
+
+/// What a parked call's outcome says of its park ([`CallRecord::park`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Park<'a> {
+    /// The approval id a decision answers.
+    pub approval_id: &'a str,
+    /// What approving would grant; `None` only on a line written before scopes were
+    /// recorded.
+    pub scope: Option<&'a ApprovalScope>,
+    /// The rule that parked it (`None`: the policy's default).
+    pub matched_rule: Option<&'a str>,
+    /// The execution's reason (`parked for approval`).
+    pub reason: &'a str,
 }
 
 impl<'a> CallRequest<'a> {
@@ -153,6 +186,19 @@ impl<'a> CallRequest<'a> {
             session: None,
             arguments: None,
             cancel: None,
+            approval: None,
+        }
+    }
+
+    /// The digest an approval binds the call's arguments by: of the arguments object
+    /// (canonical JSON text) when the call states one, else of the invocation (its
+    /// `args` and `input`, as `aegis run` calls a command).
+    pub fn arguments_digest(&self) -> ArgumentsDigest {
+        match self.arguments {
+            Some(text) => ArgumentsDigest::of_canonical_arguments(text.as_bytes()),
+            None => {
+                ArgumentsDigest::of_invocation(RequestDigest::of_invocation(self.args, self.input))
+            }
         }
     }
 
@@ -268,6 +314,25 @@ impl CallRecord {
     pub fn class(&self) -> CallClass {
         CallClass::of(&self.outcome)
     }
+
+    /// The park, when the policy parked the call: its approval id, the scope
+    /// approving it would grant, the rule that parked it and the reason recorded.
+    pub fn park(&self) -> Option<Park<'_>> {
+        let o = &self.outcome;
+        let PolicyOutcome::PendingApproval { approval_id, scope } = &o.policy else {
+            return None;
+        };
+        let reason = match &o.execution {
+            ExecutionOutcome::HostDenied { reason } => reason.as_str(),
+            _ => "",
+        };
+        Some(Park {
+            approval_id,
+            scope: scope.as_ref(),
+            matched_rule: o.decision_axes.matched_rule.as_deref(),
+            reason,
+        })
+    }
 }
 
 /// A failure to keep the record. Each variant says whether anything ran.
@@ -291,6 +356,23 @@ pub enum PipelineError {
     /// The session had stopped and a new one could not be opened: nothing ran.
     #[error("the record stopped and a new session could not be opened, so nothing ran: {0}")]
     Resume(String),
+    /// A decision was not written: its approver does not stand behind it (a signature
+    /// that does not verify, a host that approves), or it names no approver.
+    #[error("the decision on {approval_id} was not recorded: {why}")]
+    Unattributed {
+        /// The park decided.
+        approval_id: String,
+        /// What is wrong with its approver.
+        why: String,
+    },
+    /// A decision line could not be written.
+    #[error("the decision on {approval_id} could not be recorded: {source}")]
+    Decision {
+        /// The park decided.
+        approval_id: String,
+        /// The write failure.
+        source: WriteError,
+    },
     /// A tool change line could not be written.
     #[error("the change to tool {tool_id:?} could not be recorded: {source}")]
     ToolChange {
@@ -366,6 +448,9 @@ pub struct Pipeline {
     calls: AtomicU64,
     /// What of each call's arguments the record keeps.
     recording: ArgumentRecording,
+    /// How long an approval of a call parked now may be used (a park's
+    /// `scope.expires_at` is its time plus this).
+    approval_timeout: Duration,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -399,7 +484,19 @@ impl Pipeline {
             call_prefix,
             calls: AtomicU64::new(0),
             recording: ArgumentRecording::default(),
+            approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
         }
+    }
+
+    /// Sets how long an approval of a call parked from now on may be used.
+    pub(crate) fn set_approval_timeout(&mut self, timeout: Duration) {
+        self.approval_timeout = timeout;
+    }
+
+    /// How long an approval of a parked call may be used: its park's
+    /// `scope.expires_at` is the park's time plus this.
+    pub fn approval_timeout(&self) -> Duration {
+        self.approval_timeout
     }
 
     /// Sets what of each call's arguments the record keeps (before any call).
@@ -445,6 +542,7 @@ impl Pipeline {
             call_prefix,
             calls,
             recording,
+            approval_timeout,
         } = self;
         let current = audit.into_inner().unwrap_or_else(PoisonError::into_inner);
         Arc::try_unwrap(current).map_err(|current| {
@@ -459,6 +557,7 @@ impl Pipeline {
                 call_prefix,
                 calls,
                 recording,
+                approval_timeout,
             })
         })
     }
@@ -625,6 +724,35 @@ impl Pipeline {
             })
     }
 
+    /// Records a person's (or the host's) decision on a park: one signed `decision`
+    /// line in the current session, written only when its approver stands behind it
+    /// ([`aegis_record::approval::check`]: an approver key's signature verifies over
+    /// the approval id and verdict, the host only denies). Returns the line's `seq`.
+    ///
+    /// # Errors
+    /// [`PipelineError::Unattributed`] when the approver does not stand behind it or
+    /// none is named (nothing is written); [`PipelineError::Decision`] when the line
+    /// could not be written.
+    pub fn record_decision(&self, decision: &DecisionLine) -> Result<u64, PipelineError> {
+        let unattributed = |why: String| PipelineError::Unattributed {
+            approval_id: decision.approval_id.clone(),
+            why,
+        };
+        let Some(approver) = &decision.approver else {
+            return Err(unattributed("it names no approver".to_owned()));
+        };
+        aegis_record::approval::check(&decision.approval_id, &decision.verdict, approver)
+            .map_err(|problem| unattributed(problem.to_string()))?;
+        self.session_for_call()?
+            .session
+            .append(decision)
+            .map(|appended| appended.seq)
+            .map_err(|source| PipelineError::Decision {
+                approval_id: decision.approval_id.clone(),
+                source,
+            })
+    }
+
     /// Records a call refused before any station was asked, by a front end's own check
     /// (the relay's, the pins', the gateway's) or the host's: an intent, then an outcome
     /// whose stations say not reached, whose execution gives the refusal's reason and
@@ -683,6 +811,21 @@ impl Pipeline {
             ));
             return (d, None);
         }
+        // A resumed call must be the one approved before any station hears of it.
+        if let Some(approval) = &call.approval
+            && let Err(why) = approval::matches(
+                approval,
+                &call.tool_id,
+                call.arguments_digest,
+                &aegis_record::time::now(),
+            )
+        {
+            d.refused = Some((
+                Stop::new(Cause::ApprovalMismatch),
+                format!("{APPROVAL_MISMATCH}: {why}").into(),
+            ));
+            return (d, None);
+        }
         let named = call.capability.as_deref();
         let planned = self.tools.axes(&call.tool_id, named);
         let as_named: [RStr<'_>; 1];
@@ -700,6 +843,28 @@ impl Pipeline {
         d.arguments_read = decided.arguments_read;
         match (decided.policy, decided.stop) {
             (PolicyOutcome::Allowed, _) => d.policy = Some(PolicyOutcome::Allowed),
+            // The park is answered by the approval this call resumes under; a deny or a
+            // rate limit is not, whatever was approved.
+            (PolicyOutcome::PendingApproval { .. }, _) if call.approval.is_some() => {
+                d.policy = Some(PolicyOutcome::Allowed);
+            }
+            (PolicyOutcome::PendingApproval { approval_id, .. }, stop) => {
+                let (fs, net) = self.tools.would_grant(&call.tool_id, named);
+                let scope = ApprovalScope {
+                    tool_id: call.tool_id.clone(),
+                    arguments_digest: Some(call.arguments_digest),
+                    fs,
+                    net,
+                    expires_at: Some(approval::time_after(self.approval_timeout)),
+                };
+                let parked = PolicyOutcome::PendingApproval {
+                    approval_id,
+                    scope: Some(scope),
+                };
+                let stop = stop.unwrap_or(Stop::new(Cause::StationFailed));
+                d.refuse_before_capability(parked, stop, PARKED);
+                return (d, None);
+            }
             (refused, stop) => {
                 let why = match refused {
                     PolicyOutcome::PendingApproval { .. } => PARKED,
@@ -727,9 +892,19 @@ impl Pipeline {
         });
         match resolved {
             Ok(grant) => {
-                d.capability = Some(CapabilityOutcome::Granted {
-                    grant: grant.to_record(),
-                });
+                let record = grant.to_record();
+                // A resumed call holds no authority its approval did not grant.
+                if let Some(approval) = &call.approval
+                    && let Err((axis, why)) = approval::within_scope(&record, &approval.scope)
+                {
+                    d.capability = Some(CapabilityOutcome::Denied {
+                        reason: why.clone(),
+                        denied_capability: Some(axis.to_owned()),
+                    });
+                    d.refused = Some((Stop::about(Cause::ApprovalMismatch, axis), why.into()));
+                    return (d, None);
+                }
+                d.capability = Some(CapabilityOutcome::Granted { grant: record });
                 d.grant_id = Some(grant.id().to_owned());
                 d.fs = grant.fs_axis().cloned();
                 d.net = grant.net_axis().cloned();
@@ -869,11 +1044,13 @@ pub enum Executed {
     },
 }
 
+mod approval;
 mod guard;
 mod outcome_lines;
 mod policy;
 mod recording;
 
+pub use approval::{APPROVAL_MISMATCH, OUTSIDE_SCOPE};
 use guard::Open;
 pub use guard::{Call, OwnedCall};
 use outcome_lines::{Decisions, Ended, Stated, execution_of, outcome_line};

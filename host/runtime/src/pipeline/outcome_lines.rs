@@ -20,6 +20,10 @@ pub(super) struct Stated {
     /// when the operator opted in.
     pub(super) bound: Option<BoundArguments>,
     pub(super) call_arguments: Option<String>,
+    /// The approval the call resumes under, if any.
+    pub(super) approval: Option<Approval>,
+    /// What an approval binds the call's arguments by ([`CallRequest::arguments_digest`]).
+    pub(super) arguments_digest: ArgumentsDigest,
 }
 
 impl Stated {
@@ -49,6 +53,8 @@ impl Stated {
             role: request.role.map(str::to_owned),
             session: request.session.map(str::to_owned),
             arguments: request.arguments.map(str::to_owned),
+            approval: request.approval.cloned(),
+            arguments_digest: request.arguments_digest(),
         }
     }
 }
@@ -192,7 +198,7 @@ pub(super) fn outcome_line(stated: Stated, d: Decisions, ended: Ended) -> Outcom
             arguments: d.arguments_read,
             bound: stated.bound,
             call_arguments: stated.call_arguments,
-            ..DecisionAxes::default()
+            approval_ref: stated.approval.map(|a| a.approval_id),
         },
         stop: ended.stop,
     }

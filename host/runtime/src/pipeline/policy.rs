@@ -425,6 +425,8 @@ mod tests {
             arguments: None,
             bound: None,
             call_arguments: None,
+            approval: None,
+            arguments_digest: CallRequest::new("t", b"{}").arguments_digest(),
         };
         let axes: Vec<RStr<'static>> = axes.iter().map(|a| RStr::from(*a)).collect();
         let a = ask_policy(&policy, &call.ask(), &axes)?;

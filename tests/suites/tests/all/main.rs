@@ -8,6 +8,7 @@
 //! allocation through a global allocator.
 
 mod adversarial;
+mod approvals;
 mod awaited_call;
 mod ceilings;
 mod deny;
