@@ -72,7 +72,15 @@ fn run(e: &Expect, threads: usize) -> aegis_record::Report {
             .push(TrustAnchor::from_hex(args.next().unwrap()).unwrap());
     }
     let bytes = &build().files[&e.file];
-    verify(&bytes[..], &Options { trust, threads }).unwrap()
+    verify(
+        &bytes[..],
+        &Options {
+            trust,
+            threads,
+            approvers: None,
+        },
+    )
+    .unwrap()
 }
 
 /// The verifier's headline, in-flight and unfinished lines and exit class match the

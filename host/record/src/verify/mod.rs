@@ -83,11 +83,13 @@ mod workers;
 
 pub use crate::json::quote;
 pub use follow::{Follower, Step};
-pub use report::{ClockStep, InFlight, KeyChange, KeyChangeKind, Report, TrustedThroughHandoff};
+pub use report::{
+    ApproversSeen, ClockStep, InFlight, KeyChange, KeyChangeKind, Report, TrustedThroughHandoff,
+};
 pub use trust::{TrustAnchor, TrustStoreError, parse_trust_store};
 pub use verdict::{
-    BoundaryProblem, HandoffProblem, Indeterminate, Position, SignatureProblem, Tampered, Trust,
-    Verdict,
+    BoundaryProblem, HandoffProblem, Indeterminate, Misuse, Position, SignatureProblem, Tampered,
+    Trust, Unpinned, Verdict, Widening,
 };
 
 use std::io::Read;
@@ -115,6 +117,11 @@ pub struct Options {
     /// ([`TrustAnchor`]). `None` is an unpinned walk; `Some` of an empty slice is a pin
     /// nothing satisfies.
     pub trust: Option<Vec<TrustAnchor>>,
+    /// The approvers the caller trusts, as [`TrustAnchor`]s like `trust`. `None` judges
+    /// no decision by its approver (the report lists the approvers seen, unpinned);
+    /// `Some` makes every decision not made by one of these keys Indeterminate
+    /// (`untrusted_approver`), except a denial the client or the host settled.
+    pub approvers: Option<Vec<TrustAnchor>>,
     /// Signature-checking threads; 0 means one per available core (at most 64).
     pub threads: usize,
 }
