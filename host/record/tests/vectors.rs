@@ -64,10 +64,15 @@ fn collect(root: &std::path::Path, dir: &std::path::Path, out: &mut Vec<String>)
 
 fn run(e: &Expect, threads: usize) -> aegis_record::Report {
     let mut trust = None;
+    let mut approvers = None;
     let mut args = e.args.iter();
     while let Some(a) = args.next() {
-        assert_eq!(a, "--key");
-        trust
+        let slice = match a.as_str() {
+            "--key" => &mut trust,
+            "--approver-key" => &mut approvers,
+            other => panic!("unexpected argument {other}"),
+        };
+        slice
             .get_or_insert_with(Vec::new)
             .push(TrustAnchor::from_hex(args.next().unwrap()).unwrap());
     }
@@ -77,7 +82,7 @@ fn run(e: &Expect, threads: usize) -> aegis_record::Report {
         &Options {
             trust,
             threads,
-            approvers: None,
+            approvers,
         },
     )
     .unwrap()
