@@ -17,6 +17,9 @@ use support::vectors::{
     PARK_ID, approval_session, approved, approver, key, outsider, park_scope, signed_decision,
 };
 
+/// A change made to a scope.
+type Change = Box<dyn Fn(&mut ApprovalScope)>;
+
 fn check(bytes: &[u8], approvers: Option<Vec<TrustAnchor>>) -> Report {
     let options = Options {
         trust: None,
@@ -178,7 +181,7 @@ fn a_swapped_key_id_is_caught() {
 #[test]
 fn a_scope_changed_after_signing_is_caught() {
     let signed = signed_decision(approved());
-    let changes: Vec<(&str, Box<dyn Fn(&mut ApprovalScope)>)> = vec![
+    let changes: Vec<(&str, Change)> = vec![
         ("tool", Box::new(|s| s.tool_id = "shell".into())),
         (
             "arguments",
@@ -298,7 +301,7 @@ fn a_client_approval_is_not_a_pinned_approver() {
 /// signature holds; a narrower one verifies.
 #[test]
 fn an_approval_wider_than_its_park_is_caught() {
-    let cases: Vec<(Widening, Box<dyn Fn(&mut ApprovalScope)>)> = vec![
+    let cases: Vec<(Widening, Change)> = vec![
         (Widening::Tool, Box::new(|s| s.tool_id = "shell".into())),
         (
             Widening::ArgumentsDigest,
