@@ -73,7 +73,7 @@ fn an_honest_approval_verifies_pinned_or_not_and_the_report_names_the_approver()
     let text = unpinned.to_text();
     assert!(
         text.contains(&format!(
-            "approver key_id {} decisions 1 (unpinned)\n",
+            "approver key_id {} decisions 1 (unpinned) (the approver vector key, whose seed is public: proves nothing)\n",
             approver().key_id()
         )),
         "{text}"
@@ -84,7 +84,11 @@ fn an_honest_approval_verifies_pinned_or_not_and_the_report_names_the_approver()
     for pin in [pinned_to_approver(), Some(vec![approver().key_id().into()])] {
         let pinned = check(&file, pin);
         assert_eq!(pinned.verdict(), &Verdict::Verified(Trust::Unpinned));
-        assert!(pinned.to_text().contains("(pinned)\n"));
+        assert!(
+            pinned
+                .to_text()
+                .contains(" (pinned) (the approver vector key")
+        );
     }
 }
 

@@ -379,7 +379,13 @@ impl Report {
         if let Some(a) = &self.approvers {
             let label = if a.pinned { "pinned" } else { "unpinned" };
             for (k, n) in &a.keys {
-                s.push_str(&format!("approver key_id {k} decisions {n} ({label})\n"));
+                s.push_str(&format!("approver key_id {k} decisions {n} ({label})"));
+                if let Some(name) = crate::key::published_test_key_id(k) {
+                    s.push_str(&format!(
+                        " (the {name}, whose seed is public: proves nothing)"
+                    ));
+                }
+                s.push('\n');
             }
             for (name, n) in [
                 ("approver_key_unlisted", a.unlisted_key_decisions),
@@ -556,6 +562,9 @@ impl Report {
                     let mut ko = Object::new();
                     ko.insert("key_id", *k);
                     ko.insert("decisions", count(*n));
+                    if let Some(name) = crate::key::published_test_key_id(k) {
+                        ko.insert("published_test_key", name);
+                    }
                     Value::Object(ko)
                 })
                 .collect();
