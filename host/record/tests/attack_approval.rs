@@ -101,352 +101,371 @@ fn a_record_without_approvers_reports_none() {
     assert!(!report.to_text().contains("approver"));
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+/// A decision whose approver does not stand behind it is Tampered.
+mod forged {
+    use super::*;
 
-    /// Any bit of the approver's signature flipped: Tampered bad_approver, never
-    /// Verified, pinned or not.
-    #[test]
-    fn a_flipped_signature_bit_is_caught(byte in 0usize..64, bit in 0u8..8) {
-        let mut decision = signed_decision(approved());
-        if let Some(Approver::Key { signature, .. }) = &mut decision.approver {
-            let mut bytes = *signature.as_bytes();
-            bytes[byte] ^= 1 << bit;
-            *signature = Signature::from_bytes(bytes);
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Any bit of the approver's signature flipped: Tampered bad_approver, never
+        /// Verified, pinned or not.
+        #[test]
+        fn a_flipped_signature_bit_is_caught(byte in 0usize..64, bit in 0u8..8) {
+            let mut decision = signed_decision(approved());
+            if let Some(Approver::Key { signature, .. }) = &mut decision.approver {
+                let mut bytes = *signature.as_bytes();
+                bytes[byte] ^= 1 << bit;
+                *signature = Signature::from_bytes(bytes);
+            }
+            let file = with(&decision);
+            for pins in [None, pinned_to_approver()] {
+                let report = check(&file, pins);
+                let problem = bad_approver(&report);
+                prop_assert!(
+                    matches!(problem, ApproverProblem::BadSignature),
+                    "{problem:?}"
+                );
+            }
         }
-        let file = with(&decision);
+
+        /// A key that did not sign, under a matching key id, cannot pass for the approver.
+        #[test]
+        fn another_key_cannot_take_the_signature(seed in any::<[u8; 32]>()) {
+            let other = SigningKey::from_seed(seed);
+            prop_assume!(other.public_key() != approver().public_key());
+            let mut decision = signed_decision(approved());
+            if let Some(Approver::Key { public_key, key_id, .. }) = &mut decision.approver {
+                *public_key = other.public_key();
+                *key_id = other.key_id();
+            }
+            let report = check(&with(&decision), Some(vec![other.public_key().into()]));
+            prop_assert!(matches!(
+                bad_approver(&report),
+                ApproverProblem::BadSignature | ApproverProblem::BadKey
+            ));
+        }
+    }
+
+    /// The approver's key id swapped for another key's: the signature itself is fine, the
+    /// attribution is not.
+    #[test]
+    fn a_swapped_key_id_is_caught() {
+        let mut decision = signed_decision(approved());
+        if let Some(Approver::Key { key_id, .. }) = &mut decision.approver {
+            *key_id = outsider().key_id();
+        }
+        let report = check(&with(&decision), Some(vec![outsider().key_id().into()]));
+        assert_eq!(bad_approver(&report), ApproverProblem::KeyIdMismatch);
+    }
+
+    /// The host changes what the person approved after they signed it — any member of the
+    /// scope, or the approval id, or approval into denial: the signature no longer holds.
+    #[test]
+    fn a_scope_changed_after_signing_is_caught() {
+        let signed = signed_decision(approved());
+        let changes: Vec<(&str, Change)> = vec![
+            ("tool", Box::new(|s| s.tool_id = "shell".into())),
+            (
+                "arguments",
+                Box::new(|s| {
+                    s.arguments_digest = Some(ArgumentsDigest::of_canonical_arguments(
+                        br#"{"env":"production"}"#,
+                    ));
+                }),
+            ),
+            ("no arguments", Box::new(|s| s.arguments_digest = None)),
+            (
+                "fs",
+                Box::new(|s| {
+                    s.fs.as_mut()
+                        .unwrap()
+                        .write_paths
+                        .push("/srv/deploy".into())
+                }),
+            ),
+            (
+                "net",
+                Box::new(|s| s.net.as_mut().unwrap().http[0].ports.push(22)),
+            ),
+            ("no expiry", Box::new(|s| s.expires_at = None)),
+            // Narrowing is a change too: the person signed what they signed.
+            ("narrower", Box::new(|s| s.net = None)),
+        ];
+        for (name, change) in changes {
+            let mut decision = signed.clone();
+            let DecisionVerdict::Approved { scope } = &mut decision.verdict else {
+                unreachable!()
+            };
+            change(scope);
+            let report = check(&with(&decision), None);
+            assert_eq!(
+                bad_approver(&report),
+                ApproverProblem::BadSignature,
+                "{name}"
+            );
+        }
+        let mut other_id = signed.clone();
+        other_id.approval_id = "apr-ffffffffffffffffffffffffffffffff".into();
+        let report = check(&with(&other_id), None);
+        assert!(matches!(
+            report.verdict(),
+            Verdict::Tampered(Tampered::BadApprover { .. })
+        ));
+        let mut denied = signed;
+        denied.verdict = DecisionVerdict::Denied {
+            reason: "no".into(),
+        };
+        let report = check(&with(&denied), None);
+        assert_eq!(bad_approver(&report), ApproverProblem::BadSignature);
+    }
+
+    #[test]
+    fn the_host_cannot_approve() {
+        let decision = DecisionLine {
+            approval_id: PARK_ID.into(),
+            verdict: approved(),
+            approver: Some(Approver::Host {
+                why: HostSettled::Withdrawn,
+            }),
+        };
         for pins in [None, pinned_to_approver()] {
-            let report = check(&file, pins);
-            let problem = bad_approver(&report);
-            prop_assert!(
-                matches!(problem, ApproverProblem::BadSignature),
-                "{problem:?}"
+            let report = check(&with(&decision), pins);
+            assert_eq!(bad_approver(&report), ApproverProblem::HostApproved);
+        }
+    }
+}
+
+/// A decision no pinned approver made is never Verified under approver pins.
+mod untrusted {
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// An approver key nobody pinned is never Verified once approvers are pinned.
+        #[test]
+        fn an_untrusted_approver_is_not_verified(seed in any::<[u8; 32]>()) {
+            let someone = SigningKey::from_seed(seed);
+            prop_assume!(someone.public_key() != approver().public_key());
+            let verdict = approved();
+            let decision = DecisionLine {
+                approval_id: PARK_ID.into(),
+                approver: Some(approval::sign(&someone, PARK_ID, &verdict)),
+                verdict,
+            };
+            let file = with(&decision);
+            let unpinned = check(&file, None);
+            prop_assert_eq!(unpinned.verdict(), &Verdict::Verified(Trust::Unpinned));
+            let report = check(&file, pinned_to_approver());
+            match report.verdict() {
+                Verdict::Indeterminate(Indeterminate::UntrustedApprover {
+                    line: 4,
+                    approver: Unpinned::Key(k),
+                    ..
+                }) => prop_assert_eq!(*k, someone.key_id()),
+                other => prop_assert!(false, "{other:?}"),
+            }
+        }
+    }
+
+    /// A client's approval is no person's key: listed unpinned, Indeterminate pinned. A
+    /// client's or the host's denial ran nothing and stands either way.
+    #[test]
+    fn a_client_approval_is_not_a_pinned_approver() {
+        let client = Approver::Client {
+            client: "inspector 1.0".into(),
+            mechanism: ClientMechanism::Elicitation,
+        };
+        let approved_by_client = DecisionLine {
+            approval_id: PARK_ID.into(),
+            verdict: approved(),
+            approver: Some(client.clone()),
+        };
+        let file = with(&approved_by_client);
+        let unpinned = check(&file, None);
+        assert_eq!(unpinned.verdict(), &Verdict::Verified(Trust::Unpinned));
+        assert_eq!(unpinned.approvers().unwrap().client, 1);
+        assert!(matches!(
+            check(&file, pinned_to_approver()).verdict(),
+            Verdict::Indeterminate(Indeterminate::UntrustedApprover {
+                approver: Unpinned::Client,
+                ..
+            })
+        ));
+        for approver in [
+            client,
+            Approver::Host {
+                why: HostSettled::Expired,
+            },
+        ] {
+            let denial = DecisionLine {
+                approval_id: PARK_ID.into(),
+                verdict: DecisionVerdict::Denied {
+                    reason: "declined".into(),
+                },
+                approver: Some(approver),
+            };
+            let file = approval_session(&key(), &denial, &[], &|_| {});
+            assert_eq!(
+                check(&file, pinned_to_approver()).verdict(),
+                &Verdict::Verified(Trust::Unpinned)
             );
         }
     }
 
-    /// A key that did not sign, under a matching key id, cannot pass for the approver.
+    /// With approvers pinned, a decision that names no approver (written before approvers
+    /// were recorded) is not Verified; unpinned, it verifies as it always did.
     #[test]
-    fn another_key_cannot_take_the_signature(seed in any::<[u8; 32]>()) {
-        let other = SigningKey::from_seed(seed);
-        prop_assume!(other.public_key() != approver().public_key());
-        let mut decision = signed_decision(approved());
-        if let Some(Approver::Key { public_key, key_id, .. }) = &mut decision.approver {
-            *public_key = other.public_key();
-            *key_id = other.key_id();
-        }
-        let report = check(&with(&decision), Some(vec![other.public_key().into()]));
-        prop_assert!(matches!(
-            bad_approver(&report),
-            ApproverProblem::BadSignature | ApproverProblem::BadKey
-        ));
-    }
-
-    /// An approver key nobody pinned is never Verified once approvers are pinned.
-    #[test]
-    fn an_untrusted_approver_is_not_verified(seed in any::<[u8; 32]>()) {
-        let someone = SigningKey::from_seed(seed);
-        prop_assume!(someone.public_key() != approver().public_key());
-        let verdict = approved();
+    fn an_unattributed_decision_is_verified_only_unpinned() {
         let decision = DecisionLine {
             approval_id: PARK_ID.into(),
-            approver: Some(approval::sign(&someone, PARK_ID, &verdict)),
-            verdict,
+            verdict: approved(),
+            approver: None,
         };
         let file = with(&decision);
         let unpinned = check(&file, None);
-        prop_assert_eq!(unpinned.verdict(), &Verdict::Verified(Trust::Unpinned));
-        let report = check(&file, pinned_to_approver());
-        match report.verdict() {
+        assert_eq!(unpinned.verdict(), &Verdict::Verified(Trust::Unpinned));
+        assert!(unpinned.approvers().is_none());
+        assert!(matches!(
+            check(&file, Some(vec![])).verdict(),
             Verdict::Indeterminate(Indeterminate::UntrustedApprover {
-                line: 4,
-                approver: Unpinned::Key(k),
+                approver: Unpinned::Unattributed,
                 ..
-            }) => prop_assert_eq!(*k, someone.key_id()),
-            other => prop_assert!(false, "{other:?}"),
+            })
+        ));
+    }
+}
+
+/// An approval run against its verdict, or wider than its park, is Tampered.
+mod misused {
+    use super::*;
+
+    /// An approval wider than its park in any member is Tampered even though the person's
+    /// signature holds; a narrower one verifies.
+    #[test]
+    fn an_approval_wider_than_its_park_is_caught() {
+        let cases: Vec<(Widening, Change)> = vec![
+            (Widening::Tool, Box::new(|s| s.tool_id = "shell".into())),
+            (
+                Widening::ArgumentsDigest,
+                Box::new(|s| s.arguments_digest = None),
+            ),
+            (
+                Widening::Fs,
+                Box::new(|s| s.fs.as_mut().unwrap().read_paths = vec!["/srv/deploy-other".into()]),
+            ),
+            (
+                Widening::Fs,
+                Box::new(|s| {
+                    s.fs.as_mut().unwrap().read_paths = vec!["/srv/deploy/../../etc".into()];
+                }),
+            ),
+            (
+                Widening::Fs,
+                Box::new(|s| s.fs.as_mut().unwrap().write_paths = vec!["/srv/deploy".into()]),
+            ),
+            (
+                Widening::Net,
+                Box::new(|s| s.net.as_mut().unwrap().http[0].host = "evil.example.test".into()),
+            ),
+            (
+                Widening::Net,
+                Box::new(|s| {
+                    s.net.as_mut().unwrap().http[0]
+                        .methods
+                        .push("DELETE".into())
+                }),
+            ),
+            (
+                Widening::ExpiresAt,
+                Box::new(|s| s.expires_at = Some("2026-12-04T00:10:00.000001Z".into())),
+            ),
+            (Widening::ExpiresAt, Box::new(|s| s.expires_at = None)),
+        ];
+        for (expected, change) in cases {
+            let mut scope = park_scope();
+            change(&mut scope);
+            let report = check(
+                &with(&signed_decision(DecisionVerdict::Approved { scope })),
+                None,
+            );
+            assert_eq!(widened(&report), expected);
+        }
+        // Narrower in every member: verifies.
+        let mut narrow = park_scope();
+        narrow.fs.as_mut().unwrap().read_paths = vec!["/srv/deploy/staging".into()];
+        narrow.net = None;
+        narrow.expires_at = Some("2026-12-04T00:05:00.000000Z".into());
+        let report = check(
+            &with(&signed_decision(DecisionVerdict::Approved {
+                scope: narrow,
+            })),
+            None,
+        );
+        assert_eq!(report.verdict(), &Verdict::Verified(Trust::Unpinned));
+    }
+
+    fn misuse(report: &Report) -> (u64, Misuse) {
+        match report.verdict() {
+            Verdict::Tampered(Tampered::ApprovalMisused { line, misuse, .. }) => {
+                (*line, misuse.clone())
+            }
+            other => panic!("expected approval_misused, got {other:?}"),
         }
     }
-}
 
-/// The approver's key id swapped for another key's: the signature itself is fine, the
-/// attribution is not.
-#[test]
-fn a_swapped_key_id_is_caught() {
-    let mut decision = signed_decision(approved());
-    if let Some(Approver::Key { key_id, .. }) = &mut decision.approver {
-        *key_id = outsider().key_id();
-    }
-    let report = check(&with(&decision), Some(vec![outsider().key_id().into()]));
-    assert_eq!(bad_approver(&report), ApproverProblem::KeyIdMismatch);
-}
-
-/// The host changes what the person approved after they signed it — any member of the
-/// scope, or the approval id, or approval into denial: the signature no longer holds.
-#[test]
-fn a_scope_changed_after_signing_is_caught() {
-    let signed = signed_decision(approved());
-    let changes: Vec<(&str, Change)> = vec![
-        ("tool", Box::new(|s| s.tool_id = "shell".into())),
-        (
-            "arguments",
-            Box::new(|s| {
-                s.arguments_digest = Some(ArgumentsDigest::of_canonical_arguments(
-                    br#"{"env":"production"}"#,
-                ));
-            }),
-        ),
-        ("no arguments", Box::new(|s| s.arguments_digest = None)),
-        (
-            "fs",
-            Box::new(|s| {
-                s.fs.as_mut()
-                    .unwrap()
-                    .write_paths
-                    .push("/srv/deploy".into())
-            }),
-        ),
-        (
-            "net",
-            Box::new(|s| s.net.as_mut().unwrap().http[0].ports.push(22)),
-        ),
-        ("no expiry", Box::new(|s| s.expires_at = None)),
-        // Narrowing is a change too: the person signed what they signed.
-        ("narrower", Box::new(|s| s.net = None)),
-    ];
-    for (name, change) in changes {
-        let mut decision = signed.clone();
-        let DecisionVerdict::Approved { scope } = &mut decision.verdict else {
-            unreachable!()
-        };
-        change(scope);
-        let report = check(&with(&decision), None);
-        assert_eq!(
-            bad_approver(&report),
-            ApproverProblem::BadSignature,
-            "{name}"
+    #[test]
+    fn a_call_run_against_its_approval_is_caught() {
+        let denied = signed_decision(DecisionVerdict::Denied {
+            reason: "no".into(),
+        });
+        let file = approval_session(&key(), &denied, &[("call-resumed", "deploy")], &|_| {});
+        assert_eq!(misuse(&check(&file, None)), (6, Misuse::Denied));
+        let file = approval_session(
+            &key(),
+            &signed_decision(approved()),
+            &[("call-resumed", "read-notes")],
+            &|_| {},
         );
-    }
-    let mut other_id = signed.clone();
-    other_id.approval_id = "apr-ffffffffffffffffffffffffffffffff".into();
-    let report = check(&with(&other_id), None);
-    assert!(matches!(
-        report.verdict(),
-        Verdict::Tampered(Tampered::BadApprover { .. })
-    ));
-    let mut denied = signed;
-    denied.verdict = DecisionVerdict::Denied {
-        reason: "no".into(),
-    };
-    let report = check(&with(&denied), None);
-    assert_eq!(bad_approver(&report), ApproverProblem::BadSignature);
-}
-
-#[test]
-fn the_host_cannot_approve() {
-    let decision = DecisionLine {
-        approval_id: PARK_ID.into(),
-        verdict: approved(),
-        approver: Some(Approver::Host {
-            why: HostSettled::Withdrawn,
-        }),
-    };
-    for pins in [None, pinned_to_approver()] {
-        let report = check(&with(&decision), pins);
-        assert_eq!(bad_approver(&report), ApproverProblem::HostApproved);
-    }
-}
-
-/// A client's approval is no person's key: listed unpinned, Indeterminate pinned. A
-/// client's or the host's denial ran nothing and stands either way.
-#[test]
-fn a_client_approval_is_not_a_pinned_approver() {
-    let client = Approver::Client {
-        client: "inspector 1.0".into(),
-        mechanism: ClientMechanism::Elicitation,
-    };
-    let approved_by_client = DecisionLine {
-        approval_id: PARK_ID.into(),
-        verdict: approved(),
-        approver: Some(client.clone()),
-    };
-    let file = with(&approved_by_client);
-    let unpinned = check(&file, None);
-    assert_eq!(unpinned.verdict(), &Verdict::Verified(Trust::Unpinned));
-    assert_eq!(unpinned.approvers().unwrap().client, 1);
-    assert!(matches!(
-        check(&file, pinned_to_approver()).verdict(),
-        Verdict::Indeterminate(Indeterminate::UntrustedApprover {
-            approver: Unpinned::Client,
-            ..
-        })
-    ));
-    for approver in [
-        client,
-        Approver::Host {
-            why: HostSettled::Expired,
-        },
-    ] {
-        let denial = DecisionLine {
-            approval_id: PARK_ID.into(),
-            verdict: DecisionVerdict::Denied {
-                reason: "declined".into(),
-            },
-            approver: Some(approver),
-        };
-        let file = approval_session(&key(), &denial, &[], &|_| {});
         assert_eq!(
-            check(&file, pinned_to_approver()).verdict(),
+            misuse(&check(&file, None)),
+            (
+                6,
+                Misuse::OtherTool {
+                    tool_id: "read-notes".into()
+                }
+            )
+        );
+        let file = approval_session(
+            &key(),
+            &signed_decision(approved()),
+            &[("call-resumed", "deploy"), ("call-replayed", "deploy")],
+            &|_| {},
+        );
+        assert_eq!(misuse(&check(&file, None)), (8, Misuse::SecondUse));
+    }
+
+    /// A resumed call the host refused (it did not match the approval, or the approval was
+    /// denied or used) is the honest record of a refusal, not a misuse.
+    #[test]
+    fn a_refused_resumed_call_is_not_a_misuse() {
+        let denied = signed_decision(DecisionVerdict::Denied {
+            reason: "no".into(),
+        });
+        let refused = |s: &Session| {
+            s.append_unsigned(&support::intent_for("call-retried", "deploy"))
+                .unwrap();
+            let mut o = support::vectors::resumed("call-retried", "deploy", PARK_ID);
+            o.execution = ExecutionOutcome::HostDenied {
+                reason: "approval_mismatch: the approval was denied".into(),
+            };
+            s.append(&o).unwrap();
+        };
+        let file = approval_session(&key(), &denied, &[], &refused);
+        assert_eq!(
+            check(&file, None).verdict(),
             &Verdict::Verified(Trust::Unpinned)
         );
     }
-}
-
-/// An approval wider than its park in any member is Tampered even though the person's
-/// signature holds; a narrower one verifies.
-#[test]
-fn an_approval_wider_than_its_park_is_caught() {
-    let cases: Vec<(Widening, Change)> = vec![
-        (Widening::Tool, Box::new(|s| s.tool_id = "shell".into())),
-        (
-            Widening::ArgumentsDigest,
-            Box::new(|s| s.arguments_digest = None),
-        ),
-        (
-            Widening::Fs,
-            Box::new(|s| s.fs.as_mut().unwrap().read_paths = vec!["/srv/deploy-other".into()]),
-        ),
-        (
-            Widening::Fs,
-            Box::new(|s| {
-                s.fs.as_mut().unwrap().read_paths = vec!["/srv/deploy/../../etc".into()];
-            }),
-        ),
-        (
-            Widening::Fs,
-            Box::new(|s| s.fs.as_mut().unwrap().write_paths = vec!["/srv/deploy".into()]),
-        ),
-        (
-            Widening::Net,
-            Box::new(|s| s.net.as_mut().unwrap().http[0].host = "evil.example.test".into()),
-        ),
-        (
-            Widening::Net,
-            Box::new(|s| {
-                s.net.as_mut().unwrap().http[0]
-                    .methods
-                    .push("DELETE".into())
-            }),
-        ),
-        (
-            Widening::ExpiresAt,
-            Box::new(|s| s.expires_at = Some("2026-12-04T00:10:00.000001Z".into())),
-        ),
-        (Widening::ExpiresAt, Box::new(|s| s.expires_at = None)),
-    ];
-    for (expected, change) in cases {
-        let mut scope = park_scope();
-        change(&mut scope);
-        let report = check(
-            &with(&signed_decision(DecisionVerdict::Approved { scope })),
-            None,
-        );
-        assert_eq!(widened(&report), expected);
-    }
-    // Narrower in every member: verifies.
-    let mut narrow = park_scope();
-    narrow.fs.as_mut().unwrap().read_paths = vec!["/srv/deploy/staging".into()];
-    narrow.net = None;
-    narrow.expires_at = Some("2026-12-04T00:05:00.000000Z".into());
-    let report = check(
-        &with(&signed_decision(DecisionVerdict::Approved {
-            scope: narrow,
-        })),
-        None,
-    );
-    assert_eq!(report.verdict(), &Verdict::Verified(Trust::Unpinned));
-}
-
-fn misuse(report: &Report) -> (u64, Misuse) {
-    match report.verdict() {
-        Verdict::Tampered(Tampered::ApprovalMisused { line, misuse, .. }) => {
-            (*line, misuse.clone())
-        }
-        other => panic!("expected approval_misused, got {other:?}"),
-    }
-}
-
-#[test]
-fn a_call_run_against_its_approval_is_caught() {
-    let denied = signed_decision(DecisionVerdict::Denied {
-        reason: "no".into(),
-    });
-    let file = approval_session(&key(), &denied, &[("call-resumed", "deploy")], &|_| {});
-    assert_eq!(misuse(&check(&file, None)), (6, Misuse::Denied));
-    let file = approval_session(
-        &key(),
-        &signed_decision(approved()),
-        &[("call-resumed", "read-notes")],
-        &|_| {},
-    );
-    assert_eq!(
-        misuse(&check(&file, None)),
-        (
-            6,
-            Misuse::OtherTool {
-                tool_id: "read-notes".into()
-            }
-        )
-    );
-    let file = approval_session(
-        &key(),
-        &signed_decision(approved()),
-        &[("call-resumed", "deploy"), ("call-replayed", "deploy")],
-        &|_| {},
-    );
-    assert_eq!(misuse(&check(&file, None)), (8, Misuse::SecondUse));
-}
-
-/// A resumed call the host refused (it did not match the approval, or the approval was
-/// denied or used) is the honest record of a refusal, not a misuse.
-#[test]
-fn a_refused_resumed_call_is_not_a_misuse() {
-    let denied = signed_decision(DecisionVerdict::Denied {
-        reason: "no".into(),
-    });
-    let refused = |s: &Session| {
-        s.append_unsigned(&support::intent_for("call-retried", "deploy"))
-            .unwrap();
-        let mut o = support::vectors::resumed("call-retried", "deploy", PARK_ID);
-        o.execution = ExecutionOutcome::HostDenied {
-            reason: "approval_mismatch: the approval was denied".into(),
-        };
-        s.append(&o).unwrap();
-    };
-    let file = approval_session(&key(), &denied, &[], &refused);
-    assert_eq!(
-        check(&file, None).verdict(),
-        &Verdict::Verified(Trust::Unpinned)
-    );
-}
-
-/// With approvers pinned, a decision that names no approver (written before approvers
-/// were recorded) is not Verified; unpinned, it verifies as it always did.
-#[test]
-fn an_unattributed_decision_is_verified_only_unpinned() {
-    let decision = DecisionLine {
-        approval_id: PARK_ID.into(),
-        verdict: approved(),
-        approver: None,
-    };
-    let file = with(&decision);
-    let unpinned = check(&file, None);
-    assert_eq!(unpinned.verdict(), &Verdict::Verified(Trust::Unpinned));
-    assert!(unpinned.approvers().is_none());
-    assert!(matches!(
-        check(&file, Some(vec![])).verdict(),
-        Verdict::Indeterminate(Indeterminate::UntrustedApprover {
-            approver: Unpinned::Unattributed,
-            ..
-        })
-    ));
 }
