@@ -468,4 +468,50 @@ mod misused {
             &Verdict::Verified(Trust::Unpinned)
         );
     }
+
+    /// A park whose filesystem and network scope is too large to hold (the walk's
+    /// memory stays bounded) still bounds the tool, the arguments and the expiry; its
+    /// paths are not judged.
+    #[test]
+    fn a_park_too_large_to_hold_still_bounds_tool_arguments_and_expiry() {
+        let mut big = park_scope();
+        big.fs.as_mut().unwrap().read_paths =
+            (0..200).map(|i| format!("/srv/deploy/{i:040}")).collect();
+        let file = |approved: ApprovalScope| {
+            let sink = VecSink::new();
+            let s = Session::open(
+                std::sync::Arc::new(sink.clone()),
+                key(),
+                None,
+                aegis_record::json::Object::new(),
+            )
+            .unwrap();
+            s.append_unsigned(&support::intent_for("call-parked", "deploy"))
+                .unwrap();
+            s.append(&support::vectors::parked(
+                "call-parked",
+                PARK_ID,
+                Some(big.clone()),
+            ))
+            .unwrap();
+            s.append(&signed_decision(DecisionVerdict::Approved {
+                scope: approved,
+            }))
+            .unwrap();
+            s.close().unwrap();
+            sink.contents()
+        };
+        let mut other_paths = big.clone();
+        other_paths.fs.as_mut().unwrap().read_paths = vec!["/".into()];
+        assert_eq!(
+            check(&file(other_paths), None).verdict(),
+            &Verdict::Verified(Trust::Unpinned)
+        );
+        let mut other_tool = big.clone();
+        other_tool.tool_id = "shell".into();
+        assert_eq!(widened(&check(&file(other_tool), None)), Widening::Tool);
+        let mut later = big.clone();
+        later.expires_at = None;
+        assert_eq!(widened(&check(&file(later), None)), Widening::ExpiresAt);
+    }
 }

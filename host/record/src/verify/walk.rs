@@ -168,21 +168,62 @@ enum Decided {
     },
 }
 
+/// The most canonical bytes of one park's filesystem and network scope the walk holds;
+/// a larger one is not held, and an approval's filesystem and network scope is then not
+/// judged against it.
+const MAX_HELD_AUTHORITY: usize = 4096;
+
+/// The most canonical bytes of park scopes the walk holds at once; past it, a park's
+/// filesystem and network scope is not held. With [`MAX_HELD_AUTHORITY`] this bounds what undecided parks cost.
+const MAX_HELD_AUTHORITY_TOTAL: usize = 16 << 20;
+
+/// What the walk keeps of a park not yet decided: fixed-size but for its filesystem and
+/// network scope, which is held whole only while small.
+#[derive(Clone)]
+struct Park {
+    /// SHA-256 of the park's `tool_id`.
+    tool: [u8; 32],
+    arguments_digest: Option<crate::digest::ArgumentsDigest>,
+    /// In the one time form ([`crate::time`]): 27 bytes.
+    expires_at: Option<String>,
+    authority: Authority,
+}
+
+#[derive(Clone)]
+enum Authority {
+    /// The park's `fs` and `net`, and their canonical size.
+    Held(Option<FsScope>, Option<NetScope>, usize),
+    /// A scope too large to hold, or past the total: not judged.
+    Unheld,
+}
+
+/// The canonical bytes of a scope's filesystem and network members, as one object.
+fn authority_bytes(scope: &ApprovalScope) -> Vec<u8> {
+    let mut whole = scope.to_object();
+    whole.remove("tool_id");
+    whole.remove("arguments_digest");
+    whole.remove("expires_at");
+    whole.to_canonical()
+}
+
 /// The first member of `approved` wider than the park's stated scope `park`, if any.
 /// Paths compare lexically, as written: a path is within a root when it is the root or
-/// continues it after a `/`, and has no `..` component.
-fn widening(park: &ApprovalScope, approved: &ApprovalScope) -> Option<Widening> {
-    if approved.tool_id != park.tool_id {
+/// continues it after a `/`, and has no `..` component. A park held by digest bounds
+/// the filesystem and network scope only to itself: other authority is not judged.
+fn widening(park: &Park, approved: &ApprovalScope) -> Option<Widening> {
+    if sha256(approved.tool_id.as_bytes()) != park.tool {
         return Some(Widening::Tool);
     }
     if park.arguments_digest.is_some() && approved.arguments_digest != park.arguments_digest {
         return Some(Widening::ArgumentsDigest);
     }
-    if !fs_within(approved.fs.as_ref(), park.fs.as_ref()) {
-        return Some(Widening::Fs);
-    }
-    if !net_within(approved.net.as_ref(), park.net.as_ref()) {
-        return Some(Widening::Net);
+    if let Authority::Held(fs, net, _) = &park.authority {
+        if !fs_within(approved.fs.as_ref(), fs.as_ref()) {
+            return Some(Widening::Fs);
+        }
+        if !net_within(approved.net.as_ref(), net.as_ref()) {
+            return Some(Widening::Net);
+        }
     }
     match (&park.expires_at, &approved.expires_at) {
         // One fixed-width form (crate::time), so text order is time order.
@@ -368,7 +409,9 @@ pub(super) struct Walk {
     decided: HashMap<[u8; 32], Decided>,
     /// SHA-256 of each parked approval_id not yet decided → the scope its park stated;
     /// an entry leaves when its decision is read.
-    parked: HashMap<[u8; 32], ApprovalScope>,
+    parked: HashMap<[u8; 32], Park>,
+    /// The canonical bytes of park scopes held whole in `parked`.
+    parked_bytes: usize,
     /// Each key a `key_handoff` named → the latest hand-off to it: the key that handed
     /// and where. In a pinned walk every entry is trusted (its giver was in force).
     handed_to: HashMap<KeyId, (KeyId, Position)>,
@@ -453,6 +496,7 @@ impl Walk {
             session: None,
             decided: HashMap::new(),
             parked: HashMap::new(),
+            parked_bytes: 0,
             handed_to: HashMap::new(),
             latest_handoff: None,
             signing_input: None,
@@ -721,8 +765,8 @@ impl Walk {
                     let id = sha256(approval_id.as_bytes());
                     // A decision already read answers nothing parked later; a second
                     // park of one id keeps the first's scope.
-                    if !self.decided.contains_key(&id) {
-                        self.parked.entry(id).or_insert(scope);
+                    if !self.decided.contains_key(&id) && !self.parked.contains_key(&id) {
+                        self.park(id, &scope);
                     }
                 }
             }
@@ -776,6 +820,28 @@ impl Walk {
         Ok(())
     }
 
+    /// Holds a park's scope until its decision: fixed-size members, and the filesystem
+    /// and network scope whole while it and the total held stay in bounds.
+    fn park(&mut self, id: [u8; 32], scope: &ApprovalScope) {
+        let size = authority_bytes(scope).len();
+        let authority =
+            if size <= MAX_HELD_AUTHORITY && self.parked_bytes + size <= MAX_HELD_AUTHORITY_TOTAL {
+                self.parked_bytes += size;
+                Authority::Held(scope.fs.clone(), scope.net.clone(), size)
+            } else {
+                Authority::Unheld
+            };
+        self.parked.insert(
+            id,
+            Park {
+                tool: sha256(scope.tool_id.as_bytes()),
+                arguments_digest: scope.arguments_digest,
+                expires_at: scope.expires_at.clone(),
+                authority,
+            },
+        );
+    }
+
     /// A decision: one per approval_id, its approver standing behind its verdict, an
     /// approval no wider than its park stated (when the park came first), and, with
     /// approvers pinned, made by one of them.
@@ -800,6 +866,13 @@ impl Walk {
             });
         }
         let park = self.parked.remove(&id);
+        if let Some(Park {
+            authority: Authority::Held(_, _, size),
+            ..
+        }) = &park
+        {
+            self.parked_bytes -= size;
+        }
         let decided = match &decision.verdict {
             DecisionVerdict::Approved { scope } => {
                 if let Some(widening) = park.and_then(|park| widening(&park, scope)) {
