@@ -24,7 +24,8 @@ pub mod exit {
     pub const VERIFIED: u8 = 0;
     /// Tampered, or a usage error.
     pub const TAMPERED_OR_USAGE: u8 = 1;
-    /// The record or the trust store could not be read, or the report not written.
+    /// The record, the trust store or an approver key file could not be read, or the
+    /// report not written.
     pub const UNREADABLE: u8 = 2;
     /// Indeterminate.
     pub const INDETERMINATE: u8 = 3;
@@ -33,7 +34,8 @@ pub mod exit {
 /// The EXIT STATUS section of `verify`'s help, in both binaries.
 pub const EXIT_STATUS: &str = "  0  Verified
   1  Tampered, or a usage error
-  2  the record or the trust store could not be read, or the report not written
+  2  the record, the trust store or an approver key file could not be read, or the
+     report not written
   3  Indeterminate";
 
 /// The EXAMPLES and EXIT STATUS sections of `verify`'s help, for the command
