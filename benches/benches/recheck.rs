@@ -77,6 +77,7 @@ fn benches() {
     let options = Options {
         trust: None,
         threads: 0,
+        approvers: None,
     };
     let report = aegis_record::verify(bytes.as_slice(), &options).unwrap();
     assert!(

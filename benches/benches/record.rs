@@ -36,6 +36,7 @@ fn unpinned(threads: usize) -> Options {
     Options {
         trust: None,
         threads,
+        approvers: None,
     }
 }
 

@@ -363,6 +363,7 @@ fn check_session(store: &Store, sink: &PostgresSink, host: &str, written: u64) {
         &Options {
             trust: None,
             threads: 0,
+            approvers: None,
         },
     )
     .expect("verify from memory");

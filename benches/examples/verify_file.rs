@@ -84,6 +84,7 @@ fn main() {
                 &Options {
                     trust: None,
                     threads: t,
+                    approvers: None,
                 },
             )
             .expect("read from memory");

@@ -348,6 +348,7 @@ mod tests {
             &aegis_record::Options {
                 trust: None,
                 threads: 1,
+                approvers: None,
             },
         )
         .unwrap();

@@ -118,7 +118,8 @@ call's path-like ones (its tool's binding), or all of them when it ran with
 EXIT STATUS:
   0  every call decided, and none differently
   1  a usage error
-  2  the record or the trust store could not be read (or the report written)
+  2  the record, the trust store or an approver key file could not be read (or the
+     report written)
   4  the profile or the policy could not be loaded
   6  at least one call is decided differently
   7  none decided differently, but some calls are undecidable

@@ -97,12 +97,21 @@ pub fn log(args: &LogArgs) -> Result<u8, CliError> {
     };
     let trust =
         aegis_verify::trust_slice(&args.record).map_err(|e| CliError::Unreadable(e.to_string()))?;
+    let approvers = aegis_verify::approver_slice(&args.record)
+        .map_err(|e| CliError::Unreadable(e.to_string()))?;
     if args.follow {
-        return follow::follow(args, path, trust);
+        return follow::follow(args, path, trust, approvers);
     }
     let (name, mut kept) = Kept::open(path)?;
-    let report = verify(&mut kept, &Options { trust, threads: 0 })
-        .map_err(|e| CliError::Unreadable(format!("{name}: {e}")))?;
+    let report = verify(
+        &mut kept,
+        &Options {
+            trust,
+            threads: 0,
+            approvers: approvers.clone(),
+        },
+    )
+    .map_err(|e| CliError::Unreadable(format!("{name}: {e}")))?;
     let code = match report.verdict() {
         Verdict::Verified(_) => exit::OK,
         Verdict::Tampered(_) => aegis_verify::exit::TAMPERED_OR_USAGE,

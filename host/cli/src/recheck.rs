@@ -105,6 +105,8 @@ pub fn recheck(profile: &str, args: &RecheckArgs) -> Result<u8, CliError> {
             .map_err(|e| CliError::Refused(e.to_string()))?;
     let trust =
         aegis_verify::trust_slice(&args.record).map_err(|e| CliError::Unreadable(e.to_string()))?;
+    let approvers = aegis_verify::approver_slice(&args.record)
+        .map_err(|e| CliError::Unreadable(e.to_string()))?;
     // Read once: the bytes verified are the bytes replayed, whatever happens to the file.
     // The verifier streams them and stops at the first Tampered finding (an endless
     // source without a newline ends there); the copy kept for the replay is capped.
@@ -114,8 +116,15 @@ pub fn recheck(profile: &str, args: &RecheckArgs) -> Result<u8, CliError> {
         ));
     };
     let (name, mut kept) = Kept::open(path)?;
-    let report = verify(&mut kept, &Options { trust, threads: 0 })
-        .map_err(|e| CliError::Unreadable(format!("{name}: {e}")))?;
+    let report = verify(
+        &mut kept,
+        &Options {
+            trust,
+            threads: 0,
+            approvers,
+        },
+    )
+    .map_err(|e| CliError::Unreadable(format!("{name}: {e}")))?;
     let bytes = kept.bytes;
     match report.verdict() {
         RecordVerdict::Tampered(_) => {

@@ -44,7 +44,7 @@ pub struct PublishedTestKey {
 /// committed vectors (spec §9.5). One list, so a host refusing test keys and a verifier
 /// labelling them cannot disagree. Keys only grow here: removing one would turn a record
 /// it signed back into apparent evidence.
-pub const PUBLISHED_TEST_KEYS: [PublishedTestKey; 4] = [
+pub const PUBLISHED_TEST_KEYS: [PublishedTestKey; 5] = [
     PublishedTestKey {
         name: "development key",
         seed: DEVELOPMENT_SEED,
@@ -61,11 +61,15 @@ pub const PUBLISHED_TEST_KEYS: [PublishedTestKey; 4] = [
         name: "outsider key",
         seed: [0x09; 32],
     },
+    PublishedTestKey {
+        name: "approver vector key",
+        seed: *b"aegis spec/vectors: approver key",
+    },
 ];
 
 /// The key ids of [`PUBLISHED_TEST_KEYS`], in the same order, derived once.
-fn published_key_ids() -> &'static [KeyId; 4] {
-    static IDS: std::sync::OnceLock<[KeyId; 4]> = std::sync::OnceLock::new();
+fn published_key_ids() -> &'static [KeyId; 5] {
+    static IDS: std::sync::OnceLock<[KeyId; 5]> = std::sync::OnceLock::new();
     IDS.get_or_init(|| PUBLISHED_TEST_KEYS.map(|k| SigningKey::from_seed(k.seed).key_id()))
 }
 

@@ -102,7 +102,11 @@ impl File {
 fn check(bytes: &[u8], trust: Option<&[&SigningKey]>) -> Report {
     let trust: Option<Vec<TrustAnchor>> =
         trust.map(|keys| keys.iter().map(|k| k.public_key().into()).collect());
-    let options = Options { trust, threads: 2 };
+    let options = Options {
+        trust,
+        threads: 2,
+        approvers: None,
+    };
     let batch = verify(bytes, &options).unwrap();
     let single = verify_line_by_line(bytes, &options).unwrap();
     assert_eq!(batch, single, "the batch and line-by-line paths disagree");

@@ -268,10 +268,10 @@ proptest! {
             .map(|(at, d)| ((at % (lines + 1)) as u64, d))
             .collect();
         let (file, first_bad) = build_file(&signer, lines as u64, &damaged);
-        let options = Options { trust: None, threads: 1 };
+        let options = Options { trust: None, threads: 1, approvers: None };
         let reference = verify_line_by_line(&file[..], &options).expect("in memory");
         for threads in [1, 2, 3] {
-            let report = verify(&file[..], &Options { trust: None, threads }).expect("in memory");
+            let report = verify(&file[..], &Options { trust: None, threads, approvers: None }).expect("in memory");
             prop_assert_eq!(&report, &reference, "the same report as strict line by line");
             match (first_bad, report.verdict()) {
                 (None, Verdict::Verified(_)) => {}
@@ -302,6 +302,7 @@ fn order_two_torsion_in_a_full_batch_is_found_every_time() {
             &Options {
                 trust: None,
                 threads: 2,
+                approvers: None,
             },
         )
         .expect("in memory");

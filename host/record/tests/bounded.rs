@@ -51,6 +51,7 @@ fn run(input: impl Read, budget: u64) -> Report {
         &Options {
             trust: None,
             threads: 2,
+            approvers: None,
         },
     )
     .expect("the walk stops within its budget")
@@ -269,6 +270,7 @@ fn calls_without_outcome_in_anchored_sessions_are_named() {
             &Options {
                 trust: None,
                 threads,
+                approvers: None,
             },
         )
         .unwrap();

@@ -240,16 +240,20 @@ fn write(f: &Fields) -> Vec<u8> {
         }),
     })
     .unwrap();
+    // The approver signs the whole id and verdict; the line carries them bounded, and
+    // the statement bounds them the same way, so the signature still holds.
+    let approval_id = format!("2{}", f.approval_id);
+    let verdict = DecisionVerdict::Denied {
+        reason: f.reason.clone(),
+    };
     s.append(&DecisionLine {
-        approval_id: format!("2{}", f.approval_id),
-        verdict: DecisionVerdict::Denied {
-            reason: f.reason.clone(),
-        },
-        approver: Some(Approver::Key {
-            public_key: SigningKey::from_seed([3; 32]).public_key(),
-            key_id: SigningKey::from_seed([3; 32]).key_id(),
-            signature: SigningKey::from_seed([3; 32]).sign(f.reason.as_bytes()),
-        }),
+        approver: Some(aegis_record::approval::sign(
+            &SigningKey::from_seed([3; 32]),
+            &approval_id,
+            &verdict,
+        )),
+        approval_id,
+        verdict,
     })
     .unwrap();
     s.close().unwrap();

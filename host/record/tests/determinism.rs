@@ -63,6 +63,7 @@ fn regression_report_is_cut_at_the_deciding_line() {
         &Options {
             trust: None,
             threads: 1,
+            approvers: None,
         },
     )
     .unwrap();
@@ -76,6 +77,7 @@ fn regression_report_is_cut_at_the_deciding_line() {
                 &Options {
                     trust: None,
                     threads,
+                    approvers: None,
                 },
             )
             .unwrap();

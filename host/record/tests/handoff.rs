@@ -21,7 +21,15 @@ fn outcome(id: &str) -> OutcomeLine {
 
 fn check(bytes: &[u8], trust: Option<&[&SigningKey]>) -> Report {
     let trust = trust.map(|keys| keys.iter().map(|k| k.public_key().into()).collect());
-    verify(bytes, &Options { trust, threads: 2 }).unwrap()
+    verify(
+        bytes,
+        &Options {
+            trust,
+            threads: 2,
+            approvers: None,
+        },
+    )
+    .unwrap()
 }
 
 fn anchors(keys: &[&SigningKey]) -> Vec<TrustAnchor> {
@@ -455,6 +463,7 @@ fn batches_check_each_line_under_the_key_in_force() {
     let options = Options {
         trust: None,
         threads: 3,
+        approvers: None,
     };
     let clean = build(None);
     let batched = verify(&clean[..], &options).unwrap();
@@ -487,6 +496,7 @@ fn reports_with_handoffs_do_not_depend_on_threads() {
         &Options {
             trust: Some(anchors(&[&k])),
             threads: 1,
+            approvers: None,
         },
     )
     .unwrap();
@@ -495,6 +505,7 @@ fn reports_with_handoffs_do_not_depend_on_threads() {
         &Options {
             trust: Some(anchors(&[&k])),
             threads: 4,
+            approvers: None,
         },
     )
     .unwrap();

@@ -200,8 +200,8 @@ proptest! {
         let mut changed = bytes.clone();
         let i = at.index(changed.len());
         changed[i] = to;
-        let one = verify(&changed[..], &Options { trust: None, threads: 1 }).unwrap();
-        let four = verify(&changed[..], &Options { trust: None, threads: 4 }).unwrap();
+        let one = verify(&changed[..], &Options { trust: None, threads: 1, approvers: None }).unwrap();
+        let four = verify(&changed[..], &Options { trust: None, threads: 4, approvers: None }).unwrap();
         prop_assert_eq!(&one, &four);
         prop_assert_eq!(one, check(&changed));
     }

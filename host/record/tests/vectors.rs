@@ -64,15 +64,28 @@ fn collect(root: &std::path::Path, dir: &std::path::Path, out: &mut Vec<String>)
 
 fn run(e: &Expect, threads: usize) -> aegis_record::Report {
     let mut trust = None;
+    let mut approvers = None;
     let mut args = e.args.iter();
     while let Some(a) = args.next() {
-        assert_eq!(a, "--key");
-        trust
+        let slice = match a.as_str() {
+            "--key" => &mut trust,
+            "--approver-key" => &mut approvers,
+            other => panic!("unexpected argument {other}"),
+        };
+        slice
             .get_or_insert_with(Vec::new)
             .push(TrustAnchor::from_hex(args.next().unwrap()).unwrap());
     }
     let bytes = &build().files[&e.file];
-    verify(&bytes[..], &Options { trust, threads }).unwrap()
+    verify(
+        &bytes[..],
+        &Options {
+            trust,
+            threads,
+            approvers,
+        },
+    )
+    .unwrap()
 }
 
 /// The verifier's headline, in-flight and unfinished lines and exit class match the

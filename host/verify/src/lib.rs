@@ -24,7 +24,8 @@ pub mod exit {
     pub const VERIFIED: u8 = 0;
     /// Tampered, or a usage error.
     pub const TAMPERED_OR_USAGE: u8 = 1;
-    /// The record or the trust store could not be read, or the report not written.
+    /// The record, the trust store or an approver key file could not be read, or the
+    /// report not written.
     pub const UNREADABLE: u8 = 2;
     /// Indeterminate.
     pub const INDETERMINATE: u8 = 3;
@@ -33,7 +34,8 @@ pub mod exit {
 /// The EXIT STATUS section of `verify`'s help, in both binaries.
 pub const EXIT_STATUS: &str = "  0  Verified
   1  Tampered, or a usage error
-  2  the record or the trust store could not be read, or the report not written
+  2  the record, the trust store or an approver key file could not be read, or the
+     report not written
   3  Indeterminate";
 
 /// The EXAMPLES and EXIT STATUS sections of `verify`'s help, for the command
@@ -45,6 +47,7 @@ pub fn after_help(binary: &str) -> String {
   {binary} --key KEY_ID aegis-audit.aarl
   {binary} --trust-store keys.txt --json aegis-audit.aarl
   {binary} --key KEY_ID records/ old.aarl
+  {binary} --approver-key APPROVER_KEY_ID aegis-audit.aarl
   cat aegis-audit.aarl | {binary} -
 
 Several files or a directory: a report each, then a summary; the exit code is the
@@ -56,6 +59,12 @@ the key handed to) and key_unannounced (a session that opened with a new key no 
 named). Pinned, a key that a trusted key handed the record to earlier in the file is
 accepted and listed as trusted_through_handoff; a line the old key signs after its
 hand-off is Tampered.
+
+Decisions on parked calls are checked: an approver's signature that does not verify
+(bad_approver), a call run under a denied, used or other tool's approval
+(approval_misused), or an approval wider than its park (approval_widened) is Tampered.
+Without --approver-key the report lists who decided (approver lines, unpinned); with it,
+a decision no pinned approver's key signed is Indeterminate (untrusted_approver).
 
 EXIT STATUS:
 {EXIT_STATUS}"
@@ -75,6 +84,12 @@ pub struct VerifyArgs {
     /// lines skipped.
     #[arg(long, value_name = "PATH")]
     pub trust_store: Option<PathBuf>,
+    /// An approver you accept: their public key or key id (64 lowercase hex), or a
+    /// file holding them (what `aegis key show` prints, or one key a line as in a
+    /// trust store); repeatable. Pinned, a decision no pinned approver's key signed
+    /// is Indeterminate (untrusted_approver); unpinned, the report lists who decided.
+    #[arg(long = "approver-key", value_name = "KEY")]
+    pub approver_keys: Vec<PathBuf>,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -123,16 +138,85 @@ pub fn trust_slice(args: &VerifyArgs) -> Result<Option<Vec<TrustAnchor>>, String
     Ok(trust)
 }
 
+/// The most of an approver key file read: a few keys, with room for comments.
+pub const MAX_APPROVER_FILE: aegis_files::Cap =
+    aegis_files::Cap::new(1 << 20, "an approver key file");
+
+/// Reads an approver key file: each line blank, a `#` comment, `public_key <hex>` or
+/// `key_id <hex>` (as `aegis key show` and keygen print them), or a bare key or key id
+/// (as in a trust store). A file with no key pins nothing, never everything.
+fn parse_approver_file(text: &str) -> Result<Vec<TrustAnchor>, String> {
+    let mut keys = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let hex = match line.split_once(' ') {
+            Some(("public_key" | "key_id", rest)) => rest.trim(),
+            Some(_) => line,
+            None => line,
+        };
+        let key = TrustAnchor::from_hex(hex).map_err(|e| {
+            format!(
+                "line {}: expected a public key or key id of 64 lowercase hex characters: {e}",
+                i + 1
+            )
+        })?;
+        keys.push(key);
+    }
+    if keys.is_empty() {
+        return Err("holds no public key or key id".into());
+    }
+    Ok(keys)
+}
+
+/// The approvers `args` pin: `None` (decisions not judged by approver) without
+/// `--approver-key`; otherwise each value read as 64 lowercase hex (a public key or key
+/// id), or else as a file of them.
+///
+/// # Errors
+/// `<file>: <cause>`, one line: a file could not be read or holds no key.
+pub fn approver_slice(args: &VerifyArgs) -> Result<Option<Vec<TrustAnchor>>, String> {
+    if args.approver_keys.is_empty() {
+        return Ok(None);
+    }
+    let mut approvers = Vec::new();
+    for given in &args.approver_keys {
+        if let Some(key) = given.to_str().and_then(|s| TrustAnchor::from_hex(s).ok()) {
+            approvers.push(key);
+            continue;
+        }
+        let text = aegis_files::read_to_string(given, MAX_APPROVER_FILE)
+            .map_err(|e| format!("--approver-key {}", e))?;
+        let found = parse_approver_file(&text)
+            .map_err(|e| format!("--approver-key {}: {e}", given.display()))?;
+        approvers.extend(found);
+    }
+    Ok(Some(approvers))
+}
+
+/// The walk's options `args` name: the trust slice and the approvers.
+///
+/// # Errors
+/// As [`trust_slice`] and [`approver_slice`].
+pub fn options(args: &VerifyArgs) -> Result<Options, String> {
+    Ok(Options {
+        trust: trust_slice(args)?,
+        approvers: approver_slice(args)?,
+        threads: 0,
+    })
+}
+
 /// Checks the records `args` names and prints the reports; returns the exit code.
 pub fn run(args: &VerifyArgs) -> u8 {
-    let trust = match trust_slice(args) {
-        Ok(trust) => trust,
+    let options = match options(args) {
+        Ok(options) => options,
         Err(e) => {
             error(e);
             return exit::UNREADABLE;
         }
     };
-    let options = Options { trust, threads: 0 };
     match args.paths.as_slice() {
         [path] if path.as_os_str() == "-" || !is_directory(path) => one(path, args, &options),
         paths => many(paths, args, &options),

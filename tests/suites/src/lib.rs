@@ -232,6 +232,7 @@ pub fn check_record(record: &Path, key: &SigningKey) -> Checked {
         &Options {
             trust: Some(vec![key.public_key().into()]),
             threads: 0,
+            approvers: None,
         },
     )
     .expect("verify");

@@ -184,7 +184,15 @@ fn say_wrapped(prefix: &str, indent: usize, text: &str, paint: impl Fn(&str) -> 
 }
 
 fn check(p: Painter, label: &str, bytes: &[u8], trust: Option<Vec<TrustAnchor>>) -> Report {
-    let report = verify(bytes, &Options { trust, threads: 0 }).expect("reading memory cannot fail");
+    let report = verify(
+        bytes,
+        &Options {
+            trust,
+            threads: 0,
+            approvers: None,
+        },
+    )
+    .expect("reading memory cannot fail");
     // Step 1 printed the key id in full; here its first 12 characters say which.
     let headline = short_key_ids(&report.headline());
     let paint = |t: &str| match report.verdict() {

@@ -239,11 +239,16 @@ pub(super) fn follow(
     args: &LogArgs,
     path: &Path,
     trust: Option<Vec<TrustAnchor>>,
+    approvers: Option<Vec<TrustAnchor>>,
 ) -> Result<u8, CliError> {
     let (name, mut source) = Source::open(path)?;
     let interrupts = Interrupts::install_stop_signals()
         .map_err(|e| CliError::Refused(format!("the signal handlers: {e}")))?;
-    let mut follower = Follower::new(&Options { trust, threads: 0 });
+    let mut follower = Follower::new(&Options {
+        trust,
+        threads: 0,
+        approvers,
+    });
     let mut listing = Listing {
         args,
         pending: HashMap::new(),

@@ -827,3 +827,81 @@ fn json_names_each_file_of_many_whole() {
         .collect();
     assert_eq!(named, files, "{}", stdout(&out));
 }
+
+/// `--approver-key` takes what `aegis key show` prints for the approver's key, or the
+/// key or key id in hex: each pins the approver; a file that cannot be read or names no
+/// key is exit 2, never an unpinned walk.
+#[test]
+fn approver_key_pins_by_key_show_output_or_hex() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let record = vectors().join("verified/approval.aarl");
+    let published = aegis_record::key::PUBLISHED_TEST_KEYS
+        .iter()
+        .find(|k| k.name == "approver vector key")
+        .unwrap();
+    let approver = aegis_record::SigningKey::from_seed(published.seed);
+    let seed = dir.path().join("approver.seed");
+    std::fs::write(&seed, aegis_record::digest::encode_hex(&published.seed)).unwrap();
+    std::fs::set_permissions(&seed, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let shown = aegis().args(["key", "show"]).arg(&seed).output().unwrap();
+    assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
+    let public = dir.path().join("approver.pub");
+    std::fs::write(&public, &shown.stdout).unwrap();
+    let pinned_line = format!("approver key_id {} decisions 1 (pinned)", approver.key_id());
+    for pin in [
+        public.to_str().unwrap().to_owned(),
+        approver.public_key().to_hex(),
+        approver.key_id().to_hex(),
+    ] {
+        let out = aegis()
+            .args(["verify", "--approver-key", &pin])
+            .arg(&record)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{pin}: {}", stdout(&out));
+        assert!(
+            stdout(&out).lines().any(|l| l.starts_with(&pinned_line)),
+            "{}",
+            stdout(&out)
+        );
+    }
+    let unpinned = aegis().arg("verify").arg(&record).output().unwrap();
+    assert!(stdout(&unpinned).contains("decisions 1 (unpinned)"));
+
+    // Another approver's key file: the decision is not Verified.
+    let other = dir.path().join("other.pub");
+    std::fs::write(
+        &other,
+        format!(
+            "# someone else\npublic_key {}\n",
+            "fd1724385aa0c75b64fb78cd602fa1d991fdebf76b13c58ed702eac835e9f618"
+        ),
+    )
+    .unwrap();
+    let out = aegis()
+        .args(["verify", "--approver-key"])
+        .arg(&other)
+        .arg(&record)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stdout(&out)
+            .starts_with("Indeterminate — untrusted approver at (session 0, seq 3), line 4")
+    );
+
+    let empty = dir.path().join("empty.pub");
+    std::fs::write(&empty, "# nothing\n").unwrap();
+    for pin in [empty.as_path(), Path::new("/nonexistent/approver.pub")] {
+        let out = aegis()
+            .args(["verify", "--approver-key"])
+            .arg(pin)
+            .arg(&record)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{pin:?}");
+        assert!(out.stdout.is_empty());
+        assert!(stderr(&out).contains("--approver-key"), "{}", stderr(&out));
+    }
+}

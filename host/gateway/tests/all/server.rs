@@ -465,6 +465,7 @@ async fn on_a_volatile_sink_calls_run_in_their_own_tasks_and_each_is_recorded() 
         &aegis_record::verify::Options {
             trust: None,
             threads: 0,
+            approvers: None,
         },
     )
     .unwrap();

@@ -14,6 +14,16 @@
 //!   approval_id, an intent line that carries a signature, or a `key_handoff` whose next
 //!   key cannot take over (its key id does not match, it is not a valid point of large
 //!   order, or it is the key already in force).
+//! - **Who decided.** A decision whose `approver` does not stand behind its verdict
+//!   ([`crate::approval::check`]: a key id that is not its key's, a signature that does
+//!   not verify over the approval statement, the host approving) is Tampered
+//!   (`bad_approver`). An approval wider than the scope its park stated earlier in the
+//!   file is Tampered (`approval_widened`), and so is an outcome of a call that ran
+//!   under an approval decided earlier in the file that was denied, names another tool,
+//!   or was already used (`approval_misused`). With [`Options::approvers`], a decision
+//!   not made by a pinned key (another key, a client's approval, no approver recorded)
+//!   is Indeterminate (`untrusted_approver`), but for a denial the client or host
+//!   settled; without, the report lists who decided.
 //! - **Key hand-off.** After a `key_handoff` line, every signed line of its session must
 //!   be signed by the key it names: a line signed by the old key is `key_mismatch`. Each
 //!   signature job carries the key in force at its line. Key changes are reported —
@@ -49,6 +59,10 @@
 //!   Intents are unsigned, so the call lists are information, not evidence: an intent
 //!   after the coverage position can be removed, and its listing with it.
 //! - Only keys whose seeds this crate knows were published are named as test keys.
+//! - Approvals are cross-checked within one file and in file order only: a decision
+//!   before its park, or a park, decision or resumed call in another file, is not
+//!   judged; paths in scopes are compared as written, never resolved. An approver's
+//!   signature proves a key, not a person, and names no record.
 //! - A hand-off proves that the holder of the old key named the new one, not that the
 //!   old key was still uncompromised when it did: whoever holds a trusted key can hand
 //!   the chain to a key of their own. A key suspected of compromise has to leave the
@@ -56,8 +70,10 @@
 //!
 //! # Limits
 //! - A line longer than [`MAX_LINE_BYTES`] is malformed. Memory is otherwise flat in the
-//!   file's length, except for one fixed-size entry per decided approval_id (a digest)
-//!   and per call in flight in the current session (a digest of its call_id, its seq and
+//!   file's length, except for one fixed-size entry per decided approval_id (a digest,
+//!   the approved tool's digest and whether a call used it), one per park not yet decided
+//!   (digests and its expiry, and its fs and net scope while at most 4096 bytes and all
+//!   held at most 16 MiB), and per call in flight in the current session (a digest of its call_id, its seq and
 //!   the first [`MAX_ID_BYTES`] of its call_id and tool_id), and one per key a
 //!   `key_handoff` named (two key ids and a position).
 //! - Each call list names at most [`MAX_LISTED_CALLS`] calls, then counts the rest; an id
@@ -83,11 +99,13 @@ mod workers;
 
 pub use crate::json::quote;
 pub use follow::{Follower, Step};
-pub use report::{ClockStep, InFlight, KeyChange, KeyChangeKind, Report, TrustedThroughHandoff};
+pub use report::{
+    ApproversSeen, ClockStep, InFlight, KeyChange, KeyChangeKind, Report, TrustedThroughHandoff,
+};
 pub use trust::{TrustAnchor, TrustStoreError, parse_trust_store};
 pub use verdict::{
-    BoundaryProblem, HandoffProblem, Indeterminate, Position, SignatureProblem, Tampered, Trust,
-    Verdict,
+    BoundaryProblem, HandoffProblem, Indeterminate, Misuse, Position, SignatureProblem, Tampered,
+    Trust, Unpinned, Verdict, Widening,
 };
 
 use std::io::Read;
@@ -115,6 +133,11 @@ pub struct Options {
     /// ([`TrustAnchor`]). `None` is an unpinned walk; `Some` of an empty slice is a pin
     /// nothing satisfies.
     pub trust: Option<Vec<TrustAnchor>>,
+    /// The approvers the caller trusts, as [`TrustAnchor`]s like `trust`. `None` judges
+    /// no decision by its approver (the report lists the approvers seen, unpinned);
+    /// `Some` makes every decision not made by one of these keys Indeterminate
+    /// (`untrusted_approver`), except a denial the client or the host settled.
+    pub approvers: Option<Vec<TrustAnchor>>,
     /// Signature-checking threads; 0 means one per available core (at most 64).
     pub threads: usize,
 }

@@ -97,6 +97,45 @@ pub struct TrustedThroughHandoff {
     pub at: Position,
 }
 
+/// Who decided the file's `decision` lines: the approver keys with how many decisions
+/// each, and how many the client, the host, or no recorded approver settled.
+/// Informational unless approvers were pinned (then a decision no pinned key made is
+/// Indeterminate, `untrusted_approver`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ApproversSeen {
+    /// Whether the caller pinned approvers.
+    pub pinned: bool,
+    /// Each approver key with its number of decisions, in order of first appearance
+    /// (at most [`MAX_LISTED_CALLS`](super::MAX_LISTED_CALLS) keys).
+    pub keys: Vec<(KeyId, u64)>,
+    /// Decisions by keys past that many, counted.
+    pub unlisted_key_decisions: u64,
+    /// Decisions the MCP client gave (`via: "client"`).
+    pub client: u64,
+    /// Decisions the host settled by denying (`via: "host"`).
+    pub host: u64,
+    /// Decisions without an `approver` member.
+    pub unattributed: u64,
+}
+
+impl ApproversSeen {
+    pub(super) fn count_key(&mut self, key_id: KeyId) {
+        if let Some((_, n)) = self.keys.iter_mut().find(|(k, _)| *k == key_id) {
+            *n += 1;
+        } else if self.keys.len() < super::MAX_LISTED_CALLS {
+            self.keys.push((key_id, 1));
+        } else {
+            self.unlisted_key_decisions += 1;
+        }
+    }
+
+    /// Whether any decision named an approver.
+    pub(super) fn any(&self) -> bool {
+        !self.keys.is_empty() || self.unlisted_key_decisions > 0 || self.client > 0 || self.host > 0
+    }
+}
+
 /// The verifier's answer. Only [`verify`](super::verify()) constructs one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Report {
@@ -116,6 +155,7 @@ pub struct Report {
     pub(super) key_changes_unlisted: u64,
     pub(super) trusted_through_handoff: Vec<TrustedThroughHandoff>,
     pub(super) trusted_through_handoff_unlisted: u64,
+    pub(super) approvers: Option<ApproversSeen>,
 }
 
 /// An id quoted for the text report; a cut id ends in `…` inside the quotes.
@@ -223,6 +263,13 @@ impl Report {
         self.trusted_through_handoff_unlisted
     }
 
+    /// Who decided the file's decisions; `None` when the verdict is Tampered, or no
+    /// decision names an approver and approvers were not pinned (records written before
+    /// approvers were, whose reports keep their bytes).
+    pub fn approvers(&self) -> Option<&ApproversSeen> {
+        self.approvers.as_ref()
+    }
+
     /// The first line of the human report.
     pub fn headline(&self) -> String {
         match &self.verdict {
@@ -328,6 +375,28 @@ impl Report {
                 "trusted_through_handoff_unlisted {}\n",
                 self.trusted_through_handoff_unlisted
             ));
+        }
+        if let Some(a) = &self.approvers {
+            let label = if a.pinned { "pinned" } else { "unpinned" };
+            for (k, n) in &a.keys {
+                s.push_str(&format!("approver key_id {k} decisions {n} ({label})"));
+                if let Some(name) = crate::key::published_test_key_id(k) {
+                    s.push_str(&format!(
+                        " (the {name}, whose seed is public: proves nothing)"
+                    ));
+                }
+                s.push('\n');
+            }
+            for (name, n) in [
+                ("approver_key_unlisted", a.unlisted_key_decisions),
+                ("approver_client", a.client),
+                ("approver_host", a.host),
+                ("approver_none", a.unattributed),
+            ] {
+                if n > 0 {
+                    s.push_str(&format!("{name} decisions {n}\n"));
+                }
+            }
         }
         s
     }
@@ -481,6 +550,30 @@ impl Report {
                 "trusted_through_handoff_unlisted",
                 count(self.trusted_through_handoff_unlisted),
             );
+        }
+        // Only when a decision names an approver: older reports keep their bytes.
+        if let Some(a) = &self.approvers {
+            let mut ao = Object::new();
+            ao.insert("pinned", a.pinned);
+            let keys: Vec<Value> = a
+                .keys
+                .iter()
+                .map(|(k, n)| {
+                    let mut ko = Object::new();
+                    ko.insert("key_id", *k);
+                    ko.insert("decisions", count(*n));
+                    if let Some(name) = crate::key::published_test_key_id(k) {
+                        ko.insert("published_test_key", name);
+                    }
+                    Value::Object(ko)
+                })
+                .collect();
+            ao.insert("keys", Value::Array(keys));
+            ao.insert("unlisted_key_decisions", count(a.unlisted_key_decisions));
+            ao.insert("client", count(a.client));
+            ao.insert("host", count(a.host));
+            ao.insert("unattributed", count(a.unattributed));
+            o.insert("approvers", ao);
         }
         o.to_canonical()
     }

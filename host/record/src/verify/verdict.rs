@@ -1,6 +1,7 @@
 //! The verdict model: three verdicts, and the classes of finding behind each.
 
 use super::quote;
+use crate::approval::ApproverProblem;
 use crate::digest::{KeyId, LineHash};
 use std::fmt;
 
@@ -180,6 +181,97 @@ pub enum Tampered {
         /// What is wrong.
         problem: HandoffProblem,
     },
+    /// A decision's `approver` does not stand behind its verdict
+    /// ([`crate::approval::check`]).
+    BadApprover {
+        /// Where.
+        at: Position,
+        /// File line.
+        line: u64,
+        /// The approval.
+        approval_id: String,
+        /// What is wrong.
+        problem: ApproverProblem,
+    },
+    /// An outcome ran under an approval that does not allow it.
+    ApprovalMisused {
+        /// Where.
+        at: Position,
+        /// File line.
+        line: u64,
+        /// The outcome's `decision_axes.approval_ref`.
+        approval_id: String,
+        /// How.
+        misuse: Misuse,
+    },
+    /// An approval grants more than its park stated an approval would.
+    ApprovalWidened {
+        /// Where.
+        at: Position,
+        /// File line.
+        line: u64,
+        /// The approval.
+        approval_id: String,
+        /// The first member found wider.
+        widening: Widening,
+    },
+}
+
+/// How an outcome that ran misused the approval it names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Misuse {
+    /// The approval was denied earlier in the file.
+    Denied,
+    /// The approved scope is for another tool.
+    OtherTool {
+        /// The outcome's `tool_id`.
+        tool_id: String,
+    },
+    /// An earlier outcome already ran under the approval: one use per approval.
+    SecondUse,
+}
+
+impl fmt::Display for Misuse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Misuse::Denied => f.write_str("the approval was denied earlier in the file"),
+            Misuse::OtherTool { tool_id } => write!(
+                f,
+                "the call ran tool_id {}, not the tool the approval names",
+                quote(tool_id)
+            ),
+            Misuse::SecondUse => f.write_str("an earlier call already ran under the approval"),
+        }
+    }
+}
+
+/// Which member of an approved scope is wider than the park's stated scope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Widening {
+    /// Another tool.
+    Tool,
+    /// Other arguments, or any arguments where the park named a digest.
+    ArgumentsDigest,
+    /// Filesystem paths outside the park's.
+    Fs,
+    /// Network destinations, ports or methods outside the park's.
+    Net,
+    /// A later expiry, or none where the park named one.
+    ExpiresAt,
+}
+
+impl fmt::Display for Widening {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Widening::Tool => "it approves another tool than the park's",
+            Widening::ArgumentsDigest => "its arguments_digest is not the park's arguments_digest",
+            Widening::Fs => "it grants filesystem paths outside the park's scope",
+            Widening::Net => "it grants network destinations outside the park's scope",
+            Widening::ExpiresAt => "it expires later than the park's scope",
+        })
+    }
 }
 
 /// How a session boundary is broken.
@@ -213,6 +305,9 @@ impl Tampered {
             Tampered::UntrustedKey { .. } => "untrusted_key",
             Tampered::DuplicateDecision { .. } => "duplicate_decision",
             Tampered::BadKeyHandoff { .. } => "bad_key_handoff",
+            Tampered::BadApprover { .. } => "bad_approver",
+            Tampered::ApprovalMisused { .. } => "approval_misused",
+            Tampered::ApprovalWidened { .. } => "approval_widened",
         }
     }
 
@@ -228,7 +323,10 @@ impl Tampered {
             | Tampered::Malformed { line, .. }
             | Tampered::UntrustedKey { line, .. }
             | Tampered::DuplicateDecision { line, .. }
-            | Tampered::BadKeyHandoff { line, .. } => *line,
+            | Tampered::BadKeyHandoff { line, .. }
+            | Tampered::BadApprover { line, .. }
+            | Tampered::ApprovalMisused { line, .. }
+            | Tampered::ApprovalWidened { line, .. } => *line,
         }
     }
 }
@@ -329,6 +427,36 @@ impl fmt::Display for Tampered {
             Tampered::BadKeyHandoff { at, line, problem } => {
                 write!(f, "bad key hand-off at {at}, line {line}: {problem}")
             }
+            Tampered::BadApprover {
+                at,
+                line,
+                approval_id,
+                problem,
+            } => write!(
+                f,
+                "bad approver at {at}, line {line} for approval_id {}: {problem}",
+                quote(approval_id)
+            ),
+            Tampered::ApprovalMisused {
+                at,
+                line,
+                approval_id,
+                misuse,
+            } => write!(
+                f,
+                "approval misused at {at}, line {line} under approval_ref {}: {misuse}",
+                quote(approval_id)
+            ),
+            Tampered::ApprovalWidened {
+                at,
+                line,
+                approval_id,
+                widening,
+            } => write!(
+                f,
+                "approval widened at {at}, line {line} for approval_id {}: {widening}",
+                quote(approval_id)
+            ),
         }
     }
 }
@@ -376,6 +504,29 @@ pub enum Indeterminate {
     },
     /// No lines at all.
     Empty,
+    /// Approvers were pinned, and a decision was not made by a pinned approver's key.
+    UntrustedApprover {
+        /// Where.
+        at: Position,
+        /// File line.
+        line: u64,
+        /// The approval.
+        approval_id: String,
+        /// Who decided instead.
+        approver: Unpinned,
+    },
+}
+
+/// Who decided a decision that pinned approvers do not cover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unpinned {
+    /// A key outside the pinned approvers.
+    Key(KeyId),
+    /// The MCP client's user, through the client (an approval; not a signature).
+    Client,
+    /// No approver is recorded (a line written before approvers were).
+    Unattributed,
 }
 
 impl Indeterminate {
@@ -388,6 +539,7 @@ impl Indeterminate {
             Indeterminate::UnanchoredTail { .. } => "unanchored_tail",
             Indeterminate::MissingLines { .. } => "missing_lines",
             Indeterminate::Empty => "empty",
+            Indeterminate::UntrustedApprover { .. } => "untrusted_approver",
         }
     }
 }
@@ -420,6 +572,29 @@ impl fmt::Display for Indeterminate {
                 "session {session} skips seq {from} to {to} with the chain intact"
             ),
             Indeterminate::Empty => f.write_str("no lines to verify"),
+            Indeterminate::UntrustedApprover {
+                at,
+                line,
+                approval_id,
+                approver,
+            } => {
+                write!(
+                    f,
+                    "untrusted approver at {at}, line {line} for approval_id {}: ",
+                    quote(approval_id)
+                )?;
+                match approver {
+                    Unpinned::Key(k) => {
+                        write!(f, "approver key_id {k} is not among the pinned approvers")
+                    }
+                    Unpinned::Client => {
+                        f.write_str("approved through the client, not by a pinned approver's key")
+                    }
+                    Unpinned::Unattributed => {
+                        f.write_str("no approver is recorded, so no pinned approver decided")
+                    }
+                }
+            }
         }
     }
 }

@@ -3,21 +3,25 @@
 //! streaming, hands signature checks to the workers, and turns what it saw into a
 //! [`Report`] once the workers are done.
 
-use super::report::{ClockStep, InFlight, KeyChange, KeyChangeKind, Report, TrustedThroughHandoff};
+use super::report::{
+    ApproversSeen, ClockStep, InFlight, KeyChange, KeyChangeKind, Report, TrustedThroughHandoff,
+};
 use super::verdict::{
-    BoundaryProblem, HandoffProblem, Indeterminate, Position, SignatureProblem, Tampered, Trust,
-    Verdict,
+    BoundaryProblem, HandoffProblem, Indeterminate, Misuse, Position, SignatureProblem, Tampered,
+    Trust, Unpinned, Verdict, Widening,
 };
 use super::workers::{BATCH, BATCH_BYTES, Batch, Failure, Job, Shared, check, sig_failure};
 use super::{MAX_ID_BYTES, MAX_LINE_BYTES, MAX_LISTED_CALLS, Options};
+use crate::approval::Approver;
 use crate::digest::{KeyId, LineHash, sha256};
 use crate::json::{self, Layout, Object, ParseError, Value};
 use crate::key::{Signature, VerifyingKey};
 use crate::line::{
-    DecisionLine, FieldError, Fields, IntentLine, KeyHandoffLine, LineType, OpenLine, OutcomeLine,
+    ApprovalScope, DecisionLine, DecisionVerdict, ExecutionOutcome, FieldError, Fields, FsScope,
+    IntentLine, KeyHandoffLine, LineType, NetScope, OpenLine, OutcomeLine, PolicyOutcome,
     SCHEMA_VERSION, ToolChangeLine,
 };
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::SyncSender;
@@ -146,6 +150,128 @@ pub(super) struct Walked {
     /// Keys accepted through a hand-off in a pinned walk (at most [`MAX_LISTED_CALLS`]).
     trusted_through_handoff: Vec<TrustedThroughHandoff>,
     trusted_through_handoff_unlisted: u64,
+    /// Who decided the decisions read so far.
+    approvers: ApproversSeen,
+    /// Whether any decision line was read.
+    saw_decision: bool,
+}
+
+/// What the walk keeps of a decided approval: fixed-size, whatever the ids' length.
+#[derive(Clone, Copy)]
+enum Decided {
+    Denied,
+    Approved {
+        /// SHA-256 of the approved scope's `tool_id`.
+        tool: [u8; 32],
+        /// Whether an outcome that ran named it already.
+        used: bool,
+    },
+}
+
+/// The most canonical bytes of one park's filesystem and network scope the walk holds;
+/// a larger one is not held, and an approval's filesystem and network scope is then not
+/// judged against it.
+const MAX_HELD_AUTHORITY: usize = 4096;
+
+/// The most canonical bytes of park scopes the walk holds at once; past it, a park's
+/// filesystem and network scope is not held. With [`MAX_HELD_AUTHORITY`] this bounds what undecided parks cost.
+const MAX_HELD_AUTHORITY_TOTAL: usize = 16 << 20;
+
+/// What the walk keeps of a park not yet decided: fixed-size but for its filesystem and
+/// network scope, which is held whole only while small.
+#[derive(Clone)]
+struct Park {
+    /// SHA-256 of the park's `tool_id`.
+    tool: [u8; 32],
+    arguments_digest: Option<crate::digest::ArgumentsDigest>,
+    /// In the one time form ([`crate::time`]): 27 bytes.
+    expires_at: Option<String>,
+    authority: Authority,
+}
+
+#[derive(Clone)]
+enum Authority {
+    /// The park's `fs` and `net`, and their canonical size.
+    Held(Option<FsScope>, Option<NetScope>, usize),
+    /// A scope too large to hold, or past the total: not judged.
+    Unheld,
+}
+
+/// The canonical bytes of a scope's filesystem and network members, as one object.
+fn authority_bytes(scope: &ApprovalScope) -> Vec<u8> {
+    let mut whole = scope.to_object();
+    whole.remove("tool_id");
+    whole.remove("arguments_digest");
+    whole.remove("expires_at");
+    whole.to_canonical()
+}
+
+/// The first member of `approved` wider than the park's stated scope `park`, if any.
+/// Paths compare lexically, as written: a path is within a root when it is the root or
+/// continues it after a `/`, and has no `..` component. A park held by digest bounds
+/// the filesystem and network scope only to itself: other authority is not judged.
+fn widening(park: &Park, approved: &ApprovalScope) -> Option<Widening> {
+    if sha256(approved.tool_id.as_bytes()) != park.tool {
+        return Some(Widening::Tool);
+    }
+    if park.arguments_digest.is_some() && approved.arguments_digest != park.arguments_digest {
+        return Some(Widening::ArgumentsDigest);
+    }
+    if let Authority::Held(fs, net, _) = &park.authority {
+        if !fs_within(approved.fs.as_ref(), fs.as_ref()) {
+            return Some(Widening::Fs);
+        }
+        if !net_within(approved.net.as_ref(), net.as_ref()) {
+            return Some(Widening::Net);
+        }
+    }
+    match (&park.expires_at, &approved.expires_at) {
+        // One fixed-width form (crate::time), so text order is time order.
+        (Some(p), Some(a)) if a > p => Some(Widening::ExpiresAt),
+        (Some(_), None) => Some(Widening::ExpiresAt),
+        _ => None,
+    }
+}
+
+fn path_within(path: &str, root: &str) -> bool {
+    if path.split('/').any(|c| c == "..") {
+        return path == root;
+    }
+    path == root
+        || path
+            .strip_prefix(root)
+            .is_some_and(|rest| root.ends_with('/') || rest.starts_with('/'))
+}
+
+fn paths_within(paths: &[String], roots: &[String]) -> bool {
+    paths
+        .iter()
+        .all(|p| roots.iter().any(|r| path_within(p, r)))
+}
+
+fn fs_within(approved: Option<&FsScope>, park: Option<&FsScope>) -> bool {
+    let none: &[String] = &[];
+    let (read, write) = park.map_or((none, none), |p| (&p.read_paths[..], &p.write_paths[..]));
+    approved
+        .is_none_or(|a| paths_within(&a.read_paths, read) && paths_within(&a.write_paths, write))
+}
+
+fn net_within(approved: Option<&NetScope>, park: Option<&NetScope>) -> bool {
+    let rules = park.map_or(&[][..], |p| &p.http[..]);
+    approved.is_none_or(|a| {
+        a.http.iter().all(|want| {
+            rules.iter().any(|have| {
+                have.host == want.host
+                    && want.ports.iter().all(|p| have.ports.contains(p))
+                    && want.methods.iter().all(|m| have.methods.contains(m))
+            })
+        })
+    })
+}
+
+/// Whether an outcome's tool ran: anything but the host refusing to run it.
+fn ran(outcome: &OutcomeLine) -> bool {
+    !matches!(outcome.execution, ExecutionOutcome::HostDenied { .. })
 }
 
 impl Walked {
@@ -185,6 +311,10 @@ impl Walked {
                     self.trusted_through_handoff_unlisted,
                 )
             };
+        // As key changes: a Tampered file is not evidence of who decided.
+        let approvers = (tampered.is_none()
+            && (self.approvers.any() || (self.approvers.pinned && self.saw_decision)))
+            .then_some(self.approvers);
         let findings: Vec<Indeterminate> = self
             .findings
             .into_iter()
@@ -242,6 +372,7 @@ impl Walked {
             key_changes_unlisted,
             trusted_through_handoff,
             trusted_through_handoff_unlisted: trusted_unlisted,
+            approvers,
         }
     }
 }
@@ -273,8 +404,14 @@ pub(super) struct Walk {
     batch_bytes: usize,
     sessions: u64,
     session: Option<SessionState>,
-    /// SHA-256 of each decided approval_id: fixed size whatever the ids' length.
-    decided: HashSet<[u8; 32]>,
+    /// SHA-256 of each decided approval_id → what was decided: fixed size whatever the
+    /// ids' length.
+    decided: HashMap<[u8; 32], Decided>,
+    /// SHA-256 of each parked approval_id not yet decided → the scope its park stated;
+    /// an entry leaves when its decision is read.
+    parked: HashMap<[u8; 32], Park>,
+    /// The canonical bytes of park scopes held whole in `parked`.
+    parked_bytes: usize,
     /// Each key a `key_handoff` named → the latest hand-off to it: the key that handed
     /// and where. In a pinned walk every entry is trusted (its giver was in force).
     handed_to: HashMap<KeyId, (KeyId, Position)>,
@@ -357,7 +494,9 @@ impl Walk {
             batch_bytes: 0,
             sessions: 0,
             session: None,
-            decided: HashSet::new(),
+            decided: HashMap::new(),
+            parked: HashMap::new(),
+            parked_bytes: 0,
             handed_to: HashMap::new(),
             latest_handoff: None,
             signing_input: None,
@@ -379,6 +518,11 @@ impl Walk {
                 key_changes_unlisted: 0,
                 trusted_through_handoff: Vec::new(),
                 trusted_through_handoff_unlisted: 0,
+                approvers: ApproversSeen {
+                    pinned: options.approvers.is_some(),
+                    ..ApproversSeen::default()
+                },
+                saw_decision: false,
             },
             next_order: 0,
         }
@@ -608,20 +752,27 @@ impl Walk {
             LineType::Intent => self.intent(no, at.seq, obj)?,
             LineType::Outcome => {
                 let outcome = OutcomeLine::from_object(obj).map_err(bad_field(no))?;
+                self.approval_used(no, at, &outcome)?;
                 self.signed(no, at, obj)?;
                 if let Some(s) = self.session.as_mut() {
                     s.in_flight.remove(&sha256(outcome.call_id.as_bytes()));
                 }
+                if let PolicyOutcome::PendingApproval {
+                    approval_id,
+                    scope: Some(scope),
+                } = outcome.policy
+                {
+                    let id = sha256(approval_id.as_bytes());
+                    // A decision already read answers nothing parked later; a second
+                    // park of one id keeps the first's scope.
+                    if !self.decided.contains_key(&id) && !self.parked.contains_key(&id) {
+                        self.park(id, &scope);
+                    }
+                }
             }
             LineType::Decision => {
                 let decision = DecisionLine::from_object(obj).map_err(bad_field(no))?;
-                if !self.decided.insert(sha256(decision.approval_id.as_bytes())) {
-                    return Err(Tampered::DuplicateDecision {
-                        at,
-                        line: no,
-                        approval_id: decision.approval_id,
-                    });
-                }
+                self.decision(no, at, decision)?;
                 self.signed(no, at, obj)?;
             }
             LineType::ToolChange => {
@@ -667,6 +818,149 @@ impl Walk {
             LineType::Open => unreachable!("handled above"),
         }
         Ok(())
+    }
+
+    /// Holds a park's scope until its decision: fixed-size members, and the filesystem
+    /// and network scope whole while it and the total held stay in bounds.
+    fn park(&mut self, id: [u8; 32], scope: &ApprovalScope) {
+        let size = authority_bytes(scope).len();
+        let authority =
+            if size <= MAX_HELD_AUTHORITY && self.parked_bytes + size <= MAX_HELD_AUTHORITY_TOTAL {
+                self.parked_bytes += size;
+                Authority::Held(scope.fs.clone(), scope.net.clone(), size)
+            } else {
+                Authority::Unheld
+            };
+        self.parked.insert(
+            id,
+            Park {
+                tool: sha256(scope.tool_id.as_bytes()),
+                arguments_digest: scope.arguments_digest,
+                expires_at: scope.expires_at.clone(),
+                authority,
+            },
+        );
+    }
+
+    /// A decision: one per approval_id, its approver standing behind its verdict, an
+    /// approval no wider than its park stated (when the park came first), and, with
+    /// approvers pinned, made by one of them.
+    fn decision(&mut self, no: u64, at: Position, decision: DecisionLine) -> Result<(), Stop> {
+        let id = sha256(decision.approval_id.as_bytes());
+        if self.decided.contains_key(&id) {
+            return Err(Tampered::DuplicateDecision {
+                at,
+                line: no,
+                approval_id: decision.approval_id,
+            });
+        }
+        if let Some(approver) = &decision.approver
+            && let Err(problem) =
+                crate::approval::check(&decision.approval_id, &decision.verdict, approver)
+        {
+            return Err(Tampered::BadApprover {
+                at,
+                line: no,
+                approval_id: decision.approval_id,
+                problem,
+            });
+        }
+        let park = self.parked.remove(&id);
+        if let Some(Park {
+            authority: Authority::Held(_, _, size),
+            ..
+        }) = &park
+        {
+            self.parked_bytes -= size;
+        }
+        let decided = match &decision.verdict {
+            DecisionVerdict::Approved { scope } => {
+                if let Some(widening) = park.and_then(|park| widening(&park, scope)) {
+                    return Err(Tampered::ApprovalWidened {
+                        at,
+                        line: no,
+                        approval_id: decision.approval_id,
+                        widening,
+                    });
+                }
+                Decided::Approved {
+                    tool: sha256(scope.tool_id.as_bytes()),
+                    used: false,
+                }
+            }
+            DecisionVerdict::Denied { .. } => Decided::Denied,
+        };
+        self.decided.insert(id, decided);
+        self.out.saw_decision = true;
+        let approved = matches!(decision.verdict, DecisionVerdict::Approved { .. });
+        let unpinned = match &decision.approver {
+            Some(Approver::Key {
+                public_key, key_id, ..
+            }) => {
+                self.out.approvers.count_key(*key_id);
+                let pins = self.options.approvers.as_deref().unwrap_or(&[]);
+                (!pins.iter().any(|a| a.matches(public_key))).then_some(Unpinned::Key(*key_id))
+            }
+            Some(Approver::Client { .. }) => {
+                self.out.approvers.client += 1;
+                // A client's denial ran nothing; its approval is no pinned person's.
+                approved.then_some(Unpinned::Client)
+            }
+            Some(Approver::Host { .. }) => {
+                self.out.approvers.host += 1;
+                None
+            }
+            None => {
+                self.out.approvers.unattributed += 1;
+                Some(Unpinned::Unattributed)
+            }
+        };
+        if self.options.approvers.is_some()
+            && let Some(approver) = unpinned
+        {
+            self.note(
+                Indeterminate::UntrustedApprover {
+                    at,
+                    line: no,
+                    approval_id: decision.approval_id,
+                    approver,
+                },
+                no,
+            );
+        }
+        Ok(())
+    }
+
+    /// An outcome that ran under an approval decided earlier in the file: not a denied
+    /// one, not for another tool, and not one an earlier outcome already ran under.
+    fn approval_used(&mut self, no: u64, at: Position, outcome: &OutcomeLine) -> Result<(), Stop> {
+        let Some(reference) = &outcome.decision_axes.approval_ref else {
+            return Ok(());
+        };
+        if !ran(outcome) {
+            return Ok(());
+        }
+        let misuse = match self.decided.get_mut(&sha256(reference.as_bytes())) {
+            // Decided in another file, or never: nothing here to hold it against.
+            None => return Ok(()),
+            Some(Decided::Denied) => Misuse::Denied,
+            Some(Decided::Approved { tool, .. }) if *tool != sha256(outcome.tool_id.as_bytes()) => {
+                Misuse::OtherTool {
+                    tool_id: outcome.tool_id.clone(),
+                }
+            }
+            Some(Decided::Approved { used: true, .. }) => Misuse::SecondUse,
+            Some(Decided::Approved { used, .. }) => {
+                *used = true;
+                return Ok(());
+            }
+        };
+        Err(Tampered::ApprovalMisused {
+            at,
+            line: no,
+            approval_id: reference.clone(),
+            misuse,
+        })
     }
 
     /// An intent is never signed; it puts its call in flight until an outcome names it.

@@ -17,6 +17,8 @@ pub const VECTOR_SEED: [u8; 32] = PUBLISHED_TEST_KEYS[1].seed;
 pub const ROTATED_SEED: [u8; 32] = PUBLISHED_TEST_KEYS[2].seed;
 /// Seed of a key that appears in no vector, used as a trust slice that excludes them.
 pub const OUTSIDER_SEED: [u8; 32] = PUBLISHED_TEST_KEYS[3].seed;
+/// Seed of the approver key that signs the vectors' approvals (document version 1.6).
+pub const APPROVER_SEED: [u8; 32] = PUBLISHED_TEST_KEYS[4].seed;
 /// The nonce of every session the vectors open. A real session draws a fresh one; the
 /// vectors fix it so that they rebuild byte for byte.
 pub const VECTOR_NONCE: [u8; 16] = *b"aegis vec nonce!";
@@ -63,6 +65,9 @@ pub fn rotated() -> SigningKey {
 }
 pub fn outsider() -> SigningKey {
     SigningKey::from_seed(OUTSIDER_SEED)
+}
+pub fn approver() -> SigningKey {
+    SigningKey::from_seed(APPROVER_SEED)
 }
 
 fn short(h: &impl std::fmt::Display) -> String {
@@ -712,6 +717,8 @@ pub fn build() -> Built {
     // Added with argument recording and batch verification (document version 1.5).
     batch_vectors(&mut t, &k);
     argument_vectors(&mut t, &k);
+    // Added with approvers (document version 1.6).
+    approval_vectors(&mut t, &k);
 
     // Per-line intermediate values of every whole-file vector, so an implementer whose
     // verdict differs can find the first line where their hashes diverge.
@@ -1643,4 +1650,286 @@ fn argument_vectors(t: &mut Table, k: &SigningKey) {
     s.close().unwrap();
     let f = t.add("verified", "arguments.aarl", sink.contents());
     t.expect(&f, &none, 0, "Verified (unpinned)".into());
+}
+
+/// The approval id of the approval vectors' park.
+pub const PARK_ID: &str = "apr-0123456789abcdef0123456789abcdef";
+
+/// The scope the approval vectors' park states an approval would grant.
+pub fn park_scope() -> ApprovalScope {
+    ApprovalScope {
+        tool_id: "deploy".into(),
+        arguments_digest: Some(ArgumentsDigest::of_canonical_arguments(
+            br#"{"env":"staging"}"#,
+        )),
+        fs: Some(FsScope {
+            read_paths: vec!["/srv/deploy".into()],
+            write_paths: vec![],
+        }),
+        net: Some(NetScope {
+            http: vec![HttpRule {
+                host: "deploy.example.test".into(),
+                ports: vec![443],
+                methods: vec!["POST".into()],
+            }],
+        }),
+        expires_at: Some("2026-12-04T00:10:00.000000Z".into()),
+    }
+}
+
+/// A call parked for approval `id`, stating `scope`.
+pub fn parked(call: &str, id: &str, scope: Option<ApprovalScope>) -> OutcomeLine {
+    let mut o = not_run(
+        call,
+        "deploy",
+        PolicyOutcome::PendingApproval {
+            approval_id: id.into(),
+            scope,
+        },
+        "parked for approval",
+    );
+    o.decision_axes.matched_rule = Some("approve-deploy".into());
+    o
+}
+
+/// A resumed call that ran `tool` under approval `id`.
+pub fn resumed(call: &str, tool: &str, id: &str) -> OutcomeLine {
+    let mut o = ran(call, ExecutionOutcome::Success, Some(b"deployed"));
+    o.tool_id = tool.into();
+    o.decision_axes.matched_rule = Some("approve-deploy".into());
+    o.decision_axes.approval_ref = Some(id.into());
+    o
+}
+
+/// The approver key's decision on the park.
+pub fn signed_decision(verdict: DecisionVerdict) -> DecisionLine {
+    DecisionLine {
+        approval_id: PARK_ID.into(),
+        approver: Some(approval::sign(&approver(), PARK_ID, &verdict)),
+        verdict,
+    }
+}
+
+/// The park's approval, exactly the scope it stated.
+pub fn approved() -> DecisionVerdict {
+    DecisionVerdict::Approved {
+        scope: park_scope(),
+    }
+}
+
+/// A session that parks a `deploy` call, writes `decision` for it, then runs each of
+/// `resumed` (call id, tool) under the approval, then closes; `extra` lines come before
+/// the close.
+pub fn approval_session(
+    k: &SigningKey,
+    decision: &DecisionLine,
+    resumed_calls: &[(&str, &str)],
+    extra: &dyn Fn(&Session),
+) -> Vec<u8> {
+    let sink = VecSink::new();
+    let s = open_session(Arc::new(sink.clone()), k.clone(), None);
+    s.append_unsigned(&intent("call-parked", "deploy")).unwrap();
+    s.append(&parked("call-parked", PARK_ID, Some(park_scope())))
+        .unwrap();
+    s.append(decision).unwrap();
+    for (call, tool) in resumed_calls {
+        s.append_unsigned(&intent(call, tool)).unwrap();
+        s.append(&resumed(call, tool, PARK_ID)).unwrap();
+    }
+    extra(&s);
+    s.close().unwrap();
+    sink.contents()
+}
+
+/// A parked call, a person's key approving it, the call resumed under the approval; a
+/// second park the host settled by denial when it expired (document version 1.6).
+fn approval_vectors(t: &mut Table, k: &SigningKey) {
+    let none: Vec<String> = vec![];
+    let approver_pin = vec!["--approver-key".to_owned(), approver().key_id().to_hex()];
+    let outsider_pin = vec![
+        "--approver-key".to_owned(),
+        outsider().public_key().to_hex(),
+    ];
+    let no_extra = |_: &Session| {};
+    let expired = |s: &Session| {
+        s.append_unsigned(&intent("call-expired", "deploy"))
+            .unwrap();
+        s.append(&parked(
+            "call-expired",
+            "apr-fedcba9876543210fedcba9876543210",
+            Some(park_scope()),
+        ))
+        .unwrap();
+        s.append(&DecisionLine {
+            approval_id: "apr-fedcba9876543210fedcba9876543210".into(),
+            verdict: DecisionVerdict::Denied {
+                reason: "expired: no decision within 10 minutes".into(),
+            },
+            approver: Some(approval::Approver::Host {
+                why: approval::HostSettled::Expired,
+            }),
+        })
+        .unwrap();
+    };
+    let good = approval_session(
+        k,
+        &signed_decision(approved()),
+        &[("call-resumed", "deploy")],
+        &expired,
+    );
+    let f = t.add("verified", "approval.aarl", good);
+    t.expect(&f, &none, 0, "Verified (unpinned)".into());
+    t.expect(&f, &approver_pin, 0, "Verified (unpinned)".into());
+    t.expect(
+        &f,
+        &outsider_pin,
+        3,
+        format!(
+            "Indeterminate — untrusted approver at (session 0, seq 3), line 4 for approval_id \"{PARK_ID}\": approver key_id {} is not among the pinned approvers",
+            approver().key_id()
+        ),
+    );
+
+    // A decision written before approvers were recorded: pinned, no one trusted decided.
+    let unattributed = DecisionLine {
+        approval_id: PARK_ID.into(),
+        verdict: approved(),
+        approver: None,
+    };
+    let f = t.add(
+        "indeterminate",
+        "unattributed_decision.aarl",
+        approval_session(k, &unattributed, &[("call-resumed", "deploy")], &no_extra),
+    );
+    t.expect(
+        &f,
+        &approver_pin,
+        3,
+        format!(
+            "Indeterminate — untrusted approver at (session 0, seq 3), line 4 for approval_id \"{PARK_ID}\": no approver is recorded, so no pinned approver decided"
+        ),
+    );
+
+    // bad_approver: the approver's signature with one hex digit changed; the host's
+    // own signature over the line is valid.
+    let mut forged = signed_decision(approved());
+    if let Some(approval::Approver::Key { signature, .. }) = &mut forged.approver {
+        let mut bytes = *signature.as_bytes();
+        bytes[63] ^= 0x01;
+        *signature = Signature::from_bytes(bytes);
+    }
+    let f = t.add(
+        "tampered",
+        "bad_approver.aarl",
+        approval_session(k, &forged, &[("call-resumed", "deploy")], &no_extra),
+    );
+    t.expect(
+        &f,
+        &none,
+        1,
+        format!(
+            "Tampered — bad approver at (session 0, seq 3), line 4 for approval_id \"{PARK_ID}\": the approver's signature does not verify over the approval id and verdict"
+        ),
+    );
+    // bad_approver: the host claims to have approved.
+    let host_approved = DecisionLine {
+        approval_id: PARK_ID.into(),
+        verdict: approved(),
+        approver: Some(approval::Approver::Host {
+            why: approval::HostSettled::Expired,
+        }),
+    };
+    let f = t.add(
+        "tampered",
+        "host_approved.aarl",
+        approval_session(k, &host_approved, &[("call-resumed", "deploy")], &no_extra),
+    );
+    t.expect(
+        &f,
+        &none,
+        1,
+        format!(
+            "Tampered — bad approver at (session 0, seq 3), line 4 for approval_id \"{PARK_ID}\": the host cannot approve a call itself"
+        ),
+    );
+
+    // approval_misused: run although denied; run as another tool; run twice.
+    let denied = signed_decision(DecisionVerdict::Denied {
+        reason: "not during the freeze".into(),
+    });
+    let f = t.add(
+        "tampered",
+        "approval_misused_denied.aarl",
+        approval_session(k, &denied, &[("call-resumed", "deploy")], &no_extra),
+    );
+    t.expect(
+        &f,
+        &none,
+        1,
+        format!(
+            "Tampered — approval misused at (session 0, seq 5), line 6 under approval_ref \"{PARK_ID}\": the approval was denied earlier in the file"
+        ),
+    );
+    let f = t.add(
+        "tampered",
+        "approval_misused_tool.aarl",
+        approval_session(
+            k,
+            &signed_decision(approved()),
+            &[("call-resumed", "shell")],
+            &no_extra,
+        ),
+    );
+    t.expect(
+        &f,
+        &none,
+        1,
+        format!(
+            "Tampered — approval misused at (session 0, seq 5), line 6 under approval_ref \"{PARK_ID}\": the call ran tool_id \"shell\", not the tool the approval names"
+        ),
+    );
+    let f = t.add(
+        "tampered",
+        "approval_misused_twice.aarl",
+        approval_session(
+            k,
+            &signed_decision(approved()),
+            &[("call-resumed", "deploy"), ("call-again", "deploy")],
+            &no_extra,
+        ),
+    );
+    t.expect(
+        &f,
+        &none,
+        1,
+        format!(
+            "Tampered — approval misused at (session 0, seq 7), line 8 under approval_ref \"{PARK_ID}\": an earlier call already ran under the approval"
+        ),
+    );
+
+    // approval_widened: the approver signed a scope wider than the park's (a parent
+    // directory): their signature holds, the approval still exceeds what was asked.
+    let mut wide = park_scope();
+    wide.fs = Some(FsScope {
+        read_paths: vec!["/srv".into()],
+        write_paths: vec![],
+    });
+    let f = t.add(
+        "tampered",
+        "approval_widened.aarl",
+        approval_session(
+            k,
+            &signed_decision(DecisionVerdict::Approved { scope: wide }),
+            &[("call-resumed", "deploy")],
+            &no_extra,
+        ),
+    );
+    t.expect(
+        &f,
+        &none,
+        1,
+        format!(
+            "Tampered — approval widened at (session 0, seq 3), line 4 for approval_id \"{PARK_ID}\": it grants filesystem paths outside the park's scope"
+        ),
+    );
 }

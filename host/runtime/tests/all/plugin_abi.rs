@@ -295,6 +295,7 @@ fn sessions_through_the_loaded_file_sink_verify_and_chain() {
         &Options {
             trust: Some(vec![key.public_key().into()]),
             threads: 0,
+            approvers: None,
         },
     )
     .unwrap();

@@ -113,6 +113,7 @@ fn a_stopped_session_is_followed_by_a_new_one_once_the_store_is_back() {
     let pinned = Options {
         trust: Some(vec![key.public_key().into()]),
         threads: 0,
+        approvers: None,
     };
     let report = verify(second.as_bytes(), &pinned).unwrap();
     assert!(
