@@ -38,8 +38,8 @@ use std::collections::BTreeSet;
 
 use aegis_mcp::frame::{DEFAULT_MAX_FRAME, Frame, FrameReader};
 use aegis_mcp::relay::{
-    Action, CallEnd, Cause, Gate, MAX_LOG_LINES, PinMode, Refusal, RefusedCall, Relay, RelayConfig,
-    ToolCall,
+    Action, CallEnd, Cause, Gate, MAX_LOG_LINES, NeverParked, Opened, PinMode, Refusal,
+    RefusedCall, Relay, RelayConfig, ToolCall,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -52,15 +52,25 @@ struct CountingGate {
 
 impl Gate for CountingGate {
     type Pending = u64;
+    type Parked = NeverParked;
+    type Waiter = NeverParked;
 
-    fn open(&self, call: &ToolCall<'_>) -> Result<u64, Refusal> {
+    fn resume(&self, parked: NeverParked, _: NeverParked) -> Result<u64, Refusal> {
+        match parked {}
+    }
+
+    fn withdraw(&self, parked: NeverParked, _: &str) {
+        match parked {}
+    }
+
+    fn open(&self, call: &ToolCall<'_>) -> Result<Opened<Self>, Refusal> {
         if call.name == "rm" || call.name.starts_with('x') {
             *self.refusals.borrow_mut() += 1;
             return Err(Refusal::new(Cause::Denied, "denied"));
         }
         let mut opened = self.opened.borrow_mut();
         *opened += 1;
-        Ok(*opened)
+        Ok(Opened::Forward(*opened))
     }
 
     fn finish(&self, pending: u64, _end: CallEnd<'_>) {

@@ -33,7 +33,11 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn run(data: &[u8], trust: Option<Vec<TrustAnchor>>) -> Report {
-    let options = Options { trust, threads: 1, approvers: None };
+    let options = Options {
+        trust,
+        threads: 1,
+        approvers: None,
+    };
     let first = verify(data, &options).expect("reading a byte slice cannot fail");
     let second = verify(data, &options).expect("reading a byte slice cannot fail");
     assert_eq!(first, second, "same bytes, different reports");
