@@ -363,12 +363,12 @@ fn a_profile_key_with_the_wrong_mode_is_refused_at_its_line() {
     assert!(!marker.exists());
 }
 
-/// A key `[operator]` does not know (approvals, a later issue, among them) is refused
+/// A key `[operator]` does not know (`escalation`, which no issue defines) is refused
 /// with its line by every command that reads the profile, `profiles show` too.
 #[test]
 fn an_unknown_operator_key_is_refused_with_its_line() {
     let dir = tempfile::tempdir().unwrap();
-    let file = profile(dir.path(), "", "role = \"r\"\napprovals = \"ops\"\n");
+    let file = profile(dir.path(), "", "role = \"r\"\nescalation = \"ops\"\n");
     let line = FIRST + 1;
     for args in [&["wrap", "--", "true"][..], &["profiles", "show"][..]] {
         let out = aegis(dir.path())
@@ -381,7 +381,7 @@ fn an_unknown_operator_key_is_refused_with_its_line() {
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(4), "{args:?}: {stderr}");
         let at = format!(
-            "error: {}:{line}: operator.approvals: unknown field `approvals`",
+            "error: {}:{line}: operator.escalation: unknown field `escalation`",
             file.display()
         );
         assert!(stderr.contains(&at), "{args:?}: {stderr}");
@@ -629,7 +629,9 @@ fn the_documented_operator_examples_parse() {
         aegis_runtime::ProfileSource::File("/etc/aegis/profiles/fs.toml".into()),
     )
     .unwrap();
-    assert_eq!(p.operator.entries().len(), 12);
+    // The spec's example holds every setting, the three approval settings among
+    // them.
+    assert_eq!(p.operator.entries().len(), 15);
 }
 
 /// `run` reads the same three settings as `wrap`: the profile's key signs the record

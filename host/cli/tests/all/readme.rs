@@ -291,6 +291,11 @@ fn every_evidence_claim_is_in_the_findings_and_names_real_tests() {
                             .is_ok_and(|m| rest.is_empty() || m.contains(&format!("fn {rest}")))
                     }
                     (None, None) => source.contains(&format!("fn {name}")),
+                    // A module inside a single-file target.
+                    (Some((module, rest)), None) => {
+                        source.contains(&format!("mod {module} {{"))
+                            && (rest.is_empty() || source.contains(&format!("fn {rest}")))
+                    }
                     _ => false,
                 };
                 if !found {
