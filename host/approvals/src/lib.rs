@@ -558,8 +558,8 @@ fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::remove_file(from)
 }
 
+/// Flushes a rename's directory entry: opened as a directory only, never blocking
+/// (`aegis_files::sync_dir`), so a FIFO or device put in the queue's place is refused.
 fn sync_dir(dir: &Path) -> Result<(), QueueError> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(QueueError::io(dir))
+    aegis_files::sync_dir(dir).map_err(QueueError::io(dir))
 }

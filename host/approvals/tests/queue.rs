@@ -338,13 +338,10 @@ fn a_wait_ends_at_its_deadline_without_a_decision() {
     q.file(&other).unwrap();
     q.decide(&decision(&other.approval_id, "key", true))
         .unwrap();
-    let start = Instant::now();
-    assert_eq!(
-        q.wait(&r.approval_id, start + Duration::from_millis(300))
-            .unwrap(),
-        None
-    );
-    assert!(start.elapsed() >= Duration::from_millis(300));
+    let deadline = Instant::now() + Duration::from_millis(300);
+    assert_eq!(q.wait(&r.approval_id, deadline).unwrap(), None);
+    // The contract, not a speed: a wait that finds nothing never returns early.
+    assert!(Instant::now() >= deadline);
 }
 
 #[test]
@@ -360,24 +357,18 @@ fn a_wait_is_woken_by_a_decision_from_another_thread() {
             q.decide(&d).unwrap();
         })
     };
-    let start = Instant::now();
+    // A wait that timed out returns None: Some means the decision woke it.
     let got = q
-        .wait(&r.approval_id, start + Duration::from_secs(60))
+        .wait(&r.approval_id, Instant::now() + Duration::from_secs(60))
         .unwrap();
     assert_eq!(got, Some(d));
-    assert!(
-        start.elapsed() < Duration::from_secs(30),
-        "woken, not timed out"
-    );
     decider.join().unwrap();
-    // Already decided: the wait returns at once.
-    let start = Instant::now();
+    // Already decided: the wait finds it without an event.
     assert!(
-        q.wait(&r.approval_id, start + Duration::from_secs(60))
+        q.wait(&r.approval_id, Instant::now() + Duration::from_secs(60))
             .unwrap()
             .is_some()
     );
-    assert!(start.elapsed() < Duration::from_secs(5));
 }
 
 /// The child of `a_wait_is_woken_by_a_decision_from_another_process`: decides the
@@ -407,15 +398,11 @@ fn a_wait_is_woken_by_a_decision_from_another_process() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let start = Instant::now();
+    // Some, not None: the child's decision woke the wait before its deadline.
     let got = q
-        .wait(&r.approval_id, start + Duration::from_secs(60))
+        .wait(&r.approval_id, Instant::now() + Duration::from_secs(60))
         .unwrap()
         .expect("the child's decision");
-    assert!(
-        start.elapsed() < Duration::from_secs(30),
-        "woken, not timed out"
-    );
     assert_eq!(got.approval_id, r.approval_id);
     assert!(child.wait().unwrap().success());
     assert_eq!(q.claim(&r.approval_id).unwrap(), got);

@@ -557,8 +557,11 @@ fn parent(path: &Path) -> &Path {
 /// only as a directory (`O_DIRECTORY`: a FIFO or a device there is refused). A link to
 /// it is followed, as the rename just followed it: a parent directory named through a
 /// link (`/var/run`) is the same directory either way.
+///
+/// # Errors
+/// The directory could not be opened as one, or flushed.
 #[cfg(unix)]
-fn sync_dir(dir: &Path) -> io::Result<()> {
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt as _;
     std::fs::OpenOptions::new()
         .read(true)
@@ -567,8 +570,12 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
         .sync_all()
 }
 
+/// Flushes the directory entry of a rename (nothing to do off Unix).
+///
+/// # Errors
+/// None off Unix.
 #[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> io::Result<()> {
+pub fn sync_dir(_dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
