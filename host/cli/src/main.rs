@@ -642,6 +642,20 @@ pub struct HostFlags {
     /// record_arguments.
     #[arg(long)]
     pub record_arguments: bool,
+    /// How long a call a rule parks waits for a person's decision before the host
+    /// denies it as expired: a whole number and s, m or h (90s, 10m, 1h) [default: 10m].
+    /// Replaces the profile's `[operator.approvals]` timeout.
+    #[arg(long, value_name = "DURATION", value_parser = approval_timeout)]
+    pub approval_timeout: Option<std::time::Duration>,
+    /// The approvals queue directory where parked calls are filed [default:
+    /// $XDG_STATE_HOME/aegis/approvals, else ~/.local/state/aegis/approvals]. Replaces
+    /// the profile's `[operator.approvals]` dir.
+    #[arg(long = "approvals", value_name = "DIR")]
+    pub approvals_dir: Option<PathBuf>,
+}
+
+fn approval_timeout(text: &str) -> Result<std::time::Duration, String> {
+    aegis_runtime::operator::parse_timeout(text)
 }
 
 /// Finds the profile a command runs with and says on stderr which one it is and where

@@ -11,6 +11,7 @@ use aegis_record::text::escape;
 use aegis_runtime::operator::{Sourced, quoted};
 use aegis_runtime::{HostBuilder, Profile};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::{CliError, HostFlags};
 
@@ -28,6 +29,12 @@ pub struct HostSettings {
     pub no_wait: bool,
     /// `--record-arguments`, else `operator.record_arguments`.
     pub record_arguments: Option<Sourced<bool>>,
+    /// `--approval-timeout`, else `operator.approvals.timeout`.
+    pub approval_timeout: Option<Sourced<Duration>>,
+    /// `--approvals`, else `operator.approvals.dir`.
+    pub approvals_dir: Option<Sourced<PathBuf>>,
+    /// `operator.approvals.approvers` (a profile setting only).
+    pub approvers: Option<Sourced<Vec<PathBuf>>>,
 }
 
 impl HostFlags {
@@ -52,6 +59,12 @@ impl HostFlags {
                 value: true,
                 source: aegis_runtime::operator::Source::Flag("--record-arguments"),
             }),
+            approval_timeout: self.approval_timeout.map(|value| Sourced {
+                value,
+                source: aegis_runtime::operator::Source::Flag("--approval-timeout"),
+            }),
+            approvals_dir: flag("--approvals", &self.approvals_dir),
+            approvers: None,
         }
     }
 
@@ -77,6 +90,20 @@ impl HostFlags {
                 self.record_arguments.then_some(true),
                 o.record_arguments.as_ref(),
             ),
+            approval_timeout: profile.choose(
+                "--approval-timeout",
+                self.approval_timeout,
+                o.approval_timeout.as_ref(),
+            ),
+            approvals_dir: profile.choose(
+                "--approvals",
+                self.approvals_dir.clone(),
+                o.approvals_dir.as_ref(),
+            ),
+            approvers: o.approvers.as_ref().map(|s| Sourced {
+                value: s.value.clone(),
+                source: profile.source_of(s),
+            }),
         };
         if let (Some(audit), None) = (&settings.audit, &settings.signing_key) {
             return Err(CliError::Usage(format!(
@@ -111,8 +138,34 @@ impl HostSettings {
                 .map_err(|e| CliError::Refused(format!("{}: {}", escape(&key.source.name()), e)))?;
             builder = builder.signing_key(loaded);
         }
+        if let Some(t) = &self.approval_timeout {
+            builder = builder.approval_timeout(t.value);
+        }
         let whole = self.record_arguments.as_ref().is_some_and(|r| r.value);
         Ok(builder.record_arguments(whole))
+    }
+
+    /// The approvals desk for `front`, whose parks are on `record`: the queue directory
+    /// (opened when a call is first parked) and the approvers the operator trusts.
+    ///
+    /// # Errors
+    /// [`CliError::Refused`] for an approver key file that cannot be read, naming the
+    /// profile line.
+    pub fn desk(
+        &self,
+        front: aegis_approvals::Front,
+        record: String,
+    ) -> Result<aegis_runtime::approvals::Desk, CliError> {
+        let approvers = match &self.approvers {
+            None => None,
+            Some(files) => Some(aegis_verify::approver_anchors(&files.value).map_err(|e| {
+                CliError::Refused(format!("{}: {}", escape(&files.source.name()), e))
+            })?),
+        };
+        let dir = self.approvals_dir.as_ref().map(|d| d.value.clone());
+        Ok(aegis_runtime::approvals::Desk::new(
+            dir, front, record, approvers,
+        ))
     }
 
     /// The role every call asserts.
@@ -129,6 +182,18 @@ impl HostSettings {
         }
         if let Some(r) = &self.record_arguments {
             show_one("record_arguments", &r.value.to_string(), &r.source);
+        }
+        if let Some(t) = &self.approval_timeout {
+            show_one(
+                "approvals.timeout",
+                &format!("{}s", t.value.as_secs()),
+                &t.source,
+            );
+        }
+        show_path("approvals.dir", self.approvals_dir.as_ref());
+        if let Some(a) = &self.approvers {
+            let files: Vec<String> = a.value.iter().map(|p| p.display().to_string()).collect();
+            show_one("approvals.approvers", &files.join(", "), &a.source);
         }
     }
 }

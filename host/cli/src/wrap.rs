@@ -141,11 +141,15 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> Result<u8, CliError> {
     // Nothing is recorded and no server started until the host is open.
     let host = crate::open_host(builder, settings.host.no_wait, &interrupts)?;
     crate::note(format_args!("aegis: {}", host.notice()));
+    let desk = settings
+        .host
+        .desk(aegis_approvals::Front::Wrap, host.notice().location())?;
     let gate = HostGate::new(
         host.pipeline().clone(),
         settings.host.role().map(str::to_owned),
         sink,
-    );
+    )
+    .with_desk(desk);
     let health = gate.health();
     let relay = relay(gate, pins, settings.pins.record_only());
     let ended = serve(session, relay, confined, &a.command);

@@ -25,15 +25,16 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use aegis_record::ToolChangeLine;
 use aegis_record::json::MAX_SAFE_INTEGER;
+use aegis_runtime::approvals::{Desk, Ticket};
 use aegis_runtime::capability::{Limits, ToolRegistry};
-use aegis_runtime::pipeline::CallRequest;
-use aegis_runtime::{Ending, Executed, OwnedCall, Pipeline};
+use aegis_runtime::pipeline::{Approval, CallRequest};
+use aegis_runtime::{CallRecord, Ending, Executed, OwnedCall, Pipeline};
 
-use crate::relay::{CallEnd, Cause, Gate, NeverParked, Opened, Refusal, RefusedCall, ToolCall};
+use crate::relay::{CallEnd, Cause, Gate, Opened, Refusal, RefusedCall, Settled, ToolCall, Waiter};
 use crate::stdio::{Notice, Sink};
 
 /// A relayed grant's ceilings: the relay enforces none on the server, so the grant
@@ -69,6 +70,36 @@ pub struct HostGate {
     role: Option<String>,
     health: RecordHealth,
     sink: Sink,
+    desk: Option<Desk>,
+}
+
+/// A call a rule parked, held until its park is settled: what resuming it needs.
+pub struct Parked {
+    frame: Vec<u8>,
+    tool: String,
+    arguments: String,
+    ticket: Ticket,
+}
+
+/// Waits on the approvals queue for one park's decision.
+pub struct DeskWaiter {
+    desk: Desk,
+    pipeline: Arc<Pipeline>,
+    ticket: Ticket,
+}
+
+impl Waiter for DeskWaiter {
+    type Approved = Approval;
+
+    fn wait(self, every: Duration, keep_alive: &mut dyn FnMut()) -> Settled<Approval> {
+        match self
+            .desk
+            .settle(&self.pipeline, &self.ticket, every, keep_alive)
+        {
+            Ok(approval) => Settled::Approved(approval),
+            Err(refusal) => Settled::Refused(refusal),
+        }
+    }
 }
 
 /// A forwarded call: its open guard and when it was handed to the server.
@@ -86,7 +117,16 @@ impl HostGate {
             role,
             health: RecordHealth::default(),
             sink,
+            desk: None,
         }
+    }
+
+    /// The same gate, filing the calls a rule parks with `desk` and holding them until
+    /// a person decides (without one, a parked call is answered at once as not run).
+    #[must_use]
+    pub fn with_desk(mut self, desk: Desk) -> Self {
+        self.desk = Some(desk);
+        self
     }
 
     /// Whether the record took every line this gate wrote.
@@ -109,27 +149,10 @@ impl HostGate {
         }
     }
 
-    fn failed(&self, what: impl std::fmt::Display) {
-        self.health.0.store(true, Ordering::SeqCst);
-        (self.sink)(Notice::Error(&what.to_string()));
-    }
-}
-
-impl Gate for HostGate {
-    type Pending = Pending;
-    type Parked = NeverParked;
-    type Waiter = NeverParked;
-
-    fn open(&self, call: &ToolCall<'_>) -> Result<Opened<Self>, Refusal> {
-        // The pinned schema says which arguments are path-like, for the record.
-        if let Some(schema) = call.input_schema {
-            self.pipeline
-                .recording()
-                .bind_schema_text(call.name, schema);
-        }
-        let arguments = canonical_arguments(call.arguments);
-        let request = self.request(call.frame, call.name, Some(&arguments));
-        let mut owned = match self.pipeline.begin_owned(&request) {
+    /// Asks the stations about a call (under `approval` when it resumes a park): a
+    /// pending call to forward, or the record of one that does not run.
+    fn decide(&self, request: &CallRequest<'_>) -> Result<Result<Pending, CallRecord>, Refusal> {
+        let mut owned = match self.pipeline.begin_owned(request) {
             Ok(c) => c,
             Err(e) => {
                 self.failed(&e);
@@ -141,7 +164,7 @@ impl Gate for HostGate {
         };
         if let Some(grant) = owned.authorize() {
             if grant.limits() == UNBOUNDED {
-                return Ok(Opened::Forward(Pending {
+                return Ok(Ok(Pending {
                     call: owned,
                     started: Instant::now(),
                 }));
@@ -159,8 +182,7 @@ impl Gate for HostGate {
         }
         let call_id = owned.call_id().to_owned();
         match owned.finish(Executed::NotRun) {
-            // The station the record names, in its words (aegis_runtime::refusal).
-            Ok(record) => Err(aegis_runtime::refusal::refusal_of(&record)),
+            Ok(record) => Ok(Err(record)),
             Err(e) => {
                 self.failed(&e);
                 Err(Refusal::new(
@@ -172,12 +194,78 @@ impl Gate for HostGate {
         }
     }
 
-    fn resume(&self, parked: NeverParked, _: NeverParked) -> Result<Pending, Refusal> {
-        match parked {}
+    fn failed(&self, what: impl std::fmt::Display) {
+        self.health.0.store(true, Ordering::SeqCst);
+        (self.sink)(Notice::Error(&what.to_string()));
+    }
+}
+
+impl Gate for HostGate {
+    type Pending = Pending;
+    type Parked = Parked;
+    type Waiter = DeskWaiter;
+
+    fn open(&self, call: &ToolCall<'_>) -> Result<Opened<Self>, Refusal> {
+        // The pinned schema says which arguments are path-like, for the record.
+        if let Some(schema) = call.input_schema {
+            self.pipeline
+                .recording()
+                .bind_schema_text(call.name, schema);
+        }
+        let arguments = canonical_arguments(call.arguments);
+        let request = self.request(call.frame, call.name, Some(&arguments));
+        let record = match self.decide(&request)? {
+            Ok(pending) => return Ok(Opened::Forward(pending)),
+            Err(record) => record,
+        };
+        // The station the record names, in its words (aegis_runtime::refusal).
+        let refusal = aegis_runtime::refusal::refusal_of(&record);
+        let (Some(desk), Some(_)) = (&self.desk, record.park()) else {
+            return Err(refusal);
+        };
+        match desk.file(&self.pipeline, &record, Some(&arguments)) {
+            Ok(ticket) => Ok(Opened::Park {
+                approval_id: ticket.approval_id.clone(),
+                parked: Parked {
+                    frame: call.frame.to_vec(),
+                    tool: call.name.to_owned(),
+                    arguments,
+                    ticket: ticket.clone(),
+                },
+                waiter: DeskWaiter {
+                    desk: desk.clone(),
+                    pipeline: Arc::clone(&self.pipeline),
+                    ticket,
+                },
+            }),
+            Err(e) => {
+                self.failed(format_args!("a parked call could not be filed: {e}"));
+                Err(Refusal {
+                    reason: format!(
+                        "{}; it could not be filed in the approvals queue ({e})",
+                        refusal.reason
+                    ),
+                    ..refusal
+                })
+            }
+        }
     }
 
-    fn withdraw(&self, parked: NeverParked, _: &str) {
-        match parked {}
+    fn resume(&self, parked: Parked, approval: Approval) -> Result<Pending, Refusal> {
+        let request = CallRequest {
+            approval: Some(&approval),
+            ..self.request(&parked.frame, &parked.tool, Some(&parked.arguments))
+        };
+        match self.decide(&request)? {
+            Ok(pending) => Ok(pending),
+            Err(record) => Err(aegis_runtime::refusal::refusal_of(&record)),
+        }
+    }
+
+    fn withdraw(&self, parked: Parked, why: &str) {
+        if let Some(desk) = &self.desk {
+            desk.withdraw(&self.pipeline, &parked.ticket, why);
+        }
     }
 
     fn finish(&self, pending: Pending, end: CallEnd<'_>) {

@@ -77,6 +77,13 @@ pub enum Cause {
     RateLimited,
     /// Policy: parked for a person's approval.
     PendingApproval,
+    /// Policy: the park was settled by a denial (an approver's, or the host's own when
+    /// it would not honour a decision). The record holds it as the park's `decision`
+    /// line; a cause only in what a client receives.
+    ApprovalDenied,
+    /// Policy: nobody decided the park before it expired (the host's denial on the
+    /// record); a cause only in what a client receives.
+    ApprovalExpired,
     /// Policy: the station failed, or answered what the host cannot read; refused.
     StationFailed,
     /// Capability: no manifest for the tool.
@@ -131,10 +138,12 @@ pub enum Cause {
 
 impl Cause {
     /// Every cause this version writes, for tests and documentation.
-    pub const ALL: [Cause; 25] = [
+    pub const ALL: [Cause; 27] = [
         Cause::Denied,
         Cause::RateLimited,
         Cause::PendingApproval,
+        Cause::ApprovalDenied,
+        Cause::ApprovalExpired,
         Cause::StationFailed,
         Cause::Unregistered,
         Cause::Undeclared,
@@ -163,7 +172,8 @@ impl Cause {
     pub const fn station(self) -> Station {
         use Cause::*;
         match self {
-            Denied | RateLimited | PendingApproval | StationFailed => Station::Policy,
+            Denied | RateLimited | PendingApproval | ApprovalDenied | ApprovalExpired
+            | StationFailed => Station::Policy,
             Unregistered | Undeclared | Unasked => Station::Capability,
             NotStarted | EffectRefused | Abandoned | Trapped | Exceeded | NoOutput => {
                 Station::Sandbox
@@ -187,6 +197,8 @@ impl Cause {
             Denied => "denied",
             RateLimited => "rate_limited",
             PendingApproval => "pending_approval",
+            ApprovalDenied => "approval_denied",
+            ApprovalExpired => "approval_expired",
             StationFailed => "station_failed",
             Unregistered => "unregistered",
             Undeclared => "undeclared",

@@ -37,6 +37,17 @@ pub enum AuditNotice {
     },
 }
 
+impl AuditNotice {
+    /// Where the record is, as an approvals request names it: the durable sink's
+    /// location, or `(volatile)`.
+    pub fn location(&self) -> String {
+        match self {
+            AuditNotice::Volatile => "(volatile)".to_owned(),
+            AuditNotice::Durable { location } => location.clone(),
+        }
+    }
+}
+
 impl std::fmt::Display for AuditNotice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -8,6 +8,7 @@
 //! [`registry`]; [`profile`] says which fills each station. [`recheck`] replays a
 //! record's decisions under another policy station, running nothing.
 
+pub mod approvals;
 pub mod audit;
 pub mod capability;
 pub mod confine;

@@ -181,19 +181,29 @@ pub fn approver_slice(args: &VerifyArgs) -> Result<Option<Vec<TrustAnchor>>, Str
     if args.approver_keys.is_empty() {
         return Ok(None);
     }
+    approver_anchors(&args.approver_keys)
+        .map(Some)
+        .map_err(|e| format!("--approver-key {e}"))
+}
+
+/// The approver keys `given` names: each read as 64 lowercase hex (a public key or key
+/// id), or else as a file of them (`public_key <hex>` lines, as keygen prints them).
+///
+/// # Errors
+/// `<file>: <cause>`, one line: a file could not be read or holds no key.
+pub fn approver_anchors(given: &[PathBuf]) -> Result<Vec<TrustAnchor>, String> {
     let mut approvers = Vec::new();
-    for given in &args.approver_keys {
+    for given in given {
         if let Some(key) = given.to_str().and_then(|s| TrustAnchor::from_hex(s).ok()) {
             approvers.push(key);
             continue;
         }
-        let text = aegis_files::read_to_string(given, MAX_APPROVER_FILE)
-            .map_err(|e| format!("--approver-key {}", e))?;
-        let found = parse_approver_file(&text)
-            .map_err(|e| format!("--approver-key {}: {e}", given.display()))?;
+        let text =
+            aegis_files::read_to_string(given, MAX_APPROVER_FILE).map_err(|e| e.to_string())?;
+        let found = parse_approver_file(&text).map_err(|e| format!("{}: {e}", given.display()))?;
         approvers.extend(found);
     }
-    Ok(Some(approvers))
+    Ok(approvers)
 }
 
 /// The walk's options `args` name: the trust slice and the approvers.

@@ -7,6 +7,7 @@
 mod common;
 
 mod approvals;
+mod approvals_peers;
 mod cedar;
 mod confine;
 mod exit_codes;

@@ -68,9 +68,49 @@ pub(super) fn within_scope(
     grant: &aegis_record::CapabilityGrant,
     scope: &ApprovalScope,
 ) -> Result<(), (&'static str, String)> {
+    authority_within(grant.fs.as_ref(), grant.net.as_ref(), scope)
+}
+
+/// Whether an approver's `approved` scope grants no more than the `parked` one stated:
+/// the same tool and arguments digest, an expiry no later, and every root and
+/// destination within the parked scope's. An approver may narrow what a park asked
+/// for, never widen it.
+///
+/// # Errors
+/// Why it is wider, in words for the record and the client.
+pub fn scope_within(approved: &ApprovalScope, parked: &ApprovalScope) -> Result<(), String> {
+    if approved.tool_id != parked.tool_id {
+        return Err(format!(
+            "it approves tool {:?}, but the park was of {:?}",
+            approved.tool_id, parked.tool_id
+        ));
+    }
+    if approved.arguments_digest.is_none() || approved.arguments_digest != parked.arguments_digest {
+        return Err("it approves other arguments than the parked call's".to_owned());
+    }
+    match (&approved.expires_at, &parked.expires_at) {
+        (_, None) => {}
+        (Some(a), Some(p)) if aegis_record::time::is_valid(a) && a <= p => {}
+        (a, Some(p)) => {
+            return Err(format!(
+                "it expires at {}, after the park's {p}",
+                a.as_deref().unwrap_or("(never)")
+            ));
+        }
+    }
+    authority_within(approved.fs.as_ref(), approved.net.as_ref(), parked).map_err(|(_, why)| why)
+}
+
+/// Every root of `fs` within an approved root of its kind, every destination of `net`
+/// within an approved one.
+fn authority_within(
+    fs: Option<&FsScope>,
+    net: Option<&NetScope>,
+    scope: &ApprovalScope,
+) -> Result<(), (&'static str, String)> {
     let none = FsScope::default();
     let approved_fs = scope.fs.as_ref().unwrap_or(&none);
-    if let Some(fs) = &grant.fs {
+    if let Some(fs) = fs {
         for (axis, roots, approved) in [
             ("fs.read", &fs.read_paths, &approved_fs.read_paths),
             ("fs.write", &fs.write_paths, &approved_fs.write_paths),
@@ -89,7 +129,7 @@ pub(super) fn within_scope(
     }
     let no_net = NetScope::default();
     let approved_net = scope.net.as_ref().unwrap_or(&no_net);
-    if let Some(net) = &grant.net {
+    if let Some(net) = net {
         for rule in &net.http {
             let covered = approved_net.http.iter().any(|a| {
                 a.host.eq_ignore_ascii_case(&rule.host)

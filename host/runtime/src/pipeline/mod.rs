@@ -1050,7 +1050,7 @@ mod outcome_lines;
 mod policy;
 mod recording;
 
-pub use approval::{APPROVAL_MISMATCH, OUTSIDE_SCOPE};
+pub use approval::{APPROVAL_MISMATCH, OUTSIDE_SCOPE, scope_within};
 use guard::Open;
 pub use guard::{Call, OwnedCall};
 use outcome_lines::{Decisions, Ended, Stated, execution_of, outcome_line};

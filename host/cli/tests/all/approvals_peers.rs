@@ -1,0 +1,365 @@
+//! A parked call held open between real peers while a person decides it from another
+//! process: the official MCP Python SDK (`mcp==2.3.0`) calls `echo` on the reference
+//! `server-everything` through `aegis wrap`, whose policy parks `echo`; the test, as the
+//! person, finds the request in the queue and runs `aegis approvals approve|deny` with
+//! its own key. What the client got, what the queue refuses afterwards and what the
+//! record proves are checked.
+
+use crate::common::peers::{peers_dir, repo};
+use crate::common::{field, object, text};
+use aegis_record::json::{Object, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const PARKS_ECHO: &str = "version: 1\ndefault: allow\nrules:\n  - id: echo-needs-a-person\n    action: pending_approval\n    tool: echo\n";
+
+fn aegis() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_aegis"));
+    c.stdin(Stdio::null());
+    c
+}
+
+/// A client session through `aegis wrap`, still running, and its files.
+struct Held {
+    dir: tempfile::TempDir,
+    client: Child,
+}
+
+impl Held {
+    /// Starts client.py calling `echo` once through `aegis wrap` (policy [`PARKS_ECHO`],
+    /// a durable record, the queue in `queue/`, and `extra` wrap flags).
+    fn start(extra: &[&str]) -> Held {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("host.key");
+        let out = aegis()
+            .args(["keygen", "--out"])
+            .arg(&key)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        std::fs::write(dir.path().join("policy.yaml"), PARKS_ECHO).unwrap();
+        let server = peers_dir()
+            .join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+        let mut cmd = Command::new("python3");
+        cmd.env("PYTHONPATH", peers_dir().join("py"))
+            .arg(repo().join("tests/mcp-peers/client.py"))
+            .arg("legacy")
+            .arg(dir.path().join("got.json"))
+            .arg(r#"[{"tool":"echo","arguments":{"message":"approved by a person"}}]"#)
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_aegis"))
+            .arg("wrap")
+            .arg("--policy")
+            .arg(dir.path().join("policy.yaml"))
+            .arg("--audit")
+            .arg(dir.path().join("record.jsonl"))
+            .arg("--signing-key")
+            .arg(&key)
+            .arg("--approvals")
+            .arg(dir.path().join("queue"))
+            .args(extra)
+            .arg("--")
+            .arg("node")
+            .arg(server)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap());
+        let client = cmd.spawn().unwrap();
+        Held { dir, client }
+    }
+
+    fn queue(&self) -> PathBuf {
+        self.dir.path().join("queue")
+    }
+
+    /// The id of the one request filed in the queue, once it is there. Waits as a person
+    /// would (no time is asserted; a park never filed fails after two minutes).
+    fn filed(&mut self) -> String {
+        let until = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(entries) = std::fs::read_dir(self.queue()) {
+                let ids: Vec<String> = entries
+                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter_map(|n| n.strip_suffix(".request").map(str::to_owned))
+                    .collect();
+                if let [id] = ids.as_slice() {
+                    return id.clone();
+                }
+                assert!(ids.len() < 2, "more than one request: {ids:?}");
+            }
+            if let Some(status) = self.client.try_wait().unwrap() {
+                panic!(
+                    "the client ended ({status}) before a request was filed: {}",
+                    self.stderr()
+                );
+            }
+            assert!(
+                Instant::now() < until,
+                "no request filed: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn stderr(&self) -> String {
+        text(&std::fs::read(self.dir.path().join("stderr")).unwrap_or_default())
+    }
+
+    /// `aegis approvals ARGS --approvals QUEUE`.
+    fn approvals(&self, args: &[&str]) -> Output {
+        aegis()
+            .arg("approvals")
+            .args(args)
+            .arg("--approvals")
+            .arg(self.queue())
+            .output()
+            .unwrap()
+    }
+
+    /// Waits for the client to end and returns its one call's report.
+    fn finish(&mut self) -> Object {
+        let status = self.client.wait().unwrap();
+        assert!(status.success(), "client.py failed: {}", self.stderr());
+        let got = object(&std::fs::read(self.dir.path().join("got.json")).unwrap());
+        match got.get("calls") {
+            Some(Value::Array(calls)) if calls.len() == 1 => calls[0].as_object().unwrap().clone(),
+            other => panic!("calls: {other:?}"),
+        }
+    }
+
+    /// The record's lines.
+    fn lines(&self) -> Vec<Object> {
+        std::fs::read(self.dir.path().join("record.jsonl"))
+            .unwrap()
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(object)
+            .collect()
+    }
+
+    /// `aegis verify RECORD ARGS`.
+    fn verify(&self, args: &[&std::ffi::OsStr]) -> Output {
+        aegis()
+            .arg("verify")
+            .arg(self.dir.path().join("record.jsonl"))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
+/// A person's key: its seed file and a file of its `public_key`/`key_id` lines.
+fn approver(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let key = dir.join(name);
+    let out = aegis()
+        .args(["keygen", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let public = dir.join(format!("{name}.pub"));
+    std::fs::write(&public, &out.stdout).unwrap();
+    (key, public)
+}
+
+fn of_type(lines: &[Object], t: &str) -> Vec<Object> {
+    lines
+        .iter()
+        .filter(|l| field(l, "line_type") == t)
+        .cloned()
+        .collect()
+}
+
+fn member<'a>(o: &'a Object, path: &[&str]) -> &'a Value {
+    let mut v = o.get(path[0]).unwrap_or_else(|| panic!("no {}", path[0]));
+    for key in &path[1..] {
+        v = v
+            .as_object()
+            .and_then(|o| o.get(key))
+            .unwrap_or_else(|| panic!("no {key} in {path:?}"));
+    }
+    v
+}
+
+/// The whole walk: the call waits, `show` states what approving authorises, a person
+/// approves with their own key, the server runs it and the client gets its real result;
+/// a second approval is refused (exit 19); the record holds the park, the signed
+/// decision and the resumed call referring to it, verifies with the approver pinned, is
+/// Indeterminate under another approver, and `recheck` reads it.
+#[test]
+fn an_approved_call_runs_and_the_record_proves_who_approved_it() {
+    let mut held = Held::start(&[]);
+    let id = held.filed();
+    let (key, public) = approver(held.dir.path(), "alice");
+
+    let shown = held.approvals(&["show", &id]);
+    assert_eq!(shown.status.code(), Some(0), "{}", text(&shown.stderr));
+    let shown = text(&shown.stdout);
+    assert!(
+        shown.contains("echo") && shown.contains("approved by a person"),
+        "{shown}"
+    );
+
+    let listed = held.approvals(&["list", "--json"]);
+    assert!(
+        text(&listed.stdout).contains("\"pending\""),
+        "{}",
+        text(&listed.stdout)
+    );
+
+    let out = held.approvals(&["approve", &id, "--approver-key", key.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    let call = held.finish();
+    assert_eq!(
+        field(&call, "text"),
+        "Echo: approved by a person",
+        "{call:?}"
+    );
+    assert_eq!(call.get("isError"), Some(&Value::Bool(false)));
+
+    let again = held.approvals(&["approve", &id, "--approver-key", key.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(19), "{}", text(&again.stderr));
+
+    let lines = held.lines();
+    let outcomes = of_type(&lines, "outcome");
+    let parked: Vec<_> = outcomes
+        .iter()
+        .filter(|o| member(o, &["policy", "status"]).as_str() == Some("pending_approval"))
+        .collect();
+    assert_eq!(parked.len(), 1, "{outcomes:?}");
+    assert_eq!(
+        member(parked[0], &["policy", "approval_id"]).as_str(),
+        Some(id.as_str())
+    );
+    let decisions = of_type(&lines, "decision");
+    assert_eq!(decisions.len(), 1);
+    assert_eq!(
+        member(&decisions[0], &["approver", "via"]).as_str(),
+        Some("key")
+    );
+    let resumed: Vec<_> = outcomes
+        .iter()
+        .filter(|o| {
+            o.get("decision_axes")
+                .and_then(Value::as_object)
+                .and_then(|a| a.get("approval_ref"))
+                .and_then(Value::as_str)
+                == Some(id.as_str())
+        })
+        .collect();
+    assert_eq!(resumed.len(), 1, "{outcomes:?}");
+    assert_eq!(
+        member(resumed[0], &["policy", "status"]).as_str(),
+        Some("allowed")
+    );
+
+    let pinned = held.verify(&["--approver-key".as_ref(), public.as_os_str()]);
+    assert_eq!(pinned.status.code(), Some(0), "{}", text(&pinned.stdout));
+    let (_, other) = approver(held.dir.path(), "mallory");
+    let unpinned = held.verify(&["--approver-key".as_ref(), other.as_os_str()]);
+    assert_ne!(
+        unpinned.status.code(),
+        Some(0),
+        "{}",
+        text(&unpinned.stdout)
+    );
+    assert!(
+        text(&unpinned.stdout).contains("untrusted approver"),
+        "{}",
+        text(&unpinned.stdout)
+    );
+
+    let recheck = aegis()
+        .arg("recheck")
+        .arg("--policy")
+        .arg(held.dir.path().join("policy.yaml"))
+        .arg(held.dir.path().join("record.jsonl"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        recheck.status.code(),
+        Some(0),
+        "{}{}",
+        text(&recheck.stdout),
+        text(&recheck.stderr)
+    );
+}
+
+/// A denial answers the client with the approver's reason, and nothing reaches the
+/// server: the record holds the park and the signed denial, no resumed call.
+#[test]
+fn a_denied_call_is_answered_with_the_approvers_reason() {
+    let mut held = Held::start(&[]);
+    let id = held.filed();
+    let (key, _) = approver(held.dir.path(), "bob");
+    let out = held.approvals(&[
+        "deny",
+        &id,
+        "--reason",
+        "not during the freeze",
+        "--approver-key",
+        key.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(true)));
+    let said = field(&call, "text");
+    assert!(
+        said.contains("denied by key") && said.contains("not during the freeze"),
+        "{said}"
+    );
+    assert!(
+        field(&call, "result").contains("approval_denied"),
+        "{call:?}"
+    );
+    let lines = held.lines();
+    assert_eq!(of_type(&lines, "decision").len(), 1);
+    assert_eq!(of_type(&lines, "outcome").len(), 1, "only the park");
+    let verified = held.verify(&[]);
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        text(&verified.stdout)
+    );
+}
+
+/// Nobody decides: at the timeout the host denies the park as expired, the client is
+/// told so, and a person's approval after it is refused (exit 20 or 19: expired, or
+/// settled by the host's own denial first).
+#[test]
+fn an_undecided_call_expires_and_the_client_is_told() {
+    let mut held = Held::start(&["--approval-timeout", "1s"]);
+    let id = held.filed();
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(true)));
+    assert!(
+        field(&call, "result").contains("approval_expired"),
+        "{call:?}"
+    );
+    let (key, _) = approver(held.dir.path(), "carol");
+    let late = held.approvals(&["approve", &id, "--approver-key", key.to_str().unwrap()]);
+    assert!(
+        matches!(late.status.code(), Some(19 | 20)),
+        "{:?} {}",
+        late.status,
+        text(&late.stderr)
+    );
+    let lines = held.lines();
+    let decisions = of_type(&lines, "decision");
+    assert_eq!(decisions.len(), 1);
+    assert_eq!(
+        member(&decisions[0], &["approver", "via"]).as_str(),
+        Some("host")
+    );
+    let verified = held.verify(&[]);
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        text(&verified.stdout)
+    );
+}
