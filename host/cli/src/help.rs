@@ -31,15 +31,17 @@ EXIT STATUS:
   9    pins diff: the server's tools differ from the pins file, or one is held
   10   run: refused by policy
   11   run: rate limited
-  12   run: parked for approval (not run)
+  12   run: parked for approval and filed (not run), or --approval not decided yet
   13   run: refused by the capability station
   14   run: the tool trapped or exited non-zero
   15   run: a ceiling (memory, wall time, output) stopped the tool
   16   run: the host could not start the tool
   17   run, wrap, gateway: the record could not be written
   18   gateway: the transport could not be bound or failed
-  19   approvals approve/deny: the request was already decided (or its decision used)
-  20   approvals approve/deny: the request expired before it was decided
+  19   approvals approve/deny: the request was already decided (or its decision used);
+       run --approval: the approval was used already
+  20   approvals approve/deny: the request expired before it was decided; run
+       --approval: it expired undecided
   125  wrap, pins, confine: the program could not be confined as required (not started)
   127  wrap, pins, confine: the confined program could not be executed
   129/130/143  stopped by SIGHUP/SIGINT/SIGTERM (run: after recording the outcome)
@@ -139,7 +141,13 @@ flag given replaces it, and -v says where each came from.
 
 Rate limits count per process: one run makes one call, so a policy's rate_limit never
 stops it; for a limit across calls, send them through one `aegis wrap` or `aegis gateway`
-session. Nothing can approve a parked call yet: exit 12 means it was not run.
+session.
+
+A call a rule parks (pending_approval) is not run: run files it in the approvals queue
+(--approvals DIR, else the profile's, else ~/.local/state/aegis/approvals), prints its
+approval id and exits 12. Once a person approves it (aegis approvals approve ID
+--approver-key KEY), the same command with --approval ID runs it, once: same tool,
+same arguments, before the approval expires (--approval-timeout, default 10m).
 Input that is one JSON object is the call's arguments, which policy rules over
 arguments read; any other input leaves them unknown, and such rules then refuse.
 
@@ -149,14 +157,16 @@ EXIT STATUS:
   2    the input, the component or a root could not be read
   4    the profile, a plugin, the key or the sink was refused
   5    the record is busy (--no-wait; without it run waits its turn)
-  10   refused by policy
+  10   refused by policy (--approval: a person denied it)
   11   rate limited (see above: not in one run)
-  12   parked for approval, and not run
+  12   parked for approval and filed, not run (--approval: not decided yet)
   13   refused by the capability station
   14   the tool trapped or exited non-zero
   15   a ceiling (memory, wall time, output) stopped it
-  16   the host could not start it
+  16   the host could not start it (--approval: not the call approved, used up)
   17   the record could not be written (output withheld)
+  19   --approval: the approval was used already
+  20   --approval: the park expired before anyone decided it
   129/130/143  stopped by SIGHUP/SIGINT/SIGTERM (outcome and close line written)";
 
 pub const LOG: &str = "\

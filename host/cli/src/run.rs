@@ -53,6 +53,11 @@ pub struct RunArgs {
     /// class, the exit code, the call's place on the record, the output and stderr.
     #[arg(long)]
     json: bool,
+    /// Run a call a person approved after `aegis run` parked it: the approval id it
+    /// printed. The call must be the one parked (same tool, same arguments), before the
+    /// approval expires; it runs once.
+    #[arg(long, value_name = "ID")]
+    approval: Option<String>,
     /// Arguments for a command component, after `--`.
     #[arg(last = true, value_name = "ARGS")]
     args: Vec<String>,
@@ -163,6 +168,14 @@ fn read_input(a: &RunArgs) -> Result<Vec<u8>, String> {
 }
 
 pub fn run(profile_name: &str, a: &RunArgs) -> Result<u8, CliError> {
+    if let Some(id) = &a.approval
+        && !aegis_approvals::is_approval_id(id)
+    {
+        return Err(CliError::Usage(format!(
+            "--approval {}: not an approval id (apr- and 32 lowercase hex digits, as run printed it)",
+            escape(id)
+        )));
+    }
     // The tool may write (and read) beneath its roots: a file the host trusts or writes
     // must not be there (an allow rule appended to the policy, a key read and used).
     let reach = crate::confine::Reach::of_grant(&crate::confine::GrantArgs {
@@ -247,25 +260,52 @@ pub fn run(profile_name: &str, a: &RunArgs) -> Result<u8, CliError> {
     let args: Vec<&str> = a.args.iter().map(String::as_str).collect();
     // A tool given a JSON object on stdin is given arguments: the policy may read them.
     let arguments = json_object_arguments(&input);
+    let desk = settings.desk(aegis_approvals::Front::Run, host.notice().location())?;
+    let approval = match &a.approval {
+        None => None,
+        Some(id) => match settle(&desk, &host, id) {
+            Ok(approval) => Some(approval),
+            Err(exit_code) => {
+                let closed = host.close();
+                closed.map_err(|e| {
+                    CliError::RecordFailed(format!(
+                        "the session's close line could not be written: {e}"
+                    ))
+                })?;
+                return exit_code;
+            }
+        },
+    };
     let request = CallRequest {
         args: &args,
         arguments: arguments.as_deref(),
         capability: a.capability.as_deref(),
         role: settings.role(),
         cancel: Some(interrupts.token()),
+        approval: approval.as_ref(),
         ..CallRequest::new(&a.id, &input)
     };
     let result = host.call(&request);
+    // A park is filed for a person to decide, before the session closes.
+    let filed = match &result {
+        Ok(record) if record.park().is_some() => Some(
+            desk.file(host.pipeline(), record, arguments.as_deref())
+                .map(|ticket| ticket.approval_id)
+                .map_err(|e| e.to_string()),
+        ),
+        _ => None,
+    };
     let notice = host.notice().to_string();
     // Close the session so the record ends anchored. No call is open: `call` finished it.
     let closed = host.close();
     let record = result.map_err(|e| CliError::RecordFailed(e.to_string()))?;
+    let next = filed.map(|filed| next_step(filed.as_deref().map_err(String::as_str)));
     if a.json {
-        show_json(&a.id, &record);
+        show_json(&a.id, &record, next.as_deref());
         crate::say(format_args!("aegis: {}", escape(&describe(&record))));
         crate::note(format_args!("aegis: {notice}"));
     } else {
-        show(&a.id, &record, &notice);
+        show(&a.id, &record, &notice, next.as_deref());
     }
     closed.map_err(|e| {
         CliError::RecordFailed(format!(
@@ -283,7 +323,7 @@ pub fn run(profile_name: &str, a: &RunArgs) -> Result<u8, CliError> {
 /// any message in the verdict always, its output when stdout is a terminal (a pipe or
 /// a file gets the exact bytes). So a tool can neither forge the verdict line with a
 /// carriage return nor hide it behind an escape sequence.
-fn show(tool_id: &str, record: &CallRecord, notice: &str) {
+fn show(tool_id: &str, record: &CallRecord, notice: &str, next: Option<&str>) {
     use aegis_record::text::escape_keeping_lines;
     use std::io::IsTerminal as _;
     let stdout_is_terminal = std::io::stdout().is_terminal();
@@ -305,20 +345,67 @@ fn show(tool_id: &str, record: &CallRecord, notice: &str) {
         crate::say(format_args!("{tool}: {}", escape(line)));
     }
     crate::say(format_args!("aegis: {}", escape(&describe(record))));
-    if record.class() == CallClass::PendingApproval {
-        crate::say(format_args!("aegis: {NOTHING_APPROVES}"));
+    if let Some(next) = next {
+        crate::say(format_args!("aegis: {next}"));
     }
     crate::note(format_args!("aegis: {notice}"));
 }
 
-/// What a parked call's operator is told to do next, until approvals exist.
-pub const NOTHING_APPROVES: &str = "nothing can approve a parked call yet (approvals are \
-     not built): it was not run and never will be; to run it, change the policy rule \
-     that parks it (action: allow), or pass a --policy that allows it";
+/// What a parked call's operator is told to do next: how to approve it and run it, or
+/// why it could not be filed.
+fn next_step(filed: Result<&str, &str>) -> String {
+    match filed {
+        Ok(id) => format!(
+            "filed for approval as {id}: a person approves it with `aegis approvals approve {id} --approver-key KEY` (or denies it), then run this same command again with --approval {id}"
+        ),
+        Err(e) => format!(
+            "the park could not be filed in the approvals queue ({e}), so nobody can approve it; it was not run"
+        ),
+    }
+}
+
+/// Settles the park `id` for `run --approval`: its decision claimed, judged and
+/// recorded on this session. `Err` is the exit to take instead of running anything.
+fn settle(
+    desk: &aegis_runtime::approvals::Desk,
+    host: &Host,
+    id: &str,
+) -> Result<aegis_runtime::pipeline::Approval, Result<u8, CliError>> {
+    use aegis_record::refusal::Cause;
+    use aegis_runtime::approvals::DeskError;
+    match desk.take(host.pipeline(), id) {
+        Ok(Ok(approval)) => {
+            crate::note(format_args!(
+                "aegis: approval {id} claimed; running the call it approved"
+            ));
+            Ok(approval)
+        }
+        Ok(Err(refusal)) => {
+            crate::say(format_args!("aegis: {}", escape(&refusal.reason)));
+            Err(Ok(match refusal.cause {
+                Cause::ApprovalExpired => exit::APPROVAL_EXPIRED,
+                Cause::NotRecorded => exit::RECORD_FAILED,
+                _ => exit::POLICY_DENIED,
+            }))
+        }
+        Err(DeskError::NotDecided(_)) => {
+            crate::say(format_args!(
+                "aegis: approval {id} is not decided yet (aegis approvals show {id}); nothing was run"
+            ));
+            Err(Ok(exit::PENDING_APPROVAL))
+        }
+        Err(e @ DeskError::AlreadyUsed(_)) => Err(Err(CliError::Settled(format!(
+            "{e}: an approval runs its call once; nothing was run"
+        )))),
+        Err(e) => Err(Err(CliError::Unreadable(format!(
+            "approval {id}: {e}; nothing was run"
+        )))),
+    }
+}
 
 /// `run --json`: one object on stdout for the whole call. The output is a string when
 /// it is UTF-8, else `output_hex`; nothing the tool wrote reaches stdout raw.
-fn show_json(tool_id: &str, record: &CallRecord) {
+fn show_json(tool_id: &str, record: &CallRecord, next: Option<&str>) {
     use aegis_record::json::Object;
     let class = record.class();
     let mut o = Object::new();
@@ -330,9 +417,10 @@ fn show_json(tool_id: &str, record: &CallRecord) {
     o.insert("class", class_name(class));
     o.insert("exit_code", u32::from(code(class)));
     o.insert("verdict", verdict(record));
-    if class == CallClass::PendingApproval {
-        o.insert("next", NOTHING_APPROVES);
+    if let Some(park) = record.park() {
+        o.insert("approval_id", park.approval_id);
     }
+    o.insert_opt("next", next);
     if let Some(output) = &record.output {
         match std::str::from_utf8(output) {
             Ok(text) => o.insert("output", text),

@@ -424,10 +424,68 @@ fn run_codes_are_documented_and_produced() {
     );
     drop(holder);
     t.run(10, "policy", &mut run("echo", "shell", &["--policy", p]));
+    let queue = dir.path().join("queue");
+    let q = queue.to_str().unwrap();
     t.run(
         12,
         "pending approval",
-        &mut run("echo", "deploy", &["--policy", p]),
+        &mut run("echo", "deploy", &["--policy", p, "--approvals", q]),
+    );
+    // 19: an approval used twice; 20: a park nobody decided before it expired.
+    let park = |timeout: &str| {
+        let out = run(
+            "echo",
+            "deploy",
+            &[
+                "--policy",
+                p,
+                "--approvals",
+                q,
+                "--json",
+                "--approval-timeout",
+                timeout,
+            ],
+        )
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(12), "{}", text(&out.stderr));
+        let json = String::from_utf8(out.stdout).unwrap();
+        let at = json.find("\"approval_id\":\"").unwrap() + 15;
+        json[at..at + 36].to_owned()
+    };
+    let used = park("10m");
+    let approve = aegis()
+        .args([
+            "approvals",
+            "approve",
+            &used,
+            "--approvals",
+            q,
+            "--approver-key",
+        ])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert_eq!(approve.status.code(), Some(0), "{}", text(&approve.stderr));
+    let resume = || {
+        run(
+            "echo",
+            "deploy",
+            &["--policy", p, "--approvals", q, "--approval", &used],
+        )
+    };
+    assert_eq!(resume().output().unwrap().status.code(), Some(0));
+    t.run(19, "approval used", &mut resume());
+    let expired = park("1s");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    t.run(
+        20,
+        "approval expired",
+        &mut run(
+            "echo",
+            "deploy",
+            &["--policy", p, "--approvals", q, "--approval", &expired],
+        ),
     );
     t.run(
         13,

@@ -8,6 +8,7 @@ mod common;
 
 mod approvals;
 mod approvals_peers;
+mod approvals_run;
 mod cedar;
 mod confine;
 mod exit_codes;

@@ -197,13 +197,16 @@ fn run_json_is_one_object_with_the_same_exit_code() {
     let v = object(o.stdout.trim_ascii_end());
     assert_eq!(field(&v, "class"), "pending_approval");
     assert_eq!(v.get("exit_code").and_then(Value::as_int), Some(12));
-    assert!(field(&v, "next").contains("nothing can approve"), "{v:?}");
+    assert!(
+        field(&v, "next").contains("aegis approvals approve apr-"),
+        "{v:?}"
+    );
+    assert!(field(&v, "approval_id").starts_with("apr-"), "{v:?}");
 }
 
-/// Before, a parked call said only "parked for approval …; not run", as if something
-/// would come of it.
+/// A parked call is filed, and says how a person approves it and how it then runs.
 #[test]
-fn a_parked_call_says_nothing_can_approve_it_yet() {
+fn a_parked_call_says_how_to_approve_and_run_it() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
     std::fs::write(
@@ -217,6 +220,8 @@ fn a_parked_call_says_nothing_can_approve_it_yet() {
         .arg(guest("echo"))
         .args(["--id", "deploy", "--input", "x", "--policy"])
         .arg(&policy)
+        .arg("--approvals")
+        .arg(dir.path().join("queue"))
         .output()
         .unwrap();
     assert_eq!(code(&o), Some(12));
@@ -227,10 +232,16 @@ fn a_parked_call_says_nothing_can_approve_it_yet() {
         .position(|l| l.starts_with("aegis: parked for approval"))
         .unwrap_or_else(|| panic!("{err}"));
     let next = err.lines().nth(verdict + 1).unwrap_or_default();
+    let id = next
+        .strip_prefix("aegis: filed for approval as ")
+        .and_then(|rest| rest.split(':').next())
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(next.contains(&format!("--approval {id}")), "{err}");
     assert!(
-        next.starts_with("aegis: nothing can approve a parked call yet")
-            && next.contains("change the policy rule"),
-        "{err}"
+        dir.path()
+            .join("queue")
+            .join(format!("{id}.request"))
+            .is_file()
     );
 }
 
