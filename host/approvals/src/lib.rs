@@ -329,18 +329,29 @@ impl Queue {
                 expires_at: request.expires_at,
             });
         }
-        match place(&path, &decision.to_object()) {
+        let placed = decision.to_object();
+        match place(&path, &placed) {
             Ok(()) => {}
             Err(QueueError::File(FileError::Exists { .. })) => {
                 return Err(DecideError::AlreadyDecided { path });
             }
             Err(e) => return Err(e.into()),
         }
-        // The first decision may have been claimed (renamed away) between the look
-        // above and the link: this one came second, so it is taken back. A claim of it
-        // in between would have failed, `<id>.used` being there.
         if exists(&used)? {
-            let _ = std::fs::remove_file(&path);
+            // A host waiting on the request may have claimed this very decision the
+            // moment it appeared: it stands, and was used.
+            let ours = placed.to_canonical();
+            let is_ours =
+                |p: &Path| matches!(read_object(p), Ok(Some(o)) if o.to_canonical() == ours);
+            if is_ours(&used) {
+                return Ok(());
+            }
+            // Else the first decision was claimed (renamed away) between the look above
+            // and the link: this one came second, so it is taken back. A claim of it in
+            // between would have failed, `<id>.used` being there.
+            if is_ours(&path) {
+                let _ = std::fs::remove_file(&path);
+            }
             return Err(DecideError::AlreadyDecided { path: used });
         }
         Ok(())

@@ -274,6 +274,33 @@ fn deciders_racing_have_exactly_one_winner() {
     }
 }
 
+/// A host waiting on a request claims a decision the moment it appears (`aegis
+/// gateway` and `wrap` do, woken by inotify): the decider is still told its decision
+/// was placed, not that another came first, and the claim is of that decision.
+#[test]
+fn a_decision_claimed_as_soon_as_it_is_placed_is_reported_placed() {
+    let (_tmp, q) = queue();
+    for _ in 0..50 {
+        let r = request(600);
+        q.file(&r).unwrap();
+        let claimer = {
+            let (q, id) = (q.clone(), r.approval_id.clone());
+            std::thread::spawn(move || {
+                loop {
+                    match q.claim(&id) {
+                        Ok(d) => return d,
+                        Err(ClaimError::NotDecided { .. }) => std::hint::spin_loop(),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            })
+        };
+        let d = decision(&r.approval_id, "key", true);
+        q.decide(&d).unwrap();
+        assert_eq!(claimer.join().unwrap(), d);
+    }
+}
+
 #[test]
 fn a_decision_is_claimed_once_and_never_replaced() {
     let (_tmp, q) = queue();

@@ -82,6 +82,7 @@ fn notes() -> Notes {
         Note::RecordFailed(what) => crate::error(escape(what)),
         // A problem with serving, not a note on what was done: said even with -q.
         Note::Serving(what) => crate::say(format_args!("warning: {}", escape(what))),
+        Note::Approvals(what) => crate::say(format_args!("warning: {}", escape(what))),
         _ => {}
     })
 }
@@ -149,6 +150,25 @@ fn refuse_tools_reach(
             .map(|p| HostFile::secret("--token-file", p)),
     );
     more.extend(crate::confine::searched_host_files());
+    // A tool that could write in the approvals queue, or replace an approver's key file,
+    // could approve the calls the policy parks for a person.
+    let queue = match &settings.approvals_dir {
+        Some(dir) => Some(dir.value.clone()),
+        None => aegis_approvals::Queue::default_dir().ok(),
+    };
+    more.extend(
+        queue
+            .as_deref()
+            .map(|q| HostFile::new("the approvals queue", q)),
+    );
+    if let Some(approvers) = &settings.approvers {
+        more.extend(
+            approvers
+                .value
+                .iter()
+                .map(|k| HostFile::new("operator.approvals.approvers", k)),
+        );
+    }
     let files = crate::confine::host_files(Some(settings), Some(profile), more);
     crate::confine::refuse_granted(reach, &files)
 }
@@ -198,6 +218,9 @@ pub fn gateway(profile_name: &str, a: &GatewayArgs) -> Result<u8, CliError> {
         }
     };
     serving.insert("max_calls", a.max_calls);
+    // An approver key that cannot be read is refused before anything is recorded (the
+    // desk itself is made once the record's location is known).
+    settings.desk(aegis_approvals::Front::Gateway, String::new())?;
     let builder = settings.apply(Host::builder(profile).serving(serving))?;
     // Caught from before the wait for a busy record (a signal ends it, nothing
     // recorded); the server watches the same two itself once it runs.
@@ -218,6 +241,10 @@ pub fn gateway(profile_name: &str, a: &GatewayArgs) -> Result<u8, CliError> {
         let _ = gateway.close();
         return Ok(code);
     }
+    // Parked calls wait in the approvals queue for a person (--approvals, the profile's
+    // [operator.approvals]); the queue is made when a call is first parked.
+    let desk = settings.desk(aegis_approvals::Front::Gateway, gateway.notice().location())?;
+    let gateway = gateway.with_desk(desk);
     let names: Vec<String> = gateway
         .server()
         .tools()

@@ -546,7 +546,7 @@ async fn take_call(
     };
     let answered = direct
         .server
-        .spawn_call(params, token.clone(), running)
+        .spawn_call(params, token.clone(), running, None)
         .await;
     // Cancelled by the client (its notification, or its session's end): no answer, as
     // rmcp sends none for a request it cancelled (MCP: the receiver should not

@@ -15,7 +15,11 @@
 //! # Guarantees
 //! - A tool whose component does not load, or whose shape is not the one declared, or
 //!   whose roots do not resolve, is refused at start, naming the manifest line.
-//! - The record is closed only after every running call has its outcome.
+//! - The record is closed only after every running call has its outcome, and every
+//!   parked call waiting for a person has its park withdrawn and recorded.
+//! - With a desk ([`Gateway::with_desk`]), a call the policy parks waits for a
+//!   person's decision and then runs under the approval or is answered with the
+//!   refusal (see [`server`]); without one it is answered at once as not run.
 //!
 //! # Non-guarantees
 //! - The gateway serves tools only: no resources, prompts, sampling or elicitation.
@@ -254,6 +258,16 @@ impl Gateway {
             notes,
         );
         Ok(Gateway { host, server })
+    }
+
+    /// The same gateway, filing every call a policy rule parks with `desk` and holding
+    /// its request open until a person decides it: approved, it runs as a new call
+    /// under the approval; denied or expired, it is answered with that refusal.
+    /// Without a desk, a parked call is answered at once as not run.
+    #[must_use]
+    pub fn with_desk(self, desk: aegis_runtime::approvals::Desk) -> Gateway {
+        self.server.set_desk(desk);
+        self
     }
 
     /// The server, to serve on any rmcp transport.

@@ -21,8 +21,22 @@
 //!   `cancelled: …`.
 //! - At most `capacity` calls run at once (the sandbox pool's size); one more is
 //!   refused, recorded, and answered `isError` naming the gateway, never queued.
+//! - With a desk ([`crate::Gateway::with_desk`]), a call the policy parks is filed in
+//!   the approvals queue and its request held, with no sandbox slot, until the park
+//!   is settled ([`Desk::settle`], on the blocking pool). Approved, it runs again as a
+//!   new call under the approval (a slot taken again, so at capacity it is refused as
+//!   any call is) and is answered with its result; denied or expired, with that
+//!   refusal as a result (`isError`). Cancelled (the client's notification, its
+//!   session's end, the gateway closing), the park is withdrawn: the host's decision
+//!   is placed ([`Desk::call_off`]) and the settle thread, the one claimant, records
+//!   it; nothing runs. [`GatewayServer::shut_down`] waits for waiting parks too.
 //!
 //! # Non-guarantees
+//! - A parked call's client hears progress notifications every [`KEEP_ALIVE`] only on
+//!   rmcp's path and only when it gave a progress token: a call answered in place
+//!   (`crate::direct`) is one JSON body, with nothing sent before it.
+//! - A client that cancels just as a person approves may leave an approval on the
+//!   record with no call under it (its request is gone, so nothing runs).
 //! - A tool's stderr goes to the operator ([`Note::ToolStderr`]); when the tool failed,
 //!   its last 2 KiB (escaped) also goes to the client after the refusal's words, marked
 //!   as the tool's output (`aegis_record::refusal::Refusal::with_tool_stderr`): what a
@@ -37,19 +51,21 @@ use crate::manifest::{Delivery, OutputKind, ToolSpec};
 use aegis_policy_arguments::unambiguous::canonical_of;
 use aegis_record::ExecutionOutcome;
 use aegis_record::json::Value;
-use aegis_runtime::pipeline::{CallRecord, CallRequest};
+use aegis_runtime::approvals::Desk;
+use aegis_runtime::pipeline::{Approval, CallRecord, CallRequest};
 use aegis_runtime::refusal::{Cause, META_KEY, Refusal, refusal_of};
 use aegis_runtime::{AuditNotice, CancelToken, Pipeline, PipelineError};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// What the server tells the operator (the CLI prints it on stderr, escaped).
@@ -70,6 +86,10 @@ pub enum Note<'a> {
     /// Something about serving that the operator should know: the HTTP side at its
     /// connection cap, or failing to accept. Told once each time it starts.
     Serving(&'a str),
+    /// The approvals queue failed a parked call: it could not be filed (its client
+    /// was answered that it was not run), or withdrawn (the host settles it at its
+    /// expiry).
+    Approvals(&'a str),
 }
 
 /// Where [`Note`]s go.
@@ -118,11 +138,15 @@ impl Served {
     }
 }
 
-/// Calls running now, and the pipeline while the gateway is open.
+/// Calls running now, parks waiting for a person, and the pipeline while the gateway
+/// is open.
 struct State {
     /// Taken out when the gateway closes: no call starts after that.
     pipeline: Option<Arc<Pipeline>>,
     running: HashMap<u64, CancelToken>,
+    /// Parked calls waiting for a decision: they hold no sandbox slot (capacity counts
+    /// `running` only), but the gateway still withdraws and awaits them when it closes.
+    parked: HashMap<u64, CancelToken>,
 }
 
 struct Inner {
@@ -137,6 +161,9 @@ struct Inner {
     next: AtomicU64,
     record_failed: AtomicBool,
     notes: Notes,
+    /// Where parked calls are filed and settled; unset, a parked call is answered at
+    /// once as not run.
+    desk: OnceLock<Desk>,
 }
 
 /// The rmcp [`ServerHandler`](rmcp::ServerHandler) behind `aegis gateway`. Cheap to
@@ -146,19 +173,33 @@ pub struct GatewayServer {
     inner: Arc<Inner>,
 }
 
-/// A running call's place in [`State::running`]; dropping it frees the slot.
+/// A call's place in [`State::running`] (a sandbox slot) or [`State::parked`];
+/// dropping it frees the place.
 struct Ticket {
     inner: Arc<Inner>,
     n: u64,
+    parked: bool,
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut state = self.inner.lock();
-        state.running.remove(&self.n);
+        if self.parked {
+            state.parked.remove(&self.n);
+        } else {
+            state.running.remove(&self.n);
+        }
         self.inner.idle.notify_all();
     }
 }
+
+/// How often a parked call tells its client it is alive, when the client gave a
+/// progress token (as `aegis wrap` does: `aegis_mcp::relay::DEFAULT_KEEP_ALIVE`).
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// What a parked call does every [`KEEP_ALIVE`] while it waits for a person. Called on
+/// a thread of the blocking pool: it must not block.
+pub(crate) type KeepAlive = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// How [`GatewayServer::run`] ended.
 enum Ran {
@@ -248,6 +289,15 @@ fn frame_of(name: &str, canonical_arguments: &str) -> Vec<u8> {
     frame
 }
 
+/// A manifest tool's call as [`GatewayServer::hold`] runs it again once approved.
+struct Call<'a> {
+    tool: &'a Served,
+    name: &'a str,
+    frame: &'a [u8],
+    invocation: &'a Invocation,
+    token: &'a CancelToken,
+}
+
 /// What a tool is given: its input bytes and its arguments.
 struct Invocation {
     input: Vec<u8>,
@@ -314,12 +364,14 @@ impl GatewayServer {
                 state: Mutex::new(State {
                     pipeline: Some(pipeline),
                     running: HashMap::new(),
+                    parked: HashMap::new(),
                 }),
                 idle: Condvar::new(),
                 sink_syncs,
                 next: AtomicU64::new(0),
                 record_failed: AtomicBool::new(false),
                 notes,
+                desk: OnceLock::new(),
             }),
         }
     }
@@ -339,16 +391,22 @@ impl GatewayServer {
         self.inner.record_failed.load(Ordering::SeqCst)
     }
 
+    /// Files the calls a rule parks with `desk` and holds each until a person decides
+    /// it (see [`crate::Gateway::with_desk`]). Set once: a second desk is ignored.
+    pub(crate) fn set_desk(&self, desk: Desk) {
+        let _ = self.inner.desk.set(desk);
+    }
+
     /// Stops taking calls, cancels every running one with `why`, and waits until each
     /// has finished (its outcome written). Afterwards the server holds no share of the
     /// pipeline, so the host's record can close.
     pub fn shut_down(&self, why: &str) {
         let mut state = self.inner.lock();
         state.pipeline = None;
-        for token in state.running.values() {
+        for token in state.running.values().chain(state.parked.values()) {
             token.cancel(why);
         }
-        while !state.running.is_empty() {
+        while !state.running.is_empty() || !state.parked.is_empty() {
             state = self
                 .inner
                 .idle
@@ -370,8 +428,24 @@ impl GatewayServer {
         let ticket = Ticket {
             inner: Arc::clone(&self.inner),
             n,
+            parked: false,
         };
         Ok((ticket, pipeline))
+    }
+
+    /// A place among the parked calls (no sandbox slot); `None` once the gateway is
+    /// closing.
+    fn park(&self, token: &CancelToken) -> Option<(Ticket, Arc<Pipeline>)> {
+        let mut state = self.inner.lock();
+        let pipeline = state.pipeline.clone()?;
+        let n = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        state.parked.insert(n, token.clone());
+        let ticket = Ticket {
+            inner: Arc::clone(&self.inner),
+            n,
+            parked: true,
+        };
+        Some((ticket, pipeline))
     }
 
     /// Where the server's notes go.
@@ -426,8 +500,19 @@ impl GatewayServer {
         params: CallToolRequestParams,
         ct: CancellationToken,
     ) -> Result<CallToolResult, McpError> {
+        self.call_keeping_alive(params, ct, None).await
+    }
+
+    /// [`GatewayServer::call`], telling the client every [`KEEP_ALIVE`] that a parked
+    /// call is still waiting for a person (`keep_alive`, when it gave a progress token).
+    async fn call_keeping_alive(
+        &self,
+        params: CallToolRequestParams,
+        ct: CancellationToken,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<CallToolResult, McpError> {
         let token = CancelToken::new();
-        let mut job = self.spawn_call(params, token.clone(), ());
+        let mut job = self.spawn_call(params, token.clone(), (), keep_alive);
         let joined = tokio::select! {
             joined = &mut job => joined,
             () = ct.cancelled() => {
@@ -441,7 +526,8 @@ impl GatewayServer {
     /// Starts one `tools/call` in a task of its own, so it runs to its outcome whether
     /// or not its handle is awaited (a client that leaves mid-call still leaves a
     /// recorded call); `token` stops the tool, and `guard` is dropped once the call has
-    /// ended. On a volatile sink the task is an async one and the tool runs in it
+    /// ended (a parked call ends when its park is settled and, approved, it has run).
+    /// On a volatile sink the task is an async one and the tool runs in it
     /// ([`Pipeline::call_async`]): no thread hand-off. On a sink that syncs, the call
     /// goes to the blocking pool, where waiting for the disk holds no worker.
     pub(crate) fn spawn_call<G: Send + 'static>(
@@ -449,18 +535,19 @@ impl GatewayServer {
         params: CallToolRequestParams,
         token: CancelToken,
         guard: G,
+        keep_alive: Option<KeepAlive>,
     ) -> tokio::task::JoinHandle<Result<CallToolResult, McpError>> {
         let server = self.clone();
         if self.inner.sink_syncs {
             let handle = tokio::runtime::Handle::current();
             tokio::task::spawn_blocking(move || {
-                let answered = handle.block_on(server.answer(params, &token));
+                let answered = handle.block_on(server.answer(params, &token, keep_alive));
                 drop(guard);
                 answered
             })
         } else {
             tokio::spawn(async move {
-                let answered = server.answer(params, &token).await;
+                let answered = server.answer(params, &token, keep_alive).await;
                 drop(guard);
                 answered
             })
@@ -473,6 +560,7 @@ impl GatewayServer {
         &self,
         params: CallToolRequestParams,
         token: &CancelToken,
+        keep_alive: Option<KeepAlive>,
     ) -> Result<CallToolResult, McpError> {
         let name = params.name.to_string();
         let map = params.arguments.unwrap_or_default();
@@ -490,7 +578,7 @@ impl GatewayServer {
                 args: Vec::new(),
                 arguments: canonical,
             };
-            let record = match self.run(&name, &frame, &nothing, token).await? {
+            let record = match self.run(&name, &frame, &nothing, token, None).await? {
                 Ran::Recorded(record) => record,
                 Ran::Refused(result) => return Ok(result),
             };
@@ -534,20 +622,172 @@ impl GatewayServer {
                 );
             }
         };
-        match self.run(&name, &frame, &invocation, token).await? {
-            Ran::Recorded(record) => Ok(self.result(tool, &record)),
+        let record = match self.run(&name, &frame, &invocation, token, None).await? {
+            Ran::Recorded(record) => record,
+            Ran::Refused(result) => return Ok(result),
+        };
+        if record.park().is_some()
+            && let Some(desk) = self.inner.desk.get()
+        {
+            let call = Call {
+                tool,
+                name: &name,
+                frame: &frame,
+                invocation: &invocation,
+                token,
+            };
+            return self.hold(&call, desk, &record, keep_alive).await;
+        }
+        Ok(self.result(tool, &record))
+    }
+
+    /// A call the policy parked: filed with the desk and held, with no sandbox slot,
+    /// until its park is settled; then, approved, run again as a new call under the
+    /// approval (a slot taken again) and answered with its result, or answered with
+    /// the refusal the desk settled on. The call's cancellation withdraws the park.
+    async fn hold(
+        &self,
+        call: &Call<'_>,
+        desk: &Desk,
+        record: &CallRecord,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<CallToolResult, McpError> {
+        // Closing: nothing is filed; the park's own refusal (not run) answers.
+        let Some((place, pipeline)) = self.park(call.token) else {
+            return Ok(refused(&refusal_of(record)));
+        };
+        let filed = {
+            let desk = desk.clone();
+            let pipeline = Arc::clone(&pipeline);
+            let record = record.clone();
+            let arguments = call.invocation.arguments.clone();
+            // The queue writes and syncs files: not on an async worker.
+            tokio::task::spawn_blocking(move || desk.file(&pipeline, &record, Some(&arguments)))
+                .await
+        };
+        let ticket = match filed {
+            Ok(Ok(ticket)) => ticket,
+            Ok(Err(e)) => return Ok(self.not_filed(record, &e)),
+            Err(e) => return Ok(self.not_filed(record, &e)),
+        };
+        let settling = {
+            let desk = desk.clone();
+            let pipeline = Arc::clone(&pipeline);
+            let ticket = ticket.clone();
+            let id = ticket.approval_id.clone();
+            tokio::task::spawn_blocking(move || {
+                let mut alive = || {
+                    if let Some(k) = &keep_alive {
+                        k(&id);
+                    }
+                };
+                desk.settle(&pipeline, &ticket, KEEP_ALIVE, &mut alive)
+            })
+        };
+        tokio::pin!(settling);
+        let settled = tokio::select! {
+            settled = &mut settling => settled,
+            why = call.token.cancelled() => {
+                // The settle thread owns the claim: placing the withdrawal wakes it, and
+                // it records whichever decision stands. Its answer goes nowhere.
+                let calling_off = {
+                    let desk = desk.clone();
+                    let ticket = ticket.clone();
+                    let why = why.clone();
+                    tokio::task::spawn_blocking(move || desk.call_off(&ticket, &why)).await
+                };
+                let withdrawn = || {
+                    Refusal::new(
+                        Cause::ApprovalDenied,
+                        format!(
+                            "parked for approval {}, and withdrawn: {why}; not run",
+                            ticket.approval_id
+                        ),
+                    )
+                };
+                let failed = match calling_off {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(e) => Some(e.to_string()),
+                };
+                if let Some(e) = failed {
+                    (self.inner.notes)(Note::Approvals(&format!(
+                        "park {} could not be withdrawn ({e}); the host settles it at its expiry",
+                        ticket.approval_id
+                    )));
+                }
+                // Awaited either way: the settle thread records the park's one decision
+                // and holds a share of the pipeline until it has.
+                let refusal = match settling.await {
+                    // What the record says: the host's withdrawal, or a denial placed
+                    // first, or the expiry.
+                    Ok(Err(refusal)) => refusal,
+                    // An approval that came first is not acted on: the request is gone.
+                    _ => withdrawn(),
+                };
+                drop(pipeline);
+                drop(place);
+                return Ok(refused(&refusal));
+            }
+        };
+        // The pipeline share goes before the place, as in `run`.
+        drop(pipeline);
+        drop(place);
+        let approval = match settled {
+            Ok(Ok(approval)) => approval,
+            Ok(Err(refusal)) => return Ok(refused(&refusal)),
+            Err(e) => {
+                let refusal = Refusal::new(
+                    Cause::PendingApproval,
+                    format!(
+                        "parked for approval {}, and waiting for its decision failed: {e}; not run",
+                        ticket.approval_id
+                    ),
+                );
+                return Ok(refused(&refusal));
+            }
+        };
+        let resumed = self
+            .run(
+                call.name,
+                call.frame,
+                call.invocation,
+                call.token,
+                Some(&approval),
+            )
+            .await?;
+        match resumed {
+            Ran::Recorded(record) => Ok(self.result(call.tool, &record)),
             Ran::Refused(result) => Ok(result),
         }
     }
 
-    /// Runs a call through the pipeline; a call over capacity is refused and recorded
-    /// instead.
+    /// The answer to a park that could not be filed: its own refusal, saying so; the
+    /// operator is told too.
+    fn not_filed(&self, record: &CallRecord, e: &dyn std::fmt::Display) -> CallToolResult {
+        (self.inner.notes)(Note::Approvals(&format!(
+            "a parked call ({}) could not be filed in the approvals queue: {e}",
+            record.outcome.call_id
+        )));
+        let refusal = refusal_of(record);
+        refused(&Refusal {
+            reason: format!(
+                "{}; it could not be filed in the approvals queue ({e})",
+                refusal.reason
+            ),
+            ..refusal
+        })
+    }
+
+    /// Runs a call through the pipeline (under `approval` when it resumes a park); a
+    /// call over capacity is refused and recorded instead.
     async fn run(
         &self,
         name: &str,
         frame: &[u8],
         invocation: &Invocation,
         token: &CancelToken,
+        approval: Option<&Approval>,
     ) -> Result<Ran, McpError> {
         let (ticket, pipeline) = match self.enter(token) {
             Ok(entered) => entered,
@@ -571,6 +811,7 @@ impl GatewayServer {
             role: self.inner.role.as_deref(),
             arguments: Some(&invocation.arguments),
             cancel: Some(token),
+            approval,
             ..CallRequest::new(name, &invocation.input)
         };
         let result = pipeline.call_async(&request).await;
@@ -673,7 +914,28 @@ impl rmcp::ServerHandler for GatewayServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        self.call(request, context.ct).await.map(Into::into)
+        // A client that gave a progress token hears that a parked call is alive.
+        let keep_alive = context.meta.get_progress_token().map(|progress_token| {
+            let peer = context.peer.clone();
+            let handle = tokio::runtime::Handle::current();
+            let sent = Arc::new(AtomicU64::new(0));
+            let keep_alive: KeepAlive = Arc::new(move |approval_id: &str| {
+                let n = sent.fetch_add(1, Ordering::Relaxed) + 1;
+                let mut param = ProgressNotificationParam::new(progress_token.clone(), n as f64);
+                param.message = Some(format!(
+                    "waiting for approval {approval_id} (aegis approvals show {approval_id})"
+                ));
+                let peer = peer.clone();
+                // Called on the settle thread: the send is the runtime's to do.
+                handle.spawn(async move {
+                    let _ = peer.notify_progress(param).await;
+                });
+            });
+            keep_alive
+        });
+        self.call_keeping_alive(request, context.ct, keep_alive)
+            .await
+            .map(Into::into)
     }
 }
 

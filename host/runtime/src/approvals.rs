@@ -8,7 +8,8 @@
 //! park's one `decision` line and says what the front end does: resume the call under
 //! the [`Approval`], or answer the client with a [`Refusal`]. [`Desk::take`] settles a
 //! park decided while nobody waited (`aegis run --approval`), and [`Desk::withdraw`]
-//! gives one up (the client cancelled).
+//! gives one up (the client cancelled); [`Desk::call_off`] does so for a park whose
+//! settle is still waiting, leaving the claim to it.
 //!
 //! # Guarantees
 //! - **Only a decision the host honours resumes the call.** An approval is honoured when
@@ -298,6 +299,28 @@ impl Desk {
         }
         if let Ok(decision) = queue.claim(&ticket.approval_id) {
             let _ = record(pipeline, &decision);
+        }
+    }
+
+    /// Places the host's own denial of `ticket`'s park, `withdrawn` (its request
+    /// ended), and nothing more: the [`Desk::settle`] waiting on the park wakes, claims
+    /// whichever decision stands (this one, or a person's placed first) and records it.
+    /// For a front end whose settle is still waiting, so one claimant owns the claim;
+    /// [`Desk::withdraw`] is for a park nobody waits on.
+    ///
+    /// # Errors
+    /// The queue could not be opened or the decision placed; the settle then waits on
+    /// to the park's expiry.
+    pub fn call_off(&self, ticket: &Ticket, why: &str) -> Result<(), DeskError> {
+        let queue = self.queue()?;
+        let denial = host_denial(
+            &ticket.approval_id,
+            HostSettled::Withdrawn,
+            format!("withdrawn: {why}"),
+        );
+        match queue.decide(&denial) {
+            Ok(()) | Err(DecideError::AlreadyDecided { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
         }
     }
 

@@ -13,6 +13,7 @@ mod cedar;
 mod confine;
 mod exit_codes;
 mod gateway;
+mod gateway_approvals;
 mod interrupt;
 mod log;
 mod operator_cli;

@@ -309,7 +309,12 @@ async fn a_rule_over_arguments_decides_each_call() {
         .policy_file("the test's policy", &policy)
         .audit_file("the test's record", &record)
         .signing_key(SigningKey::generate().unwrap());
-    let gateway = Gateway::open(builder, &manifest(), &GatewayOptions::default(), quiet()).unwrap();
+    // One slot: a parked call that held it would leave none for the next call.
+    let options = GatewayOptions {
+        capacity: 1,
+        ..GatewayOptions::default()
+    };
+    let gateway = Gateway::open(builder, &manifest(), &options, quiet()).unwrap();
     let (client_io, server_io) = tokio::io::duplex(1 << 16);
     let server = gateway.server().clone();
     let serving = tokio::spawn(async move {
@@ -512,4 +517,143 @@ async fn on_a_volatile_sink_calls_run_in_their_own_tasks_and_each_is_recorded() 
             "{l}"
         );
     }
+}
+
+/// Parks every `echo` call.
+const PARKS_ECHO: &str = "version: 1\ndefault: allow\nrules:\n  - id: echo-needs-a-person\n    action: pending_approval\n    tool: echo\n";
+
+/// A gateway over the fixture manifest (capacity 1) whose policy parks `echo`, with a
+/// desk over the queue in `dir/queue`.
+fn open_parking(dir: &Path) -> Gateway {
+    let policy = dir.join("policy.yaml");
+    std::fs::write(&policy, PARKS_ECHO).unwrap();
+    let record = dir.join("record.jsonl");
+    let builder = Host::builder(Profile::find("default").unwrap())
+        .policy_file("the test's policy", &policy)
+        .audit_file("the test's record", &record)
+        .signing_key(SigningKey::generate().unwrap());
+    // One slot: a parked call that held it would leave none for the next call.
+    let options = GatewayOptions {
+        capacity: 1,
+        ..GatewayOptions::default()
+    };
+    let gateway = Gateway::open(builder, &manifest(), &options, quiet()).unwrap();
+    let desk = aegis_runtime::approvals::Desk::new(
+        Some(dir.join("queue")),
+        aegis_approvals::Front::Gateway,
+        gateway.notice().location(),
+        None,
+    );
+    gateway.with_desk(desk)
+}
+
+/// The ids of the requests filed in `queue`.
+fn filed(queue: &Path) -> Vec<String> {
+    std::fs::read_dir(queue)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter_map(|n| n.strip_suffix(".request").map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A parked call waits without a sandbox slot; the client's `notifications/cancelled`
+/// withdraws it (the host's decision, recorded once), and one still waiting when the
+/// gateway closes is withdrawn too, before the record closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_park_is_withdrawn_and_closing_withdraws_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let queue = dir.path().join("queue");
+    let gateway = open_parking(dir.path());
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    let server = gateway.server().clone();
+    let serving = tokio::spawn(async move {
+        let running = server.serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let client = ().serve(client_io).await.unwrap();
+    let echo = || {
+        ClientRequest::CallToolRequest(CallToolRequest::new(
+            CallToolRequestParams::new("echo")
+                .with_arguments(args(serde_json::json!({"message": "hold me"}))),
+        ))
+    };
+
+    let first = client
+        .send_cancellable_request(echo(), PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    while filed(&queue).is_empty() {
+        assert!(!serving.is_finished(), "the gateway stopped before filing");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A parked call holds no slot: with capacity 1, an ordinary call still runs while
+    // it waits.
+    let ran = client
+        .call_tool(
+            CallToolRequestParams::new("echo-structured")
+                .with_arguments(args(serde_json::json!({"message": "meanwhile"}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ran.is_error, Some(false), "{ran:?}");
+
+    first
+        .cancel(Some("the test is done waiting".into()))
+        .await
+        .unwrap();
+    wait_for(&record, &serving, "the withdrawal", |r| {
+        of_type(r, "decision").len() == 1
+    })
+    .await;
+
+    // A second park, still waiting when the gateway closes.
+    let second = client
+        .send_cancellable_request(echo(), PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    while filed(&queue).len() < 2 {
+        assert!(!serving.is_finished(), "the gateway stopped before filing");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let closing = tokio::task::spawn_blocking(move || gateway.close());
+    closing.await.unwrap().unwrap();
+    drop(second);
+    client.cancel().await.unwrap();
+    serving.await.unwrap();
+
+    let decisions = of_type(&record, "decision");
+    assert_eq!(decisions.len(), 2, "{decisions:?}");
+    for d in &decisions {
+        assert_eq!(d["approver"]["via"], "host", "{d}");
+        assert_eq!(d["approver"]["why"], "withdrawn", "{d}");
+    }
+    let reasons: Vec<&str> = decisions
+        .iter()
+        .filter_map(|d| d["verdict"]["reason"].as_str())
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r.contains("the client cancelled")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("shutting down")),
+        "{reasons:?}"
+    );
+    let outcomes = of_type(&record, "outcome");
+    let parked = outcomes
+        .iter()
+        .filter(|o| o["policy"]["status"] == "pending_approval")
+        .count();
+    assert_eq!(parked, 2, "{outcomes:?}");
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| o["decision_axes"].get("approval_ref").is_none()),
+        "nothing resumed: {outcomes:?}"
+    );
+    assert_eq!(of_type(&record, "close").len(), 1);
 }

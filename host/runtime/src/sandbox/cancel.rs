@@ -62,8 +62,10 @@ impl CancelToken {
             .clone()
     }
 
-    /// Resolves, with the reason, once the token is cancelled.
-    pub(super) async fn cancelled(&self) -> String {
+    /// Resolves, with the reason, once the token is cancelled (at once if it already
+    /// is). A front end holding a call that is not running yet (a park waiting for a
+    /// person) waits on it too.
+    pub async fn cancelled(&self) -> String {
         loop {
             // Registered before the check, so a cancel between the two still wakes it.
             let notified = self.inner.notify.notified();

@@ -1,0 +1,425 @@
+//! A call `aegis gateway` parks, held open until a person decides it, between real
+//! peers: the official MCP Python SDK (`mcp==2.3.0`, tests/mcp-peers/client.py) calls
+//! the fixture manifest's `echo` over Streamable HTTP; the policy parks `echo`; the test,
+//! as the person, finds the request in the queue and runs `aegis approvals approve|deny`
+//! with its own key. What the client got and what the record proves are checked.
+//!
+//! No time is asserted: the waits are bounded only so a hung test fails.
+
+use crate::common::peers::{peers_dir, repo};
+use crate::common::{field, object, text};
+use aegis_record::json::{Object, Value};
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const PARKS_ECHO: &str = "version: 1\ndefault: allow\nrules:\n  - id: echo-needs-a-person\n    action: pending_approval\n    tool: echo\n";
+
+fn aegis() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_aegis"));
+    c.stdin(Stdio::null());
+    c
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gateway")
+}
+
+/// A gateway serving HTTP, a client holding a call to `echo` through it, and their files.
+struct Held {
+    dir: tempfile::TempDir,
+    gateway: Child,
+    said: Arc<Mutex<String>>,
+    client: Child,
+}
+
+impl Held {
+    /// Starts `aegis gateway --http` (policy [`PARKS_ECHO`], a durable signed record, the
+    /// queue in `queue/`, and `extra` flags), then client.py in `mode` calling `echo` once
+    /// at the URL the gateway prints.
+    fn start(mode: &str, extra: &[&str]) -> Held {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("host.key");
+        let out = aegis()
+            .args(["keygen", "--out"])
+            .arg(&key)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        std::fs::write(dir.path().join("policy.yaml"), PARKS_ECHO).unwrap();
+        let mut gateway = aegis()
+            .arg("gateway")
+            .arg("--tools")
+            .arg(fixtures().join("tools.toml"))
+            .args(["--http", "127.0.0.1:0"])
+            .arg("--policy")
+            .arg(dir.path().join("policy.yaml"))
+            .arg("--audit")
+            .arg(dir.path().join("record.jsonl"))
+            .arg("--signing-key")
+            .arg(&key)
+            .arg("--approvals")
+            .arg(dir.path().join("queue"))
+            .args(extra)
+            .env("XDG_CACHE_HOME", dir.path().join("cache"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = gateway.stderr.take().unwrap();
+        let said = Arc::new(Mutex::new(String::new()));
+        let saying = Arc::clone(&said);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stderr);
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                saying.lock().unwrap().push_str(&line);
+                if let Some(at) = line
+                    .split(" on ")
+                    .nth(1)
+                    .filter(|a| a.starts_with("http://"))
+                {
+                    let _ = tx.send(at.trim().to_owned());
+                }
+                line.clear();
+            }
+        });
+        let url = rx
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("the gateway never served: {}", said.lock().unwrap()));
+        let client = Command::new("python3")
+            .env("PYTHONPATH", peers_dir().join("py"))
+            .arg(repo().join("tests/mcp-peers/client.py"))
+            .arg(mode)
+            .arg(dir.path().join("got.json"))
+            .arg(r#"[{"tool":"echo","arguments":{"message":"approved by a person"}}]"#)
+            .arg("--")
+            .arg(url)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("client.stderr")).unwrap())
+            .spawn()
+            .unwrap();
+        Held {
+            dir,
+            gateway,
+            said,
+            client,
+        }
+    }
+
+    fn queue(&self) -> PathBuf {
+        self.dir.path().join("queue")
+    }
+
+    fn said(&self) -> String {
+        format!(
+            "gateway: {}\nclient: {}",
+            self.said.lock().unwrap(),
+            text(&std::fs::read(self.dir.path().join("client.stderr")).unwrap_or_default())
+        )
+    }
+
+    /// The id of the one request filed in the queue, once it is there.
+    fn filed(&mut self) -> String {
+        let until = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(entries) = std::fs::read_dir(self.queue()) {
+                let ids: Vec<String> = entries
+                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter_map(|n| n.strip_suffix(".request").map(str::to_owned))
+                    .collect();
+                if let [id] = ids.as_slice() {
+                    return id.clone();
+                }
+                assert!(ids.len() < 2, "more than one request: {ids:?}");
+            }
+            if let Some(status) = self.client.try_wait().unwrap() {
+                panic!(
+                    "the client ended ({status}) before a request was filed: {}",
+                    self.said()
+                );
+            }
+            assert!(Instant::now() < until, "no request filed: {}", self.said());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `aegis approvals ARGS --approvals QUEUE`.
+    fn approvals(&self, args: &[&str]) -> Output {
+        aegis()
+            .arg("approvals")
+            .args(args)
+            .arg("--approvals")
+            .arg(self.queue())
+            .output()
+            .unwrap()
+    }
+
+    /// Waits for the client to end, stops the gateway (SIGTERM, exit 0), and returns
+    /// the client's one call's report.
+    fn finish(&mut self) -> Object {
+        let status = self.client.wait().unwrap();
+        assert!(status.success(), "client.py failed: {}", self.said());
+        let pid =
+            rustix::process::Pid::from_raw(i32::try_from(self.gateway.id()).unwrap()).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        let ended = self.gateway.wait().unwrap();
+        assert_eq!(ended.code(), Some(0), "{}", self.said());
+        let got = object(&std::fs::read(self.dir.path().join("got.json")).unwrap());
+        match got.get("calls") {
+            Some(Value::Array(calls)) if calls.len() == 1 => calls[0].as_object().unwrap().clone(),
+            other => panic!("calls: {other:?}"),
+        }
+    }
+
+    fn lines(&self) -> Vec<Object> {
+        std::fs::read(self.dir.path().join("record.jsonl"))
+            .unwrap()
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(object)
+            .collect()
+    }
+
+    /// `aegis verify RECORD ARGS`.
+    fn verify(&self, args: &[&std::ffi::OsStr]) -> Output {
+        aegis()
+            .arg("verify")
+            .arg(self.dir.path().join("record.jsonl"))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // A failed test leaves no process behind (both were started by this test).
+        let _ = self.client.kill();
+        let _ = self.gateway.kill();
+        let _ = self.client.wait();
+        let _ = self.gateway.wait();
+    }
+}
+
+/// A person's key: its seed file and a file of its `public_key`/`key_id` lines.
+fn approver(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let key = dir.join(name);
+    let out = aegis()
+        .args(["keygen", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let public = dir.join(format!("{name}.pub"));
+    std::fs::write(&public, &out.stdout).unwrap();
+    (key, public)
+}
+
+fn of_type(lines: &[Object], t: &str) -> Vec<Object> {
+    lines
+        .iter()
+        .filter(|l| field(l, "line_type") == t)
+        .cloned()
+        .collect()
+}
+
+fn member<'a>(o: &'a Object, path: &[&str]) -> Option<&'a Value> {
+    let mut v = o.get(path[0])?;
+    for key in &path[1..] {
+        v = v.as_object()?.get(key)?;
+    }
+    Some(v)
+}
+
+fn str_at<'a>(o: &'a Object, path: &[&str]) -> Option<&'a str> {
+    member(o, path).and_then(Value::as_str)
+}
+
+/// The park's outcome, and the outcomes of calls resumed under `id`.
+fn park_and_resumed(lines: &[Object], id: &str) -> (Vec<Object>, Vec<Object>) {
+    let outcomes = of_type(lines, "outcome");
+    let parked = outcomes
+        .iter()
+        .filter(|o| str_at(o, &["policy", "status"]) == Some("pending_approval"))
+        .cloned()
+        .collect::<Vec<_>>();
+    for p in &parked {
+        assert_eq!(str_at(p, &["policy", "approval_id"]), Some(id), "{p:?}");
+    }
+    let resumed = outcomes
+        .iter()
+        .filter(|o| str_at(o, &["decision_axes", "approval_ref"]) == Some(id))
+        .cloned()
+        .collect();
+    (parked, resumed)
+}
+
+/// Approved in a session (the direct HTTP path): the client's one request is answered
+/// with the tool's real result, and the record holds the park, the approver's signed
+/// decision and the resumed call referring to it, and verifies with the approver pinned.
+#[test]
+fn an_approved_call_runs_and_the_client_gets_the_tools_result() {
+    let mut held = Held::start("legacy", &[]);
+    let id = held.filed();
+    let (key, public) = approver(held.dir.path(), "alice");
+    let shown = held.approvals(&["show", &id]);
+    assert_eq!(shown.status.code(), Some(0), "{}", text(&shown.stderr));
+    assert!(
+        text(&shown.stdout).contains("approved by a person"),
+        "{}",
+        text(&shown.stdout)
+    );
+    let out = held.approvals(&["approve", &id, "--approver-key", key.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}\n{:?}",
+        text(&out.stderr),
+        held.said(),
+        held.lines()
+    );
+
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(false)), "{call:?}");
+    assert_eq!(
+        field(&call, "text"),
+        r#"{"message":"approved by a person"}"#,
+        "{call:?}"
+    );
+
+    let lines = held.lines();
+    let (parked, resumed) = park_and_resumed(&lines, &id);
+    assert_eq!(parked.len(), 1, "{lines:?}");
+    let decisions = of_type(&lines, "decision");
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    assert_eq!(str_at(&decisions[0], &["approver", "via"]), Some("key"));
+    assert_eq!(resumed.len(), 1, "{lines:?}");
+    assert_eq!(str_at(&resumed[0], &["policy", "status"]), Some("allowed"));
+    assert_eq!(
+        of_type(&lines, "intent").len(),
+        2,
+        "the park and the resumed call"
+    );
+    assert_eq!(of_type(&lines, "close").len(), 1);
+
+    let verified = held.verify(&["--approver-key".as_ref(), public.as_os_str()]);
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}{}",
+        text(&verified.stdout),
+        text(&verified.stderr)
+    );
+}
+
+/// Denied, without a session (rmcp's own path): the client gets `isError` with the
+/// approver's reason, and nothing runs: the record holds the park and the signed
+/// denial, no resumed call.
+#[test]
+fn a_denied_call_is_answered_with_the_approvers_reason() {
+    let mut held = Held::start("auto", &[]);
+    let id = held.filed();
+    let (key, public) = approver(held.dir.path(), "bob");
+    let out = held.approvals(&[
+        "deny",
+        &id,
+        "--reason",
+        "not during the freeze",
+        "--approver-key",
+        key.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(true)), "{call:?}");
+    let said = field(&call, "text");
+    assert!(
+        said.contains("denied by key") && said.contains("not during the freeze"),
+        "{said}"
+    );
+    assert!(
+        field(&call, "result").contains("approval_denied"),
+        "{call:?}"
+    );
+    let lines = held.lines();
+    let (parked, resumed) = park_and_resumed(&lines, &id);
+    assert_eq!(parked.len(), 1);
+    assert!(resumed.is_empty(), "{resumed:?}");
+    assert_eq!(of_type(&lines, "outcome").len(), 1, "only the park");
+    let decisions = of_type(&lines, "decision");
+    assert_eq!(decisions.len(), 1);
+    assert_eq!(str_at(&decisions[0], &["approver", "via"]), Some("key"));
+    let verified = held.verify(&["--approver-key".as_ref(), public.as_os_str()]);
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        text(&verified.stdout)
+    );
+}
+
+/// Nobody decides: at `--approval-timeout` the host denies the park as expired, and
+/// the client is told so; the record holds the host's decision.
+#[test]
+fn an_undecided_call_expires_and_the_client_is_told() {
+    let mut held = Held::start("legacy", &["--approval-timeout", "1s"]);
+    let id = held.filed();
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(true)), "{call:?}");
+    assert!(
+        field(&call, "result").contains("approval_expired"),
+        "{call:?}"
+    );
+    let lines = held.lines();
+    let (parked, resumed) = park_and_resumed(&lines, &id);
+    assert_eq!(parked.len(), 1);
+    assert!(resumed.is_empty(), "{resumed:?}");
+    let decisions = of_type(&lines, "decision");
+    assert_eq!(decisions.len(), 1);
+    assert_eq!(str_at(&decisions[0], &["approver", "via"]), Some("host"));
+    let verified = held.verify(&[]);
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        text(&verified.stdout)
+    );
+}
+
+/// A tool whose write root holds the approvals queue could approve its own parked
+/// calls: refused at start, naming the queue, before anything is served.
+#[test]
+fn a_tool_that_could_write_in_the_approvals_queue_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let wasm = fixtures().join("../wasm/echo.wasm").canonicalize().unwrap();
+    let tools = dir.path().join("tools.toml");
+    std::fs::write(
+        &tools,
+        format!(
+            "[[tool]]\nid = \"echo\"\ndescription = \"d\"\ncomponent = {:?}\nshape = \"command\"\nwrite = [\"data\"]\n[tool.input_schema]\ntype = \"object\"\n",
+            wasm.display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = aegis()
+        .arg("gateway")
+        .arg("--tools")
+        .arg(&tools)
+        .arg("--approvals")
+        .arg(data.join("queue"))
+        .output()
+        .unwrap();
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("the approvals queue") && said.contains("write root"),
+        "{said}"
+    );
+    assert!(!data.join("queue").exists(), "the queue was made");
+}
