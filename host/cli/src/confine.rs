@@ -214,6 +214,21 @@ pub fn host_files(
                 .as_ref()
                 .map(|k| HostFile::secret(k.source.name(), &k.value)),
         );
+        // A tool that could write in the approvals queue, or replace an approver's key
+        // file, could approve the calls the policy parks for a person.
+        let queue = match &host.approvals_dir {
+            Some(dir) => Some(dir.value.clone()),
+            None => aegis_approvals::Queue::default_dir().ok(),
+        };
+        files.extend(queue.map(|q| HostFile::new("the approvals queue", &q)));
+        if let Some(approvers) = &host.approvers {
+            files.extend(
+                approvers
+                    .value
+                    .iter()
+                    .map(|k| HostFile::new(approvers.source.name(), k)),
+            );
+        }
     }
     if let Some(profile) = profile {
         // A station a flag replaces loads nothing of the profile's.

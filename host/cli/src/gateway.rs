@@ -150,25 +150,6 @@ fn refuse_tools_reach(
             .map(|p| HostFile::secret("--token-file", p)),
     );
     more.extend(crate::confine::searched_host_files());
-    // A tool that could write in the approvals queue, or replace an approver's key file,
-    // could approve the calls the policy parks for a person.
-    let queue = match &settings.approvals_dir {
-        Some(dir) => Some(dir.value.clone()),
-        None => aegis_approvals::Queue::default_dir().ok(),
-    };
-    more.extend(
-        queue
-            .as_deref()
-            .map(|q| HostFile::new("the approvals queue", q)),
-    );
-    if let Some(approvers) = &settings.approvers {
-        more.extend(
-            approvers
-                .value
-                .iter()
-                .map(|k| HostFile::new("operator.approvals.approvers", k)),
-        );
-    }
     let files = crate::confine::host_files(Some(settings), Some(profile), more);
     crate::confine::refuse_granted(reach, &files)
 }

@@ -183,3 +183,20 @@ fn a_malformed_approval_id_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(!desk.path("record.jsonl").exists());
 }
+
+/// A tool granted writes over the approvals queue could place its own approvals: run
+/// refuses before opening anything, naming the queue.
+#[test]
+fn a_tool_that_could_write_the_queue_is_refused() {
+    let desk = Desk::new();
+    std::fs::create_dir(desk.path("queue")).unwrap();
+    let queue = desk.path("queue");
+    let out = desk.run("x", &["--allow-write", queue.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("approvals queue"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!desk.path("record.jsonl").exists());
+}
