@@ -9,6 +9,7 @@
 
 mod adversarial;
 mod approvals;
+mod approvals_desk;
 mod awaited_call;
 mod ceilings;
 mod deny;
