@@ -219,7 +219,8 @@ fn an_approval_by_a_key_the_operator_does_not_trust_is_not_honoured() {
 fn a_forged_or_host_approval_is_not_honoured() {
     let person = SigningKey::from_seed([3; 32]);
     let other = SigningKey::from_seed([4; 32]);
-    let forgeries: [(fn(&Ticket, &SigningKey, &SigningKey) -> DecisionFile, &str); 3] = [
+    type Forge = fn(&Ticket, &SigningKey, &SigningKey) -> DecisionFile;
+    let forgeries: [(Forge, &str); 3] = [
         (
             |t, p, _| {
                 let mut d = signed(p, "apr-00000000000000000000000000000000", t.scope.clone());
