@@ -21,12 +21,13 @@
 
 use aegis_test_support as support;
 
+use aegis_benches::write_policy;
 use aegis_policy_yaml::{PolicyEngine, PolicySet};
 use aegis_record::key::SigningKey;
 use aegis_runtime::capability::{DEFAULT_LIMITS, ToolKind, ToolManifest, ToolRegistry};
 use aegis_runtime::pipeline::{CallClass, CallRequest};
 use aegis_runtime::sandbox::Sandbox;
-use aegis_runtime::{Host, Plugin, PluginSpec, Profile, Registry};
+use aegis_runtime::{Host, Plugin, PluginSpec, Registry};
 use aegis_station_api::abi_stable::std_types::{RSlice, RSliceMut, RStr};
 use aegis_station_api::{IndexedAnswer, IndexedDecision, Policy as _, PolicyRequest};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_main};
@@ -56,12 +57,6 @@ fn multi_rule() -> String {
 
 fn guest(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/fixtures/wasm/{name}.wasm"))
-}
-
-fn write_policy(dir: &Path, yaml: &str) -> PathBuf {
-    let path = dir.join("policy.yaml");
-    std::fs::write(&path, yaml).unwrap();
-    path
 }
 
 fn config_for(path: &Path) -> String {
@@ -148,16 +143,9 @@ fn policy_yaml(c: &mut Criterion) {
 }
 
 /// A host on the default profile's memory sink, or on a file sink at `record`, with
-/// `yaml` as its policy: assembled as `aegis run --policy --audit` assembles one.
+/// `yaml` as its policy (`aegis_benches::host_builder`) and three wasm tools.
 fn pipeline(dir: &Path, yaml: &str, record: Option<&Path>, sandbox: Arc<Sandbox>) -> Host {
-    let policy = write_policy(dir, yaml);
-    let mut builder = Host::builder(Profile::embedded("default").unwrap())
-        .policy_file("the bench", &policy)
-        .signing_key(SigningKey::generate().unwrap())
-        .sandbox(sandbox);
-    if let Some(r) = record {
-        builder = builder.audit_file("the bench", r);
-    }
+    let mut builder = aegis_benches::host_builder(dir, yaml, record).sandbox(sandbox);
     let notes = dir.join("notes");
     std::fs::create_dir_all(&notes).unwrap();
     for (id, guest_name, read) in [

@@ -12,6 +12,7 @@ use aegis_record::{
     FsScope, IntentLine, LineHash, NetAxis, OutcomeLine, PolicyOutcome, PolicySetHash,
     RequestDigest, ResponseDigest, Session, SigningKey, VecSink,
 };
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The golden outcome line `spec/vectors/golden/02-outcome-success.json`: a signed
@@ -316,6 +317,34 @@ pub fn policy_request() -> aegis_station_api::PolicyRequest<'static> {
         capability: RStr::from("fs.read"),
         role: RStr::from("ops"),
         session: RStr::from("s-1"),
+    }
+}
+
+/// Writes `yaml` as `policy.yaml` in `dir` and returns its path.
+///
+/// # Panics
+/// When the file cannot be written.
+pub fn write_policy(dir: &Path, yaml: &str) -> PathBuf {
+    let path = dir.join("policy.yaml");
+    std::fs::write(&path, yaml).expect("write the bench policy");
+    path
+}
+
+/// A host builder as `aegis run --policy --audit` assembles one: the default profile,
+/// `yaml` as its policy (written into `dir` by [`write_policy`]), lines signed by
+/// [`bench_key`], on the default profile's memory sink or, with `record`, on the file
+/// sink at that path (fsync, group commit). Tools, handlers and the sandbox are the
+/// caller's to add.
+pub fn host_builder(dir: &Path, yaml: &str, record: Option<&Path>) -> aegis_runtime::HostBuilder {
+    let policy = write_policy(dir, yaml);
+    let builder = aegis_runtime::Host::builder(
+        aegis_runtime::Profile::embedded("default").expect("the embedded default profile"),
+    )
+    .policy_file("the bench", &policy)
+    .signing_key(bench_key());
+    match record {
+        Some(r) => builder.audit_file("the bench", r),
+        None => builder,
     }
 }
 
