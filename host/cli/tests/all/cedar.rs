@@ -52,6 +52,8 @@ fn the_cedar_example_profile_decides_calls_and_its_record_verifies() {
             .arg(&record)
             .arg("--signing-key")
             .arg(&key)
+            .arg("--approvals")
+            .arg(dir.path().join("queue"))
             .output()
             .unwrap()
     };

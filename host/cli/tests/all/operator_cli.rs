@@ -173,6 +173,8 @@ fn run_json_is_one_object_with_the_same_exit_code() {
             .arg(&policy)
             .arg("--input-file")
             .arg(&file)
+            .arg("--approvals")
+            .arg(dir.path().join("queue"))
             .output()
             .unwrap()
     };
