@@ -13,13 +13,18 @@ Usage: client.py MODE OUT PLAN_JSON [NAME=VALUE ...] -- CMD ARGS...
   PLAN_JSON: [{"tool": NAME, "arguments": {...}} or {"list": true}, ...]; a "list" step
         lists the tools again and adds that listing, as JSON text, to "listings"
   NAME=VALUE: environment handed to the server process
+  AEGIS_TEST_ELICIT=accept|decline (client's own environment): install an elicitation
+        callback answering every question so (approve true, or decline); each question's
+        message is added to "elicited"
 """
 
 import json
 import sys
 
+import os
+
 import anyio
-from mcp import Client, StdioServerParameters
+from mcp import Client, StdioServerParameters, types
 
 
 async def run(mode, out, plan, env, command):
@@ -28,8 +33,19 @@ async def run(mode, out, plan, env, command):
     else:
         params = StdioServerParameters(command=command[0], args=command[1:], env=env)
     mode, _, nolist = mode.partition("+")
-    got = {"mode": mode, "tools": [], "calls": [], "listings": []}
-    async with Client(params, mode=mode, cache=None) as client:
+    got = {"mode": mode, "tools": [], "calls": [], "listings": [], "elicited": []}
+    answer = os.environ.get("AEGIS_TEST_ELICIT")
+    extra = {}
+    if answer:
+
+        async def elicit(context, params):
+            got["elicited"].append(params.message)
+            if answer == "accept":
+                return types.ElicitResult(action="accept", content={"approve": True})
+            return types.ElicitResult(action="decline")
+
+        extra["elicitation_callback"] = elicit
+    async with Client(params, mode=mode, cache=None, **extra) as client:
         got["protocol"] = str(client.session.protocol_version)
         if nolist != "nolist":
             listing = await client.list_tools()

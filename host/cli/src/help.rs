@@ -227,6 +227,11 @@ process writes the record, wrap waits and starts no server until it holds the re
 A tool that changes during a session is held in the pins file --write-pins writes:
 later sessions refuse it until `aegis pins diff` has shown the change and
 `aegis pins accept` has taken it.
+A call a rule parks waits for a decision in the approvals queue (aegis approvals
+approve). With --approve-via client, the client's user is also asked through MCP
+elicitation (form mode) when the client declared it can be; the first decision wins.
+A client may answer without asking anyone: the record says `via: client`, which
+`aegis verify --approver-key` does not take for a person's signature (Indeterminate).
 
 EXIT STATUS:
   N    the server's exit status, or 128+N when signal N ended it (137 after SIGKILL)

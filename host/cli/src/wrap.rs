@@ -51,6 +51,13 @@ pub struct WrapArgs {
     /// profile's `[operator]` pins_record_only says).
     #[arg(long)]
     pins_record_only: bool,
+    /// Who is asked to decide a call a rule parks: `queue` (the approvals queue, for
+    /// `aegis approvals approve`) or `client` (the MCP client's user, through
+    /// elicitation, when the client declared it; the queue still decides otherwise, and
+    /// whichever decides first wins). A client's answer is recorded as `via: client`,
+    /// never as a signature.
+    #[arg(long, value_enum, value_name = "WHO", default_value_t = ApproveVia::Queue)]
+    approve_via: ApproveVia,
     /// After the client closes its stdin, how long the server has to exit before
     /// SIGTERM, and again before SIGKILL.
     #[arg(long, value_name = "MS", default_value_t = 3000)]
@@ -62,6 +69,15 @@ pub struct WrapArgs {
     /// The server's command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<std::ffi::OsString>,
+}
+
+/// Who decides a parked call (`--approve-via`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ApproveVia {
+    /// The approvals queue only.
+    Queue,
+    /// The MCP client's user through elicitation, else the queue.
+    Client,
 }
 
 /// What the session says goes to stderr as the CLI says everything: `aegis: …` for
@@ -151,7 +167,12 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> Result<u8, CliError> {
     )
     .with_desk(desk);
     let health = gate.health();
-    let relay = relay(gate, pins, settings.pins.record_only());
+    let relay = relay(
+        gate,
+        pins,
+        settings.pins.record_only(),
+        a.approve_via == ApproveVia::Client,
+    );
     let ended = serve(session, relay, confined, &a.command);
     drop(interrupts);
     finish(settings.pins.write_pins.as_ref(), host, &health, ended)
@@ -187,9 +208,16 @@ impl Settings {
 }
 
 /// The relay over `gate`: comparing listings with `pins` when given, else pinning the
-/// session's first listing; enforcing them unless `record_only`.
-fn relay(gate: HostGate, pins: Option<PinSet>, record_only: bool) -> Relay<HostGate> {
+/// session's first listing; enforcing them unless `record_only`; asking the client's
+/// user about parked calls when `ask_client`.
+fn relay(
+    gate: HostGate,
+    pins: Option<PinSet>,
+    record_only: bool,
+    ask_client: bool,
+) -> Relay<HostGate> {
     let config = RelayConfig {
+        approve_via_client: ask_client,
         pin_mode: if record_only {
             PinMode::RecordOnly
         } else {

@@ -268,6 +268,18 @@ impl Gate for HostGate {
         }
     }
 
+    fn client_answered(&self, parked: &Parked, approved: bool, client: &str) {
+        if let Some(desk) = &self.desk
+            && let Err(e) = desk.client_decided(&parked.ticket, approved, client)
+        {
+            // The park still waits for the queue (or expires): nothing runs on it.
+            (self.sink)(Notice::Warning(&format!(
+                "the client's answer on {} could not be placed in the approvals queue: {e}",
+                parked.ticket.approval_id
+            )));
+        }
+    }
+
     fn finish(&self, pending: Pending, end: CallEnd<'_>) {
         let wall_ms = u64::try_from(pending.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let (ending, response) = ending_of(end);

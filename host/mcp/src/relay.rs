@@ -202,6 +202,15 @@ pub trait Gate {
     /// Records a tool definition that changed against the pins: called once a tool and
     /// session, when the change is first seen, before any call it refuses is recorded.
     fn tool_changed(&self, change: &ToolChangeLine);
+
+    /// The client's user answered the relay's question about a parked call
+    /// ([`RelayConfig::approve_via_client`]): `approved` or not, as the client `client`
+    /// (its `clientInfo`) reported. The gate places it as the client's decision where the
+    /// park's [`Waiter`] will find it; it is never an approver's signature. The default
+    /// does nothing (the park waits for another decider).
+    fn client_answered(&self, parked: &Self::Parked, approved: bool, client: &str) {
+        let _ = (parked, approved, client);
+    }
 }
 
 /// What the gate made of a `tools/call` it did not refuse.
@@ -376,6 +385,10 @@ pub struct RelayConfig {
     /// How often a parked call that gave a progress token gets a progress notification
     /// ([`DEFAULT_KEEP_ALIVE`]).
     pub keep_alive: Duration,
+    /// Ask the client's user to approve each parked call through MCP elicitation (form
+    /// mode), when the client declared it can be asked; its answer goes to
+    /// [`Gate::client_answered`]. Off by default: parks wait for the approvals queue.
+    pub approve_via_client: bool,
 }
 
 impl Default for RelayConfig {
@@ -385,6 +398,7 @@ impl Default for RelayConfig {
             forward_unparsed_client_lines: false,
             max_pending: DEFAULT_MAX_PENDING,
             keep_alive: DEFAULT_KEEP_ALIVE,
+            approve_via_client: false,
         }
     }
 }
@@ -429,6 +443,94 @@ pub const MAX_LISTING_BYTES: usize = 32 << 20;
 /// How the relay's own `tools/list` requests are named: this prefix and a count. A client
 /// request reusing the id of one still waiting is refused.
 pub const OWN_REQUEST_ID_PREFIX: &str = "aegis-relay/tools-list/";
+
+/// How the relay's own `elicitation/create` requests to the client are named: this
+/// prefix and a count.
+pub const ELICIT_REQUEST_ID_PREFIX: &str = "aegis-relay/elicit/";
+
+/// The most characters of a call's arguments the client's user is shown when asked.
+pub const MAX_ELICIT_ARGUMENTS: usize = 1000;
+
+/// The most bytes of the client's `clientInfo` name and version kept for the record.
+pub const MAX_CLIENT_NAME: usize = 200;
+
+/// What the client's `initialize` said about it.
+#[derive(Clone, Debug, Default)]
+struct ClientInfo {
+    /// It declared `capabilities.elicitation` with form mode (an empty object, or one
+    /// naming `form`).
+    elicit_form: bool,
+    /// `clientInfo` name and version, escaped and bounded.
+    name: Option<String>,
+    /// The protocol version it asked for.
+    protocol: Option<String>,
+}
+
+impl ClientInfo {
+    /// Reads an `initialize` request's params; anything not read one way only counts
+    /// as absent (no elicitation).
+    fn of(request: &Request<'_>) -> ClientInfo {
+        use crate::json::{Lookup, Value};
+        let mut info = ClientInfo::default();
+        if request.duplicate_keys {
+            return info;
+        }
+        let Some(params) = request.params.and_then(|p| p.object()) else {
+            return info;
+        };
+        let [capabilities, client_info, protocol] =
+            params.lookup_each(["capabilities", "clientInfo", "protocolVersion"]);
+        if let Lookup::One(capabilities) = capabilities
+            && let Some(capabilities) = capabilities.object()
+            && let Lookup::One(elicitation) = capabilities.lookup("elicitation")
+            && let Some(elicitation) = elicitation.object()
+        {
+            // 2025-11-25: `{}` means form mode; `{"url": {}}` alone means URL mode only.
+            let [form, url] = elicitation.lookup_each(["form", "url"]);
+            info.elicit_form = match (form, url) {
+                (Lookup::One(form), _) => form.object().is_some(),
+                (Lookup::Absent, Lookup::Absent) => true,
+                _ => false,
+            };
+        }
+        if let Lookup::One(client_info) = client_info
+            && let Some(client_info) = client_info.object()
+        {
+            let [name, version] = client_info.lookup_each(["name", "version"]);
+            let text = |l: Lookup<'_>| match l {
+                Lookup::One(node) => node.exact_str().map(|s| s.into_owned()),
+                _ => None,
+            };
+            if let Some(name) = text(name) {
+                let full = match text(version) {
+                    Some(version) => format!("{name} {version}"),
+                    None => name,
+                };
+                info.name = Some(bounded(&aegis_record::text::escape(&full), MAX_CLIENT_NAME));
+            }
+        }
+        if let Lookup::One(protocol) = protocol
+            && let Value::String(s) = protocol.value()
+            && s.exact
+            && s.text.len() <= 32
+        {
+            info.protocol = Some(s.text.into_owned());
+        }
+        info
+    }
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, marked with `…` when cut.
+fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
 
 /// What the relay knows about the server's tools.
 #[derive(Default)]
@@ -901,6 +1003,12 @@ pub struct Relay<G: Gate> {
     parked: BTreeMap<IdKey, HeldForApproval<G::Parked>>,
     /// Waiters of parks opened since the caller last took them.
     waiters: Vec<(String, G::Waiter)>,
+    /// What the client's `initialize` said.
+    client: ClientInfo,
+    /// The relay's `elicitation/create` requests the client has not answered: by id,
+    /// the approval id each asks about.
+    elicits: BTreeMap<IdKey, String>,
+    next_elicit: u64,
 }
 
 /// The diagnostics of one frame: at most [`MAX_LOG_LINES`], the rest counted.
@@ -988,6 +1096,9 @@ impl<G: Gate> Relay<G> {
             released: Vec::new(),
             parked: BTreeMap::new(),
             waiters: Vec::new(),
+            client: ClientInfo::default(),
+            elicits: BTreeMap::new(),
+            next_elicit: 0,
         }
     }
 
@@ -1052,6 +1163,12 @@ impl<G: Gate> Relay<G> {
         let Some(held) = self.parked.remove(&key) else {
             return Vec::new();
         };
+        // A question still open on the client is moot now: the client is told so.
+        let mut actions: Vec<Action> = self
+            .call_off_question(approval_id)
+            .map(Action::ToClient)
+            .into_iter()
+            .collect();
         let refusal = match settled {
             Settled::Approved(approved) => match self.gate.resume(held.parked, approved) {
                 Ok(pending) => {
@@ -1064,13 +1181,12 @@ impl<G: Gate> Relay<G> {
                     );
                     let mut frame = held.frame;
                     frame.push(b'\n');
-                    return vec![
-                        Action::Log(format!(
-                            "client: tools/call {} approved ({approval_id}); forwarded",
-                            held.raw_id
-                        )),
-                        Action::ToServer(frame),
-                    ];
+                    actions.push(Action::Log(format!(
+                        "client: tools/call {} approved ({approval_id}); forwarded",
+                        held.raw_id
+                    )));
+                    actions.push(Action::ToServer(frame));
+                    return actions;
                 }
                 Err(refusal) => refusal,
             },
@@ -1078,14 +1194,13 @@ impl<G: Gate> Relay<G> {
         };
         let mut reply = refusal_reply(&held.raw_id, &refusal);
         reply.push(b'\n');
-        vec![
-            Action::Log(format!(
-                "client: tools/call {} not run ({approval_id}): {}",
-                held.raw_id,
-                aegis_record::text::escape(&refusal.reason)
-            )),
-            Action::ToClient(reply),
-        ]
+        actions.push(Action::Log(format!(
+            "client: tools/call {} not run ({approval_id}): {}",
+            held.raw_id,
+            aegis_record::text::escape(&refusal.reason)
+        )));
+        actions.push(Action::ToClient(reply));
+        actions
     }
 
     /// A progress notification for the parked call of `approval_id`, when its client
@@ -1276,6 +1391,10 @@ impl<G: Gate> Relay<G> {
                 if response.duplicate_keys {
                     logs.push("client: dropped a response with duplicate keys".into());
                     Plan::Drop
+                } else if let Some(approval_id) = self.elicits.remove(&response.id.key) {
+                    // The relay's own question: answered here, never shown to the server.
+                    self.client_answered(&approval_id, &response, logs);
+                    Plan::Drop
                 } else if self.server_requests.remove(&response.id.key) {
                     Plan::Forward
                 } else {
@@ -1353,6 +1472,9 @@ impl<G: Gate> Relay<G> {
                 held.raw_id, held.approval_id
             ));
             self.gate.withdraw(held.parked, &why);
+            if let Some(notice) = self.call_off_question(&held.approval_id) {
+                self.released.push(Action::ToClient(notice));
+            }
             return Cancelled::Waiting;
         }
         let Some(outstanding) = self.client_requests.remove(key) else {
@@ -1453,6 +1575,7 @@ impl<G: Gate> Relay<G> {
                         request.id.raw
                     ));
                     self.waiters.push((approval_id.clone(), waiter));
+                    let question = self.ask_client(&request, &approval_id, logs);
                     self.parked.insert(
                         request.id.key.clone(),
                         HeldForApproval {
@@ -1463,7 +1586,9 @@ impl<G: Gate> Relay<G> {
                             progress: request.progress_token().map(|t| (t.to_owned(), 0)),
                         },
                     );
-                    Plan::Drop
+                    // The question is the relay's own request to the client, sent back
+                    // the way the call came; the call itself stays unanswered.
+                    question.map_or(Plan::Drop, Plan::Reply)
                 }
                 Err(refusal) => {
                     logs.push(refusal_log(&request.id, &refusal));
@@ -1483,6 +1608,9 @@ impl<G: Gate> Relay<G> {
             reply.push(b'\n');
             return Plan::Reply(reply);
         }
+        if request.method == "initialize" {
+            self.client = ClientInfo::of(&request);
+        }
         let kind = self.plain_kind(&request);
         self.client_requests.insert(
             request.id.key,
@@ -1492,6 +1620,144 @@ impl<G: Gate> Relay<G> {
             },
         );
         Plan::Forward
+    }
+
+    /// The relay's `elicitation/create` asking the client's user to approve the parked
+    /// call `request` (`approval_id`), when so configured and the client declared form
+    /// elicitation; `None` otherwise (the park waits for the approvals queue).
+    fn ask_client(
+        &mut self,
+        request: &Request<'_>,
+        approval_id: &str,
+        logs: &mut Logs,
+    ) -> Option<Vec<u8>> {
+        if !self.config.approve_via_client {
+            return None;
+        }
+        if !self.client.elicit_form {
+            logs.push(format!(
+                "client: cannot be asked (no form elicitation declared); {approval_id} waits for the approvals queue"
+            ));
+            return None;
+        }
+        let id = loop {
+            let n = self.next_elicit;
+            self.next_elicit += 1;
+            let id = format!("{ELICIT_REQUEST_ID_PREFIX}{n}");
+            if !self.server_requests.contains(&IdKey::String(id.clone())) {
+                break id;
+            }
+        };
+        let tool = request.tool_name().unwrap_or_default();
+        let arguments = request.arguments().ok().flatten().unwrap_or("{}");
+        let message = format!(
+            "Aegis parked a tool call for approval ({approval_id}).\nTool: {}\nArguments: {}\n\
+             Run this call? Your answer is recorded as the client's, not as a signed approval.",
+            bounded(&aegis_record::text::escape(&tool), MAX_ELICIT_ARGUMENTS),
+            bounded(&aegis_record::text::escape(arguments), MAX_ELICIT_ARGUMENTS),
+        );
+        let mut out = String::from(r#"{"jsonrpc":"2.0","id":"#);
+        json::write_string(&id, &mut out);
+        out.push_str(r#","method":"elicitation/create","params":{"#);
+        // Form mode is named from 2025-11-25 on; before, it is the only mode.
+        if self
+            .client
+            .protocol
+            .as_deref()
+            .is_some_and(|v| v >= "2025-11-25")
+        {
+            out.push_str(r#""mode":"form","#);
+        }
+        out.push_str(r#""message":"#);
+        json::write_string(&message, &mut out);
+        out.push_str(
+            r#","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean","title":"Run this call?","description":"Yes runs the parked tool call; no refuses it.","default":false}},"required":["approve"]}}}"#,
+        );
+        out.push('\n');
+        logs.push(format!(
+            "client: asked its user to approve {approval_id} (elicitation {id})"
+        ));
+        self.elicits
+            .insert(IdKey::String(id), approval_id.to_owned());
+        Some(out.into_bytes())
+    }
+
+    /// The client's answer to the relay's question about `approval_id`: accepted with
+    /// `approve: true` approves, accepted with `false`, declined or cancelled denies;
+    /// an error or an answer not read one way only decides nothing (the queue still can).
+    fn client_answered(&mut self, approval_id: &str, response: &Response<'_>, logs: &mut Logs) {
+        use crate::json::{Lookup, Value};
+        let Some(held) = self
+            .parked
+            .values()
+            .find(|held| held.approval_id == approval_id)
+        else {
+            logs.push(format!(
+                "client: answered about {approval_id} after its call ended; ignored"
+            ));
+            return;
+        };
+        let approved = response.result().and_then(|result| {
+            let result = result.object()?;
+            let [action, content] = result.lookup_each(["action", "content"]);
+            let Lookup::One(action) = action else {
+                return None;
+            };
+            match action.exact_str()?.as_ref() {
+                "accept" => {
+                    let Lookup::One(content) = content else {
+                        return None;
+                    };
+                    match content.object()?.lookup("approve") {
+                        Lookup::One(approve) => match approve.value() {
+                            Value::Bool(approve) => Some(approve),
+                            _ => None,
+                        },
+                        _ => None,
+                    }
+                }
+                "decline" | "cancel" => Some(false),
+                _ => None,
+            }
+        });
+        let Some(approved) = approved else {
+            logs.push(format!(
+                "client: its answer about {approval_id} decides nothing (an error, or not read one way only); it waits for the approvals queue"
+            ));
+            return;
+        };
+        let client = self
+            .client
+            .name
+            .clone()
+            .unwrap_or_else(|| "(unnamed client)".to_owned());
+        logs.push(format!(
+            "client: its user {} {approval_id}",
+            if approved { "approved" } else { "declined" }
+        ));
+        self.gate.client_answered(&held.parked, approved, &client);
+    }
+
+    /// Forgets the open question about `approval_id`, if any: a
+    /// `notifications/cancelled` for it, to send the client.
+    fn call_off_question(&mut self, approval_id: &str) -> Option<Vec<u8>> {
+        let key = self
+            .elicits
+            .iter()
+            .find(|(_, asked)| *asked == approval_id)
+            .map(|(key, _)| key.clone())?;
+        self.elicits.remove(&key);
+        let IdKey::String(id) = key else {
+            return None;
+        };
+        let mut out = String::from(
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"#,
+        );
+        json::write_string(&id, &mut out);
+        out.push_str(r#","reason":"#);
+        json::write_string(&format!("{approval_id} was settled otherwise"), &mut out);
+        out.push_str("}}\n");
+        Some(out.into_bytes())
     }
 
     /// The relay's own checks, the request id's first, then the gate. A refusal comes
@@ -2102,6 +2368,13 @@ impl<G: Gate> Relay<G> {
         match message {
             Message::Response(response) => self.server_response(frame, &response, logs),
             Message::Request(request) => {
+                if self.elicits.contains_key(&request.id.key) {
+                    logs.push(format!(
+                        "server: dropped request {}: the id is the relay's own question to the client",
+                        request.id.raw
+                    ));
+                    return Pass::Drop;
+                }
                 if self.server_requests.contains(&request.id.key) {
                     logs.push(format!(
                         "server: request id {} reused while pending",

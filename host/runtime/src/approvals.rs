@@ -324,6 +324,46 @@ impl Desk {
         }
     }
 
+    /// Places the answer of the MCP client's user (asked through elicitation) as the
+    /// decision on `ticket`'s park, `via: client`: approved with the scope the park
+    /// states, or denied. Nothing more: the [`Desk::settle`] waiting on the park wakes,
+    /// claims whichever decision stands (a person's placed first wins) and records it.
+    /// The client's word is not a signature; the record says where it came from.
+    ///
+    /// # Errors
+    /// The queue could not be opened or the decision placed (a decision already
+    /// standing is not an error).
+    pub fn client_decided(
+        &self,
+        ticket: &Ticket,
+        approved: bool,
+        client: &str,
+    ) -> Result<(), DeskError> {
+        let queue = self.queue()?;
+        let verdict = if approved {
+            DecisionVerdict::Approved {
+                scope: ticket.scope.clone(),
+            }
+        } else {
+            DecisionVerdict::Denied {
+                reason: "the client's user declined".to_owned(),
+            }
+        };
+        let decision = DecisionFile {
+            approval_id: ticket.approval_id.clone(),
+            verdict,
+            approver: Approver::Client {
+                client: client.to_owned(),
+                mechanism: aegis_record::approval::ClientMechanism::Elicitation,
+            },
+            decided_at: aegis_record::time::now(),
+        };
+        match queue.decide(&decision) {
+            Ok(()) | Err(DecideError::AlreadyDecided { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Judges a claimed decision and records what the host makes of it: the approver's
     /// own decision when honoured (or a denial), else the host's denial saying why not.
     fn honour(

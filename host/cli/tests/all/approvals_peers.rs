@@ -30,6 +30,12 @@ impl Held {
     /// Starts client.py calling `echo` once through `aegis wrap` (policy [`PARKS_ECHO`],
     /// a durable record, the queue in `queue/`, and `extra` wrap flags).
     fn start(extra: &[&str]) -> Held {
+        Held::start_answering(extra, None)
+    }
+
+    /// [`Held::start`] with client.py answering the relay's elicitation questions
+    /// `answer` (`accept` or `decline`; `None`: it declares no elicitation).
+    fn start_answering(extra: &[&str], answer: Option<&str>) -> Held {
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("host.key");
         let out = aegis()
@@ -42,6 +48,9 @@ impl Held {
         let server = peers_dir()
             .join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
         let mut cmd = Command::new("python3");
+        if let Some(answer) = answer {
+            cmd.env("AEGIS_TEST_ELICIT", answer);
+        }
         cmd.env("PYTHONPATH", peers_dir().join("py"))
             .arg(repo().join("tests/mcp-peers/client.py"))
             .arg("legacy")
@@ -361,5 +370,89 @@ fn an_undecided_call_expires_and_the_client_is_told() {
         Some(0),
         "{}",
         text(&verified.stdout)
+    );
+}
+
+/// The client's user approves through MCP elicitation (`--approve-via client`): the
+/// Python SDK's elicitation callback is asked (the question names the approval id), the
+/// call runs, and the record's one decision says `via: client`, `mechanism:
+/// elicitation`; it verifies, and is Indeterminate (exit 3) under a pinned approver key.
+#[test]
+fn the_clients_user_approves_through_elicitation_and_the_record_says_so() {
+    let mut held = Held::start_answering(&["--approve-via", "client"], Some("accept"));
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(false)), "{call:?}");
+    assert_eq!(field(&call, "text"), "Echo: approved by a person");
+    let got = object(&std::fs::read(held.dir.path().join("got.json")).unwrap());
+    let lines = held.lines();
+    let decisions = of_type(&lines, "decision");
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    let id = field(&decisions[0], "approval_id");
+    match got.get("elicited") {
+        Some(Value::Array(asked)) if asked.len() == 1 => {
+            assert!(format!("{:?}", asked[0]).contains(&id), "{asked:?}");
+        }
+        other => panic!("elicited: {other:?}"),
+    }
+    assert_eq!(
+        member(&decisions[0], &["approver", "via"]),
+        &Value::String("client".into())
+    );
+    assert_eq!(
+        member(&decisions[0], &["approver", "mechanism"]),
+        &Value::String("elicitation".into())
+    );
+    let verified = held.verify(&[]);
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        text(&verified.stderr)
+    );
+    let (_, other) = approver(held.dir.path(), "mallory");
+    let pinned = held.verify(&["--approver-key".as_ref(), other.as_os_str()]);
+    assert_eq!(pinned.status.code(), Some(3), "{}", text(&pinned.stdout));
+}
+
+/// The client's user declines: the client gets the refusal (`approval_denied`), the
+/// server never sees the call, and the decision is the client's denial.
+#[test]
+fn the_clients_user_declines_through_elicitation_and_nothing_runs() {
+    let mut held = Held::start_answering(&["--approve-via", "client"], Some("decline"));
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(true)), "{call:?}");
+    assert!(
+        field(&call, "result").contains("approval_denied"),
+        "{call:?}"
+    );
+    let lines = held.lines();
+    let decisions = of_type(&lines, "decision");
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    assert_eq!(
+        member(&decisions[0], &["approver", "via"]),
+        &Value::String("client".into())
+    );
+}
+
+/// A client that declared no elicitation is not asked: the park is filed in the queue
+/// and a person's approval there still runs it (the fallback).
+#[test]
+fn a_client_that_cannot_be_asked_falls_back_to_the_queue() {
+    let mut held = Held::start_answering(&["--approve-via", "client"], None);
+    let id = held.filed();
+    let (key, _) = approver(held.dir.path(), "alice");
+    let approved = held.approvals(&["approve", &id, "--approver-key", key.to_str().unwrap()]);
+    assert_eq!(
+        approved.status.code(),
+        Some(0),
+        "{}",
+        text(&approved.stderr)
+    );
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(false)), "{call:?}");
+    let decisions = of_type(&held.lines(), "decision");
+    assert_eq!(
+        member(&decisions[0], &["approver", "via"]),
+        &Value::String("key".into())
     );
 }
