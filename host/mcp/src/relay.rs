@@ -61,6 +61,11 @@
 //!   the server exits, the relay stops) goes to [`Gate::withdraw`], exactly once, and its
 //!   late settlement does nothing. A client that gave a progress token hears
 //!   `notifications/progress` while it waits ([`Relay::keep_alive`]).
+//! - With `approve_via_client` on and a client that declared form elicitation in its
+//!   `initialize`, a park also asks the client's user (`elicitation/create`, ids under
+//!   `aegis-relay/elicit/`). The client's answer to it is never forwarded to the server;
+//!   it goes to the gate as the client's decision, which the first decision of anyone
+//!   else may precede. A question still open when its park settles is withdrawn.
 //! - A change seen once (a tool changed, added, removed or listed twice) refuses that
 //!   tool for the rest of the session, even if a later listing shows it as pinned again,
 //!   and is written to the pins file as `held`. A tool whose definition names a pinned
@@ -87,6 +92,9 @@
 //!   call is decided at once (and refused).
 //! - A call inside a batch cannot wait for approval (the batch is answered as one): a
 //!   park there is withdrawn and the batch refused.
+//! - A client's answer to an elicitation says that the client answered, not that a
+//!   person read the question: a client may accept on its own. An answer sent inside a
+//!   client batch is not used (the batch is refused; the queue can still decide).
 //! - A task-augmented `tools/call` (MCP 2025-11-25) finishes when the server answers with
 //!   the task handle; the work the task does afterwards is not followed.
 //! - [`CallEnd::Cancelled`] means the client cancelled; the server may have run the call
