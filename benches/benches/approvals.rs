@@ -214,6 +214,9 @@ const POLL_CALLS: &[&str] = &["73"];
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const POLL_CALLS: &[&str] = &[];
 
+/// The most read of a thread's `/proc/…/syscall` line (a few dozen bytes).
+const PROC_FILE: aegis_files::Cap = aegis_files::Cap::new(4096, "a thread's /proc syscall file");
+
 /// Waits until thread `tid` sleeps in `poll` (so `settle` is waiting on its inotify
 /// watch and the decision wakes it, rather than being found on its first look). Where
 /// `/proc` cannot say, waits 20 ms instead.
@@ -225,7 +228,9 @@ fn until_polling(tid: &Option<String>) {
     let path = format!("/proc/self/task/{tid}/syscall");
     let give_up = Instant::now() + Duration::from_secs(10);
     loop {
-        let now = std::fs::read_to_string(&path).unwrap_or_default();
+        // Bounded and never through a link, as every read in this tree.
+        let now =
+            aegis_files::read_to_string(std::path::Path::new(&path), PROC_FILE).unwrap_or_default();
         if now
             .split(' ')
             .next()

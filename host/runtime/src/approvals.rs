@@ -85,6 +85,8 @@ pub struct Desk {
     front: Front,
     record: String,
     approvers: Option<Vec<TrustAnchor>>,
+    /// This host's name, read at the first park (never for a session that parks nothing).
+    hostname: std::sync::OnceLock<String>,
 }
 
 /// The host's own denial of a park, with why.
@@ -94,6 +96,20 @@ fn host_denial(approval_id: &str, why: HostSettled, reason: String) -> DecisionF
         verdict: DecisionVerdict::Denied { reason },
         approver: Approver::Host { why },
         decided_at: aegis_record::time::now(),
+    }
+}
+
+/// Places the host's denial of an expired park, unless a decision stands already (a
+/// person's placed just in time wins).
+fn deny_expired(queue: &Queue, approval_id: &str) -> Result<(), DecideError> {
+    let denial = host_denial(
+        approval_id,
+        HostSettled::Expired,
+        "no decision before the approval timeout".to_owned(),
+    );
+    match queue.decide(&denial) {
+        Ok(()) | Err(DecideError::AlreadyDecided { .. }) => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -119,6 +135,7 @@ impl Desk {
             front,
             record: record.into(),
             approvers,
+            hostname: std::sync::OnceLock::new(),
         }
     }
 
@@ -162,13 +179,13 @@ impl Desk {
             o.insert("values", b.values.clone());
             o
         });
-        let host = crate::whereabouts::this_host()
-            .get("hostname")
-            .and_then(|v| match v {
-                Value::String(s) => Some(s.clone()),
-                _ => None,
+        let host = self
+            .hostname
+            .get_or_init(|| match crate::whereabouts::this_host().get("hostname") {
+                Some(Value::String(name)) => name.clone(),
+                _ => "(unknown)".to_owned(),
             })
-            .unwrap_or_else(|| "(unknown)".to_owned());
+            .clone();
         let mut request = Request {
             approval_id: park.approval_id.to_owned(),
             parked_at: aegis_record::time::now(),
@@ -221,13 +238,8 @@ impl Desk {
         loop {
             let now = Instant::now();
             if now >= ticket.deadline {
-                let denial = host_denial(
-                    id,
-                    HostSettled::Expired,
-                    "no decision before the approval timeout".to_owned(),
-                );
-                match queue.decide(&denial) {
-                    Ok(()) | Err(DecideError::AlreadyDecided { .. }) => break,
+                match deny_expired(&queue, id) {
+                    Ok(()) => break,
                     Err(e) => return Err(failed(&e)),
                 }
             }
@@ -263,15 +275,7 @@ impl Desk {
         let decision = match queue.claim(approval_id) {
             Ok(d) => d,
             Err(ClaimError::NotDecided { .. }) if aegis_approvals::expired(&request) => {
-                let denial = host_denial(
-                    approval_id,
-                    HostSettled::Expired,
-                    "no decision before the approval timeout".to_owned(),
-                );
-                match queue.decide(&denial) {
-                    Ok(()) | Err(DecideError::AlreadyDecided { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
+                deny_expired(&queue, approval_id)?;
                 queue
                     .claim(approval_id)
                     .map_err(|e| claim_error(approval_id, e))?

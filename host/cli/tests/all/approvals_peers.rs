@@ -5,12 +5,12 @@
 //! its own key. What the client got, what the queue refuses afterwards and what the
 //! record proves are checked.
 
+use crate::common::approvals::{approver, of_type, one_call, one_request, record_lines, str_at};
 use crate::common::peers::{peers_dir, repo};
 use crate::common::{field, object, text};
 use aegis_record::json::{Object, Value};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 const PARKS_ECHO: &str = "version: 1\ndefault: allow\nrules:\n  - id: echo-needs-a-person\n    action: pending_approval\n    tool: echo\n";
 
@@ -82,34 +82,16 @@ impl Held {
         self.dir.path().join("queue")
     }
 
-    /// The id of the one request filed in the queue, once it is there. Waits as a person
-    /// would (no time is asserted; a park never filed fails after two minutes).
+    /// The id of the one request filed in the queue, once it is there.
     fn filed(&mut self) -> String {
-        let until = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Ok(entries) = std::fs::read_dir(self.queue()) {
-                let ids: Vec<String> = entries
-                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                    .filter_map(|n| n.strip_suffix(".request").map(str::to_owned))
-                    .collect();
-                if let [id] = ids.as_slice() {
-                    return id.clone();
-                }
-                assert!(ids.len() < 2, "more than one request: {ids:?}");
-            }
-            if let Some(status) = self.client.try_wait().unwrap() {
-                panic!(
-                    "the client ended ({status}) before a request was filed: {}",
-                    self.stderr()
-                );
-            }
-            assert!(
-                Instant::now() < until,
-                "no request filed: {}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let (client, stderr) = (&mut self.client, self.dir.path().join("stderr"));
+        one_request(&self.dir.path().join("queue"), || {
+            let status = client.try_wait().unwrap()?;
+            Some(format!(
+                "the client ended ({status}): {}",
+                text(&std::fs::read(&stderr).unwrap_or_default())
+            ))
+        })
     }
 
     fn stderr(&self) -> String {
@@ -131,21 +113,12 @@ impl Held {
     fn finish(&mut self) -> Object {
         let status = self.client.wait().unwrap();
         assert!(status.success(), "client.py failed: {}", self.stderr());
-        let got = object(&std::fs::read(self.dir.path().join("got.json")).unwrap());
-        match got.get("calls") {
-            Some(Value::Array(calls)) if calls.len() == 1 => calls[0].as_object().unwrap().clone(),
-            other => panic!("calls: {other:?}"),
-        }
+        one_call(&self.dir.path().join("got.json"))
     }
 
     /// The record's lines.
     fn lines(&self) -> Vec<Object> {
-        std::fs::read(self.dir.path().join("record.jsonl"))
-            .unwrap()
-            .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(object)
-            .collect()
+        record_lines(&self.dir.path().join("record.jsonl"))
     }
 
     /// `aegis verify RECORD ARGS`.
@@ -157,39 +130,6 @@ impl Held {
             .output()
             .unwrap()
     }
-}
-
-/// A person's key: its seed file and a file of its `public_key`/`key_id` lines.
-fn approver(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let key = dir.join(name);
-    let out = aegis()
-        .args(["keygen", "--out"])
-        .arg(&key)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let public = dir.join(format!("{name}.pub"));
-    std::fs::write(&public, &out.stdout).unwrap();
-    (key, public)
-}
-
-fn of_type(lines: &[Object], t: &str) -> Vec<Object> {
-    lines
-        .iter()
-        .filter(|l| field(l, "line_type") == t)
-        .cloned()
-        .collect()
-}
-
-fn member<'a>(o: &'a Object, path: &[&str]) -> &'a Value {
-    let mut v = o.get(path[0]).unwrap_or_else(|| panic!("no {}", path[0]));
-    for key in &path[1..] {
-        v = v
-            .as_object()
-            .and_then(|o| o.get(key))
-            .unwrap_or_else(|| panic!("no {key} in {path:?}"));
-    }
-    v
 }
 
 /// The whole walk: the call waits, `show` states what approving authorises, a person
@@ -236,19 +176,16 @@ fn an_approved_call_runs_and_the_record_proves_who_approved_it() {
     let outcomes = of_type(&lines, "outcome");
     let parked: Vec<_> = outcomes
         .iter()
-        .filter(|o| member(o, &["policy", "status"]).as_str() == Some("pending_approval"))
+        .filter(|o| str_at(o, &["policy", "status"]) == Some("pending_approval"))
         .collect();
     assert_eq!(parked.len(), 1, "{outcomes:?}");
     assert_eq!(
-        member(parked[0], &["policy", "approval_id"]).as_str(),
+        str_at(parked[0], &["policy", "approval_id"]),
         Some(id.as_str())
     );
     let decisions = of_type(&lines, "decision");
     assert_eq!(decisions.len(), 1);
-    assert_eq!(
-        member(&decisions[0], &["approver", "via"]).as_str(),
-        Some("key")
-    );
+    assert_eq!(str_at(&decisions[0], &["approver", "via"]), Some("key"));
     let resumed: Vec<_> = outcomes
         .iter()
         .filter(|o| {
@@ -260,10 +197,7 @@ fn an_approved_call_runs_and_the_record_proves_who_approved_it() {
         })
         .collect();
     assert_eq!(resumed.len(), 1, "{outcomes:?}");
-    assert_eq!(
-        member(resumed[0], &["policy", "status"]).as_str(),
-        Some("allowed")
-    );
+    assert_eq!(str_at(resumed[0], &["policy", "status"]), Some("allowed"));
 
     let pinned = held.verify(&["--approver-key".as_ref(), public.as_os_str()]);
     assert_eq!(pinned.status.code(), Some(0), "{}", text(&pinned.stdout));
@@ -360,10 +294,7 @@ fn an_undecided_call_expires_and_the_client_is_told() {
     let lines = held.lines();
     let decisions = of_type(&lines, "decision");
     assert_eq!(decisions.len(), 1);
-    assert_eq!(
-        member(&decisions[0], &["approver", "via"]).as_str(),
-        Some("host")
-    );
+    assert_eq!(str_at(&decisions[0], &["approver", "via"]), Some("host"));
     let verified = held.verify(&[]);
     assert_eq!(
         verified.status.code(),
@@ -394,13 +325,10 @@ fn the_clients_user_approves_through_elicitation_and_the_record_says_so() {
         }
         other => panic!("elicited: {other:?}"),
     }
+    assert_eq!(str_at(&decisions[0], &["approver", "via"]), Some("client"));
     assert_eq!(
-        member(&decisions[0], &["approver", "via"]),
-        &Value::String("client".into())
-    );
-    assert_eq!(
-        member(&decisions[0], &["approver", "mechanism"]),
-        &Value::String("elicitation".into())
+        str_at(&decisions[0], &["approver", "mechanism"]),
+        Some("elicitation")
     );
     let verified = held.verify(&[]);
     assert_eq!(
@@ -428,10 +356,7 @@ fn the_clients_user_declines_through_elicitation_and_nothing_runs() {
     let lines = held.lines();
     let decisions = of_type(&lines, "decision");
     assert_eq!(decisions.len(), 1, "{decisions:?}");
-    assert_eq!(
-        member(&decisions[0], &["approver", "via"]),
-        &Value::String("client".into())
-    );
+    assert_eq!(str_at(&decisions[0], &["approver", "via"]), Some("client"));
 }
 
 /// A client that declared no elicitation is not asked: the park is filed in the queue
@@ -451,8 +376,5 @@ fn a_client_that_cannot_be_asked_falls_back_to_the_queue() {
     let call = held.finish();
     assert_eq!(call.get("isError"), Some(&Value::Bool(false)), "{call:?}");
     let decisions = of_type(&held.lines(), "decision");
-    assert_eq!(
-        member(&decisions[0], &["approver", "via"]),
-        &Value::String("key".into())
-    );
+    assert_eq!(str_at(&decisions[0], &["approver", "via"]), Some("key"));
 }

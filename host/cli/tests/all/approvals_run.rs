@@ -3,6 +3,7 @@
 //! arguments, a second use, a denial and a call not yet decided are each refused with
 //! their documented exit code, and the record verifies with the approver pinned.
 
+use crate::common::approvals::{approver, record_lines};
 use crate::common::{field, object, text};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -27,14 +28,9 @@ struct Desk {
 impl Desk {
     fn new() -> Desk {
         let dir = tempfile::tempdir().unwrap();
+        // The host's key and a person's, each with its public lines beside it.
         for name in ["host.key", "alice.key"] {
-            let out = aegis()
-                .args(["keygen", "--out"])
-                .arg(dir.path().join(name))
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{}", text(&out.stderr));
-            std::fs::write(dir.path().join(format!("{name}.pub")), &out.stdout).unwrap();
+            approver(dir.path(), name);
         }
         std::fs::write(dir.path().join("policy.yaml"), PARKS_DEPLOY).unwrap();
         Desk { dir }
@@ -131,12 +127,7 @@ fn an_approved_park_runs_once_with_the_same_arguments() {
         "{}",
         text(&verified.stdout)
     );
-    let lines: Vec<_> = std::fs::read(desk.path("record.jsonl"))
-        .unwrap()
-        .split(|&b| b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(object)
-        .collect();
+    let lines = record_lines(&desk.path("record.jsonl"));
     let resumed = lines
         .iter()
         .filter(|l| field(l, "line_type") == "outcome")

@@ -6,14 +6,15 @@
 //!
 //! No time is asserted: the waits are bounded only so a hung test fails.
 
+use crate::common::approvals::{approver, of_type, one_call, one_request, record_lines, str_at};
 use crate::common::peers::{peers_dir, repo};
-use crate::common::{field, object, text};
+use crate::common::{field, text};
 use aegis_record::json::{Object, Value};
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const PARKS_ECHO: &str = "version: 1\ndefault: allow\nrules:\n  - id: echo-needs-a-person\n    action: pending_approval\n    tool: echo\n";
 
@@ -125,27 +126,12 @@ impl Held {
 
     /// The id of the one request filed in the queue, once it is there.
     fn filed(&mut self) -> String {
-        let until = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Ok(entries) = std::fs::read_dir(self.queue()) {
-                let ids: Vec<String> = entries
-                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                    .filter_map(|n| n.strip_suffix(".request").map(str::to_owned))
-                    .collect();
-                if let [id] = ids.as_slice() {
-                    return id.clone();
-                }
-                assert!(ids.len() < 2, "more than one request: {ids:?}");
-            }
-            if let Some(status) = self.client.try_wait().unwrap() {
-                panic!(
-                    "the client ended ({status}) before a request was filed: {}",
-                    self.said()
-                );
-            }
-            assert!(Instant::now() < until, "no request filed: {}", self.said());
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let queue = self.queue();
+        let ended = |held: &mut Held| {
+            let status = held.client.try_wait().unwrap()?;
+            Some(format!("the client ended ({status}): {}", held.said()))
+        };
+        one_request(&queue, || ended(self))
     }
 
     /// `aegis approvals ARGS --approvals QUEUE`.
@@ -169,20 +155,11 @@ impl Held {
         rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
         let ended = self.gateway.wait().unwrap();
         assert_eq!(ended.code(), Some(0), "{}", self.said());
-        let got = object(&std::fs::read(self.dir.path().join("got.json")).unwrap());
-        match got.get("calls") {
-            Some(Value::Array(calls)) if calls.len() == 1 => calls[0].as_object().unwrap().clone(),
-            other => panic!("calls: {other:?}"),
-        }
+        one_call(&self.dir.path().join("got.json"))
     }
 
     fn lines(&self) -> Vec<Object> {
-        std::fs::read(self.dir.path().join("record.jsonl"))
-            .unwrap()
-            .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(object)
-            .collect()
+        record_lines(&self.dir.path().join("record.jsonl"))
     }
 
     /// `aegis verify RECORD ARGS`.
@@ -204,40 +181,6 @@ impl Drop for Held {
         let _ = self.client.wait();
         let _ = self.gateway.wait();
     }
-}
-
-/// A person's key: its seed file and a file of its `public_key`/`key_id` lines.
-fn approver(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let key = dir.join(name);
-    let out = aegis()
-        .args(["keygen", "--out"])
-        .arg(&key)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let public = dir.join(format!("{name}.pub"));
-    std::fs::write(&public, &out.stdout).unwrap();
-    (key, public)
-}
-
-fn of_type(lines: &[Object], t: &str) -> Vec<Object> {
-    lines
-        .iter()
-        .filter(|l| field(l, "line_type") == t)
-        .cloned()
-        .collect()
-}
-
-fn member<'a>(o: &'a Object, path: &[&str]) -> Option<&'a Value> {
-    let mut v = o.get(path[0])?;
-    for key in &path[1..] {
-        v = v.as_object()?.get(key)?;
-    }
-    Some(v)
-}
-
-fn str_at<'a>(o: &'a Object, path: &[&str]) -> Option<&'a str> {
-    member(o, path).and_then(Value::as_str)
 }
 
 /// The park's outcome, and the outcomes of calls resumed under `id`.

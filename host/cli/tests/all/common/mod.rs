@@ -1,6 +1,7 @@
 //! Reading JSON lines in the wrap tests: what the client received and what the record
 //! holds.
 
+pub mod approvals;
 pub mod fifo;
 pub mod peers;
 
