@@ -9,13 +9,13 @@ use crate::{
     AuditSink, AuditSink_TO, AuditSinkBox, CallAnswer, ConfinementBackend, ConfinementBackend_TO,
     ConfinementBackendBox, ConfinementReport, ConfinementRequest, IndexedAnswer, IndexedDecision,
     PluginError, PolicyDecision, PolicyEvaluator, PolicyEvaluator_TO, PolicyEvaluatorBox,
-    PolicyRequest, RateLedgerBox, Retention, StoredSession, Tail, each_axis, guard,
+    PolicyRequest, RateLedgerBox, Retention, StoredApproval, StoredSession, Tail, each_axis, guard,
     index_decisions,
 };
 use abi_stable::sabi_trait::TD_Opaque;
 #[cfg(not(aegis_api_before_indexed))]
 use abi_stable::std_types::RSliceMut;
-use abi_stable::std_types::{RResult, RSlice, RStr, RString, RVec};
+use abi_stable::std_types::{ROption, RResult, RSlice, RStr, RString, RVec};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Instant;
@@ -174,6 +174,62 @@ pub trait Sink: Send + Sync + 'static {
     fn take_rate(&self, bucket: &str, max: u64, per_seconds: u64) -> Result<bool, PluginError> {
         let _ = (bucket, max, per_seconds);
         Err(PluginError::unsupported("shared rate limit"))
+    }
+    /// Files an approvals request; see [`AuditSink::approval_file`].
+    ///
+    /// # Errors
+    /// UNSUPPORTED by default: a store without an approvals queue.
+    fn approval_file(&self, id: &str, request: &[u8]) -> Result<bool, PluginError> {
+        let _ = (id, request);
+        Err(PluginError::unsupported("approvals queue"))
+    }
+    /// One approvals request; see [`AuditSink::approval_read`].
+    ///
+    /// # Errors
+    /// UNSUPPORTED by default.
+    fn approval_read(&self, id: &str) -> Result<Option<StoredApproval>, PluginError> {
+        let _ = id;
+        Err(PluginError::unsupported("approvals queue"))
+    }
+    /// The approvals queue; see [`AuditSink::approval_list`].
+    ///
+    /// # Errors
+    /// UNSUPPORTED by default.
+    fn approval_list(&self, max: u32) -> Result<Vec<StoredApproval>, PluginError> {
+        let _ = max;
+        Err(PluginError::unsupported("approvals queue"))
+    }
+    /// Places a decision; see [`AuditSink::approval_decide`].
+    ///
+    /// # Errors
+    /// UNSUPPORTED by default.
+    fn approval_decide(&self, id: &str, decision: &[u8]) -> Result<bool, PluginError> {
+        let _ = (id, decision);
+        Err(PluginError::unsupported("approvals queue"))
+    }
+    /// Claims a decision; see [`AuditSink::approval_claim`].
+    ///
+    /// # Errors
+    /// UNSUPPORTED by default.
+    fn approval_claim(&self, id: &str) -> Result<Option<Vec<u8>>, PluginError> {
+        let _ = id;
+        Err(PluginError::unsupported("approvals queue"))
+    }
+    /// Waits for a decision; see [`AuditSink::approval_wait`].
+    ///
+    /// # Errors
+    /// UNSUPPORTED by default.
+    fn approval_wait(&self, id: &str, timeout_ms: u64) -> Result<bool, PluginError> {
+        let _ = (id, timeout_ms);
+        Err(PluginError::unsupported("approvals queue"))
+    }
+    /// Removes a request; see [`AuditSink::approval_remove`].
+    ///
+    /// # Errors
+    /// UNSUPPORTED by default.
+    fn approval_remove(&self, id: &str) -> Result<(), PluginError> {
+        let _ = id;
+        Err(PluginError::unsupported("approvals queue"))
     }
 }
 
@@ -453,6 +509,42 @@ impl<T: Sink> AuditSink for Guarded<T> {
         per_seconds: u64,
     ) -> RResult<bool, PluginError> {
         guard(|| self.0.take_rate(bucket.as_str(), max, per_seconds))
+    }
+
+    fn approval_file(&self, id: RStr<'_>, request: RSlice<'_, u8>) -> RResult<bool, PluginError> {
+        guard(|| self.0.approval_file(id.as_str(), request.as_slice()))
+    }
+
+    fn approval_read(&self, id: RStr<'_>) -> RResult<ROption<StoredApproval>, PluginError> {
+        guard(|| self.0.approval_read(id.as_str()).map(ROption::from))
+    }
+
+    fn approval_list(&self, max: u32) -> RResult<RVec<StoredApproval>, PluginError> {
+        guard(|| self.0.approval_list(max).map(RVec::from))
+    }
+
+    fn approval_decide(
+        &self,
+        id: RStr<'_>,
+        decision: RSlice<'_, u8>,
+    ) -> RResult<bool, PluginError> {
+        guard(|| self.0.approval_decide(id.as_str(), decision.as_slice()))
+    }
+
+    fn approval_claim(&self, id: RStr<'_>) -> RResult<ROption<RVec<u8>>, PluginError> {
+        guard(|| {
+            self.0
+                .approval_claim(id.as_str())
+                .map(|d| ROption::from(d.map(RVec::from)))
+        })
+    }
+
+    fn approval_wait(&self, id: RStr<'_>, timeout_ms: u64) -> RResult<bool, PluginError> {
+        guard(|| self.0.approval_wait(id.as_str(), timeout_ms))
+    }
+
+    fn approval_remove(&self, id: RStr<'_>) -> RResult<(), PluginError> {
+        guard(|| self.0.approval_remove(id.as_str()))
     }
 }
 

@@ -819,6 +819,94 @@ pub trait AuditSink: Send + Sync {
         let _ = (bucket, max, per_seconds);
         RResult::RErr(PluginError::unsupported("shared rate limit"))
     }
+
+    /// Files the approvals request `request` (canonical JSON, as the host's queue writes
+    /// it) under approval id `id` in the store's approvals queue: `false`, with nothing
+    /// changed, when `id` has a request already. The approvals methods let a store many
+    /// hosts write hold the queue a person decides parked calls from, so that any
+    /// process reaching the store can approve a park any host made; the host keeps the
+    /// rules (who may decide, expiry, checking the approver's signature). A store
+    /// without a queue answers [`ErrorKind::UNSUPPORTED`] to all of them.
+    ///
+    /// Added after `take_rate`, with a default body that answers UNSUPPORTED.
+    fn approval_file(&self, id: RStr<'_>, request: RSlice<'_, u8>) -> RResult<bool, PluginError> {
+        let _ = (id, request);
+        RResult::RErr(PluginError::unsupported("approvals queue"))
+    }
+
+    /// The request of `id` with its decision and whether it was claimed; `RNone` when
+    /// the queue has no request of that id.
+    ///
+    /// Added after `take_rate`, with a default body that answers UNSUPPORTED.
+    fn approval_read(&self, id: RStr<'_>) -> RResult<ROption<StoredApproval>, PluginError> {
+        let _ = id;
+        RResult::RErr(PluginError::unsupported("approvals queue"))
+    }
+
+    /// Up to `max` requests of the queue, oldest filed first. The host asks one more
+    /// than it lists, so a queue longer than that is refused rather than cut.
+    ///
+    /// Added after `take_rate`, with a default body that answers UNSUPPORTED.
+    fn approval_list(&self, max: u32) -> RResult<RVec<StoredApproval>, PluginError> {
+        let _ = max;
+        RResult::RErr(PluginError::unsupported("approvals queue"))
+    }
+
+    /// Places `decision` as the one decision of request `id`, and wakes every
+    /// [`AuditSink::approval_wait`] on it: `false`, with nothing changed, when there is
+    /// no such request or it has a decision already. Of deciders racing, exactly one
+    /// gets `true`.
+    ///
+    /// Added after `take_rate`, with a default body that answers UNSUPPORTED.
+    fn approval_decide(
+        &self,
+        id: RStr<'_>,
+        decision: RSlice<'_, u8>,
+    ) -> RResult<bool, PluginError> {
+        let _ = (id, decision);
+        RResult::RErr(PluginError::unsupported("approvals queue"))
+    }
+
+    /// Marks the decision of `id` claimed and returns it, once: `RNone` when it has no
+    /// decision or was claimed already. Of claimers racing, exactly one gets it.
+    ///
+    /// Added after `take_rate`, with a default body that answers UNSUPPORTED.
+    fn approval_claim(&self, id: RStr<'_>) -> RResult<ROption<RVec<u8>>, PluginError> {
+        let _ = id;
+        RResult::RErr(PluginError::unsupported("approvals queue"))
+    }
+
+    /// Returns `true` once request `id` has a decision (at the call, or when a decision
+    /// is placed from any process), `false` when `timeout_ms` milliseconds pass first.
+    /// The store wakes the waiter itself: no polling loop.
+    ///
+    /// Added after `take_rate`, with a default body that answers UNSUPPORTED.
+    fn approval_wait(&self, id: RStr<'_>, timeout_ms: u64) -> RResult<bool, PluginError> {
+        let _ = (id, timeout_ms);
+        RResult::RErr(PluginError::unsupported("approvals queue"))
+    }
+
+    /// Removes request `id` and its decision; nothing when there is none.
+    ///
+    /// Added after `take_rate`, with a default body that answers UNSUPPORTED.
+    fn approval_remove(&self, id: RStr<'_>) -> RResult<(), PluginError> {
+        let _ = id;
+        RResult::RErr(PluginError::unsupported("approvals queue"))
+    }
+}
+
+/// One request of a store's approvals queue, as [`AuditSink::approval_read`] returns it.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
+pub struct StoredApproval {
+    /// Its approval id.
+    pub id: RString,
+    /// The request as filed, byte-exact.
+    pub request: RVec<u8>,
+    /// The decision placed on it, byte-exact; `RNone` while undecided.
+    pub decision: ROption<RVec<u8>>,
+    /// Whether its decision has been claimed.
+    pub used: bool,
 }
 
 /// One session a store holds, as [`AuditSink::sessions`] lists it.

@@ -79,6 +79,14 @@ pub enum QueueError {
         /// The request file that is not there.
         path: PathBuf,
     },
+    /// The store holding the queue failed (unreachable, refused).
+    #[error("approvals queue in {location}: {message}")]
+    Store {
+        /// The store.
+        location: String,
+        /// Its message.
+        message: String,
+    },
     /// No default directory: neither an absolute `$XDG_STATE_HOME` nor `$HOME`.
     #[error(
         "no approvals directory: set XDG_STATE_HOME (absolute) or HOME, or name one (--approvals DIR)"

@@ -47,16 +47,19 @@
 
 mod error;
 mod files;
+mod store;
 mod wait;
 
 pub use error::{ClaimError, DecideError, QueueError};
 pub use files::{ARGUMENTS_CAP, DECISION_FORMAT, DecisionFile, Front, REQUEST_FORMAT, Request};
+pub use store::{Store, Stored};
 
 use aegis_files::{Cap, FileError};
 use aegis_record::DecisionVerdict;
 use aegis_record::json::{self, Object, Value};
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The most the queue reads of one file. A request's arguments are at most 64 KiB;
 /// escaped, with its scope and bound axes, a request stays well inside this.
@@ -110,15 +113,24 @@ pub struct Listed {
     pub state: State,
 }
 
-/// The queue directory, checked.
+/// The queue: a directory, checked, or a store.
 #[derive(Clone, Debug)]
 pub struct Queue {
-    dir: PathBuf,
+    at: At,
+    /// What rows or files are named under in errors: the directory, or the store's
+    /// location.
+    base: PathBuf,
+}
+
+#[derive(Clone, Debug)]
+enum At {
+    Dir,
+    Store(Arc<dyn Store>),
 }
 
 /// The kinds of file, by suffix.
-const REQUEST: &str = "request";
-const DECISION: &str = "decision";
+pub(crate) const REQUEST: &str = "request";
+pub(crate) const DECISION: &str = "decision";
 const USED: &str = "used";
 
 impl Queue {
@@ -181,18 +193,47 @@ impl Queue {
             }
         }
         Ok(Queue {
-            dir: dir.to_owned(),
+            at: At::Dir,
+            base: dir.to_owned(),
         })
     }
 
-    /// The directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// The queue a store holds: the audit store many hosts write, so that whoever
+    /// reaches the store can decide a park any of them made.
+    pub fn in_store(store: Arc<dyn Store>) -> Queue {
+        Queue {
+            base: PathBuf::from(store.location()),
+            at: At::Store(store),
+        }
+    }
+
+    /// The directory; `None` for a queue in a store.
+    pub fn dir(&self) -> Option<&Path> {
+        match self.at {
+            At::Dir => Some(&self.base),
+            At::Store(_) => None,
+        }
+    }
+
+    /// Where the queue is, for an operator: the directory, or the store.
+    pub fn location(&self) -> String {
+        self.base.display().to_string()
+    }
+
+    /// The store's operations, for a queue in a store.
+    fn in_store_ops(&self) -> Option<store::InStore<'_>> {
+        match &self.at {
+            At::Dir => None,
+            At::Store(s) => Some(store::InStore {
+                store: s.as_ref(),
+                base: &self.base,
+            }),
+        }
     }
 
     /// The path of `<id>.<kind>`.
     fn path(&self, id: &str, kind: &str) -> PathBuf {
-        self.dir.join(format!("{id}.{kind}"))
+        self.base.join(format!("{id}.{kind}"))
     }
 
     /// The request file of `id` (whether or not it exists).
@@ -206,6 +247,9 @@ impl Queue {
     /// An ill-formed id, a request of that id already there, or the write failed.
     pub fn file(&self, request: &Request) -> Result<(), QueueError> {
         checked_id(&request.approval_id)?;
+        if let Some(s) = self.in_store_ops() {
+            return s.file(request);
+        }
         let path = self.path(&request.approval_id, REQUEST);
         place(&path, &request.to_object())
     }
@@ -216,6 +260,9 @@ impl Queue {
     /// [`QueueError::BadId`], [`QueueError::NoSuchRequest`], or the file refused.
     pub fn request(&self, id: &str) -> Result<Request, QueueError> {
         checked_id(id)?;
+        if let Some(s) = self.in_store_ops() {
+            return s.request(id);
+        }
         let path = self.path(id, REQUEST);
         let obj = read_object(&path)?.ok_or(QueueError::NoSuchRequest { path: path.clone() })?;
         let r = Request::from_object(&obj, &path)?;
@@ -228,6 +275,10 @@ impl Queue {
     /// # Errors
     /// As [`Queue::request`], or a decision file refused.
     pub fn state(&self, id: &str) -> Result<State, QueueError> {
+        if let Some(s) = self.in_store_ops() {
+            checked_id(id)?;
+            return s.state(id);
+        }
         let request = self.request(id)?;
         self.state_of(&request)
     }
@@ -261,15 +312,26 @@ impl Queue {
     /// # Errors
     /// [`QueueError::TooMany`], the directory unreadable, or a file refused.
     pub fn list(&self) -> Result<Vec<Listed>, QueueError> {
-        let entries = std::fs::read_dir(&self.dir).map_err(QueueError::io(&self.dir))?;
+        let mut listed = match self.in_store_ops() {
+            Some(s) => s.list()?,
+            None => self.list_dir()?,
+        };
+        listed.sort_by(|a, b| {
+            (&a.request.parked_at, &a.request.approval_id)
+                .cmp(&(&b.request.parked_at, &b.request.approval_id))
+        });
+        Ok(listed)
+    }
+
+    fn list_dir(&self) -> Result<Vec<Listed>, QueueError> {
+        let dir = &self.base;
+        let entries = std::fs::read_dir(dir).map_err(QueueError::io(dir))?;
         let mut ids = Vec::new();
         for (n, entry) in entries.enumerate() {
             if n >= MAX_ENTRIES {
-                return Err(QueueError::TooMany {
-                    path: self.dir.clone(),
-                });
+                return Err(QueueError::TooMany { path: dir.clone() });
             }
-            let entry = entry.map_err(QueueError::io(&self.dir))?;
+            let entry = entry.map_err(QueueError::io(dir))?;
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
             if let Some(id) = name.strip_suffix(".request")
@@ -289,10 +351,6 @@ impl Queue {
             let state = self.state_of(&request)?;
             listed.push(Listed { request, state });
         }
-        listed.sort_by(|a, b| {
-            (&a.request.parked_at, &a.request.approval_id)
-                .cmp(&(&b.request.parked_at, &b.request.approval_id))
-        });
         Ok(listed)
     }
 
@@ -308,6 +366,10 @@ impl Queue {
     /// queue refused.
     pub fn decide(&self, decision: &DecisionFile) -> Result<(), DecideError> {
         let id = decision.approval_id.as_str();
+        if let Some(s) = self.in_store_ops() {
+            checked_id(id)?;
+            return s.decide(decision);
+        }
         let request = match self.request(id) {
             Ok(r) => r,
             Err(QueueError::NoSuchRequest { path }) => {
@@ -364,6 +426,9 @@ impl Queue {
     /// (the claimed file unreadable: the claim then stands, unused).
     pub fn claim(&self, id: &str) -> Result<DecisionFile, ClaimError> {
         checked_id(id)?;
+        if let Some(s) = self.in_store_ops() {
+            return s.claim(id);
+        }
         let from = self.path(id, DECISION);
         let to = self.path(id, USED);
         match rename_noreplace(&from, &to) {
@@ -380,7 +445,7 @@ impl Queue {
             }
             Err(e) => return Err(QueueError::io(&from)(e).into()),
         }
-        sync_dir(&self.dir)?;
+        sync_dir(&self.base)?;
         let d = self
             .decision_at(&to, id)?
             .ok_or_else(|| QueueError::io(&to)(std::io::ErrorKind::NotFound.into()))?;
@@ -398,8 +463,11 @@ impl Queue {
         deadline: std::time::Instant,
     ) -> Result<Option<DecisionFile>, QueueError> {
         checked_id(id)?;
+        if let Some(s) = self.in_store_ops() {
+            return s.wait(id, deadline);
+        }
         let name = format!("{id}.{DECISION}");
-        let watch = wait::Watch::new(&self.dir)?;
+        let watch = wait::Watch::new(&self.base)?;
         loop {
             // Looked at after the watch is set, and after each event naming it: a
             // decision placed at any moment is seen.
@@ -421,6 +489,9 @@ impl Queue {
     /// A file that is there could not be removed.
     pub fn remove(&self, id: &str) -> Result<(), QueueError> {
         checked_id(id)?;
+        if let Some(s) = self.in_store_ops() {
+            return s.remove(id);
+        }
         for kind in [REQUEST, USED, DECISION] {
             let path = self.path(id, kind);
             match std::fs::remove_file(&path) {
@@ -429,7 +500,7 @@ impl Queue {
                 Err(e) => return Err(QueueError::io(&path)(e)),
             }
         }
-        sync_dir(&self.dir)
+        sync_dir(&self.base)
     }
 }
 
@@ -439,7 +510,7 @@ pub fn expired(request: &Request) -> bool {
     request.expires_at.as_str() < aegis_record::time::now().as_str()
 }
 
-fn checked_id(id: &str) -> Result<(), QueueError> {
+pub(crate) fn checked_id(id: &str) -> Result<(), QueueError> {
     if is_approval_id(id) {
         Ok(())
     } else {
@@ -447,7 +518,7 @@ fn checked_id(id: &str) -> Result<(), QueueError> {
     }
 }
 
-fn same_id(path: &Path, want: &str, got: &str) -> Result<(), QueueError> {
+pub(crate) fn same_id(path: &Path, want: &str, got: &str) -> Result<(), QueueError> {
     if want == got {
         Ok(())
     } else {
@@ -514,6 +585,12 @@ fn read_object(path: &Path) -> Result<Option<Object>, QueueError> {
     file.take(FILE_CAP.bytes + 1)
         .read_to_end(&mut bytes)
         .map_err(QueueError::io(path))?;
+    parse_object(&bytes, path).map(Some)
+}
+
+/// The object `bytes` hold (a file's, or a store's row named `path`): at most
+/// [`FILE_CAP`], the record's JSON, one object.
+pub(crate) fn parse_object(bytes: &[u8], path: &Path) -> Result<Object, QueueError> {
     if bytes.len() as u64 > FILE_CAP.bytes {
         return Err(FileError::TooLarge {
             path: path.to_owned(),
@@ -521,8 +598,8 @@ fn read_object(path: &Path) -> Result<Option<Object>, QueueError> {
         }
         .into());
     }
-    match json::parse(&bytes) {
-        Ok(Value::Object(o)) => Ok(Some(o)),
+    match json::parse(bytes) {
+        Ok(Value::Object(o)) => Ok(o),
         Ok(_) => Err(QueueError::field(path, "", "not a JSON object")),
         Err(source) => Err(QueueError::Json {
             path: path.to_owned(),

@@ -140,9 +140,9 @@ fn a_request_round_trips_and_a_listing_ignores_other_names() {
         &format!("{}.request", r.approval_id.to_uppercase()),
         ".aegis-0011223344556677.tmp",
     ] {
-        std::fs::write(q.dir().join(name), b"{garbage").unwrap();
+        std::fs::write(q.dir().unwrap().join(name), b"{garbage").unwrap();
     }
-    std::fs::create_dir(q.dir().join("apr-0000.request")).unwrap();
+    std::fs::create_dir(q.dir().unwrap().join("apr-0000.request")).unwrap();
     let listed = q.list().unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].request, r);
@@ -330,11 +330,16 @@ fn a_decision_is_claimed_once_and_never_replaced() {
     // Once used, no second decision can be placed to be claimed again.
     let e = q.decide(&decision(id, "key", false)).unwrap_err();
     assert!(matches!(e, DecideError::AlreadyDecided { .. }), "{e}");
-    assert!(!q.dir().join(format!("{id}.decision")).exists());
+    assert!(!q.dir().unwrap().join(format!("{id}.decision")).exists());
     assert_eq!(q.state(id).unwrap(), State::Used(d));
     q.remove(id).unwrap();
     assert!(q.list().unwrap().is_empty());
-    assert!(std::fs::read_dir(q.dir()).unwrap().next().is_none());
+    assert!(
+        std::fs::read_dir(q.dir().unwrap())
+            .unwrap()
+            .next()
+            .is_none()
+    );
 }
 
 #[test]
@@ -420,7 +425,7 @@ fn a_wait_is_woken_by_a_decision_from_another_process() {
         .args(["--exact", "child_decides", "--quiet", "--test-threads=1"])
         .env(
             "AEGIS_APPROVALS_TEST_CHILD",
-            format!("{}\n{}", q.dir().display(), r.approval_id),
+            format!("{}\n{}", q.dir().unwrap().display(), r.approval_id),
         )
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -439,7 +444,7 @@ fn a_wait_is_woken_by_a_decision_from_another_process() {
 fn a_listing_past_its_bound_is_refused_not_cut() {
     let (_tmp, q) = queue();
     for i in 0..=aegis_approvals::MAX_ENTRIES {
-        std::fs::write(q.dir().join(format!("junk-{i}")), b"").unwrap();
+        std::fs::write(q.dir().unwrap().join(format!("junk-{i}")), b"").unwrap();
     }
     let e = q.list().unwrap_err();
     assert!(matches!(e, QueueError::TooMany { .. }), "{e}");

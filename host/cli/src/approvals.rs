@@ -88,22 +88,39 @@ pub struct QueueFlag {
 }
 
 impl QueueFlag {
-    fn open(&self) -> Result<Queue, CliError> {
-        let dir = match &self.dir {
-            Some(d) => d.clone(),
-            None => Queue::default_dir().map_err(|e| CliError::Usage(e.to_string()))?,
+    /// The queue the hosts file parks in: `--approvals DIR`; else, with `--profile`,
+    /// its `[operator.approvals] dir`, or the queue its audit store keeps (a database
+    /// every host writes); else the default directory.
+    fn open(&self, profile: Option<&str>) -> Result<Queue, CliError> {
+        let dir = match (&self.dir, profile) {
+            (Some(d), _) => d.clone(),
+            (None, Some(profile)) => {
+                let profile = crate::use_profile(profile)?;
+                match &profile.operator.approvals_dir {
+                    Some(dir) => dir.value.clone(),
+                    None => match crate::plugins::store_queue(&profile)? {
+                        Some(queue) => return Ok(queue),
+                        None => default_dir()?,
+                    },
+                }
+            }
+            (None, None) => default_dir()?,
         };
         Queue::open(&dir).map_err(queue_error)
     }
 }
 
+fn default_dir() -> Result<PathBuf, CliError> {
+    Queue::default_dir().map_err(|e| CliError::Usage(e.to_string()))
+}
+
 /// `aegis approvals …`.
-pub fn approvals(command: &ApprovalsCommand) -> Result<u8, CliError> {
+pub fn approvals(command: &ApprovalsCommand, profile: Option<&str>) -> Result<u8, CliError> {
     match command {
-        ApprovalsCommand::List { queue, json } => list(&queue.open()?, *json),
+        ApprovalsCommand::List { queue, json } => list(&queue.open(profile)?, *json),
         ApprovalsCommand::Show { id, queue, json } => {
             let id = checked(id)?;
-            show(&queue.open()?, id, *json)
+            show(&queue.open(profile)?, id, *json)
         }
         ApprovalsCommand::Approve {
             id,
@@ -111,7 +128,7 @@ pub fn approvals(command: &ApprovalsCommand) -> Result<u8, CliError> {
             queue,
         } => {
             let id = checked(id)?;
-            decide(&queue.open()?, id, approver_key, None)
+            decide(&queue.open(profile)?, id, approver_key, None)
         }
         ApprovalsCommand::Deny {
             id,
@@ -125,7 +142,7 @@ pub fn approvals(command: &ApprovalsCommand) -> Result<u8, CliError> {
                     "deny: --reason is empty; say why (the client is told)".into(),
                 ));
             }
-            decide(&queue.open()?, id, approver_key, Some(reason))
+            decide(&queue.open(profile)?, id, approver_key, Some(reason))
         }
     }
 }
@@ -190,7 +207,7 @@ fn list(queue: &Queue, json: bool) -> Result<u8, CliError> {
     if !json && listed.is_empty() {
         crate::note(format_args!(
             "aegis: no requests in {}",
-            escape(&queue.dir().display().to_string())
+            escape(&queue.location())
         ));
     }
     print(out.as_bytes()).map_err(|_| CliError::Stdout)?;

@@ -384,6 +384,7 @@ impl Command {
                 | Command::Confine(_)
                 | Command::Export { .. }
                 | Command::Store { .. }
+                | Command::Approvals { .. }
                 | Command::Profiles {
                     command: ProfilesCommand::Show { .. }
                 }
@@ -513,7 +514,7 @@ fn dispatch(cli: Cli) -> Result<u8, CliError> {
                     admin_connection,
                 },
         } => store::init(profile, admin_connection, admin_connection_file),
-        Command::Approvals { command } => approvals::approvals(&command),
+        Command::Approvals { command } => approvals::approvals(&command, cli.profile.as_deref()),
         Command::Profiles {
             command: ProfilesCommand::Show { name, json },
         } => plugins::show_profile(name.as_deref().unwrap_or(profile), json),

@@ -399,17 +399,7 @@ pub fn export(
             path.display()
         )));
     }
-    let sink = plugin.audit_sink(&profile.audit.config).map_err(|e| {
-        let busy = e.kind == aegis_station_api::ErrorKind::BUSY;
-        let message = profile
-            .plugin_error("audit", &profile.audit, e.to_string())
-            .to_string();
-        if busy {
-            CliError::Busy(message)
-        } else {
-            CliError::Refused(message)
-        }
-    })?;
+    let sink = build_sink(&profile, &plugin)?;
     // A volatile sink is empty in every process but the one that wrote to it: an
     // export here would be an empty file that reads as "nothing happened".
     if sink.retention() == aegis_station_api::Retention::VOLATILE {
@@ -502,6 +492,46 @@ fn scratch_config(config: &str) -> Result<Option<(String, tempfile::TempDir)>, S
 
 /// The `path` a plugin's config names, by the convention the file and SQLite sinks
 /// share; `None` when it names none.
+/// The profile's audit sink, built from its plugin.
+fn build_sink(
+    profile: &aegis_runtime::Profile,
+    plugin: &aegis_runtime::Plugin,
+) -> Result<aegis_station_api::AuditSinkBox, CliError> {
+    plugin.audit_sink(&profile.audit.config).map_err(|e| {
+        let busy = e.kind == aegis_station_api::ErrorKind::BUSY;
+        let message = profile
+            .plugin_error("audit", &profile.audit, e.to_string())
+            .to_string();
+        if busy {
+            CliError::Busy(message)
+        } else {
+            CliError::Refused(message)
+        }
+    })
+}
+
+/// The approvals queue the profile's audit store keeps, when it is a store without a
+/// file (a database): `None` for a sink that names a `path` or is replaced by the
+/// profile's `[operator] audit` file (a file a running host may hold; never opened
+/// here), and for a sink that keeps no queue.
+///
+/// # Errors
+/// The sink cannot be built, or cannot say whether it keeps a queue.
+pub fn store_queue(
+    profile: &aegis_runtime::Profile,
+) -> Result<Option<aegis_approvals::Queue>, CliError> {
+    if profile.operator.audit.is_some() || config_path(&profile.audit.config).is_some() {
+        return Ok(None);
+    }
+    let registry = Registry::new();
+    let plugin = profile
+        .resolve(&registry, "audit", &profile.audit)
+        .map_err(|e| CliError::Refused(e.to_string()))?;
+    let sink = std::sync::Arc::new(build_sink(profile, &plugin)?);
+    aegis_runtime::approvals::store_queue(&sink)
+        .map_err(|e| CliError::Unreadable(aegis_record::text::escape(&e.to_string()).into_owned()))
+}
+
 fn config_path(config: &str) -> Option<PathBuf> {
     let table: toml::Table = toml::from_str(config).ok()?;
     table.get("path")?.as_str().map(PathBuf::from)

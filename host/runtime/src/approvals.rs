@@ -30,6 +30,10 @@
 //! - A decision that failed to be recorded still settles the park (refused, said to the
 //!   front end): nothing runs that the record does not show approved.
 
+mod store;
+
+pub use store::store_queue;
+
 use crate::pipeline::{Approval, CallRecord, Pipeline, PipelineError, scope_within};
 use aegis_approvals::{ClaimError, DecideError, DecisionFile, Front, Queue, QueueError, Request};
 use aegis_record::approval::HostSettled;
@@ -76,6 +80,8 @@ pub struct Ticket {
     pub scope: aegis_record::ApprovalScope,
     /// When the host settles it itself, as expired.
     deadline: Instant,
+    /// The queue it was filed in.
+    queue: Queue,
 }
 
 /// Files parks and settles them, for one front end.
@@ -119,7 +125,8 @@ fn refused(cause: Cause, reason: String) -> Refusal {
 }
 
 impl Desk {
-    /// A desk over the queue in `dir` (`None`: [`Queue::default_dir`]) for `front`, whose
+    /// A desk over the queue in `dir` (`None`: the audit store's when it keeps one, else
+    /// [`Queue::default_dir`]) for `front`, whose
     /// park outcomes are on `record` (a path, or `postgres:<table>`), honouring
     /// approvals by the keys in `approvers` (`None`: any key whose signature verifies).
     /// The queue is opened (and made) when a park is first filed, not before: a
@@ -139,15 +146,21 @@ impl Desk {
         }
     }
 
-    /// The queue, opened (its directory checked, made when missing).
+    /// The queue, opened: the directory named; else the one `pipeline`'s audit store
+    /// keeps, so every host writing the store files parks where one approver sees them
+    /// all; else the default directory (checked, made when missing).
     ///
     /// # Errors
-    /// As [`Queue::open`] and [`Queue::default_dir`].
-    pub fn queue(&self) -> Result<Queue, QueueError> {
-        match &self.dir {
-            Some(dir) => Queue::open(dir),
-            None => Queue::open(&Queue::default_dir()?),
+    /// As [`Queue::open`] and [`Queue::default_dir`]; the store failed to say whether
+    /// it keeps a queue.
+    pub fn queue(&self, pipeline: &Pipeline) -> Result<Queue, QueueError> {
+        if let Some(dir) = &self.dir {
+            return Queue::open(dir);
         }
+        if let Some(queue) = pipeline.audit().approvals_queue()? {
+            return Ok(queue);
+        }
+        Queue::open(&Queue::default_dir()?)
     }
 
     /// Files the park `record` states, with the call's canonical `arguments` for the
@@ -167,7 +180,7 @@ impl Desk {
             .cloned()
             .ok_or_else(|| DeskError::NoScope(park.approval_id.to_owned()))?;
         let deadline = Instant::now() + pipeline.approval_timeout();
-        let queue = self.queue()?;
+        let queue = self.queue(pipeline)?;
         prune(&queue);
         let outcome = &record.outcome;
         let bound = outcome.decision_axes.bound.as_ref().map(|b| {
@@ -210,6 +223,7 @@ impl Desk {
             approval_id: request.approval_id,
             scope,
             deadline,
+            queue,
         })
     }
 
@@ -234,11 +248,11 @@ impl Desk {
                 format!("parked for approval {id}, and the approvals queue failed: {e}; not run"),
             )
         };
-        let queue = self.queue().map_err(|e| failed(&e))?;
+        let queue = &ticket.queue;
         loop {
             let now = Instant::now();
             if now >= ticket.deadline {
-                match deny_expired(&queue, id) {
+                match deny_expired(queue, id) {
                     Ok(()) => break,
                     Err(e) => return Err(failed(&e)),
                 }
@@ -270,7 +284,7 @@ impl Desk {
         pipeline: &Pipeline,
         approval_id: &str,
     ) -> Result<Result<Approval, Refusal>, DeskError> {
-        let queue = self.queue()?;
+        let queue = self.queue(pipeline)?;
         let request = queue.request(approval_id)?;
         let decision = match queue.claim(approval_id) {
             Ok(d) => d,
@@ -289,9 +303,7 @@ impl Desk {
     /// denial, `withdrawn`, and records it, unless a decision came first, which is then
     /// claimed and recorded as it is (nothing runs either way).
     pub fn withdraw(&self, pipeline: &Pipeline, ticket: &Ticket, why: &str) {
-        let Ok(queue) = self.queue() else {
-            return;
-        };
+        let queue = &ticket.queue;
         let denial = host_denial(
             &ticket.approval_id,
             HostSettled::Withdrawn,
@@ -316,7 +328,7 @@ impl Desk {
     /// The queue could not be opened or the decision placed; the settle then waits on
     /// to the park's expiry.
     pub fn call_off(&self, ticket: &Ticket, why: &str) -> Result<(), DeskError> {
-        let queue = self.queue()?;
+        let queue = &ticket.queue;
         let denial = host_denial(
             &ticket.approval_id,
             HostSettled::Withdrawn,
@@ -343,7 +355,7 @@ impl Desk {
         approved: bool,
         client: &str,
     ) -> Result<(), DeskError> {
-        let queue = self.queue()?;
+        let queue = &ticket.queue;
         let verdict = if approved {
             DecisionVerdict::Approved {
                 scope: ticket.scope.clone(),

@@ -195,6 +195,18 @@ impl OpenedAudit {
         )
     }
 
+    /// The approvals queue the session's store keeps (a database many hosts write), so a
+    /// park filed here can be decided from any machine reaching the store; `None` when
+    /// the sink keeps none.
+    ///
+    /// # Errors
+    /// The store failed to say.
+    pub fn approvals_queue(
+        &self,
+    ) -> Result<Option<aegis_approvals::Queue>, aegis_approvals::QueueError> {
+        crate::approvals::store_queue(&self.sink.0)
+    }
+
     /// Writes every line this session's sink holds to `out` (see [`export`]). For a
     /// volatile sink this is the only way to see its record before the process ends.
     ///

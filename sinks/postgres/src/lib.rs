@@ -32,7 +32,9 @@
 mod config;
 mod schema;
 
-use aegis_station_api::{ErrorKind, PluginError, Retention, Sink, StoredSession, Tail, TailKind};
+use aegis_station_api::{
+    ErrorKind, PluginError, Retention, Sink, StoredApproval, StoredSession, Tail, TailKind,
+};
 use config::{Config, Names, server};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -83,6 +85,9 @@ struct Link {
 /// Record lines as rows of one PostgreSQL table, one chain per session.
 pub struct PostgresSink {
     names: Names,
+    /// How the writer connects: again for each wait on the approvals queue, which
+    /// listens on a connection of its own.
+    writer: postgres::Config,
     server: String,
     pending: Mutex<Pending>,
     link: Mutex<Link>,
@@ -147,6 +152,7 @@ impl PostgresSink {
         };
         Ok(PostgresSink {
             names: config.names,
+            writer: config.writer,
             server,
             pending: Mutex::new(Pending::default()),
             link: Mutex::new(link),
@@ -159,6 +165,40 @@ impl PostgresSink {
 
     fn db_error(&self, e: &postgres::Error) -> PluginError {
         PluginError::new(ErrorKind::IO, format!("{}: {}", self.server, detail(e)))
+    }
+
+    /// A failure of the approvals queue; a store made before it had one is told how
+    /// to add it.
+    fn queue_error(&self, e: &postgres::Error) -> PluginError {
+        if e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) {
+            return PluginError::new(
+                ErrorKind::IO,
+                format!(
+                    "{}: no table {}; this store was made before it kept the approvals queue: run `aegis store init` again",
+                    self.server,
+                    self.names.object("_approvals")
+                ),
+            );
+        }
+        self.db_error(e)
+    }
+
+    /// Runs `f` on the writer's connection, its error as the queue's.
+    fn on_link<T>(
+        &self,
+        f: impl FnOnce(&mut postgres::Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, PluginError> {
+        f(&mut lock(&self.link).client).map_err(|e| self.queue_error(&e))
+    }
+}
+
+/// A queue row as the host reads it.
+fn stored_approval(r: &postgres::Row) -> StoredApproval {
+    StoredApproval {
+        id: r.get::<_, String>(0).into(),
+        request: r.get::<_, Vec<u8>>(1).into(),
+        decision: r.get::<_, Option<Vec<u8>>>(2).map(Into::into).into(),
+        used: r.get(3),
     }
 }
 
@@ -442,6 +482,114 @@ impl Sink for PostgresSink {
             .query_one(&sql, &[&bucket, &max, &per])
             .map(|r| r.get::<_, bool>(0))
             .map_err(|e| self.db_error(&e))
+    }
+
+    // The approvals queue: a row per request in `<table>_approvals`, whose trigger
+    // lets the request, the decision and the claim each be written once and notifies
+    // waiters.
+    fn approval_file(&self, id: &str, request: &[u8]) -> Result<bool, PluginError> {
+        let sql = format!(
+            "INSERT INTO {} (approval_id, request) VALUES ($1, $2) ON CONFLICT (approval_id) DO NOTHING",
+            self.names.object("_approvals")
+        );
+        self.on_link(|c| c.execute(&sql, &[&id, &request]))
+            .map(|n| n == 1)
+    }
+
+    fn approval_read(&self, id: &str) -> Result<Option<StoredApproval>, PluginError> {
+        let sql = format!("{} WHERE approval_id = $1", self.approvals_select());
+        self.on_link(|c| c.query_opt(&sql, &[&id]))
+            .map(|r| r.as_ref().map(stored_approval))
+    }
+
+    fn approval_list(&self, max: u32) -> Result<Vec<StoredApproval>, PluginError> {
+        let sql = format!(
+            "{} ORDER BY filed_at, approval_id LIMIT $1",
+            self.approvals_select()
+        );
+        self.on_link(|c| c.query(&sql, &[&i64::from(max)]))
+            .map(|rows| rows.iter().map(stored_approval).collect())
+    }
+
+    fn approval_decide(&self, id: &str, decision: &[u8]) -> Result<bool, PluginError> {
+        // Deciders racing: the second waits on the first's row lock, then finds the
+        // decision there and changes nothing.
+        let sql = format!(
+            "UPDATE {} SET decision = $2 WHERE approval_id = $1 AND decision IS NULL",
+            self.names.object("_approvals")
+        );
+        self.on_link(|c| c.execute(&sql, &[&id, &decision]))
+            .map(|n| n == 1)
+    }
+
+    fn approval_claim(&self, id: &str) -> Result<Option<Vec<u8>>, PluginError> {
+        let sql = format!(
+            "UPDATE {} SET used = true WHERE approval_id = $1 AND decision IS NOT NULL AND NOT used RETURNING decision",
+            self.names.object("_approvals")
+        );
+        self.on_link(|c| c.query_opt(&sql, &[&id]))
+            .map(|r| r.map(|r| r.get::<_, Vec<u8>>(0)))
+    }
+
+    /// Listens on a connection of its own (the writer's stays free for lines), looks
+    /// once (so a decision placed before the listen is seen), then sleeps until the
+    /// server notifies a decision of `id` or `timeout_ms` passes.
+    fn approval_wait(&self, id: &str, timeout_ms: u64) -> Result<bool, PluginError> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms);
+        let mut client = self
+            .writer
+            .connect(postgres::NoTls)
+            .map_err(|e| unreachable(&self.server, &e))?;
+        let fail = |e: postgres::Error| self.queue_error(&e);
+        let channel = schema::quote_identifier(&schema::approvals_channel(&self.names));
+        client
+            .batch_execute(&format!("LISTEN {channel}"))
+            .map_err(fail)?;
+        let sql = format!(
+            "SELECT decision IS NOT NULL FROM {} WHERE approval_id = $1",
+            self.names.object("_approvals")
+        );
+        let decided = client.query_opt(&sql, &[&id]).map_err(fail)?;
+        if decided.is_some_and(|r| r.get::<_, bool>(0)) {
+            return Ok(true);
+        }
+        use postgres::fallible_iterator::FallibleIterator as _;
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        {
+            let mut notifications = client.notifications();
+            let mut iter = notifications.timeout_iter(left);
+            while let Some(n) = iter.next().map_err(fail)? {
+                if n.payload() == id {
+                    return Ok(true);
+                }
+            }
+        }
+        // `None` is the timeout, or the server gone: the latter is said, never read as
+        // "no decision yet" (which a waiter would answer by waiting again at once).
+        if client.is_closed() {
+            return Err(PluginError::new(
+                ErrorKind::IO,
+                format!("{}: the connection waiting on {id} was lost", self.server),
+            ));
+        }
+        Ok(false)
+    }
+
+    fn approval_remove(&self, id: &str) -> Result<(), PluginError> {
+        let sql = format!(
+            "DELETE FROM {} WHERE approval_id = $1",
+            self.names.object("_approvals")
+        );
+        self.on_link(|c| c.execute(&sql, &[&id])).map(|_| ())
+    }
+}
+
+impl PostgresSink {
+    fn approvals_select(&self) -> String {
+        format!(
+            "SELECT approval_id, request, decision, used FROM {}",
+            self.names.object("_approvals")
+        )
     }
 }
 

@@ -7,6 +7,12 @@
 //! can backdate a row into deletability. The table's owner (the administrator) and
 //! superusers can still disable the trigger: that is what the lines' signatures are
 //! for, and an altered row makes its session Tampered.
+//!
+//! The approvals queue is a table of its own, which the writer may change, since a
+//! queue is decided and claimed: a trigger lets each row's request be written once, its
+//! decision once, and its claim once (only after a decision), and on a decision
+//! notifies the channel [`approvals_channel`] with the approval id, which is how a
+//! waiting host is woken.
 
 use crate::config::Names;
 
@@ -22,6 +28,10 @@ pub(crate) fn init_sql(n: &Names, writer: &str, retention_days: u32) -> String {
     let opened = format!("\"{}_opened\"", n.table);
     let row_trigger = format!("\"{}_append_only\"", n.table);
     let truncate_trigger = format!("\"{}_no_truncate\"", n.table);
+    let approvals = n.object("_approvals");
+    let once = n.object("_approvals_once");
+    let once_trigger = format!("\"{}_approvals_once\"", n.table);
+    let channel = approvals_channel(n).replace('\'', "''");
     let writer = quote_identifier(writer);
     format!(
         r#"
@@ -89,15 +99,47 @@ BEGIN
     RETURN false;
 END
 $aegis$;
-REVOKE ALL ON {lines}, {rate} FROM PUBLIC;
-REVOKE ALL ON {lines}, {rate} FROM {writer};
+CREATE TABLE IF NOT EXISTS {approvals} (
+    approval_id text        PRIMARY KEY CHECK (approval_id ~ '^apr-[0-9a-f]{{32}}$'),
+    request     bytea       NOT NULL,
+    decision    bytea,
+    used        boolean     NOT NULL DEFAULT false,
+    filed_at    timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE OR REPLACE FUNCTION {once}() RETURNS trigger LANGUAGE plpgsql AS $aegis$
+BEGIN
+    IF NEW.approval_id <> OLD.approval_id OR NEW.request <> OLD.request
+       OR NEW.filed_at <> OLD.filed_at
+       OR (OLD.decision IS NOT NULL AND NEW.decision IS DISTINCT FROM OLD.decision)
+       OR (OLD.used AND NOT NEW.used)
+       OR (NEW.used AND NEW.decision IS NULL) THEN
+        RAISE EXCEPTION 'aegis approvals: a request, its decision and its claim are each written once'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF OLD.decision IS NULL AND NEW.decision IS NOT NULL THEN
+        PERFORM pg_notify('{channel}', NEW.approval_id);
+    END IF;
+    RETURN NEW;
+END
+$aegis$;
+CREATE OR REPLACE TRIGGER {once_trigger} BEFORE UPDATE ON {approvals}
+    FOR EACH ROW EXECUTE FUNCTION {once}();
+REVOKE ALL ON {lines}, {rate}, {approvals} FROM PUBLIC;
+REVOKE ALL ON {lines}, {rate}, {approvals} FROM {writer};
 REVOKE ALL ON FUNCTION {take}(text, bigint, bigint) FROM PUBLIC;
 GRANT USAGE ON SCHEMA {schema} TO {writer};
 GRANT SELECT, INSERT ON {lines} TO {writer};
 GRANT SELECT, INSERT, UPDATE ON {rate} TO {writer};
 GRANT EXECUTE ON FUNCTION {take}(text, bigint, bigint) TO {writer};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {approvals} TO {writer};
 "#
     )
+}
+
+/// The channel a decision is notified on (the payload is the approval id): one per
+/// table name, at most 50 bytes (the table's 40 and `_approvals`).
+pub(crate) fn approvals_channel(n: &Names) -> String {
+    format!("{}_approvals", n.table)
 }
 
 /// A role name as a quoted identifier: any name, one way only.

@@ -93,7 +93,7 @@ fn filed(expires_in: i64) -> (tempfile::TempDir, Queue, Request) {
 #[test]
 fn list_show_and_approve_round_trip_and_a_second_decision_is_refused() {
     let (tmp, queue, r) = filed(600);
-    let dir = queue.dir();
+    let dir = queue.dir().unwrap();
     let id = r.approval_id.as_str();
 
     let out = approvals(dir, &["list"]);
@@ -201,7 +201,7 @@ fn deny_records_the_reason_signed() {
     let (tmp, queue, r) = filed(600);
     let key = keygen(tmp.path(), "approver.key");
     let out = approvals(
-        queue.dir(),
+        queue.dir().unwrap(),
         &[
             "deny",
             &r.approval_id,
@@ -226,14 +226,14 @@ fn deny_records_the_reason_signed() {
 fn an_expired_request_cannot_be_decided() {
     let (tmp, queue, r) = filed(-1);
     let key = keygen(tmp.path(), "approver.key");
-    let out = approvals(queue.dir(), &["list"]);
+    let out = approvals(queue.dir().unwrap(), &["list"]);
     assert!(
         text(&out.stdout).contains("expired"),
         "{}",
         text(&out.stdout)
     );
     let out = approvals(
-        queue.dir(),
+        queue.dir().unwrap(),
         &[
             "approve",
             &r.approval_id,
@@ -255,7 +255,7 @@ fn usage_errors_a_missing_request_and_an_unsafe_queue() {
     let (tmp, queue, r) = filed(600);
     let key = keygen(tmp.path(), "approver.key");
     let key = key.to_str().unwrap();
-    let dir = queue.dir();
+    let dir = queue.dir().unwrap();
     // deny without --reason, or with an empty one.
     let out = approvals(dir, &["deny", &r.approval_id, "--approver-key", key]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
@@ -344,7 +344,7 @@ fn approvers_racing_from_separate_processes_have_one_winner() {
                 .arg("--approver-key")
                 .arg(key)
                 .arg("--approvals")
-                .arg(queue.dir());
+                .arg(queue.dir().unwrap());
             if i % 2 == 1 {
                 c.args(["--reason", "no"]);
             }

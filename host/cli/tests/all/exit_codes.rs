@@ -1025,7 +1025,7 @@ fn approvals_codes_are_documented_and_produced() {
     std::fs::set_permissions(&open_key, std::fs::Permissions::from_mode(0o644)).unwrap();
     let open_key = open_key.to_str().unwrap();
     let queue = Queue::open(&tmp.path().join("q")).unwrap();
-    let q = queue.dir().to_str().unwrap().to_owned();
+    let q = queue.dir().unwrap().to_str().unwrap().to_owned();
     let file = |expires_at: String| {
         let id = aegis_record::line::new_approval_id();
         queue

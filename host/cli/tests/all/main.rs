@@ -9,6 +9,7 @@ mod common;
 mod approvals;
 mod approvals_peers;
 mod approvals_run;
+mod approvals_store;
 mod cedar;
 mod confine;
 mod exit_codes;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn aegis() -> Command {
+pub(crate) fn aegis() -> Command {
     Command::new(env!("CARGO_BIN_EXE_aegis"))
 }
 
@@ -40,16 +40,16 @@ fn profile_text(connection: &str) -> String {
 
 /// A database of its own in a cluster, its writer role (`<db>_w`, roles are
 /// cluster-wide) and a profile that writes to it as that role.
-struct Store {
+pub(crate) struct Store {
     dir: tempfile::TempDir,
     db: String,
     writer: String,
-    profile: PathBuf,
+    pub(crate) profile: PathBuf,
 }
 
 impl Store {
     /// A store made with `aegis store init`, as the cluster's superuser.
-    fn new(pg: &Cluster) -> Store {
+    pub(crate) fn new(pg: &Cluster) -> Store {
         let store = Store::uninitialised(pg);
         let out = store.init(&pg.conninfo_in(&store.db, SUPERUSER));
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -73,7 +73,7 @@ impl Store {
         }
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
@@ -88,7 +88,7 @@ impl Store {
     }
 
     /// `aegis --profile P export --out DIR` with `flags`; asserts it succeeded.
-    fn export(&self, out: &Path, flags: &[&str]) -> Vec<Session> {
+    pub(crate) fn export(&self, out: &Path, flags: &[&str]) -> Vec<Session> {
         let done = aegis()
             .arg("--profile")
             .arg(&self.profile)
@@ -123,7 +123,7 @@ impl Store {
 }
 
 /// A fresh signing key in `dir`, and its key id as `aegis key show` prints it.
-fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
+pub(crate) fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
     let key = dir.join(name);
     let out = aegis()
         .args(["keygen", "--out"])
@@ -147,9 +147,9 @@ fn key_id_in(printed: &str) -> Option<String> {
 }
 
 /// One exported session file, read.
-struct Session {
+pub(crate) struct Session {
     file: PathBuf,
-    lines: Vec<Object>,
+    pub(crate) lines: Vec<Object>,
 }
 
 impl Session {
@@ -171,7 +171,7 @@ impl Session {
         at(self.open(), &["provenance", "host", "hostname"])
     }
 
-    fn of_type(&self, line_type: &str) -> Vec<&Object> {
+    pub(crate) fn of_type(&self, line_type: &str) -> Vec<&Object> {
         self.lines
             .iter()
             .filter(|l| field(l, "line_type") == line_type)
@@ -282,7 +282,7 @@ fn list<'a>(o: &'a Object, key: &str) -> &'a [Value] {
 }
 
 /// The frame a client sends to call echo with `said`.
-fn echo_frame(id: u64, said: &str) -> String {
+pub(crate) fn echo_frame(id: u64, said: &str) -> String {
     format!(
         r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{said}"}}}}}}"#
     )
@@ -313,7 +313,7 @@ fn machine_hostname() -> String {
 /// A running `aegis --profile P wrap` over the echo server, driven as its MCP client:
 /// each request waits for its answer. The server appends every line it receives to
 /// `<tag>-server.log`, the side effect the tests compare with the store.
-struct Writer {
+pub(crate) struct Writer {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
@@ -324,6 +324,18 @@ struct Writer {
 impl Writer {
     /// Starts wrap in `dir` under the name `tag`, as the host `hostname` when given.
     fn start(store: &Store, key: &Path, dir: &Path, tag: &str, hostname: Option<&str>) -> Writer {
+        Writer::start_with(store, key, dir, tag, hostname, &[])
+    }
+
+    /// [`Writer::start`], with more flags for wrap.
+    pub(crate) fn start_with(
+        store: &Store,
+        key: &Path,
+        dir: &Path,
+        tag: &str,
+        hostname: Option<&str>,
+        flags: &[&std::ffi::OsStr],
+    ) -> Writer {
         let mut command = match hostname {
             Some(name) => {
                 let mut c = Command::new("unshare");
@@ -333,12 +345,15 @@ impl Writer {
             }
             None => aegis(),
         };
+        // A queue directory of the test's own, which a store's queue leaves untouched.
         let mut child = command
+            .env("XDG_STATE_HOME", dir.join("state"))
             .arg("--profile")
             .arg(&store.profile)
             .arg("wrap")
             .arg("--signing-key")
             .arg(key)
+            .args(flags)
             .arg("--")
             .arg("python3")
             .arg(server_script())
@@ -362,7 +377,7 @@ impl Writer {
         }
     }
 
-    fn send(&mut self, line: &str) {
+    pub(crate) fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().unwrap();
         stdin.write_all(line.as_bytes()).unwrap();
         stdin.write_all(b"\n").unwrap();
@@ -370,7 +385,7 @@ impl Writer {
     }
 
     /// The answer to request `id`, parsed.
-    fn answer(&mut self, id: u64) -> Object {
+    pub(crate) fn answer(&mut self, id: u64) -> Object {
         let mut line = String::new();
         let n = self.stdout.read_line(&mut line).unwrap();
         assert!(
@@ -391,7 +406,7 @@ impl Writer {
         self.answer(id)
     }
 
-    fn initialize(&mut self) {
+    pub(crate) fn initialize(&mut self) {
         self.request(
             1,
             "initialize",
@@ -408,12 +423,12 @@ impl Writer {
     }
 
     /// Closes the client's side and waits for wrap to exit.
-    fn close(&mut self) -> ExitStatus {
+    pub(crate) fn close(&mut self) -> ExitStatus {
         self.stdin = None;
         self.child.wait().unwrap()
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(self.dir.join(format!("{}-wrap.err", self.tag))).unwrap_or_default()
     }
 
@@ -440,7 +455,7 @@ impl Drop for Writer {
 }
 
 /// The text of an echo answer, or `None` when the call was refused or failed.
-fn echoed(answer: &Object) -> Option<String> {
+pub(crate) fn echoed(answer: &Object) -> Option<String> {
     let result = answer.get("result").and_then(Value::as_object)?;
     if result.get("isError") == Some(&Value::Bool(true)) {
         return None;
