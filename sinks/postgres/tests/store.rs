@@ -386,170 +386,175 @@ fn lines_appended_before_one_sync_are_committed_together() {
     assert_eq!(read_all(&sink, &listed[0].id), written);
 }
 
-/// An approval id, numbered.
-fn approval_id(n: u8) -> String {
-    format!("apr-{}", format!("{n:02x}").repeat(16))
-}
+/// The store's approvals queue: what `aegis approvals` and a waiting host rely on.
+mod approvals_queue {
+    use super::*;
 
-#[test]
-fn the_approvals_queue_is_shared_between_writers_and_each_step_is_taken_once() {
-    let store = Store::new(postgres::shared());
-    let here = store.init();
-    let there = store.open().unwrap();
-    let id = approval_id(1);
-    assert!(here.approval_file(&id, b"{\"request\":1}").unwrap());
-    assert!(
-        !there.approval_file(&id, b"{\"request\":2}").unwrap(),
-        "a request of one id is filed once"
-    );
-    let listed = there.approval_list(10).unwrap();
-    assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].request.as_slice(), b"{\"request\":1}");
-    assert!(listed[0].decision.is_none() && !listed[0].used);
-    assert!(
-        here.approval_claim(&id).unwrap().is_none(),
-        "nothing to claim yet"
-    );
-    assert!(there.approval_decide(&id, b"yes").unwrap());
-    assert!(
-        !here.approval_decide(&id, b"no").unwrap(),
-        "the first decision stands"
-    );
-    assert!(!here.approval_decide(&approval_id(2), b"yes").unwrap());
-    assert_eq!(
-        here.approval_claim(&id).unwrap().as_deref(),
-        Some(&b"yes"[..])
-    );
-    assert!(there.approval_claim(&id).unwrap().is_none(), "claimed once");
-    let read = there.approval_read(&id).unwrap().unwrap();
-    assert!(read.used);
-    assert_eq!(read.decision.into_option().unwrap().as_slice(), b"yes");
-    here.approval_remove(&id).unwrap();
-    assert!(there.approval_read(&id).unwrap().is_none());
-    assert!(there.approval_list(10).unwrap().is_empty());
-}
-
-#[test]
-fn a_waiter_is_woken_by_a_decision_from_another_writer() {
-    let store = Store::new(postgres::shared());
-    let here = Arc::new(store.init());
-    let there = store.open().unwrap();
-    let (id, other) = (approval_id(3), approval_id(4));
-    here.approval_file(&id, b"{}").unwrap();
-    here.approval_file(&other, b"{}").unwrap();
-    // Nothing decides: the wait ends at its timeout with no decision.
-    assert!(!here.approval_wait(&id, 50).unwrap());
-    let waiter = {
-        let (here, id) = (Arc::clone(&here), id.clone());
-        std::thread::spawn(move || here.approval_wait(&id, 120_000))
-    };
-    // Decided only once the waiter has looked and sleeps on the channel, so it is the
-    // notification that wakes it; another id's decision comes first and must not.
-    let listening = format!(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND state = 'idle' AND query LIKE 'SELECT decision IS NOT NULL%'",
-        store.db
-    );
-    let mut looks = 0;
-    while store.admin(&listening).unwrap() != "1" {
-        looks += 1;
-        assert!(looks < 6000, "the waiter never started listening");
-        std::thread::sleep(std::time::Duration::from_millis(10));
+    /// An approval id, numbered.
+    fn approval_id(n: u8) -> String {
+        format!("apr-{}", format!("{n:02x}").repeat(16))
     }
-    assert!(there.approval_decide(&other, b"no").unwrap());
-    assert!(there.approval_decide(&id, b"yes").unwrap());
-    assert!(waiter.join().unwrap().unwrap(), "woken by the decision");
-    // Decided before the wait began: seen at once.
-    assert!(here.approval_wait(&id, 120_000).unwrap());
-}
 
-#[test]
-fn deciders_and_claimers_racing_from_many_connections_win_once() {
-    let store = Store::new(postgres::shared());
-    let first = store.init();
-    let id = approval_id(5);
-    first.approval_file(&id, b"{}").unwrap();
-    let sinks: Vec<PostgresSink> = (0..6).map(|_| store.open().unwrap()).collect();
-    let race = |step: &(dyn Fn(&PostgresSink, usize) -> bool + Sync)| -> usize {
-        let barrier = std::sync::Barrier::new(sinks.len());
-        std::thread::scope(|s| {
-            let runs: Vec<_> = sinks
-                .iter()
-                .enumerate()
-                .map(|(n, sink)| {
-                    let barrier = &barrier;
-                    s.spawn(move || {
-                        barrier.wait();
-                        step(sink, n)
+    #[test]
+    fn the_approvals_queue_is_shared_between_writers_and_each_step_is_taken_once() {
+        let store = Store::new(postgres::shared());
+        let here = store.init();
+        let there = store.open().unwrap();
+        let id = approval_id(1);
+        assert!(here.approval_file(&id, b"{\"request\":1}").unwrap());
+        assert!(
+            !there.approval_file(&id, b"{\"request\":2}").unwrap(),
+            "a request of one id is filed once"
+        );
+        let listed = there.approval_list(10).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].request.as_slice(), b"{\"request\":1}");
+        assert!(listed[0].decision.is_none() && !listed[0].used);
+        assert!(
+            here.approval_claim(&id).unwrap().is_none(),
+            "nothing to claim yet"
+        );
+        assert!(there.approval_decide(&id, b"yes").unwrap());
+        assert!(
+            !here.approval_decide(&id, b"no").unwrap(),
+            "the first decision stands"
+        );
+        assert!(!here.approval_decide(&approval_id(2), b"yes").unwrap());
+        assert_eq!(
+            here.approval_claim(&id).unwrap().as_deref(),
+            Some(&b"yes"[..])
+        );
+        assert!(there.approval_claim(&id).unwrap().is_none(), "claimed once");
+        let read = there.approval_read(&id).unwrap().unwrap();
+        assert!(read.used);
+        assert_eq!(read.decision.into_option().unwrap().as_slice(), b"yes");
+        here.approval_remove(&id).unwrap();
+        assert!(there.approval_read(&id).unwrap().is_none());
+        assert!(there.approval_list(10).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_waiter_is_woken_by_a_decision_from_another_writer() {
+        let store = Store::new(postgres::shared());
+        let here = Arc::new(store.init());
+        let there = store.open().unwrap();
+        let (id, other) = (approval_id(3), approval_id(4));
+        here.approval_file(&id, b"{}").unwrap();
+        here.approval_file(&other, b"{}").unwrap();
+        // Nothing decides: the wait ends at its timeout with no decision.
+        assert!(!here.approval_wait(&id, 50).unwrap());
+        let waiter = {
+            let (here, id) = (Arc::clone(&here), id.clone());
+            std::thread::spawn(move || here.approval_wait(&id, 120_000))
+        };
+        // Decided only once the waiter has looked and sleeps on the channel, so it is the
+        // notification that wakes it; another id's decision comes first and must not.
+        let listening = format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND state = 'idle' AND query LIKE 'SELECT decision IS NOT NULL%'",
+            store.db
+        );
+        let mut looks = 0;
+        while store.admin(&listening).unwrap() != "1" {
+            looks += 1;
+            assert!(looks < 6000, "the waiter never started listening");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(there.approval_decide(&other, b"no").unwrap());
+        assert!(there.approval_decide(&id, b"yes").unwrap());
+        assert!(waiter.join().unwrap().unwrap(), "woken by the decision");
+        // Decided before the wait began: seen at once.
+        assert!(here.approval_wait(&id, 120_000).unwrap());
+    }
+
+    #[test]
+    fn deciders_and_claimers_racing_from_many_connections_win_once() {
+        let store = Store::new(postgres::shared());
+        let first = store.init();
+        let id = approval_id(5);
+        first.approval_file(&id, b"{}").unwrap();
+        let sinks: Vec<PostgresSink> = (0..6).map(|_| store.open().unwrap()).collect();
+        let race = |step: &(dyn Fn(&PostgresSink, usize) -> bool + Sync)| -> usize {
+            let barrier = std::sync::Barrier::new(sinks.len());
+            std::thread::scope(|s| {
+                let runs: Vec<_> = sinks
+                    .iter()
+                    .enumerate()
+                    .map(|(n, sink)| {
+                        let barrier = &barrier;
+                        s.spawn(move || {
+                            barrier.wait();
+                            step(sink, n)
+                        })
                     })
-                })
-                .collect();
-            runs.into_iter()
-                .map(|r| r.join().unwrap())
-                .filter(|won| *won)
-                .count()
-        })
-    };
-    let decided = race(&|sink, n| {
-        sink.approval_decide(&id, format!("d{n}").as_bytes())
-            .unwrap()
-    });
-    assert_eq!(decided, 1, "exactly one decision stands");
-    let claimed = race(&|sink, _| sink.approval_claim(&id).unwrap().is_some());
-    assert_eq!(claimed, 1, "exactly one claim");
-}
-
-#[test]
-fn the_writer_cannot_rewrite_a_request_its_decision_or_its_claim() {
-    let store = Store::new(postgres::shared());
-    let sink = store.init();
-    let (decided, pending) = (approval_id(6), approval_id(7));
-    sink.approval_file(&decided, b"{}").unwrap();
-    sink.approval_file(&pending, b"{}").unwrap();
-    sink.approval_decide(&decided, b"yes").unwrap();
-    sink.approval_claim(&decided).unwrap().unwrap();
-    let table = "public.aegis_lines_approvals";
-    for statement in [
-        format!("UPDATE {table} SET request = 'x' WHERE approval_id = '{pending}'"),
-        format!("UPDATE {table} SET decision = 'no' WHERE approval_id = '{decided}'"),
-        format!("UPDATE {table} SET decision = NULL WHERE approval_id = '{decided}'"),
-        format!("UPDATE {table} SET used = false WHERE approval_id = '{decided}'"),
-        format!("UPDATE {table} SET used = true WHERE approval_id = '{pending}'"),
-        format!(
-            "UPDATE {table} SET approval_id = '{}' WHERE approval_id = '{pending}'",
-            approval_id(8)
-        ),
-        format!(
-            "UPDATE {table} SET filed_at = now() - interval '1 day' WHERE approval_id = '{pending}'"
-        ),
-    ] {
-        let e = store
-            .as_writer(&statement)
-            .err()
-            .unwrap_or_else(|| panic!("the writer ran {statement}"));
-        assert!(e.contains("written once"), "{statement}: {e}");
+                    .collect();
+                runs.into_iter()
+                    .map(|r| r.join().unwrap())
+                    .filter(|won| *won)
+                    .count()
+            })
+        };
+        let decided = race(&|sink, n| {
+            sink.approval_decide(&id, format!("d{n}").as_bytes())
+                .unwrap()
+        });
+        assert_eq!(decided, 1, "exactly one decision stands");
+        let claimed = race(&|sink, _| sink.approval_claim(&id).unwrap().is_some());
+        assert_eq!(claimed, 1, "exactly one claim");
     }
-    let e = store
-        .as_writer(&format!(
-            "INSERT INTO {table} (approval_id, request) VALUES ('apr-x', 'r')"
-        ))
-        .unwrap_err();
-    assert!(e.contains("check constraint"), "{e}");
-    let row = sink.approval_read(&decided).unwrap().unwrap();
-    assert_eq!(row.decision.into_option().unwrap().as_slice(), b"yes");
-    assert!(row.used);
-}
 
-#[test]
-fn a_store_made_before_the_queue_says_to_run_init_again() {
-    let store = Store::new(postgres::shared());
-    let sink = store.init();
-    store
-        .admin("DROP TABLE public.aegis_lines_approvals")
-        .unwrap();
-    let e = sink.approval_list(0).unwrap_err();
-    assert_eq!(e.kind, ErrorKind::IO);
-    assert!(e.message.contains("aegis store init"), "{e}");
-    // Init again adds it, and the queue works.
-    let sink = store.init();
-    assert!(sink.approval_list(0).unwrap().is_empty());
+    #[test]
+    fn the_writer_cannot_rewrite_a_request_its_decision_or_its_claim() {
+        let store = Store::new(postgres::shared());
+        let sink = store.init();
+        let (decided, pending) = (approval_id(6), approval_id(7));
+        sink.approval_file(&decided, b"{}").unwrap();
+        sink.approval_file(&pending, b"{}").unwrap();
+        sink.approval_decide(&decided, b"yes").unwrap();
+        sink.approval_claim(&decided).unwrap().unwrap();
+        let table = "public.aegis_lines_approvals";
+        for statement in [
+            format!("UPDATE {table} SET request = 'x' WHERE approval_id = '{pending}'"),
+            format!("UPDATE {table} SET decision = 'no' WHERE approval_id = '{decided}'"),
+            format!("UPDATE {table} SET decision = NULL WHERE approval_id = '{decided}'"),
+            format!("UPDATE {table} SET used = false WHERE approval_id = '{decided}'"),
+            format!("UPDATE {table} SET used = true WHERE approval_id = '{pending}'"),
+            format!(
+                "UPDATE {table} SET approval_id = '{}' WHERE approval_id = '{pending}'",
+                approval_id(8)
+            ),
+            format!(
+                "UPDATE {table} SET filed_at = now() - interval '1 day' WHERE approval_id = '{pending}'"
+            ),
+        ] {
+            let e = store
+                .as_writer(&statement)
+                .err()
+                .unwrap_or_else(|| panic!("the writer ran {statement}"));
+            assert!(e.contains("written once"), "{statement}: {e}");
+        }
+        let e = store
+            .as_writer(&format!(
+                "INSERT INTO {table} (approval_id, request) VALUES ('apr-x', 'r')"
+            ))
+            .unwrap_err();
+        assert!(e.contains("check constraint"), "{e}");
+        let row = sink.approval_read(&decided).unwrap().unwrap();
+        assert_eq!(row.decision.into_option().unwrap().as_slice(), b"yes");
+        assert!(row.used);
+    }
+
+    #[test]
+    fn a_store_made_before_the_queue_says_to_run_init_again() {
+        let store = Store::new(postgres::shared());
+        let sink = store.init();
+        store
+            .admin("DROP TABLE public.aegis_lines_approvals")
+            .unwrap();
+        let e = sink.approval_list(0).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::IO);
+        assert!(e.message.contains("aegis store init"), "{e}");
+        // Init again adds it, and the queue works.
+        let sink = store.init();
+        assert!(sink.approval_list(0).unwrap().is_empty());
+    }
 }

@@ -185,3 +185,80 @@ fn a_park_filed_by_run_is_taken_from_the_store_once() {
     assert_eq!(field(&state[0], "state"), "used");
     assert!(!store.path("state/aegis/approvals").exists());
 }
+
+/// What the store holds is read as strictly as a queue file: anyone with the writer's
+/// connection can put bytes in a row, and each hostile row is refused in one line
+/// naming it (exit 4), never listed as something a person could approve.
+#[test]
+fn a_hostile_row_in_the_stores_queue_is_refused_naming_it() {
+    let pg = postgres::shared();
+    let store = Store::new(pg);
+    let dir = store.path("");
+    let (host_key, _) = keygen(&dir, "host.key");
+    let policy = store.path("policy.yaml");
+    std::fs::write(&policy, PARKS_ECHO).unwrap();
+    let parked = aegis()
+        .env("XDG_STATE_HOME", store.path("state"))
+        .arg("--profile")
+        .arg(&store.profile)
+        .args(["run", "--json", "--policy"])
+        .arg(&policy)
+        .arg("--component")
+        .arg(crate::common::guest("echo"))
+        .args(["--id", "echo", "--input", "hi", "--signing-key"])
+        .arg(&host_key)
+        .output()
+        .unwrap();
+    assert_eq!(parked.status.code(), Some(12), "{}", text(&parked.stderr));
+    let real = field(&object(&parked.stdout), "approval_id");
+    let table = "public.aegis_lines_approvals";
+    let forged = format!("apr-{}", "f".repeat(32));
+    for (what, request, expect) in [
+        (
+            "torn JSON",
+            "convert_to('{\"format\":', 'UTF8')".to_owned(),
+            "JSON",
+        ),
+        (
+            "a duplicate key",
+            "convert_to('{\"format\":\"a\",\"format\":\"b\"}', 'UTF8')".to_owned(),
+            "duplicate",
+        ),
+        (
+            "another id's request",
+            format!("(SELECT request FROM {table} WHERE approval_id = '{real}')"),
+            "approval_id",
+        ),
+        (
+            "a request past the cap",
+            "convert_to(repeat(' ', 300000), 'UTF8')".to_owned(),
+            "larger than",
+        ),
+    ] {
+        store
+            .as_writer(
+                pg,
+                &format!(
+                    "INSERT INTO {table} (approval_id, request) VALUES ('{forged}', {request})"
+                ),
+            )
+            .unwrap();
+        let out = approvals(&store, &["list".as_ref()]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{what}: {err}");
+        let line = err
+            .lines()
+            .find(|l| l.contains(&forged))
+            .unwrap_or_else(|| panic!("{what}: the row is not named: {err}"));
+        assert!(line.contains(expect), "{what}: {line}");
+        assert!(text(&out.stdout).is_empty(), "{what}: listed anyway");
+        store
+            .as_writer(
+                pg,
+                &format!("DELETE FROM {table} WHERE approval_id = '{forged}'"),
+            )
+            .unwrap();
+    }
+    // The real park is listed again once the hostile row is gone.
+    assert_eq!(one_request(&store), real);
+}

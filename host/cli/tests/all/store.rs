@@ -73,6 +73,12 @@ impl Store {
         }
     }
 
+    /// Runs `sql` in the store's database as its writer role, as anyone holding the
+    /// writer's connection could.
+    pub(crate) fn as_writer(&self, pg: &Cluster, sql: &str) -> Result<String, String> {
+        pg.sql_in(&self.db, &self.writer, sql)
+    }
+
     pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
