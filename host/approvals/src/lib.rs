@@ -7,6 +7,10 @@
 //! with who gave it) and, once the host claimed it, `<id>.used`. Each is canonical JSON
 //! written atomically through `aegis-files`.
 //!
+//! Or the queue lives in a store many hosts reach ([`Queue::in_store`], a [`Store`]: the
+//! PostgreSQL audit store), which keeps the same bytes and the two exclusive steps and
+//! wakes waiters itself; everything read from it is checked as a file is.
+//!
 //! # Guarantees
 //! - **The directory is private.** [`Queue::open`] creates missing directories with mode
 //!   0700 and refuses a queue directory that is a symbolic link, not a directory, owned

@@ -144,7 +144,8 @@ stops it; for a limit across calls, send them through one `aegis wrap` or `aegis
 session.
 
 A call a rule parks (pending_approval) is not run: run files it in the approvals queue
-(--approvals DIR, else the profile's, else ~/.local/state/aegis/approvals), prints its
+(--approvals DIR, else the profile's dir, else its PostgreSQL store's queue, else
+~/.local/state/aegis/approvals), prints its
 approval id and exits 12. Once a person approves it (aegis approvals approve ID
 --approver-key KEY), the same command with --approval ID runs it, once: same tool,
 same arguments, before the approval expires (--approval-timeout, default 10m).
@@ -480,8 +481,10 @@ EXAMPLES:
   aegis approvals show apr-0123456789abcdef0123456789abcdef
   aegis approvals approve apr-0123456789abcdef0123456789abcdef --approver-key ~/.config/aegis/approver.key
 
-The queue is a private directory (0700): $XDG_STATE_HOME/aegis/approvals, else
-~/.local/state/aegis/approvals, or --approvals DIR.
+The queue is a private directory (0700): --approvals DIR; else, with --profile, the
+profile's [operator.approvals] dir, or the queue its audit store keeps when that is a
+database every host writes (PostgreSQL: aegis --profile fleet approvals list); else
+$XDG_STATE_HOME/aegis/approvals, else ~/.local/state/aegis/approvals.
 
 EXIT STATUS:
   1  a usage error (no such subcommand); each subcommand's --help lists its codes";
