@@ -46,6 +46,10 @@ pub enum ApprovalsCommand {
         /// Your signing key (`aegis keygen`); its key id is recorded as the approver's.
         #[arg(long, value_name = "KEY")]
         approver_key: PathBuf,
+        /// Narrow the approval to expire this long from now (`90s`, `5m`, `1h`) instead
+        /// of at the park's own expiry, which it may not pass.
+        #[arg(long, value_name = "DURATION", value_parser = expires_in)]
+        expires_in: Option<std::time::Duration>,
         #[command(flatten)]
         queue: QueueFlag,
     },
@@ -125,10 +129,18 @@ pub fn approvals(command: &ApprovalsCommand, profile: Option<&str>) -> Result<u8
         ApprovalsCommand::Approve {
             id,
             approver_key,
+            expires_in,
             queue,
         } => {
             let id = checked(id)?;
-            decide(&queue.open(profile)?, id, approver_key, None)
+            decide(
+                &queue.open(profile)?,
+                id,
+                approver_key,
+                Verdict::Approve {
+                    expires_in: *expires_in,
+                },
+            )
         }
         ApprovalsCommand::Deny {
             id,
@@ -142,7 +154,12 @@ pub fn approvals(command: &ApprovalsCommand, profile: Option<&str>) -> Result<u8
                     "deny: --reason is empty; say why (the client is told)".into(),
                 ));
             }
-            decide(&queue.open(profile)?, id, approver_key, Some(reason))
+            decide(
+                &queue.open(profile)?,
+                id,
+                approver_key,
+                Verdict::Deny { reason },
+            )
         }
     }
 }
@@ -365,22 +382,66 @@ fn scope_rows(scope: &ApprovalScope) -> Vec<(String, String)> {
     rows
 }
 
-/// `approve` (no reason) or `deny` (a reason): sign the verdict with the approver's key
-/// and place it as the request's one decision.
-fn decide(queue: &Queue, id: &str, key_path: &Path, deny: Option<&str>) -> Result<u8, CliError> {
+fn expires_in(text: &str) -> Result<std::time::Duration, String> {
+    aegis_runtime::operator::parse_timeout(text)
+}
+
+/// What a person decides.
+enum Verdict<'a> {
+    /// The parked scope, or narrowed to expire sooner.
+    Approve {
+        expires_in: Option<std::time::Duration>,
+    },
+    /// With the reason the client is told.
+    Deny { reason: &'a str },
+}
+
+/// The parked `scope`, expiring `after` from now: an approval may end sooner than its
+/// park, never later.
+fn narrowed(
+    scope: &aegis_record::ApprovalScope,
+    after: std::time::Duration,
+) -> Result<aegis_record::ApprovalScope, CliError> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .saturating_add(after);
+    let at = aegis_record::time::format_micros(u64::try_from(now.as_micros()).unwrap_or(u64::MAX));
+    if let Some(parked) = &scope.expires_at
+        && at.as_str() > parked.as_str()
+    {
+        return Err(CliError::Usage(format!(
+            "--expires-in: {at} is after the park's own expiry, {parked}; an approval may only narrow what was parked"
+        )));
+    }
+    Ok(aegis_record::ApprovalScope {
+        expires_at: Some(at),
+        ..scope.clone()
+    })
+}
+
+/// Signs the verdict with the approver's key and places it as the request's one
+/// decision.
+fn decide(queue: &Queue, id: &str, key_path: &Path, said: Verdict<'_>) -> Result<u8, CliError> {
     let key = SigningKey::load(key_path).map_err(|e| match e {
         KeyError::Io { .. } => CliError::Unreadable(e.to_string()),
         _ => CliError::Refused(e.to_string()),
     })?;
     let request = queue.request(id).map_err(queue_error)?;
-    let verdict = match deny {
-        None => DecisionVerdict::Approved {
+    let verdict = match said {
+        Verdict::Approve { expires_in: None } => DecisionVerdict::Approved {
             scope: request.scope.clone(),
         },
-        Some(reason) => DecisionVerdict::Denied {
+        Verdict::Approve {
+            expires_in: Some(after),
+        } => DecisionVerdict::Approved {
+            scope: narrowed(&request.scope, after)?,
+        },
+        Verdict::Deny { reason } => DecisionVerdict::Denied {
             reason: reason.to_owned(),
         },
     };
+    let denied = matches!(verdict, DecisionVerdict::Denied { .. });
     let approver = aegis_record::approval::sign(&key, id, &verdict);
     let decision = DecisionFile {
         approval_id: id.to_owned(),
@@ -397,7 +458,7 @@ fn decide(queue: &Queue, id: &str, key_path: &Path, deny: Option<&str>) -> Resul
     })?;
     crate::note(format_args!(
         "aegis: {} {id} ({}), signed by key {}; the waiting host is woken",
-        if deny.is_some() { "denied" } else { "approved" },
+        if denied { "denied" } else { "approved" },
         escape(&request.tool_id),
         key.key_id()
     ));

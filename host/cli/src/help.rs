@@ -526,14 +526,20 @@ EXIT STATUS:
 pub const APPROVALS_APPROVE: &str = "\
 EXAMPLES:
   aegis approvals approve apr-0123456789abcdef0123456789abcdef --approver-key ~/.config/aegis/approver.key
+  aegis approvals approve apr-0123456789abcdef0123456789abcdef --expires-in 5m --approver-key ~/.config/aegis/approver.key
 
 Signs (approval id, verdict, scope) with the key and places it as the request's one
 decision; the host waiting on the call is woken and runs it once, within that scope.
-The record's decision line carries your key id and signature.
+The scope is the one the park stated (`aegis approvals show`); --expires-in narrows it
+to end sooner (for a park taken up later, by `aegis run --approval`). The tool, the
+arguments and the authority cannot be changed by an approval: a call needing less is a
+different call, parked anew. The record's decision line carries your key id and
+signature.
 
 EXIT STATUS:
   0   approved
-  1   a usage error (an id not of the form apr- and 32 lowercase hex digits)
+  1   a usage error (an id not of the form apr- and 32 lowercase hex digits; an
+      --expires-in that ends after the park's own expiry)
   2   no such request, the key or the queue could not be read, or the decision written
   4   the key (not a seed file, or group or others can access it), the queue directory
       or the request was refused

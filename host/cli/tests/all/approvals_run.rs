@@ -191,3 +191,54 @@ fn a_tool_that_could_write_the_queue_is_refused() {
     );
     assert!(!desk.path("record.jsonl").exists());
 }
+
+/// `approve --expires-in` narrows the approval to end sooner than its park: the
+/// decision's scope says so, a later end than the park's is a usage error that places
+/// nothing, and an approval past its own end runs nothing.
+#[test]
+fn an_approval_can_end_sooner_than_its_park_never_later() {
+    let desk = Desk::new();
+    let id = desk.park(r#"{"env":"staging"}"#);
+    let later = desk.decide(&["approve", "--expires-in", "2h"], &id);
+    assert_eq!(later.status.code(), Some(1), "{}", text(&later.stderr));
+    assert!(
+        text(&later.stderr).contains("after the park's own expiry"),
+        "{}",
+        text(&later.stderr)
+    );
+    let sooner = desk.decide(&["approve", "--expires-in", "5m"], &id);
+    assert_eq!(sooner.status.code(), Some(0), "{}", text(&sooner.stderr));
+    let ran = desk.run(r#"{"env":"staging"}"#, &["--approval", &id]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    let lines = record_lines(&desk.path("record.jsonl"));
+    let park = lines
+        .iter()
+        .find(|l| text(&l.to_canonical()).contains("\"status\":\"pending_approval\""))
+        .unwrap();
+    let parked_until =
+        crate::common::approvals::str_at(park, &["policy", "scope", "expires_at"]).unwrap();
+    let decision = crate::common::approvals::of_type(&lines, "decision").remove(0);
+    let approved_until =
+        crate::common::approvals::str_at(&decision, &["verdict", "scope", "expires_at"])
+            .unwrap()
+            .to_owned();
+    assert!(
+        approved_until.as_str() < parked_until,
+        "{approved_until} vs {parked_until}"
+    );
+
+    // Narrowed to one second: once that has passed, the approval runs nothing.
+    let id = desk.park(r#"{"env":"qa"}"#);
+    let brief = desk.decide(&["approve", "--expires-in", "1s"], &id);
+    assert_eq!(brief.status.code(), Some(0), "{}", text(&brief.stderr));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let late = desk.run(r#"{"env":"qa"}"#, &["--approval", &id]);
+    assert_ne!(late.status.code(), Some(0), "{}", text(&late.stderr));
+    assert!(!object(&late.stdout).contains_key("output"));
+    assert!(
+        text(&late.stdout).contains("expired") || text(&late.stderr).contains("expired"),
+        "{}{}",
+        text(&late.stdout),
+        text(&late.stderr)
+    );
+}
