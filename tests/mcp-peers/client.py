@@ -16,6 +16,9 @@ Usage: client.py MODE OUT PLAN_JSON [NAME=VALUE ...] -- CMD ARGS...
   AEGIS_TEST_ELICIT=accept|decline (client's own environment): install an elicitation
         callback answering every question so (approve true, or decline); each question's
         message is added to "elicited"
+  AEGIS_TEST_PROGRESS=FILE (client's own environment): give each call a progress
+        callback, which appends each progress notification's message to FILE as a line
+        as it arrives (so a test can wait for one)
 """
 
 import json
@@ -56,7 +59,17 @@ async def run(mode, out, plan, env, command):
                 dumped = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listing.tools]
                 got["listings"].append(json.dumps(dumped, sort_keys=True))
                 continue
-            result = await client.call_tool(step["tool"], step.get("arguments", {}))
+            progress = None
+            progress_file = os.environ.get("AEGIS_TEST_PROGRESS")
+            if progress_file:
+
+                async def progress(done, total, message):
+                    with open(progress_file, "a") as f:
+                        f.write(f"{message}\n")
+
+            result = await client.call_tool(
+                step["tool"], step.get("arguments", {}), progress_callback=progress
+            )
             dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
             got["calls"].append(
                 {
