@@ -841,3 +841,48 @@ impl Drop for Running {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_initialize_declaring_elicitation_sends_its_session_to_rmcp() {
+        let init = |capabilities: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{capabilities},"clientInfo":{{"name":"c","version":"1"}}}}}}"#
+            )
+        };
+        assert!(declares_elicitation(
+            init(r#"{"elicitation":{}}"#).as_bytes()
+        ));
+        assert!(declares_elicitation(
+            init(r#"{"elicitation":{"form":{}}}"#).as_bytes()
+        ));
+        // URL mode only still goes to rmcp, which decides not to ask: never less safe.
+        assert!(declares_elicitation(
+            init(r#"{"elicitation":{"url":{}}}"#).as_bytes()
+        ));
+        assert!(!declares_elicitation(init("{}").as_bytes()));
+        assert!(!declares_elicitation(
+            init(r#"{"elicitation":true}"#).as_bytes()
+        ));
+        assert!(!declares_elicitation(
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"capabilities":{"elicitation":{}}}}"#
+        ));
+        assert!(!declares_elicitation(b"not json"));
+    }
+
+    #[test]
+    fn an_event_holds_one_message_as_data() {
+        let message = ServerJsonRpcMessage::error(
+            ErrorData::internal_error("x\ny", None),
+            Some(RequestId::Number(7)),
+        );
+        let text = String::from_utf8(event(&message).to_vec()).unwrap();
+        assert!(text.starts_with("event: message\ndata: {"), "{text}");
+        assert!(text.ends_with("}\n\n"), "{text}");
+        // One data line: JSON escapes the message's own newlines.
+        assert_eq!(text.lines().filter(|l| l.starts_with("data:")).count(), 1);
+    }
+}
