@@ -13,8 +13,9 @@ Usage: client.py MODE OUT PLAN_JSON [NAME=VALUE ...] -- CMD ARGS...
   PLAN_JSON: [{"tool": NAME, "arguments": {...}} or {"list": true}, ...]; a "list" step
         lists the tools again and adds that listing, as JSON text, to "listings"
   NAME=VALUE: environment handed to the server process
-  AEGIS_TEST_ELICIT=accept|decline (client's own environment): install an elicitation
-        callback answering every question so (approve true, or decline); each question's
+  AEGIS_TEST_ELICIT=accept|decline|never (client's own environment): install an
+        elicitation callback answering every question so (approve true, decline, or no
+        answer until the server withdraws the question); each question's
         message is added to "elicited"
   AEGIS_TEST_PROGRESS=FILE (client's own environment): give each call a progress
         callback, which appends each progress notification's message to FILE as a line
@@ -45,6 +46,10 @@ async def run(mode, out, plan, env, command):
             got["elicited"].append(params.message)
             if answer == "accept":
                 return types.ElicitResult(action="accept", content={"approve": True})
+            if answer == "never":
+                # A user who never answers: the question stays open until the server
+                # withdraws it (notifications/cancelled ends this handler).
+                await anyio.sleep_forever()
             return types.ElicitResult(action="decline")
 
         extra["elicitation_callback"] = elicit

@@ -48,6 +48,13 @@
 //! - A client's answer to the question says the client answered, not that a person
 //!   read it: a client may accept on its own. The record says `via: client`, which
 //!   `aegis verify --approver-key` does not take for a person's signature.
+//! - The withdrawal of an open question reaches a stdio client, but over HTTP rmcp
+//!   routes a cancellation by the id it names (the gateway's own request's, which is
+//!   no stream's), so it goes on the session's standalone stream: a client with none
+//!   open does not hear it. Its question just goes unanswered; an answer sent after
+//!   the call ended decides nothing.
+//! - The question is the one `aegis wrap` sends, but rmcp adds a `_meta.progressToken`
+//!   of its own to every request it sends.
 //! - Keep-alives are best effort: a client's stream that does not take them falls
 //!   behind and some are not sent (they carry no decision).
 //! - A client that cancels just as a person approves may leave an approval on the

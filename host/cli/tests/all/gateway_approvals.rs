@@ -481,6 +481,25 @@ fn a_client_that_cannot_be_asked_falls_back_to_the_queue() {
     one_decision(&held.lines(), "key");
 }
 
+/// First decider wins: the client's user is asked but never answers, and a person
+/// approves in the queue meanwhile. The call runs, the one decision is the person's
+/// (`via: key`), and the client's call ends normally: its open question does not hold
+/// it. (Whether the client hears the withdrawal is not checked: over HTTP rmcp sends
+/// it on the standalone stream.)
+#[test]
+fn a_person_may_decide_while_the_clients_user_is_asked() {
+    let mut held = Held::asking(Some("never"));
+    let id = held.filed();
+    let (key, _) = approver(held.dir.path(), "alice");
+    assert_exit(
+        &held.approvals(&["approve", &id, "--approver-key", key.to_str().unwrap()]),
+        0,
+    );
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(false)), "{call:?}");
+    one_decision(&held.lines(), "key");
+}
+
 /// A parked call whose client gave a progress token hears that it waits, on rmcp's
 /// path (no session) and on the direct one (a session, answered as an event stream
 /// once it has waited): the person approves only after the client heard a progress
