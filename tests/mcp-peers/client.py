@@ -13,9 +13,13 @@ Usage: client.py MODE OUT PLAN_JSON [NAME=VALUE ...] -- CMD ARGS...
   PLAN_JSON: [{"tool": NAME, "arguments": {...}} or {"list": true}, ...]; a "list" step
         lists the tools again and adds that listing, as JSON text, to "listings"
   NAME=VALUE: environment handed to the server process
-  AEGIS_TEST_ELICIT=accept|decline (client's own environment): install an elicitation
-        callback answering every question so (approve true, or decline); each question's
+  AEGIS_TEST_ELICIT=accept|decline|never (client's own environment): install an
+        elicitation callback answering every question so (approve true, decline, or no
+        answer until the server withdraws the question); each question's
         message is added to "elicited"
+  AEGIS_TEST_PROGRESS=FILE (client's own environment): give each call a progress
+        callback, which appends each progress notification's message to FILE as a line
+        as it arrives (so a test can wait for one)
 """
 
 import json
@@ -42,6 +46,10 @@ async def run(mode, out, plan, env, command):
             got["elicited"].append(params.message)
             if answer == "accept":
                 return types.ElicitResult(action="accept", content={"approve": True})
+            if answer == "never":
+                # A user who never answers: the question stays open until the server
+                # withdraws it (notifications/cancelled ends this handler).
+                await anyio.sleep_forever()
             return types.ElicitResult(action="decline")
 
         extra["elicitation_callback"] = elicit
@@ -56,7 +64,17 @@ async def run(mode, out, plan, env, command):
                 dumped = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listing.tools]
                 got["listings"].append(json.dumps(dumped, sort_keys=True))
                 continue
-            result = await client.call_tool(step["tool"], step.get("arguments", {}))
+            progress = None
+            progress_file = os.environ.get("AEGIS_TEST_PROGRESS")
+            if progress_file:
+
+                async def progress(done, total, message):
+                    with open(progress_file, "a") as f:
+                        f.write(f"{message}\n")
+
+            result = await client.call_tool(
+                step["tool"], step.get("arguments", {}), progress_callback=progress
+            )
             dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
             got["calls"].append(
                 {

@@ -62,6 +62,14 @@ pub struct GatewayArgs {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENT_CALLS)]
     max_calls: u32,
     #[command(flatten)]
+    approve_via: crate::ApproveViaFlag,
+    /// Milliseconds between the progress notifications a parked call's client hears
+    /// (when it gave a progress token) [default: 15000]. For tests: hidden, and at least
+    /// 100, so it cannot flood a client.
+    #[arg(long, value_name = "MS", hide = true,
+          value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
+    keep_alive_ms: Option<u64>,
+    #[command(flatten)]
     host: crate::HostFlags,
 }
 
@@ -212,6 +220,10 @@ pub fn gateway(profile_name: &str, a: &GatewayArgs) -> Result<u8, CliError> {
         capacity: a.max_calls,
         cache_dir,
         role: settings.role().map(str::to_owned),
+        keep_alive: a.keep_alive_ms.map_or(
+            aegis_gateway::server::KEEP_ALIVE,
+            std::time::Duration::from_millis,
+        ),
     };
     let gateway = Gateway::open(builder, &manifest, &options, notes()).map_err(|e| match e {
         GatewayError::Open(e) => crate::open_failed(e, &interrupts),
@@ -226,6 +238,12 @@ pub fn gateway(profile_name: &str, a: &GatewayArgs) -> Result<u8, CliError> {
     // [operator.approvals]); the queue is made when a call is first parked.
     let desk = settings.desk(aegis_approvals::Front::Gateway, gateway.notice().location())?;
     let gateway = gateway.with_desk(desk);
+    // Parked calls also put to the client's user, when the client can be asked.
+    let gateway = if a.approve_via.asks_client() {
+        gateway.asking_clients()
+    } else {
+        gateway
+    };
     let names: Vec<String> = gateway
         .server()
         .tools()

@@ -210,7 +210,21 @@ EXIT STATUS:
   2    the record could not be read, or the listing not written
   3    Indeterminate (what it holds is listed)";
 
-pub const WRAP: &str = "\
+/// What `wrap` and `gateway` both say about parked calls and `--approve-via`.
+macro_rules! approve_via {
+    () => {
+        "\
+A call a rule parks waits for a decision in the approvals queue (aegis approvals
+approve). With --approve-via client, the client's user is also asked through MCP
+elicitation (form mode) when the client declared it can be; the first decision wins.
+A client may answer without asking anyone: the record says `via: client`, which
+`aegis verify --approver-key` does not take for a person's signature (Indeterminate).
+"
+    };
+}
+
+pub const WRAP: &str = concat!(
+    "\
 EXAMPLES:
   aegis wrap -- python3 server.py
   aegis wrap --policy policy.yaml --audit record.aarl --signing-key KEY -- npx server
@@ -228,12 +242,9 @@ process writes the record, wrap waits and starts no server until it holds the re
 A tool that changes during a session is held in the pins file --write-pins writes:
 later sessions refuse it until `aegis pins diff` has shown the change and
 `aegis pins accept` has taken it.
-A call a rule parks waits for a decision in the approvals queue (aegis approvals
-approve). With --approve-via client, the client's user is also asked through MCP
-elicitation (form mode) when the client declared it can be; the first decision wins.
-A client may answer without asking anyone: the record says `via: client`, which
-`aegis verify --approver-key` does not take for a person's signature (Indeterminate).
-
+",
+    approve_via!(),
+    "
 EXIT STATUS:
   N    the server's exit status, or 128+N when signal N ended it (137 after SIGKILL)
   1    a usage error
@@ -244,7 +255,8 @@ EXIT STATUS:
   125  the profile confines native programs and the server could not be confined as
        required (it was not started)
   127  the confined server could not be executed
-A server exiting with one of these codes itself looks the same.";
+A server exiting with one of these codes itself looks the same."
+);
 
 pub const CONFINE: &str = "\
 EXAMPLES:
@@ -269,7 +281,8 @@ EXIT STATUS:
   125  the command could not be confined as required (it was not started)
   127  the command could not be found or executed";
 
-pub const GATEWAY: &str = "\
+pub const GATEWAY: &str = concat!(
+    "\
 EXAMPLES:
   aegis gateway --tools tools.toml
   aegis gateway --tools tools.toml --http 127.0.0.1:8765 --token-file token.txt
@@ -280,7 +293,9 @@ flag given replaces it, and -v says where each came from.
 
 While another process writes the record, gateway waits and serves nothing until it
 holds the record.
-
+",
+    approve_via!(),
+    "
 EXIT STATUS:
   0    served, and the record closed
   1    a usage error
@@ -289,7 +304,8 @@ EXIT STATUS:
   5    the record is busy (--no-wait; without it gateway waits its turn)
   17   an intent, an outcome or the close line could not be written
   18   the address could not be bound, the transport failed or the sandbox not built
-  130/143  SIGINT/SIGTERM ended the wait for a busy record (while serving, they stop it: 0)";
+  130/143  SIGINT/SIGTERM ended the wait for a busy record (while serving, they stop it: 0)"
+);
 
 pub const DEMO: &str = "\
 EXAMPLES:

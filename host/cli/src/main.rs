@@ -655,6 +655,35 @@ pub struct HostFlags {
     pub approvals_dir: Option<PathBuf>,
 }
 
+/// `--approve-via`, which `wrap` and `gateway` share: who is asked to decide a call a
+/// rule parks.
+#[derive(clap::Args)]
+pub struct ApproveViaFlag {
+    /// Who is asked to decide a call a rule parks: `queue` (the approvals queue, for
+    /// `aegis approvals approve`) or `client` (the MCP client's user, through
+    /// elicitation, when the client declared it; the queue still decides otherwise, and
+    /// whichever decides first wins). A client's answer is recorded as `via: client`,
+    /// never as a signature.
+    #[arg(long, value_enum, value_name = "WHO", default_value_t = ApproveVia::Queue)]
+    approve_via: ApproveVia,
+}
+
+impl ApproveViaFlag {
+    /// Whether the client's user is asked too (`--approve-via client`).
+    pub fn asks_client(&self) -> bool {
+        self.approve_via == ApproveVia::Client
+    }
+}
+
+/// Who decides a parked call (`--approve-via`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ApproveVia {
+    /// The approvals queue only.
+    Queue,
+    /// The MCP client's user through elicitation, else the queue.
+    Client,
+}
+
 fn approval_timeout(text: &str) -> Result<std::time::Duration, String> {
     aegis_runtime::operator::parse_timeout(text)
 }

@@ -51,13 +51,8 @@ pub struct WrapArgs {
     /// profile's `[operator]` pins_record_only says).
     #[arg(long)]
     pins_record_only: bool,
-    /// Who is asked to decide a call a rule parks: `queue` (the approvals queue, for
-    /// `aegis approvals approve`) or `client` (the MCP client's user, through
-    /// elicitation, when the client declared it; the queue still decides otherwise, and
-    /// whichever decides first wins). A client's answer is recorded as `via: client`,
-    /// never as a signature.
-    #[arg(long, value_enum, value_name = "WHO", default_value_t = ApproveVia::Queue)]
-    approve_via: ApproveVia,
+    #[command(flatten)]
+    approve_via: crate::ApproveViaFlag,
     /// After the client closes its stdin, how long the server has to exit before
     /// SIGTERM, and again before SIGKILL.
     #[arg(long, value_name = "MS", default_value_t = 3000)]
@@ -69,15 +64,6 @@ pub struct WrapArgs {
     /// The server's command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<std::ffi::OsString>,
-}
-
-/// Who decides a parked call (`--approve-via`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum ApproveVia {
-    /// The approvals queue only.
-    Queue,
-    /// The MCP client's user through elicitation, else the queue.
-    Client,
 }
 
 /// What the session says goes to stderr as the CLI says everything: `aegis: …` for
@@ -171,7 +157,7 @@ pub fn wrap(profile_name: &str, a: &WrapArgs) -> Result<u8, CliError> {
         gate,
         pins,
         settings.pins.record_only(),
-        a.approve_via == ApproveVia::Client,
+        a.approve_via.asks_client(),
     );
     let ended = serve(session, relay, confined, &a.command);
     drop(interrupts);

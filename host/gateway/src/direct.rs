@@ -20,7 +20,16 @@
 //! - The call itself is [`GatewayServer::call`], the same as rmcp's dispatch reaches:
 //!   the same stations, record, capacity and refusals. The answer is the JSON-RPC
 //!   response rmcp would put in its event stream, as an `application/json` body,
-//!   which Streamable HTTP lets a server choose for any request.
+//!   which Streamable HTTP lets a server choose for any request. A call that gave a
+//!   progress token and is still parked one keep-alive interval after it was filed is
+//!   answered as an event stream instead (its `Accept` names one): a progress
+//!   notification each interval, as rmcp's path sends, then the response. The stream
+//!   holds its connection as a body being awaited does: it counts against the
+//!   connection cap, the write timeout still closes it when its client stops reading,
+//!   and the gateway's stop ends it (its park is withdrawn, and its answer sent).
+//! - With clients asked about parked calls (`--approve-via client`), a session whose
+//!   `initialize` declared elicitation has no call taken here: rmcp's path can send
+//!   the question on the call's stream and route the answer back; this one cannot.
 //! - The middleware wraps rmcp's service alone, so it sees every path rmcp serves
 //!   (`/mcp`, `/mcp/`, `/mcp/…`) and none that rmcp does not; the bearer-token layer
 //!   runs before it.
@@ -50,21 +59,25 @@
 //!
 //! # Non-guarantees
 //! - A client that disconnects mid-call does not cancel it: the call runs to its end
-//!   and its outcome is recorded (as on rmcp's path).
+//!   and its outcome is recorded (as on rmcp's path). A parked call whose client left
+//!   waits in the queue until it is decided or expires.
+//! - Whether a session's client can be asked is read from the `initialize` body as it
+//!   passes (`capabilities.elicitation`, any object); a client that declares it some
+//!   other way is not routed to rmcp, and its parks are left to the queue.
 //! - A request that went to rmcp counts as use when it starts, not while it lasts:
 //!   a `tools/call` or an event stream on rmcp's path that outlasts the idle time may
 //!   see its session closed (as rmcp's own timer would).
 //! - The cap on sessions is checked when one is asked for: requests asking at the same
 //!   moment may pass it together (by at most the connections open).
 
-use crate::server::{CANCELLED, GatewayServer};
+use crate::server::{CANCELLED, GatewayServer, KeepAlive, Waiting, waiting_progress};
 use aegis_runtime::CancelToken;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ProgressToken, ServerNotification};
 use rmcp::model::{
     ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorData, GetMeta as _,
     JsonRpcVersion2_0, RequestId, ServerJsonRpcMessage, ServerResult,
@@ -75,6 +88,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -100,6 +114,10 @@ struct SessionUse {
     passed: HashSet<String>,
     /// The idle sweep is closing the session: no call is taken here any more.
     closing: bool,
+    /// The gateway asks clients about parked calls and this session's client declared
+    /// elicitation in its `initialize`: its calls go to rmcp, which can ask it (this
+    /// module answers with one body, and has no way to send the client a request).
+    asked: bool,
 }
 
 impl SessionUse {
@@ -176,6 +194,21 @@ impl Direct {
         }
     }
 
+    /// Whether `session`'s calls go to rmcp, so that its client can be asked about a
+    /// parked call (see [`SessionUse::asked`]).
+    fn asks(&self, session: &str) -> bool {
+        self.uses().get(session).is_some_and(|u| u.asked)
+    }
+
+    /// Notes that `session`, just made by rmcp for an `initialize` whose client can be
+    /// asked, has its calls answered by rmcp.
+    fn ask_in(&self, session: &str) {
+        let mut uses = self.uses();
+        let u = uses.entry(Arc::from(session)).or_default();
+        u.asked = true;
+        u.last = Some(Instant::now());
+    }
+
     fn cancel_call(&self, session: &str, id: &RequestId) {
         let key = id_key(id);
         if let Some(token) = self.uses().get(session).and_then(|u| u.running.get(&key)) {
@@ -192,6 +225,7 @@ impl Direct {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(period) => {}
             }
+            let listed = Instant::now();
             let open: HashSet<Arc<str>> = self
                 .sessions
                 .sessions
@@ -204,7 +238,13 @@ impl Direct {
             let mut idle = Vec::new();
             {
                 let mut uses = self.uses();
-                uses.retain(|id, u| !u.running.is_empty() || open.contains(id));
+                // An entry noted after the listing may name a session made since: kept
+                // for the next sweep to judge.
+                uses.retain(|id, u| {
+                    !u.running.is_empty()
+                        || open.contains(id)
+                        || u.last.is_some_and(|last| last >= listed)
+                });
                 for id in open {
                     let u = uses.entry(id.clone()).or_default();
                     let last = *u.last.get_or_insert(now);
@@ -334,9 +374,20 @@ pub(crate) async fn route(
             if let Some(refused) = kept_too_large(&bytes, false) {
                 return refused;
             }
-            return next
+            let asked = direct.server.asks_clients() && declares_elicitation(&bytes);
+            let response = next
                 .run(Request::from_parts(parts, Body::from(bytes)))
                 .await;
+            if asked
+                && response.status().is_success()
+                && let Some(made) = response
+                    .headers()
+                    .get(HEADER_SESSION_ID)
+                    .and_then(|v| v.to_str().ok())
+            {
+                direct.ask_in(made);
+            }
+            return response;
         }
         return next.run(request).await;
     };
@@ -377,7 +428,7 @@ fn sessions_full(max_sessions: usize) -> Response {
 
 /// A POST naming `session`.
 async fn post(direct: &Arc<Direct>, session: &str, request: Request, next: Next) -> Response {
-    let takeable = direct.takeable(request.headers());
+    let takeable = direct.takeable(request.headers()) && !direct.asks(session);
     let (parts, body) = request.into_parts();
     let bytes = match whole(body, direct.max_body).await {
         Ok(bytes) => bytes,
@@ -397,7 +448,7 @@ async fn post(direct: &Arc<Direct>, session: &str, request: Request, next: Next)
     {
         let mut params = CallToolRequestParams::new(call.params.name);
         params.arguments = call.params.arguments;
-        return match take_call(direct, session, call.id, params).await {
+        return match take_call(direct, session, call.id, params, None).await {
             Some(answer) => answer,
             None => pass(bytes, next).await,
         };
@@ -408,11 +459,13 @@ async fn post(direct: &Arc<Direct>, session: &str, request: Request, next: Next)
     match message {
         ClientJsonRpcMessage::Request(request) => {
             let id = request.id.clone();
+            let progress = request.request.get_meta().get_progress_token();
             if takeable
                 && request.request.get_meta().protocol_version().is_none()
                 && let ClientRequest::CallToolRequest(call) = request.request
                 && direct.holds(session).await
-                && let Some(answer) = take_call(direct, session, request.id, call.params).await
+                && let Some(answer) =
+                    take_call(direct, session, request.id, call.params, progress).await
             {
                 return answer;
             }
@@ -488,6 +541,22 @@ fn is_one_message_but_initialize(body: &[u8]) -> bool {
         .is_ok_and(|m| m.method.as_deref() != Some("initialize"))
 }
 
+/// Whether `body` is an `initialize` whose client declares elicitation (any
+/// `capabilities.elicitation` object): its session's calls go to rmcp, which decides
+/// whether the client can be asked. Read generously: sending a call to rmcp is never
+/// less safe, only slower.
+fn declares_elicitation(body: &[u8]) -> bool {
+    let Ok(message) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return false;
+    };
+    message.get("method").and_then(serde_json::Value::as_str) == Some("initialize")
+        && message
+            .get("params")
+            .and_then(|p| p.get("capabilities"))
+            .and_then(|c| c.get("elicitation"))
+            .is_some_and(serde_json::Value::is_object)
+}
+
 /// A header field as [`Direct::takeable`] reads it.
 enum Field<'h> {
     Absent,
@@ -517,12 +586,15 @@ struct PlainParams {
 }
 
 /// Runs a call taken here and answers it; its id must not name a call still running
-/// in the session. None when the session is closing: rmcp answers for it.
+/// in the session. None when the session is closing: rmcp answers for it. A call that
+/// gave a `progress` token and is still parked one keep-alive interval after it was
+/// filed is answered as an event stream ([`waiting_stream`]); any other, as one body.
 async fn take_call(
     direct: &Arc<Direct>,
     session: &str,
     id: RequestId,
     params: CallToolRequestParams,
+    progress: Option<ProgressToken>,
 ) -> Option<Response> {
     let key = id_key(&id);
     let token = CancelToken::new();
@@ -544,17 +616,54 @@ async fn take_call(
         session: Arc::from(session),
         key,
     };
-    let answered = direct
+    // Each keep-alive of a parked call, as the progress notification it makes.
+    let (alive, mut alive_rx) = tokio::sync::mpsc::channel::<ServerJsonRpcMessage>(KEPT_ALIVE);
+    let keep_alive = progress.map(|progress_token| {
+        let sent = Arc::new(AtomicU64::new(0));
+        let keep_alive: KeepAlive = Arc::new(move |approval_id: &str| {
+            let n = sent.fetch_add(1, Ordering::Relaxed) + 1;
+            let param = waiting_progress(&progress_token, n, approval_id);
+            let notification = ServerNotification::ProgressNotification(
+                rmcp::model::ProgressNotification::new(param),
+            );
+            // Called on the settle thread: never blocks. A stream that is not read is
+            // sent no more than KEPT_ALIVE behind (the client is told the call waits;
+            // how often is no promise).
+            let _ = alive.try_send(ServerJsonRpcMessage::notification(notification));
+        });
+        keep_alive
+    });
+    let waiting = Waiting {
+        keep_alive,
+        ask: None,
+    };
+    let mut job = direct
         .server
-        .spawn_call(params, token.clone(), running, None)
-        .await;
+        .spawn_call(params, token.clone(), running, waiting);
+    let answered = tokio::select! {
+        answered = &mut job => answered,
+        Some(first) = alive_rx.recv() => {
+            return Some(waiting_stream(first, alive_rx, job, token, id));
+        }
+    };
     // Cancelled by the client (its notification, or its session's end): no answer, as
     // rmcp sends none for a request it cancelled (MCP: the receiver should not
     // respond). The call's outcome is still on the record.
     if token.reason().as_deref() == Some(CANCELLED) {
         return Some(no_answer());
     }
-    let answer = match answered {
+    Some(json_response(&answer_of(answered, id)))
+}
+
+/// How many keep-alive notifications wait for a stream that is slow to send them.
+const KEPT_ALIVE: usize = 4;
+
+/// The JSON-RPC answer to a call taken here, as `answered`.
+fn answer_of(
+    answered: Result<Result<CallToolResult, ErrorData>, tokio::task::JoinError>,
+    id: RequestId,
+) -> ServerJsonRpcMessage {
+    match answered {
         Ok(Ok(result)) => {
             let mut result = ServerResult::CallToolResult(result);
             // What rmcp's handler does for every session (all negotiated before
@@ -569,8 +678,62 @@ async fn take_call(
             ErrorData::internal_error(format!("the gateway failed: {e}"), None),
             Some(id),
         ),
-    };
-    Some(json_response(&answer))
+    }
+}
+
+/// The answer to a parked call that gave a progress token, once it has waited one
+/// keep-alive interval: an event stream (which Streamable HTTP lets a server choose for
+/// any request, and which the call's `Accept` names), of `first` and each progress
+/// notification after it, then the call's answer, as rmcp's own path sends them. The
+/// stream ends with no answer when the client cancelled the call, as rmcp's does.
+///
+/// The stream holds its connection as long as the park waits, as one JSON body would:
+/// the connection still counts against the cap, and the write timeout still closes it
+/// when the client stops taking its bytes. A client that leaves does not cancel the
+/// call (as on the one-body path): it runs to its end, recorded.
+fn waiting_stream(
+    first: ServerJsonRpcMessage,
+    mut alive: tokio::sync::mpsc::Receiver<ServerJsonRpcMessage>,
+    mut job: tokio::task::JoinHandle<Result<CallToolResult, ErrorData>>,
+    token: CancelToken,
+    id: RequestId,
+) -> Response {
+    let (mut events, body) = http_body_util::Channel::<Bytes, axum::Error>::new(KEPT_ALIVE);
+    tokio::spawn(async move {
+        if events.send_data(event(&first)).await.is_err() {
+            return;
+        }
+        let answered = loop {
+            tokio::select! {
+                answered = &mut job => break answered,
+                Some(note) = alive.recv() => {
+                    // The client left: the call goes on without it (the job's own task).
+                    if events.send_data(event(&note)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        };
+        if token.reason().as_deref() == Some(CANCELLED) {
+            return;
+        }
+        let _ = events.send_data(event(&answer_of(answered, id))).await;
+    });
+    let mut response = Response::new(Body::new(body));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// One server-sent event holding `message`.
+fn event(message: &ServerJsonRpcMessage) -> Bytes {
+    // Serializing rmcp's own message type does not fail (see `json_response`).
+    let json = serde_json::to_string(message).unwrap_or_default();
+    Bytes::from(format!("event: message\ndata: {json}\n\n"))
 }
 
 /// The answer to a call the client cancelled: an event stream that ends with no
@@ -676,5 +839,50 @@ impl Drop for Running {
             u.running.remove(&self.key);
             u.last = Some(Instant::now());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_initialize_declaring_elicitation_sends_its_session_to_rmcp() {
+        let init = |capabilities: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{capabilities},"clientInfo":{{"name":"c","version":"1"}}}}}}"#
+            )
+        };
+        assert!(declares_elicitation(
+            init(r#"{"elicitation":{}}"#).as_bytes()
+        ));
+        assert!(declares_elicitation(
+            init(r#"{"elicitation":{"form":{}}}"#).as_bytes()
+        ));
+        // URL mode only still goes to rmcp, which decides not to ask: never less safe.
+        assert!(declares_elicitation(
+            init(r#"{"elicitation":{"url":{}}}"#).as_bytes()
+        ));
+        assert!(!declares_elicitation(init("{}").as_bytes()));
+        assert!(!declares_elicitation(
+            init(r#"{"elicitation":true}"#).as_bytes()
+        ));
+        assert!(!declares_elicitation(
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"capabilities":{"elicitation":{}}}}"#
+        ));
+        assert!(!declares_elicitation(b"not json"));
+    }
+
+    #[test]
+    fn an_event_holds_one_message_as_data() {
+        let message = ServerJsonRpcMessage::error(
+            ErrorData::internal_error("x\ny", None),
+            Some(RequestId::Number(7)),
+        );
+        let text = String::from_utf8(event(&message).to_vec()).unwrap();
+        assert!(text.starts_with("event: message\ndata: {"), "{text}");
+        assert!(text.ends_with("}\n\n"), "{text}");
+        // One data line: JSON escapes the message's own newlines.
+        assert_eq!(text.lines().filter(|l| l.starts_with("data:")).count(), 1);
     }
 }

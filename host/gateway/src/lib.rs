@@ -20,9 +20,22 @@
 //! - With a desk ([`Gateway::with_desk`]), a call the policy parks waits for a
 //!   person's decision and then runs under the approval or is answered with the
 //!   refusal (see [`server`]); without one it is answered at once as not run.
+//! - Asking clients too ([`Gateway::asking_clients`], `--approve-via client`), the
+//!   client's user is asked about a parked call through MCP elicitation when the client
+//!   declared it, on stdio and on HTTP alike (an HTTP session whose client declared it
+//!   has its calls answered by rmcp's path, which can send the question; see
+//!   `direct`); the first decision placed wins. Otherwise the park waits for the queue.
+//! - A parked call whose client gave a progress token hears that it waits, every
+//!   [`server::KEEP_ALIVE`], whichever path answers it.
 //!
 //! # Non-guarantees
-//! - The gateway serves tools only: no resources, prompts, sampling or elicitation.
+//! - The gateway serves tools only: no resources, prompts or sampling; its one use of
+//!   elicitation is the approval question.
+//! - The direct HTTP path (`direct`) cannot ask a client anything (it answers with one
+//!   body or an event stream of its own, and the client's answer would reach rmcp): a
+//!   session is sent to rmcp's path only when its `initialize` declared elicitation
+//!   (read as the request passes); a client that declares it later, or in a way that
+//!   reading misses, has its parks left to the queue.
 //! - Role and session are not taken from clients: the operator's `role` (if any) is
 //!   asserted for every call, as `aegis wrap` does.
 //!
@@ -137,6 +150,12 @@ pub struct GatewayOptions {
     pub cache_dir: Option<PathBuf>,
     /// The role asserted for every call; none by default.
     pub role: Option<String>,
+    /// How often a parked call's client hears that it waits, when it gave a progress
+    /// token ([`server::KEEP_ALIVE`] by default). For tests, which cannot wait 15 s
+    /// for the first one: a shorter interval only sends more notifications, so it is
+    /// no operator's setting (the CLI's flag for it is hidden).
+    #[doc(hidden)]
+    pub keep_alive: std::time::Duration,
 }
 
 impl Default for GatewayOptions {
@@ -145,6 +164,7 @@ impl Default for GatewayOptions {
             capacity: DEFAULT_CONCURRENT_CALLS,
             cache_dir: None,
             role: None,
+            keep_alive: server::KEEP_ALIVE,
         }
     }
 }
@@ -255,6 +275,7 @@ impl Gateway {
             served,
             usize::try_from(options.capacity).unwrap_or(usize::MAX),
             options.role.clone(),
+            options.keep_alive,
             notes,
         );
         Ok(Gateway { host, server })
@@ -267,6 +288,19 @@ impl Gateway {
     #[must_use]
     pub fn with_desk(self, desk: aegis_runtime::approvals::Desk) -> Gateway {
         self.server.set_desk(desk);
+        self
+    }
+
+    /// The same gateway, also asking the client's user about each parked call through
+    /// MCP elicitation (`--approve-via client`), when the client declared form
+    /// elicitation in its `initialize`: the question `aegis wrap` asks
+    /// ([`aegis_record::approval::question`]). The answer is placed with the desk as the
+    /// client's decision (`via: client`); a person's decision placed first still wins,
+    /// and a client that cannot be asked leaves the park to the queue. Needs a desk
+    /// ([`Gateway::with_desk`]); without one nothing is parked to ask about.
+    #[must_use]
+    pub fn asking_clients(self) -> Gateway {
+        self.server.set_ask_clients();
         self
     }
 

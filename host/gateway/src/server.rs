@@ -30,11 +30,33 @@
 //!   session's end, the gateway closing), the park is withdrawn: the host's decision
 //!   is placed ([`Desk::call_off`]) and the settle thread, the one claimant, records
 //!   it; nothing runs. [`GatewayServer::shut_down`] waits for waiting parks too.
+//! - A parked call whose client gave a progress token hears a progress notification
+//!   every [`KEEP_ALIVE`] while it waits, on rmcp's path and on the direct one (which
+//!   then answers as an event stream, `crate::direct`).
+//! - Asking clients ([`crate::Gateway::asking_clients`]), a filed park whose client
+//!   declared form elicitation (before protocol 2026-07-28, which forbids a server's
+//!   requests) is also put to the client's user: the `elicitation/create` `aegis wrap`
+//!   sends ([`question`]), on the request's own stream. An answer that decides (accept
+//!   with `approve`, decline, cancel) is placed with the desk as the client's decision
+//!   ([`Desk::client_decided`], `via: client`); the park's one decision is whichever
+//!   was placed first, a person's key or the expiry included, and the settle records
+//!   it as for any park. A question still open when the call ends is withdrawn
+//!   (`notifications/cancelled`). A client that cannot be asked, or whose answer
+//!   decides nothing, leaves the park to the queue.
 //!
 //! # Non-guarantees
-//! - A parked call's client hears progress notifications every [`KEEP_ALIVE`] only on
-//!   rmcp's path and only when it gave a progress token: a call answered in place
-//!   (`crate::direct`) is one JSON body, with nothing sent before it.
+//! - A client's answer to the question says the client answered, not that a person
+//!   read it: a client may accept on its own. The record says `via: client`, which
+//!   `aegis verify --approver-key` does not take for a person's signature.
+//! - The withdrawal of an open question reaches a stdio client, but over HTTP rmcp
+//!   routes a cancellation by the id it names (the gateway's own request's, which is
+//!   no stream's), so it goes on the session's standalone stream: a client with none
+//!   open does not hear it. Its question just goes unanswered; an answer sent after
+//!   the call ended decides nothing.
+//! - The question is the one `aegis wrap` sends, but rmcp adds a `_meta.progressToken`
+//!   of its own to every request it sends.
+//! - Keep-alives are best effort: a client's stream that does not take them falls
+//!   behind and some are not sent (they carry no decision).
 //! - A client that cancels just as a person approves may leave an approval on the
 //!   record with no call under it (its request is gone, so nothing runs).
 //! - A tool's stderr goes to the operator ([`Note::ToolStderr`]); when the tool failed,
@@ -50,18 +72,20 @@
 use crate::manifest::{Delivery, OutputKind, ToolSpec};
 use aegis_policy_arguments::unambiguous::canonical_of;
 use aegis_record::ExecutionOutcome;
+use aegis_record::approval::question;
 use aegis_record::json::Value;
-use aegis_runtime::approvals::Desk;
+use aegis_runtime::approvals::{Desk, Ticket as Filed};
 use aegis_runtime::pipeline::{Approval, CallRecord, CallRequest};
 use aegis_runtime::refusal::{Cause, META_KEY, Refusal, refusal_of};
 use aegis_runtime::{AuditNotice, CancelToken, Pipeline, PipelineError};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
     ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::model::{CustomRequest, ServerRequest};
+use rmcp::service::{Peer, PeerRequestOptions, RequestContext, RoleServer};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
@@ -164,6 +188,12 @@ struct Inner {
     /// Where parked calls are filed and settled; unset, a parked call is answered at
     /// once as not run.
     desk: OnceLock<Desk>,
+    /// Ask the client's user about each parked call too, when the client can be asked
+    /// (`--approve-via client`).
+    ask_clients: AtomicBool,
+    /// How often a parked call's client hears that it waits ([`KEEP_ALIVE`] but in
+    /// tests; at least 100 ms).
+    keep_alive: Duration,
 }
 
 /// The rmcp [`ServerHandler`](rmcp::ServerHandler) behind `aegis gateway`. Cheap to
@@ -200,6 +230,38 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// What a parked call does every [`KEEP_ALIVE`] while it waits for a person. Called on
 /// a thread of the blocking pool: it must not block.
 pub(crate) type KeepAlive = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A parked call, filed, to put to the client's user: sent by the call's task to the
+/// request's handler, which asks (the request's own task, so rmcp sends the question on
+/// the request's stream).
+pub(crate) struct Ask {
+    ticket: Filed,
+    tool: String,
+    /// The arguments as canonical JSON.
+    arguments: String,
+}
+
+/// What a parked call's client hears while it waits: progress every [`KEEP_ALIVE`]
+/// (`keep_alive`), and the question to its user (`ask`, taken when the park is filed).
+#[derive(Default)]
+pub(crate) struct Waiting {
+    pub(crate) keep_alive: Option<KeepAlive>,
+    pub(crate) ask: Option<tokio::sync::oneshot::Sender<Ask>>,
+}
+
+/// The `n`th progress notification a call parked as `approval_id` sends its client
+/// (the client's `progress_token`), on either path.
+pub(crate) fn waiting_progress(
+    progress_token: &ProgressToken,
+    n: u64,
+    approval_id: &str,
+) -> ProgressNotificationParam {
+    let mut param = ProgressNotificationParam::new(progress_token.clone(), n as f64);
+    param.message = Some(format!(
+        "waiting for approval {approval_id} (aegis approvals show {approval_id})"
+    ));
+    param
+}
 
 /// How [`GatewayServer::run`] ended.
 enum Ran {
@@ -351,6 +413,7 @@ impl GatewayServer {
         tools: Vec<Served>,
         capacity: usize,
         role: Option<String>,
+        keep_alive: Duration,
         notes: Notes,
     ) -> GatewayServer {
         let listing = tools.iter().map(|t| t.listing.clone()).collect();
@@ -372,6 +435,8 @@ impl GatewayServer {
                 record_failed: AtomicBool::new(false),
                 notes,
                 desk: OnceLock::new(),
+                ask_clients: AtomicBool::new(false),
+                keep_alive: keep_alive.max(Duration::from_millis(100)),
             }),
         }
     }
@@ -395,6 +460,17 @@ impl GatewayServer {
     /// it (see [`crate::Gateway::with_desk`]). Set once: a second desk is ignored.
     pub(crate) fn set_desk(&self, desk: Desk) {
         let _ = self.inner.desk.set(desk);
+    }
+
+    /// Asks the client's user about each parked call too, through MCP elicitation,
+    /// when the client declared form elicitation (see [`crate::Gateway::asking_clients`]).
+    pub(crate) fn set_ask_clients(&self) {
+        self.inner.ask_clients.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether parked calls are put to the client's user too (and a desk files them).
+    pub fn asks_clients(&self) -> bool {
+        self.inner.ask_clients.load(Ordering::SeqCst) && self.inner.desk.get().is_some()
     }
 
     /// Stops taking calls, cancels every running one with `why`, and waits until each
@@ -500,19 +576,19 @@ impl GatewayServer {
         params: CallToolRequestParams,
         ct: CancellationToken,
     ) -> Result<CallToolResult, McpError> {
-        self.call_keeping_alive(params, ct, None).await
+        self.call_waiting(params, ct, Waiting::default()).await
     }
 
-    /// [`GatewayServer::call`], telling the client every [`KEEP_ALIVE`] that a parked
-    /// call is still waiting for a person (`keep_alive`, when it gave a progress token).
-    async fn call_keeping_alive(
+    /// [`GatewayServer::call`], telling the client while a parked call waits for a
+    /// person ([`Waiting`]).
+    async fn call_waiting(
         &self,
         params: CallToolRequestParams,
         ct: CancellationToken,
-        keep_alive: Option<KeepAlive>,
+        waiting: Waiting,
     ) -> Result<CallToolResult, McpError> {
         let token = CancelToken::new();
-        let mut job = self.spawn_call(params, token.clone(), (), keep_alive);
+        let mut job = self.spawn_call(params, token.clone(), (), waiting);
         let joined = tokio::select! {
             joined = &mut job => joined,
             () = ct.cancelled() => {
@@ -535,19 +611,19 @@ impl GatewayServer {
         params: CallToolRequestParams,
         token: CancelToken,
         guard: G,
-        keep_alive: Option<KeepAlive>,
+        waiting: Waiting,
     ) -> tokio::task::JoinHandle<Result<CallToolResult, McpError>> {
         let server = self.clone();
         if self.inner.sink_syncs {
             let handle = tokio::runtime::Handle::current();
             tokio::task::spawn_blocking(move || {
-                let answered = handle.block_on(server.answer(params, &token, keep_alive));
+                let answered = handle.block_on(server.answer(params, &token, waiting));
                 drop(guard);
                 answered
             })
         } else {
             tokio::spawn(async move {
-                let answered = server.answer(params, &token, keep_alive).await;
+                let answered = server.answer(params, &token, waiting).await;
                 drop(guard);
                 answered
             })
@@ -560,7 +636,7 @@ impl GatewayServer {
         &self,
         params: CallToolRequestParams,
         token: &CancelToken,
-        keep_alive: Option<KeepAlive>,
+        waiting: Waiting,
     ) -> Result<CallToolResult, McpError> {
         let name = params.name.to_string();
         let map = params.arguments.unwrap_or_default();
@@ -636,7 +712,7 @@ impl GatewayServer {
                 invocation: &invocation,
                 token,
             };
-            return self.hold(&call, desk, &record, keep_alive).await;
+            return self.hold(&call, desk, &record, waiting).await;
         }
         Ok(self.result(tool, &record))
     }
@@ -650,7 +726,7 @@ impl GatewayServer {
         call: &Call<'_>,
         desk: &Desk,
         record: &CallRecord,
-        keep_alive: Option<KeepAlive>,
+        waiting: Waiting,
     ) -> Result<CallToolResult, McpError> {
         // Closing: nothing is filed; the park's own refusal (not run) answers.
         let Some((place, pipeline)) = self.park(call.token) else {
@@ -670,18 +746,28 @@ impl GatewayServer {
             Ok(Err(e)) => return Ok(self.not_filed(record, &e)),
             Err(e) => return Ok(self.not_filed(record, &e)),
         };
+        // Filed: the client's user may be asked now (the handler asks; first decider wins).
+        if let Some(ask) = waiting.ask {
+            let _ = ask.send(Ask {
+                ticket: ticket.clone(),
+                tool: call.name.to_owned(),
+                arguments: call.invocation.arguments.clone(),
+            });
+        }
+        let keep_alive = waiting.keep_alive;
         let settling = {
             let desk = desk.clone();
             let pipeline = Arc::clone(&pipeline);
             let ticket = ticket.clone();
             let id = ticket.approval_id.clone();
+            let every = self.inner.keep_alive;
             tokio::task::spawn_blocking(move || {
                 let mut alive = || {
                     if let Some(k) = &keep_alive {
                         k(&id);
                     }
                 };
-                desk.settle(&pipeline, &ticket, KEEP_ALIVE, &mut alive)
+                desk.settle(&pipeline, &ticket, every, &mut alive)
             })
         };
         tokio::pin!(settling);
@@ -921,10 +1007,7 @@ impl rmcp::ServerHandler for GatewayServer {
             let sent = Arc::new(AtomicU64::new(0));
             let keep_alive: KeepAlive = Arc::new(move |approval_id: &str| {
                 let n = sent.fetch_add(1, Ordering::Relaxed) + 1;
-                let mut param = ProgressNotificationParam::new(progress_token.clone(), n as f64);
-                param.message = Some(format!(
-                    "waiting for approval {approval_id} (aegis approvals show {approval_id})"
-                ));
+                let param = waiting_progress(&progress_token, n, approval_id);
                 let peer = peer.clone();
                 // Called on the settle thread: the send is the runtime's to do.
                 handle.spawn(async move {
@@ -933,9 +1016,151 @@ impl rmcp::ServerHandler for GatewayServer {
             });
             keep_alive
         });
-        self.call_keeping_alive(request, context.ct, keep_alive)
+        let Some(client) = self.client_to_ask(&context.peer) else {
+            let waiting = Waiting {
+                keep_alive,
+                ask: None,
+            };
+            return self
+                .call_waiting(request, context.ct, waiting)
+                .await
+                .map(Into::into);
+        };
+        let (ask, asked) = tokio::sync::oneshot::channel();
+        let waiting = Waiting {
+            keep_alive,
+            ask: Some(ask),
+        };
+        let call = self.call_waiting(request, context.ct, waiting);
+        self.asking(call, asked, &context.peer, client)
             .await
             .map(Into::into)
+    }
+}
+
+impl GatewayServer {
+    /// The client's name for the record, when its parked calls are to be put to its
+    /// user: asking is on (`--approve-via client`, with a desk), and the client declared
+    /// form elicitation in its `initialize` (an empty `elicitation` object, or one
+    /// naming `form`) on a revision that allows the server to ask (before 2026-07-28).
+    fn client_to_ask(&self, peer: &Peer<RoleServer>) -> Option<String> {
+        if !self.asks_clients() {
+            return None;
+        }
+        let info = peer.peer_info()?;
+        let elicitation = info.capabilities.elicitation.as_ref()?;
+        let form = elicitation.form.is_some() || elicitation.url.is_none();
+        if !form || info.protocol_version.as_str() >= "2026-07-28" {
+            return None;
+        }
+        let version = Some(info.client_info.version.as_str()).filter(|v| !v.is_empty());
+        Some(question::client_name(&info.client_info.name, version))
+    }
+
+    /// Drives `call` and, once its park is filed (`asked`), asks the client's user about
+    /// it on `peer` ([`question`], the one `aegis wrap` asks). The answer is placed with
+    /// the desk as the client's decision ([`Desk::client_decided`]), which a decision
+    /// placed first (a person's, the expiry) precedes. A question still open when the
+    /// call ends is withdrawn (`notifications/cancelled`). Awaited in the request's own
+    /// task: rmcp sends a request made there on the request's stream.
+    async fn asking<F>(
+        &self,
+        call: F,
+        asked: tokio::sync::oneshot::Receiver<Ask>,
+        peer: &Peer<RoleServer>,
+        client: String,
+    ) -> Result<CallToolResult, McpError>
+    where
+        F: std::future::Future<Output = Result<CallToolResult, McpError>>,
+    {
+        tokio::pin!(call);
+        let ask = tokio::select! {
+            answered = &mut call => return answered,
+            ask = asked => match ask {
+                Ok(ask) => ask,
+                // Not filed (not parked, or the queue failed): nothing to ask.
+                Err(_) => return call.await,
+            },
+        };
+        let id = ask.ticket.approval_id.clone();
+        let note = |what: String| (self.inner.notes)(Note::Approvals(&what));
+        let protocol = peer
+            .peer_info()
+            .map(|info| info.protocol_version.as_str().to_owned());
+        let params =
+            question::elicitation_params(&id, &ask.tool, &ask.arguments, protocol.as_deref());
+        let params = match serde_json::from_slice::<serde_json::Value>(&params) {
+            Ok(params) => params,
+            Err(e) => {
+                note(format!(
+                    "the client could not be asked about {id} ({e}); it waits for the approvals queue"
+                ));
+                return call.await;
+            }
+        };
+        let request =
+            ServerRequest::CustomRequest(CustomRequest::new("elicitation/create", Some(params)));
+        let mut handle = match peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+        {
+            Ok(handle) => handle,
+            Err(e) => {
+                note(format!(
+                    "the client could not be asked about {id} ({e}); it waits for the approvals queue"
+                ));
+                return call.await;
+            }
+        };
+        let answer = tokio::select! {
+            answered = &mut call => Err(answered),
+            answer = &mut handle.rx => Ok(answer),
+        };
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(answered) => {
+                // Settled otherwise (or the call ended): the question is withdrawn.
+                let _ = handle
+                    .cancel(Some(format!("{id} was settled otherwise")))
+                    .await;
+                return answered;
+            }
+        };
+        let approved = match answer {
+            Ok(Ok(result)) => serde_json::to_value(&result).ok().and_then(|result| {
+                let action = result.get("action")?.as_str()?.to_owned();
+                let approve = result
+                    .get("content")
+                    .and_then(|c| c.get(question::APPROVE_FIELD))
+                    .and_then(serde_json::Value::as_bool);
+                question::answer(&action, approve)
+            }),
+            _ => None,
+        };
+        match (approved, self.inner.desk.get()) {
+            (Some(approved), Some(desk)) => {
+                let desk = desk.clone();
+                let ticket = ask.ticket.clone();
+                let placed = tokio::task::spawn_blocking(move || {
+                    desk.client_decided(&ticket, approved, &client)
+                })
+                .await;
+                let failed = match placed {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(e) => Some(e.to_string()),
+                };
+                if let Some(e) = failed {
+                    note(format!(
+                        "the client's answer about {id} could not be placed ({e}); it waits for the approvals queue"
+                    ));
+                }
+            }
+            _ => note(format!(
+                "the client's answer about {id} decides nothing (an error, or no yes or no); it waits for the approvals queue"
+            )),
+        }
+        call.await
     }
 }
 

@@ -120,6 +120,7 @@ use crate::message::{
     Batch, IdKey, Message, Notification, Request, RequestId, Response, classify, recoverable_ids,
 };
 use crate::pins::{Change, ListingError, MAX_DEFINITIONS, MAX_TOOLS, PinDigest, PinSet, diff};
+use aegis_record::approval::question;
 use aegis_record::{DefinitionDigest, ToolChangeAction, ToolChangeKind, ToolChangeLine};
 
 /// JSON-RPC "Invalid Request".
@@ -456,11 +457,12 @@ pub const OWN_REQUEST_ID_PREFIX: &str = "aegis-relay/tools-list/";
 /// prefix and a count.
 pub const ELICIT_REQUEST_ID_PREFIX: &str = "aegis-relay/elicit/";
 
-/// The most characters of a call's arguments the client's user is shown when asked.
-pub const MAX_ELICIT_ARGUMENTS: usize = 1000;
+/// The most bytes of a call's tool name and arguments the client's user is shown when
+/// asked ([`aegis_record::approval::question`], the gateway's too).
+pub const MAX_ELICIT_ARGUMENTS: usize = question::MAX_SHOWN;
 
 /// The most bytes of the client's `clientInfo` name and version kept for the record.
-pub const MAX_CLIENT_NAME: usize = 200;
+pub const MAX_CLIENT_NAME: usize = question::MAX_CLIENT_NAME;
 
 /// What the client's `initialize` said about it.
 #[derive(Clone, Debug, Default)]
@@ -510,11 +512,7 @@ impl ClientInfo {
                 _ => None,
             };
             if let Some(name) = text(name) {
-                let full = match text(version) {
-                    Some(version) => format!("{name} {version}"),
-                    None => name,
-                };
-                info.name = Some(bounded(&aegis_record::text::escape(&full), MAX_CLIENT_NAME));
+                info.name = Some(question::client_name(&name, text(version).as_deref()));
             }
         }
         if let Lookup::One(protocol) = protocol
@@ -526,18 +524,6 @@ impl ClientInfo {
         }
         info
     }
-}
-
-/// `text` cut to at most `max` bytes at a character boundary, marked with `…` when cut.
-fn bounded(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }
 
 /// What the relay knows about the server's tools.
@@ -1658,30 +1644,18 @@ impl<G: Gate> Relay<G> {
         };
         let tool = request.tool_name().unwrap_or_default();
         let arguments = request.arguments().ok().flatten().unwrap_or("{}");
-        let message = format!(
-            "Aegis parked a tool call for approval ({approval_id}).\nTool: {}\nArguments: {}\n\
-             Run this call? Your answer is recorded as the client's, not as a signed approval.",
-            bounded(&aegis_record::text::escape(&tool), MAX_ELICIT_ARGUMENTS),
-            bounded(&aegis_record::text::escape(arguments), MAX_ELICIT_ARGUMENTS),
-        );
         let mut out = String::from(r#"{"jsonrpc":"2.0","id":"#);
         json::write_string(&id, &mut out);
-        out.push_str(r#","method":"elicitation/create","params":{"#);
-        // Form mode is named from 2025-11-25 on; before, it is the only mode.
-        if self
-            .client
-            .protocol
-            .as_deref()
-            .is_some_and(|v| v >= "2025-11-25")
-        {
-            out.push_str(r#""mode":"form","#);
-        }
-        out.push_str(r#""message":"#);
-        json::write_string(&message, &mut out);
-        out.push_str(
-            r#","requestedSchema":{"type":"object","properties":{"approve":{"type":"boolean","title":"Run this call?","description":"Yes runs the parked tool call; no refuses it.","default":false}},"required":["approve"]}}}"#,
+        out.push_str(r#","method":"elicitation/create","params":"#);
+        // The question the gateway asks too; form mode named from 2025-11-25 on.
+        let params = question::elicitation_params(
+            approval_id,
+            &tool,
+            arguments,
+            self.client.protocol.as_deref(),
         );
-        out.push('\n');
+        out.push_str(&String::from_utf8_lossy(&params));
+        out.push_str("}\n");
         logs.push(format!(
             "client: asked its user to approve {approval_id} (elicitation {id})"
         ));
@@ -1711,22 +1685,20 @@ impl<G: Gate> Relay<G> {
             let Lookup::One(action) = action else {
                 return None;
             };
-            match action.exact_str()?.as_ref() {
-                "accept" => {
-                    let Lookup::One(content) = content else {
-                        return None;
-                    };
-                    match content.object()?.lookup("approve") {
+            // Read only for an accept; a refusal's content, whatever it is, is not.
+            let approve = match content {
+                Lookup::One(content) => content.object().and_then(|content| {
+                    match content.lookup(question::APPROVE_FIELD) {
                         Lookup::One(approve) => match approve.value() {
                             Value::Bool(approve) => Some(approve),
                             _ => None,
                         },
                         _ => None,
                     }
-                }
-                "decline" | "cancel" => Some(false),
+                }),
                 _ => None,
-            }
+            };
+            question::answer(action.exact_str()?.as_ref(), approve)
         });
         let Some(approved) = approved else {
             logs.push(format!(

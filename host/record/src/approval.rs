@@ -24,6 +24,8 @@
 //! - A key proves possession, not identity: which person holds which key is the
 //!   operator's to pin (`aegis verify --approver-key`).
 
+pub mod question;
+
 use crate::bound::text_value;
 use crate::digest::KeyId;
 use crate::json::{Object, Value};

@@ -6,9 +6,12 @@
 //!
 //! No time is asserted: the waits are bounded only so a hung test fails.
 
-use crate::common::approvals::{approver, of_type, one_call, one_request, record_lines, str_at};
+use crate::common::approvals::{
+    a_line_with, approver, assert_exit, of_type, one_call, one_decision, one_request, record_lines,
+    str_at,
+};
 use crate::common::peers::{peers_dir, repo};
-use crate::common::{field, text};
+use crate::common::{field, object, text};
 use aegis_record::json::{Object, Value};
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
@@ -41,6 +44,13 @@ impl Held {
     /// queue in `queue/`, and `extra` flags), then client.py in `mode` calling `echo` once
     /// at the URL the gateway prints.
     fn start(mode: &str, extra: &[&str]) -> Held {
+        Held::start_with(mode, extra, None, false)
+    }
+
+    /// [`Held::start`], with client.py answering elicitation questions `answer`
+    /// (`accept` or `decline`; `None`: it declares no elicitation), and, with
+    /// `progress`, appending each progress notification's message to `progress`.
+    fn start_with(mode: &str, extra: &[&str], answer: Option<&str>, progress: bool) -> Held {
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("host.key");
         let out = aegis()
@@ -91,7 +101,14 @@ impl Held {
         let url = rx
             .recv_timeout(Duration::from_secs(120))
             .unwrap_or_else(|_| panic!("the gateway never served: {}", said.lock().unwrap()));
-        let client = Command::new("python3")
+        let mut client = Command::new("python3");
+        if let Some(answer) = answer {
+            client.env("AEGIS_TEST_ELICIT", answer);
+        }
+        if progress {
+            client.env("AEGIS_TEST_PROGRESS", dir.path().join("progress"));
+        }
+        let client = client
             .env("PYTHONPATH", peers_dir().join("py"))
             .arg(repo().join("tests/mcp-peers/client.py"))
             .arg(mode)
@@ -132,6 +149,22 @@ impl Held {
             Some(format!("the client ended ({status}): {}", held.said()))
         };
         one_request(&queue, || ended(self))
+    }
+
+    /// [`Held::start_with`] in a session (`legacy`), with `--approve-via client`, the
+    /// client answering `answer`.
+    fn asking(answer: Option<&str>) -> Held {
+        Held::start_with("legacy", &["--approve-via", "client"], answer, false)
+    }
+
+    /// The first progress message client.py heard about `id`, once it has heard one.
+    fn heard_about(&mut self, id: &str) -> String {
+        let progress = self.dir.path().join("progress");
+        let ended = |held: &mut Held| {
+            let status = held.client.try_wait().unwrap()?;
+            Some(format!("the client ended ({status}): {}", held.said()))
+        };
+        a_line_with(&progress, id, || ended(self))
     }
 
     /// `aegis approvals ARGS --approvals QUEUE`.
@@ -365,4 +398,135 @@ fn a_tool_that_could_write_in_the_approvals_queue_is_refused() {
         "{said}"
     );
     assert!(!data.join("queue").exists(), "the queue was made");
+}
+
+/// The client's user approves through MCP elicitation (`--approve-via client`), in a
+/// session (so the call goes to rmcp's path, which can ask): the Python SDK's
+/// elicitation callback is asked once (the question names the approval id and the
+/// tool), the tool runs and the client gets its real result, and the record's one
+/// decision says `via: client`, `mechanism: elicitation`; it verifies, and is
+/// Indeterminate (exit 3) with an approver key pinned (a client's word is not a
+/// person's signature).
+#[test]
+fn the_clients_user_approves_through_elicitation_and_the_record_says_so() {
+    let mut held = Held::asking(Some("accept"));
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(false)), "{call:?}");
+    assert_eq!(
+        field(&call, "text"),
+        r#"{"message":"approved by a person"}"#,
+        "{call:?}"
+    );
+    let lines = held.lines();
+    let decision = one_decision(&lines, "client");
+    let id = field(&decision, "approval_id");
+    assert_eq!(
+        str_at(&decision, &["approver", "mechanism"]),
+        Some("elicitation")
+    );
+    let got = object(&std::fs::read(held.dir.path().join("got.json")).unwrap());
+    match got.get("elicited") {
+        Some(Value::Array(asked)) if asked.len() == 1 => {
+            let asked = format!("{:?}", asked[0]);
+            assert!(asked.contains(&id) && asked.contains("echo"), "{asked}");
+        }
+        other => panic!("elicited: {other:?}"),
+    }
+    let (parked, resumed) = park_and_resumed(&lines, &id);
+    assert_eq!(parked.len(), 1, "{lines:?}");
+    assert_eq!(resumed.len(), 1, "{lines:?}");
+    assert_eq!(str_at(&resumed[0], &["policy", "status"]), Some("allowed"));
+    assert_exit(&held.verify(&[]), 0);
+    let (_, someone) = approver(held.dir.path(), "mallory");
+    assert_exit(
+        &held.verify(&["--approver-key".as_ref(), someone.as_os_str()]),
+        3,
+    );
+}
+
+/// The client's user declines: the client gets the refusal (`approval_denied`),
+/// nothing runs (the park is the only outcome), and the one decision is the client's.
+#[test]
+fn the_clients_user_declines_through_elicitation_and_nothing_runs() {
+    let mut held = Held::asking(Some("decline"));
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(true)), "{call:?}");
+    assert!(
+        field(&call, "result").contains("approval_denied"),
+        "{call:?}"
+    );
+    let lines = held.lines();
+    one_decision(&lines, "client");
+    assert_eq!(
+        of_type(&lines, "outcome").len(),
+        1,
+        "only the park: {lines:?}"
+    );
+    assert_exit(&held.verify(&[]), 0);
+}
+
+/// A client that declared no elicitation is not asked: the park waits in the queue
+/// and a person's approval there runs it (the fallback), on the direct path.
+#[test]
+fn a_client_that_cannot_be_asked_falls_back_to_the_queue() {
+    let mut held = Held::asking(None);
+    let id = held.filed();
+    let (key, _) = approver(held.dir.path(), "alice");
+    assert_exit(
+        &held.approvals(&["approve", &id, "--approver-key", key.to_str().unwrap()]),
+        0,
+    );
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(false)), "{call:?}");
+    one_decision(&held.lines(), "key");
+}
+
+/// First decider wins: the client's user is asked but never answers, and a person
+/// approves in the queue meanwhile. The call runs, the one decision is the person's
+/// (`via: key`), and the client's call ends normally: its open question does not hold
+/// it. (Whether the client hears the withdrawal is not checked: over HTTP rmcp sends
+/// it on the standalone stream.)
+#[test]
+fn a_person_may_decide_while_the_clients_user_is_asked() {
+    let mut held = Held::asking(Some("never"));
+    let id = held.filed();
+    let (key, _) = approver(held.dir.path(), "alice");
+    assert_exit(
+        &held.approvals(&["approve", &id, "--approver-key", key.to_str().unwrap()]),
+        0,
+    );
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(false)), "{call:?}");
+    one_decision(&held.lines(), "key");
+}
+
+/// A parked call whose client gave a progress token hears that it waits, on rmcp's
+/// path (no session) and on the direct one (a session, answered as an event stream
+/// once it has waited): the person approves only after the client heard a progress
+/// notification naming the approval, and the client still gets the tool's result.
+#[test]
+fn a_parked_call_hears_progress_while_it_waits_on_either_path() {
+    for mode in ["auto", "legacy"] {
+        let mut held = Held::start_with(mode, &["--keep-alive-ms", "200"], None, true);
+        let id = held.filed();
+        let heard = held.heard_about(&id);
+        assert!(heard.contains("waiting for approval"), "{mode}: {heard}");
+        let (key, _) = approver(held.dir.path(), "alice");
+        assert_exit(
+            &held.approvals(&["approve", &id, "--approver-key", key.to_str().unwrap()]),
+            0,
+        );
+        let call = held.finish();
+        assert_eq!(
+            call.get("isError"),
+            Some(&Value::Bool(false)),
+            "{mode}: {call:?}"
+        );
+        assert_eq!(
+            field(&call, "text"),
+            r#"{"message":"approved by a person"}"#,
+            "{mode}: {call:?}"
+        );
+        one_decision(&held.lines(), "key");
+    }
 }

@@ -1,10 +1,11 @@
 //! What the approvals tests share: a person's key, the record's lines by type, a member
-//! by path, the one request a parked call filed, and the one call a client reported.
+//! by path, the one request a parked call filed, a line a peer wrote, and the one call a
+//! client reported.
 
 use super::{field, object, text};
 use aegis_record::json::{Object, Value};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 /// A person's key: its seed file and a file of its `public_key`/`key_id` lines (what
@@ -79,6 +80,30 @@ pub fn one_request(queue: &Path, mut ended: impl FnMut() -> Option<String>) -> S
     }
 }
 
+/// The first line of `file` that holds `wanted`, once one is there (a peer appending
+/// what it hears, as client.py does with `AEGIS_TEST_PROGRESS`). Waits on the file, not
+/// on a time: a line never written fails after two minutes. `ended` as for
+/// [`one_request`].
+pub fn a_line_with(file: &Path, wanted: &str, mut ended: impl FnMut() -> Option<String>) -> String {
+    let until = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Ok(read) = std::fs::read_to_string(file)
+            && let Some(line) = read.lines().find(|l| l.contains(wanted))
+        {
+            return line.to_owned();
+        }
+        if let Some(why) = ended() {
+            panic!("no line with {wanted:?} in {}: {why}", file.display());
+        }
+        assert!(
+            Instant::now() < until,
+            "no line with {wanted:?} in {} in two minutes",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The one call client.py reported in its `got.json`.
 pub fn one_call(got_json: &Path) -> Object {
     let got = object(&std::fs::read(got_json).unwrap());
@@ -86,4 +111,28 @@ pub fn one_call(got_json: &Path) -> Object {
         Some(Value::Array(calls)) if calls.len() == 1 => calls[0].as_object().unwrap().clone(),
         other => panic!("calls: {other:?}"),
     }
+}
+
+/// Asserts that a command (`aegis verify`, `aegis approvals …`) exited `code`, showing
+/// what it said otherwise.
+pub fn assert_exit(out: &Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+/// The record's one `decision` line, asserted to be `via` the approver kind given.
+pub fn one_decision(lines: &[Object], via: &str) -> Object {
+    let decisions = of_type(lines, "decision");
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    assert_eq!(
+        str_at(&decisions[0], &["approver", "via"]),
+        Some(via),
+        "{decisions:?}"
+    );
+    decisions[0].clone()
 }
