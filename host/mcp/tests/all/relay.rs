@@ -51,7 +51,7 @@ struct GateLog {
     /// The tool change lines, as the gate was given them.
     changes: Vec<aegis_record::ToolChangeLine>,
     /// Parks opened, resumed and withdrawn, in order: `park apr-N`, `resume apr-N`,
-    /// `withdraw apr-N: why`.
+    /// `withdraw apr-N: why`; and the client's answers: `answered apr-N true by NAME`.
     parks: Vec<String>,
 }
 
@@ -93,6 +93,13 @@ impl Gate for CountingGate {
         }
         log.opened += 1;
         Ok(log.opened)
+    }
+
+    fn client_answered(&self, parked: &String, approved: bool, client: &str) {
+        self.log
+            .borrow_mut()
+            .parks
+            .push(format!("answered {parked} {approved} by {client}"));
     }
 
     fn withdraw(&self, parked: String, why: &str) {
@@ -1850,4 +1857,143 @@ fn a_call_in_a_batch_is_never_left_waiting() {
     assert_eq!(relay.parked(), 0);
     assert!(relay.take_waiters().is_empty());
     assert!(relay.gate().log.borrow().parks[1].starts_with("withdraw apr-1: a call in a batch"));
+}
+
+/// A relay asking the client's user, whose client said at `initialize` (protocol
+/// `version`) what `capabilities` it has.
+fn asking(capabilities: &str, version: &str) -> Relay<CountingGate> {
+    let config = RelayConfig {
+        approve_via_client: true,
+        ..RelayConfig::default()
+    };
+    let mut relay = Relay::new(parking(), config);
+    let init = format!(
+        r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"{version}","capabilities":{capabilities},"clientInfo":{{"name":"desk-client","version":"1"}}}}}}"#
+    );
+    assert_eq!(to_server(&relay.from_client(line(&init))).len(), 1);
+    let reply = format!(
+        r#"{{"jsonrpc":"2.0","id":0,"result":{{"protocolVersion":"{version}","capabilities":{{"tools":{{}}}},"serverInfo":{{"name":"s","version":"1"}}}}}}"#
+    );
+    assert_eq!(to_client(&relay.from_server(line(&reply))).len(), 1);
+    // The notification, and the relay's own listing of the tools.
+    relay.from_client(line(INITIALIZED));
+    assert_eq!(to_server(&relay.from_client(line(LIST))).len(), 1);
+    relay.from_server(line(TOOLS));
+    relay
+}
+
+/// The relay's question to the client about the one park, and its id.
+fn the_question(actions: &[Action]) -> (String, String) {
+    let asked = to_client(actions);
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(
+        asked[0].contains(r#""method":"elicitation/create""#),
+        "{}",
+        asked[0]
+    );
+    let id = asked[0]
+        .split(r#""id":""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    assert!(id.starts_with("aegis-relay/elicit/"), "{id}");
+    (asked[0].clone(), id)
+}
+
+#[test]
+fn the_clients_answer_to_the_relays_question_is_caught_and_never_reaches_the_server() {
+    let mut relay = asking(r#"{"elicitation":{}}"#, "2025-11-25");
+    let actions = relay.from_client(line(&call("7", "rm")));
+    assert!(to_server(&actions).is_empty(), "{actions:?}");
+    let (question, id) = the_question(&actions);
+    assert!(question.contains(r#""mode":"form""#), "{question}");
+    assert!(question.contains("apr-1"), "{question}");
+
+    // An answer to a question the relay never asked, and one whose keys fold
+    // together, decide nothing and go nowhere.
+    for stray in [
+        r#"{"jsonrpc":"2.0","id":"aegis-relay/elicit/99","result":{"action":"accept","content":{"approve":true}}}"#.to_owned(),
+        format!(r#"{{"jsonrpc":"2.0","id":"{id}","id":"{id}","result":{{"action":"accept","content":{{"approve":true}}}}}}"#),
+    ] {
+        let actions = relay.from_client(line(&stray));
+        assert!(to_server(&actions).is_empty(), "{stray}: {actions:?}");
+        assert!(to_client(&actions).is_empty(), "{stray}: {actions:?}");
+    }
+    assert_eq!(relay.gate().log.borrow().parks, ["park apr-1"]);
+
+    let answer = format!(
+        r#"{{"jsonrpc":"2.0","id":"{id}","result":{{"action":"accept","content":{{"approve":true}}}}}}"#
+    );
+    let actions = relay.from_client(line(&answer));
+    assert!(
+        to_server(&actions).is_empty(),
+        "the answer was forwarded: {actions:?}"
+    );
+    // Answered once: the same answer again is a stray.
+    assert!(to_server(&relay.from_client(line(&answer))).is_empty());
+    let log = relay.gate().log.borrow();
+    assert_eq!(
+        log.parks,
+        ["park apr-1", "answered apr-1 true by desk-client 1"]
+    );
+    assert_eq!(
+        relay.parked(),
+        1,
+        "the park waits for the desk to settle it"
+    );
+}
+
+#[test]
+fn an_answer_that_is_not_read_one_way_decides_nothing() {
+    for (result, decides) in [
+        (r#"{"action":"decline"}"#, Some(false)),
+        (r#"{"action":"cancel"}"#, Some(false)),
+        (
+            r#"{"action":"accept","content":{"approve":false}}"#,
+            Some(false),
+        ),
+        (r#"{"action":"accept","content":{"approve":"yes"}}"#, None),
+        (r#"{"action":"accept"}"#, None),
+        (r#"{"action":"maybe"}"#, None),
+    ] {
+        let mut relay = asking(r#"{"elicitation":{}}"#, "2025-06-18");
+        let (question, id) = the_question(&relay.from_client(line(&call("1", "rm"))));
+        assert!(
+            !question.contains(r#""mode""#),
+            "no mode before 2025-11-25: {question}"
+        );
+        let answer = format!(r#"{{"jsonrpc":"2.0","id":"{id}","result":{result}}}"#);
+        assert!(to_server(&relay.from_client(line(&answer))).is_empty());
+        let parks = relay.gate().log.borrow().parks.clone();
+        match decides {
+            Some(approved) => assert_eq!(
+                parks,
+                [
+                    "park apr-1".to_owned(),
+                    format!("answered apr-1 {approved} by desk-client 1")
+                ],
+                "{result}"
+            ),
+            None => assert_eq!(parks, ["park apr-1"], "{result}"),
+        }
+    }
+}
+
+#[test]
+fn a_client_that_declared_no_elicitation_is_not_asked() {
+    for capabilities in [
+        r#"{}"#,
+        r#"{"elicitation":{"url":{}}}"#,
+        r#"{"elicitation":true}"#,
+    ] {
+        let mut relay = asking(capabilities, "2025-11-25");
+        let actions = relay.from_client(line(&call("1", "rm")));
+        assert!(
+            to_client(&actions).is_empty(),
+            "{capabilities}: {actions:?}"
+        );
+        assert!(to_server(&actions).is_empty());
+        assert_eq!(relay.parked(), 1);
+    }
 }
