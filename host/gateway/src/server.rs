@@ -43,6 +43,27 @@
 //!   it as for any park. A question still open when the call ends is withdrawn
 //!   (`notifications/cancelled`). A client that cannot be asked, or whose answer
 //!   decides nothing, leaves the park to the queue.
+//! - Asking clients, a filed park whose request is on protocol 2026-07-28 or later and
+//!   declares form elicitation in its own client capabilities
+//!   (`_meta["io.modelcontextprotocol/clientCapabilities"]`) is answered at once with
+//!   an `InputRequiredResult` (MCP multi round-trip requests): one input request, under
+//!   [`INPUT_KEY`], the same question as an `elicitation/create`, and the approval id
+//!   as `requestState`. The park's outcome is recorded as for any park; nobody waits on
+//!   it (a call resumed in the background would have no request to answer). The
+//!   client's retry (the same `tools/call` with `inputResponses` and the `requestState`
+//!   echoed) must name a park this gateway answered so and still keeps, be the same tool
+//!   with the same arguments (the same request frame), and carry the answer; otherwise
+//!   it is refused before the stations (recorded, `approval_mismatch`), nothing runs and
+//!   the park is left as it was. A retry that passes takes the park (a second one is
+//!   refused), places the answer as the client's decision as above (not once the park
+//!   expired: the host's expiry denial is then placed and recorded), and waits for
+//!   the park to settle as any parked call does: a person's decision placed first wins,
+//!   an answer that decides nothing leaves it to the queue, and, approved, the retry is
+//!   answered with the result of the call run under the approval. The retry adds no
+//!   intent of its own when it is settled: the park's, the decision and the resumed
+//!   call are its record. At most [`MAX_INPUT_REQUIRED`] parks await their retry; past
+//!   that a park waits for the queue, its request held, as before. Parks still awaiting
+//!   their retry when the gateway closes are withdrawn (the host's decision, recorded).
 //!
 //! # Non-guarantees
 //! - A client's answer to the question says the client answered, not that a person
@@ -55,6 +76,14 @@
 //!   the call ended decides nothing.
 //! - The question is the one `aegis wrap` sends, but rmcp adds a `_meta.progressToken`
 //!   of its own to every request it sends.
+//! - A park answered `input_required` whose client never retries is decided by nobody
+//!   while the gateway runs: it expires in the queue with no decision on the record
+//!   until the gateway closes (and withdraws it) or a person decides it there (that
+//!   decision is recorded only by a retry). An expired one is forgotten when another
+//!   park is answered so; its retry after that is refused as naming no park.
+//! - The `requestState` is the approval id, not a secret: any client of the gateway
+//!   that knows it may send the retry. It can only settle that park and run that exact
+//!   call (same tool, same arguments), checked against the park.
 //! - Keep-alives are best effort: a client's stream that does not take them falls
 //!   behind and some are not sent (they carry no decision).
 //! - A client that cancels just as a person approves may leave an approval on the
