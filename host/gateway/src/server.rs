@@ -63,7 +63,8 @@
 //!   intent of its own when it is settled: the park's, the decision and the resumed
 //!   call are its record. At most [`MAX_INPUT_REQUIRED`] parks await their retry; past
 //!   that a park waits for the queue, its request held, as before. Parks still awaiting
-//!   their retry when the gateway closes are withdrawn (the host's decision, recorded).
+//!   their retry when the gateway closes are settled by the host and recorded: expired,
+//!   or else withdrawn (a decision placed first is recorded as it is).
 //!
 //! # Non-guarantees
 //! - A client's answer to the question says the client answered, not that a person
@@ -78,9 +79,10 @@
 //!   of its own to every request it sends.
 //! - A park answered `input_required` whose client never retries is decided by nobody
 //!   while the gateway runs: it expires in the queue with no decision on the record
-//!   until the gateway closes (and withdraws it) or a person decides it there (that
-//!   decision is recorded only by a retry). An expired one is forgotten when another
-//!   park is answered so; its retry after that is refused as naming no park.
+//!   until a late retry or the gateway's close settles it as expired (a person's
+//!   decision placed there first is likewise recorded only then). Expired ones are
+//!   forgotten, unrecorded, when [`MAX_INPUT_REQUIRED`] parks await a retry and another
+//!   is answered so; a retry after that is refused as naming no park.
 //! - The `requestState` is the approval id, not a secret: any client of the gateway
 //!   that knows it may send the retry. It can only settle that park and run that exact
 //!   call (same tool, same arguments), checked against the park.
@@ -566,12 +568,18 @@ impl GatewayServer {
         }
         drop(state);
         // Parks answered `input_required` whose retry never came: nobody waits on them,
-        // so the host withdraws each here and records it (a decision placed first, a
-        // person's, is recorded as it is); nothing runs.
+        // so the host settles each here and records it: expired, or withdrawn (a
+        // decision placed first, a person's, is recorded as it is); nothing runs.
         let asked: Vec<Asked> = self.asked().drain().map(|(_, a)| a).collect();
         if let (Some(pipeline), Some(desk)) = (pipeline, self.inner.desk.get()) {
             for a in asked {
-                desk.withdraw(&pipeline, &a.ticket, why);
+                if a.ticket.expired() {
+                    // Settled (and recorded) as expired, unless decided first; a failure
+                    // leaves it undecided in the queue, as the non-guarantees say.
+                    let _ = desk.take(&pipeline, &a.ticket.approval_id);
+                } else {
+                    desk.withdraw(&pipeline, &a.ticket, why);
+                }
             }
         }
     }
@@ -1027,8 +1035,11 @@ impl GatewayServer {
             .ok()?;
         {
             let mut asked = self.asked();
-            // Expired parks are settled by nobody now: their retry would only be told so.
-            asked.retain(|_, a| !a.ticket.expired());
+            if asked.len() >= MAX_INPUT_REQUIRED {
+                // Full: expired parks make room (their retry would only be told they
+                // expired; now it is told it names no park).
+                asked.retain(|_, a| !a.ticket.expired());
+            }
             if asked.len() >= MAX_INPUT_REQUIRED {
                 drop(asked);
                 note(format!(
