@@ -77,7 +77,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use rmcp::model::{CallToolRequestParams, CallToolResult, ProgressToken, ServerNotification};
+use rmcp::model::{CallToolRequestParams, CallToolResponse, ProgressToken, ServerNotification};
 use rmcp::model::{
     ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorData, GetMeta as _,
     JsonRpcVersion2_0, RequestId, ServerJsonRpcMessage, ServerResult,
@@ -635,7 +635,7 @@ async fn take_call(
     });
     let waiting = Waiting {
         keep_alive,
-        ask: None,
+        ..Waiting::default()
     };
     let mut job = direct
         .server
@@ -660,12 +660,12 @@ const KEPT_ALIVE: usize = 4;
 
 /// The JSON-RPC answer to a call taken here, as `answered`.
 fn answer_of(
-    answered: Result<Result<CallToolResult, ErrorData>, tokio::task::JoinError>,
+    answered: Result<Result<CallToolResponse, ErrorData>, tokio::task::JoinError>,
     id: RequestId,
 ) -> ServerJsonRpcMessage {
     match answered {
         Ok(Ok(result)) => {
-            let mut result = ServerResult::CallToolResult(result);
+            let mut result = ServerResult::from(result);
             // What rmcp's handler does for every session (all negotiated before
             // 2026-07-28, the first revision without sessions): such peers get no
             // `resultType` and no structured content that is not an object.
@@ -694,7 +694,7 @@ fn answer_of(
 fn waiting_stream(
     first: ServerJsonRpcMessage,
     mut alive: tokio::sync::mpsc::Receiver<ServerJsonRpcMessage>,
-    mut job: tokio::task::JoinHandle<Result<CallToolResult, ErrorData>>,
+    mut job: tokio::task::JoinHandle<Result<CallToolResponse, ErrorData>>,
     token: CancelToken,
     id: RequestId,
 ) -> Response {

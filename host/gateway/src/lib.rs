@@ -24,7 +24,10 @@
 //!   client's user is asked about a parked call through MCP elicitation when the client
 //!   declared it, on stdio and on HTTP alike (an HTTP session whose client declared it
 //!   has its calls answered by rmcp's path, which can send the question; see
-//!   `direct`); the first decision placed wins. Otherwise the park waits for the queue.
+//!   `direct`); the first decision placed wins. A client on protocol 2026-07-28 (which
+//!   has no server-initiated requests) that declares form elicitation in the request's
+//!   client capabilities is answered `input_required` with the question instead, and
+//!   its retry settles the park (see [`server`]). Otherwise the park waits for the queue.
 //! - A parked call whose client gave a progress token hears that it waits, every
 //!   [`server::KEEP_ALIVE`], whichever path answers it.
 //!

@@ -43,6 +43,28 @@
 //!   it as for any park. A question still open when the call ends is withdrawn
 //!   (`notifications/cancelled`). A client that cannot be asked, or whose answer
 //!   decides nothing, leaves the park to the queue.
+//! - Asking clients, a filed park whose request is on protocol 2026-07-28 or later and
+//!   declares form elicitation in its own client capabilities
+//!   (`_meta["io.modelcontextprotocol/clientCapabilities"]`) is answered at once with
+//!   an `InputRequiredResult` (MCP multi round-trip requests): one input request, under
+//!   [`INPUT_KEY`], the same question as an `elicitation/create`, and the approval id
+//!   as `requestState`. The park's outcome is recorded as for any park; nobody waits on
+//!   it (a call resumed in the background would have no request to answer). The
+//!   client's retry (the same `tools/call` with `inputResponses` and the `requestState`
+//!   echoed) must name a park this gateway answered so and still keeps, be the same tool
+//!   with the same arguments (the same request frame), and carry the answer; otherwise
+//!   it is refused before the stations (recorded, `approval_mismatch`), nothing runs and
+//!   the park is left as it was. A retry that passes takes the park (a second one is
+//!   refused), places the answer as the client's decision as above (not once the park
+//!   expired: the host's expiry denial is then placed and recorded), and waits for
+//!   the park to settle as any parked call does: a person's decision placed first wins,
+//!   an answer that decides nothing leaves it to the queue, and, approved, the retry is
+//!   answered with the result of the call run under the approval. The retry adds no
+//!   intent of its own when it is settled: the park's, the decision and the resumed
+//!   call are its record. At most [`MAX_INPUT_REQUIRED`] parks await their retry; past
+//!   that a park waits for the queue, its request held, as before. Parks still awaiting
+//!   their retry when the gateway closes are settled by the host and recorded: expired,
+//!   or else withdrawn (a decision placed first is recorded as it is).
 //!
 //! # Non-guarantees
 //! - A client's answer to the question says the client answered, not that a person
@@ -55,6 +77,15 @@
 //!   the call ended decides nothing.
 //! - The question is the one `aegis wrap` sends, but rmcp adds a `_meta.progressToken`
 //!   of its own to every request it sends.
+//! - A park answered `input_required` whose client never retries is decided by nobody
+//!   while the gateway runs: it expires in the queue with no decision on the record
+//!   until a late retry or the gateway's close settles it as expired (a person's
+//!   decision placed there first is likewise recorded only then). Expired ones are
+//!   forgotten, unrecorded, when [`MAX_INPUT_REQUIRED`] parks await a retry and another
+//!   is answered so; a retry after that is refused as naming no park.
+//! - The `requestState` is the approval id, not a secret: any client of the gateway
+//!   that knows it may send the retry. It can only settle that park and run that exact
+//!   call (same tool, same arguments), checked against the park.
 //! - Keep-alives are best effort: a client's stream that does not take them falls
 //!   behind and some are not sent (they carry no decision).
 //! - A client that cancels just as a person approves may leave an approval on the
@@ -84,7 +115,10 @@ use rmcp::model::{
     JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
     ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
-use rmcp::model::{CustomRequest, ServerRequest};
+use rmcp::model::{
+    CustomRequest, ElicitRequest, InputRequest, InputRequests, InputRequiredResult, InputResponses,
+    ServerRequest,
+};
 use rmcp::service::{Peer, PeerRequestOptions, RequestContext, RoleServer};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -194,7 +228,32 @@ struct Inner {
     /// How often a parked call's client hears that it waits ([`KEEP_ALIVE`] but in
     /// tests; at least 100 ms).
     keep_alive: Duration,
+    /// Parks answered `input_required` (MCP 2026-07-28), by approval id (the
+    /// `requestState` their retry echoes): filed, waited on by nobody until the retry
+    /// comes. At most [`MAX_INPUT_REQUIRED`]; an entry goes when its retry takes it, when
+    /// it expires (swept as another is added), or when the gateway closes (withdrawn).
+    input_required: Mutex<HashMap<String, Asked>>,
 }
+
+/// A park answered `input_required`, awaiting the client's retry.
+struct Asked {
+    ticket: Filed,
+    /// The tool, and the request frame the retry must match.
+    name: String,
+    frame: Vec<u8>,
+}
+
+/// How many parks answered `input_required` await their retry at once; past it, a park
+/// waits for the queue as before (its request held open).
+pub const MAX_INPUT_REQUIRED: usize = 1024;
+
+/// The key of the one input request (the approval question) in an `input_required`
+/// answer, and of its answer in the retry's `inputResponses`.
+pub const INPUT_KEY: &str = "approval";
+
+/// The first protocol revision with multi round-trip requests (`input_required`) and no
+/// server-initiated requests.
+const MRTR_FROM: &str = "2026-07-28";
 
 /// The rmcp [`ServerHandler`](rmcp::ServerHandler) behind `aegis gateway`. Cheap to
 /// clone (every HTTP session gets a clone); all clones serve the same calls.
@@ -242,11 +301,16 @@ pub(crate) struct Ask {
 }
 
 /// What a parked call's client hears while it waits: progress every [`KEEP_ALIVE`]
-/// (`keep_alive`), and the question to its user (`ask`, taken when the park is filed).
+/// (`keep_alive`), and the question to its user (`ask`, taken when the park is filed;
+/// or, on protocol 2026-07-28 and later, `input_required`, the request's revision: the
+/// call is answered with the question instead of waiting).
 #[derive(Default)]
 pub(crate) struct Waiting {
     pub(crate) keep_alive: Option<KeepAlive>,
     pub(crate) ask: Option<tokio::sync::oneshot::Sender<Ask>>,
+    pub(crate) input_required: Option<String>,
+    /// The client as the record names it, should it answer a question in a retry.
+    pub(crate) client: Option<String>,
 }
 
 /// The `n`th progress notification a call parked as `approval_id` sends its client
@@ -360,6 +424,18 @@ struct Call<'a> {
     token: &'a CancelToken,
 }
 
+/// A `tools/call` echoing a `requestState`: the retry of a park answered
+/// `input_required` ([`GatewayServer::retried`]).
+struct Retry<'a> {
+    name: &'a str,
+    frame: &'a [u8],
+    arguments: &'a serde_json::Value,
+    /// The arguments as canonical JSON.
+    canonical: String,
+    state: &'a str,
+    responses: Option<&'a InputResponses>,
+}
+
 /// What a tool is given: its input bytes and its arguments.
 struct Invocation {
     input: Vec<u8>,
@@ -437,6 +513,7 @@ impl GatewayServer {
                 desk: OnceLock::new(),
                 ask_clients: AtomicBool::new(false),
                 keep_alive: keep_alive.max(Duration::from_millis(100)),
+                input_required: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -478,7 +555,7 @@ impl GatewayServer {
     /// pipeline, so the host's record can close.
     pub fn shut_down(&self, why: &str) {
         let mut state = self.inner.lock();
-        state.pipeline = None;
+        let pipeline = state.pipeline.take();
         for token in state.running.values().chain(state.parked.values()) {
             token.cancel(why);
         }
@@ -489,6 +566,29 @@ impl GatewayServer {
                 .wait(state)
                 .unwrap_or_else(PoisonError::into_inner);
         }
+        drop(state);
+        // Parks answered `input_required` whose retry never came: nobody waits on them,
+        // so the host settles each here and records it: expired, or withdrawn (a
+        // decision placed first, a person's, is recorded as it is); nothing runs.
+        let asked: Vec<Asked> = self.asked().drain().map(|(_, a)| a).collect();
+        if let (Some(pipeline), Some(desk)) = (pipeline, self.inner.desk.get()) {
+            for a in asked {
+                if a.ticket.expired() {
+                    // Settled (and recorded) as expired, unless decided first; a failure
+                    // leaves it undecided in the queue, as the non-guarantees say.
+                    let _ = desk.take(&pipeline, &a.ticket.approval_id);
+                } else {
+                    desk.withdraw(&pipeline, &a.ticket, why);
+                }
+            }
+        }
+    }
+
+    fn asked(&self) -> std::sync::MutexGuard<'_, HashMap<String, Asked>> {
+        self.inner
+            .input_required
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn enter(&self, token: &CancelToken) -> Result<(Ticket, Arc<Pipeline>), NoSlot> {
@@ -576,7 +676,14 @@ impl GatewayServer {
         params: CallToolRequestParams,
         ct: CancellationToken,
     ) -> Result<CallToolResult, McpError> {
-        self.call_waiting(params, ct, Waiting::default()).await
+        // Nothing here answers `input_required` (that is asked for in `Waiting`).
+        match self.call_waiting(params, ct, Waiting::default()).await? {
+            CallToolResponse::Complete(result) => Ok(result),
+            _ => Err(McpError::internal_error(
+                "the gateway answered a call with no result",
+                None,
+            )),
+        }
     }
 
     /// [`GatewayServer::call`], telling the client while a parked call waits for a
@@ -586,7 +693,7 @@ impl GatewayServer {
         params: CallToolRequestParams,
         ct: CancellationToken,
         waiting: Waiting,
-    ) -> Result<CallToolResult, McpError> {
+    ) -> Result<CallToolResponse, McpError> {
         let token = CancelToken::new();
         let mut job = self.spawn_call(params, token.clone(), (), waiting);
         let joined = tokio::select! {
@@ -612,7 +719,7 @@ impl GatewayServer {
         token: CancelToken,
         guard: G,
         waiting: Waiting,
-    ) -> tokio::task::JoinHandle<Result<CallToolResult, McpError>> {
+    ) -> tokio::task::JoinHandle<Result<CallToolResponse, McpError>> {
         let server = self.clone();
         if self.inner.sink_syncs {
             let handle = tokio::runtime::Handle::current();
@@ -631,13 +738,14 @@ impl GatewayServer {
     }
 
     /// One `tools/call`, through the pipeline, driven by the task awaiting it;
-    /// `token` stops the tool.
+    /// `token` stops the tool. A call echoing a `requestState` is the retry of a park
+    /// answered `input_required` ([`GatewayServer::retried`]).
     async fn answer(
         &self,
         params: CallToolRequestParams,
         token: &CancelToken,
         waiting: Waiting,
-    ) -> Result<CallToolResult, McpError> {
+    ) -> Result<CallToolResponse, McpError> {
         let name = params.name.to_string();
         let map = params.arguments.unwrap_or_default();
         // One canonical form serves the digest's frame, the policy and the tool's input:
@@ -645,6 +753,20 @@ impl GatewayServer {
         let canonical = canonical_of(&map);
         let frame = frame_of(&name, &canonical);
         let arguments = serde_json::Value::Object(map);
+        if let Some(state) = params.request_state {
+            let retry = Retry {
+                name: &name,
+                frame: &frame,
+                arguments: &arguments,
+                canonical,
+                state: &state,
+                responses: params.input_responses.as_ref(),
+            };
+            return self
+                .retried(retry, token, waiting)
+                .await
+                .map(CallToolResponse::Complete);
+        }
         let closed = || McpError::internal_error(SHUTTING_DOWN, None);
         let Some(tool) = self.inner.tools.get(&name) else {
             // Through the stations all the same: the capability station refuses a tool
@@ -656,7 +778,7 @@ impl GatewayServer {
             };
             let record = match self.run(&name, &frame, &nothing, token, None).await? {
                 Ran::Recorded(record) => record,
-                Ran::Refused(result) => return Ok(result),
+                Ran::Refused(result) => return Ok(result.into()),
             };
             return Err(McpError::invalid_params(
                 format!(
@@ -679,28 +801,32 @@ impl GatewayServer {
                 "the arguments do not match the tool's input schema: {}",
                 mismatch.join("; ")
             );
-            return self.refuse(
-                &pipeline,
-                &name,
-                &frame,
-                Refusal::new(Cause::InvalidArguments, reason),
-            );
+            return self
+                .refuse(
+                    &pipeline,
+                    &name,
+                    &frame,
+                    Refusal::new(Cause::InvalidArguments, reason),
+                )
+                .map(Into::into);
         }
         let invocation = match invocation(&tool.spec.delivery, &arguments, canonical) {
             Ok(i) => i,
             Err(reason) => {
                 let pipeline = self.pipeline().ok_or_else(closed)?;
-                return self.refuse(
-                    &pipeline,
-                    &name,
-                    &frame,
-                    Refusal::new(Cause::InvalidArguments, reason),
-                );
+                return self
+                    .refuse(
+                        &pipeline,
+                        &name,
+                        &frame,
+                        Refusal::new(Cause::InvalidArguments, reason),
+                    )
+                    .map(Into::into);
             }
         };
         let record = match self.run(&name, &frame, &invocation, token, None).await? {
             Ran::Recorded(record) => record,
-            Ran::Refused(result) => return Ok(result),
+            Ran::Refused(result) => return Ok(result.into()),
         };
         if record.park().is_some()
             && let Some(desk) = self.inner.desk.get()
@@ -714,23 +840,25 @@ impl GatewayServer {
             };
             return self.hold(&call, desk, &record, waiting).await;
         }
-        Ok(self.result(tool, &record))
+        Ok(self.result(tool, &record).into())
     }
 
     /// A call the policy parked: filed with the desk and held, with no sandbox slot,
     /// until its park is settled; then, approved, run again as a new call under the
     /// approval (a slot taken again) and answered with its result, or answered with
     /// the refusal the desk settled on. The call's cancellation withdraws the park.
+    /// A call whose request may be answered `input_required` is answered with the
+    /// question once filed, and held by nobody ([`GatewayServer::input_required`]).
     async fn hold(
         &self,
         call: &Call<'_>,
         desk: &Desk,
         record: &CallRecord,
         waiting: Waiting,
-    ) -> Result<CallToolResult, McpError> {
+    ) -> Result<CallToolResponse, McpError> {
         // Closing: nothing is filed; the park's own refusal (not run) answers.
         let Some((place, pipeline)) = self.park(call.token) else {
-            return Ok(refused(&refusal_of(record)));
+            return Ok(refused(&refusal_of(record)).into());
         };
         let filed = {
             let desk = desk.clone();
@@ -743,9 +871,17 @@ impl GatewayServer {
         };
         let ticket = match filed {
             Ok(Ok(ticket)) => ticket,
-            Ok(Err(e)) => return Ok(self.not_filed(record, &e)),
-            Err(e) => return Ok(self.not_filed(record, &e)),
+            Ok(Err(e)) => return Ok(self.not_filed(record, &e).into()),
+            Err(e) => return Ok(self.not_filed(record, &e).into()),
         };
+        if let Some(protocol) = &waiting.input_required
+            && let Some(asked) = self.input_required(call, &ticket, protocol)
+        {
+            // Nobody waits: the retry settles it, or the gateway's close withdraws it.
+            drop(pipeline);
+            drop(place);
+            return Ok(asked.into());
+        }
         // Filed: the client's user may be asked now (the handler asks; first decider wins).
         if let Some(ask) = waiting.ask {
             let _ = ask.send(Ask {
@@ -754,7 +890,23 @@ impl GatewayServer {
                 arguments: call.invocation.arguments.clone(),
             });
         }
-        let keep_alive = waiting.keep_alive;
+        self.settle_and_resume(call, desk, ticket, (place, pipeline), waiting.keep_alive)
+            .await
+            .map(Into::into)
+    }
+
+    /// Waits for `ticket`'s park to be settled, holding `place` (and a share of the
+    /// pipeline); approved, runs `call` again under the approval and answers with its
+    /// result, else with the refusal the desk settled on. The call's cancellation
+    /// withdraws the park.
+    async fn settle_and_resume(
+        &self,
+        call: &Call<'_>,
+        desk: &Desk,
+        ticket: Filed,
+        (place, pipeline): (Ticket, Arc<Pipeline>),
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<CallToolResult, McpError> {
         let settling = {
             let desk = desk.clone();
             let pipeline = Arc::clone(&pipeline);
@@ -846,6 +998,188 @@ impl GatewayServer {
             Ran::Recorded(record) => Ok(self.result(call.tool, &record)),
             Ran::Refused(result) => Ok(result),
         }
+    }
+
+    /// The `input_required` answer to `call`, filed as `ticket`: one input request, the
+    /// approval question (the `elicitation/create` `aegis wrap` sends, for revision
+    /// `protocol`), under [`INPUT_KEY`], and the approval id as `requestState`. The park
+    /// is kept for the retry ([`Asked`]). `None` (the park then waits for the queue, as
+    /// before) when [`MAX_INPUT_REQUIRED`] parks await their retry already, or the
+    /// question could not be made.
+    fn input_required(
+        &self,
+        call: &Call<'_>,
+        ticket: &Filed,
+        protocol: &str,
+    ) -> Option<InputRequiredResult> {
+        let id = ticket.approval_id.clone();
+        let note = |what: String| (self.inner.notes)(Note::Approvals(&what));
+        let params = question::elicitation_params(
+            &id,
+            call.name,
+            &call.invocation.arguments,
+            Some(protocol),
+        );
+        let request = serde_json::from_slice::<serde_json::Value>(&params)
+            .and_then(|params| {
+                serde_json::from_value::<ElicitRequest>(serde_json::json!({
+                    "method": "elicitation/create",
+                    "params": params,
+                }))
+            })
+            .map_err(|e| {
+                note(format!(
+                    "the client could not be asked about {id} ({e}); it waits for the approvals queue"
+                ));
+            })
+            .ok()?;
+        {
+            let mut asked = self.asked();
+            if asked.len() >= MAX_INPUT_REQUIRED {
+                // Full: expired parks make room (their retry would only be told they
+                // expired; now it is told it names no park).
+                asked.retain(|_, a| !a.ticket.expired());
+            }
+            if asked.len() >= MAX_INPUT_REQUIRED {
+                drop(asked);
+                note(format!(
+                    "{MAX_INPUT_REQUIRED} parked calls await their client's retry already; {id} waits for the approvals queue"
+                ));
+                return None;
+            }
+            asked.insert(
+                id.clone(),
+                Asked {
+                    ticket: ticket.clone(),
+                    name: call.name.to_owned(),
+                    frame: call.frame.to_vec(),
+                },
+            );
+        }
+        let mut requests = InputRequests::new();
+        requests.insert(INPUT_KEY.to_owned(), InputRequest::Elicitation(request));
+        Some(InputRequiredResult::new(Some(requests), Some(id)))
+    }
+
+    /// The retry of a park answered `input_required`: `retry.state` must name a park
+    /// this gateway asked about and awaits, `retry` be the same tool with the same
+    /// arguments (the same request frame), and its `inputResponses` hold the answer
+    /// under [`INPUT_KEY`]; otherwise it is refused (recorded, `approval_mismatch`) and
+    /// nothing runs, the park left as it was. The answer, read as `aegis wrap` reads
+    /// one ([`question::answer`]), is placed with the desk as the client's decision
+    /// (unless the park expired: the host's expiry stands); one that decides nothing
+    /// leaves the park to the queue, this request held until it is settled. The park is
+    /// then settled as any (a person's decision placed first wins) and, approved, the
+    /// call runs under the approval.
+    async fn retried(
+        &self,
+        retry: Retry<'_>,
+        token: &CancelToken,
+        waiting: Waiting,
+    ) -> Result<CallToolResult, McpError> {
+        let closed = || McpError::internal_error(SHUTTING_DOWN, None);
+        let state = retry.state;
+        let refuse = |why: &str| -> Result<CallToolResult, McpError> {
+            let pipeline = self.pipeline().ok_or_else(closed)?;
+            let reason = format!(
+                "a retry echoing requestState {:?} {why}; not run",
+                question::bounded(&aegis_record::text::escape(state), 200)
+            );
+            self.refuse(
+                &pipeline,
+                retry.name,
+                retry.frame,
+                Refusal::new(Cause::ApprovalMismatch, reason),
+            )
+        };
+        let Some(desk) = self.inner.desk.get() else {
+            return refuse("names no park this gateway asked about");
+        };
+        let known = {
+            let asked = self.asked();
+            match asked.get(state) {
+                None => Err(
+                    "names no park this gateway asked about (unknown, already settled, or expired)",
+                ),
+                Some(a) if a.name != retry.name || a.frame != retry.frame => {
+                    Err("is not the call that was parked: another tool, or other arguments")
+                }
+                Some(_) => Ok(()),
+            }
+        };
+        if let Err(why) = known {
+            return refuse(why);
+        }
+        let Some(answer) = retry.responses.and_then(|r| r.get(INPUT_KEY)) else {
+            return refuse(&format!(
+                "carries no answer to the question (inputResponses.{INPUT_KEY})"
+            ));
+        };
+        // The same frame as the park's: a manifest tool whose arguments passed before.
+        let Some(tool) = self.inner.tools.get(retry.name) else {
+            return refuse("names no tool this gateway serves");
+        };
+        let invocation = match invocation(&tool.spec.delivery, retry.arguments, retry.canonical) {
+            Ok(i) => i,
+            Err(why) => return refuse(&why),
+        };
+        let Some((place, pipeline)) = self.park(token) else {
+            return Err(closed());
+        };
+        // Taken now: a second retry of the same park is refused.
+        let Some(asked) = self.asked().remove(state) else {
+            return refuse(
+                "names no park this gateway asked about (unknown, already settled, or expired)",
+            );
+        };
+        let ticket = asked.ticket;
+        let id = ticket.approval_id.clone();
+        let note = |what: String| (self.inner.notes)(Note::Approvals(&what));
+        let action = answer.get("action").and_then(serde_json::Value::as_str);
+        let approve = answer
+            .get("content")
+            .and_then(|c| c.get(question::APPROVE_FIELD))
+            .and_then(serde_json::Value::as_bool);
+        match action.and_then(|action| question::answer(action, approve)) {
+            // Past its expiry the host's denial is placed by the settle instead.
+            Some(_) if ticket.expired() => {}
+            Some(approved) => {
+                let client = waiting
+                    .client
+                    .clone()
+                    .unwrap_or_else(|| question::client_name("unnamed client", None));
+                let placed = {
+                    let desk = desk.clone();
+                    let ticket = ticket.clone();
+                    tokio::task::spawn_blocking(move || {
+                        desk.client_decided(&ticket, approved, &client)
+                    })
+                    .await
+                };
+                let failed = match placed {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(e) => Some(e.to_string()),
+                };
+                if let Some(e) = failed {
+                    note(format!(
+                        "the client's answer about {id} could not be placed ({e}); it waits for the approvals queue"
+                    ));
+                }
+            }
+            None => note(format!(
+                "the client's answer about {id} decides nothing (no yes or no); it waits for the approvals queue"
+            )),
+        }
+        let call = Call {
+            tool,
+            name: retry.name,
+            frame: retry.frame,
+            invocation: &invocation,
+            token,
+        };
+        self.settle_and_resume(&call, desk, ticket, (place, pipeline), waiting.keep_alive)
+            .await
     }
 
     /// The answer to a park that could not be filed: its own refusal, saying so; the
@@ -1016,25 +1350,28 @@ impl rmcp::ServerHandler for GatewayServer {
             });
             keep_alive
         });
-        let Some(client) = self.client_to_ask(&context.peer) else {
+        let client = context.client_info().map(|info| {
+            let version = Some(info.version.as_str()).filter(|v| !v.is_empty());
+            question::client_name(&info.name, version)
+        });
+        let Some(asked_client) = self.client_to_ask(&context.peer) else {
             let waiting = Waiting {
                 keep_alive,
                 ask: None,
+                input_required: self.input_required_revision(&context),
+                client,
             };
-            return self
-                .call_waiting(request, context.ct, waiting)
-                .await
-                .map(Into::into);
+            return self.call_waiting(request, context.ct, waiting).await;
         };
         let (ask, asked) = tokio::sync::oneshot::channel();
         let waiting = Waiting {
             keep_alive,
             ask: Some(ask),
+            input_required: None,
+            client,
         };
         let call = self.call_waiting(request, context.ct, waiting);
-        self.asking(call, asked, &context.peer, client)
-            .await
-            .map(Into::into)
+        self.asking(call, asked, &context.peer, asked_client).await
     }
 }
 
@@ -1050,11 +1387,30 @@ impl GatewayServer {
         let info = peer.peer_info()?;
         let elicitation = info.capabilities.elicitation.as_ref()?;
         let form = elicitation.form.is_some() || elicitation.url.is_none();
-        if !form || info.protocol_version.as_str() >= "2026-07-28" {
+        if !form || info.protocol_version.as_str() >= MRTR_FROM {
             return None;
         }
         let version = Some(info.client_info.version.as_str()).filter(|v| !v.is_empty());
         Some(question::client_name(&info.client_info.name, version))
+    }
+
+    /// The request's protocol revision, when a call of it the policy parks is to be
+    /// answered `input_required` with the question to the client's user: asking is on
+    /// (`--approve-via client`, with a desk), the revision is 2026-07-28 or later, and
+    /// the request's client capabilities (its `_meta`) declare form elicitation (an
+    /// empty `elicitation` object, or one naming `form`).
+    fn input_required_revision(&self, context: &RequestContext<RoleServer>) -> Option<String> {
+        if !self.asks_clients() {
+            return None;
+        }
+        let protocol = context.protocol_version()?;
+        if protocol.as_str() < MRTR_FROM {
+            return None;
+        }
+        let capabilities = context.client_capabilities()?;
+        let elicitation = capabilities.elicitation.as_ref()?;
+        let form = elicitation.form.is_some() || elicitation.url.is_none();
+        form.then(|| protocol.as_str().to_owned())
     }
 
     /// Drives `call` and, once its park is filed (`asked`), asks the client's user about
@@ -1069,9 +1425,9 @@ impl GatewayServer {
         asked: tokio::sync::oneshot::Receiver<Ask>,
         peer: &Peer<RoleServer>,
         client: String,
-    ) -> Result<CallToolResult, McpError>
+    ) -> Result<CallToolResponse, McpError>
     where
-        F: std::future::Future<Output = Result<CallToolResult, McpError>>,
+        F: std::future::Future<Output = Result<CallToolResponse, McpError>>,
     {
         tokio::pin!(call);
         let ask = tokio::select! {

@@ -84,6 +84,14 @@ pub struct Ticket {
     queue: Queue,
 }
 
+impl Ticket {
+    /// Whether the park's approval timeout has passed: the host settles it as expired,
+    /// so a front end places no decision of its own on it any more.
+    pub fn expired(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+}
+
 /// Files parks and settles them, for one front end.
 #[derive(Clone, Debug)]
 pub struct Desk {

@@ -530,3 +530,89 @@ fn a_parked_call_hears_progress_while_it_waits_on_either_path() {
         one_decision(&held.lines(), "key");
     }
 }
+
+/// MCP 2026-07-28 (client.py "auto", no session): the parked call is answered
+/// `input_required` with the approval question, the Python SDK asks its user (the
+/// elicitation callback, once, naming the approval id and the tool) and retries with
+/// the answer and the echoed `requestState`; approved, the tool runs and the client
+/// gets its real result. The record holds the park, the client's decision (`via:
+/// client`, `mechanism: elicitation`) and the resumed call; it verifies, Indeterminate
+/// (exit 3) with an approver key pinned.
+#[test]
+fn a_2026_client_is_asked_through_input_required_and_approves() {
+    let mut held = Held::start_with("auto", &["--approve-via", "client"], Some("accept"), false);
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(false)), "{call:?}");
+    assert_eq!(
+        field(&call, "text"),
+        r#"{"message":"approved by a person"}"#,
+        "{call:?}"
+    );
+    let got = object(&std::fs::read(held.dir.path().join("got.json")).unwrap());
+    assert_eq!(
+        got.get("protocol"),
+        Some(&Value::String("2026-07-28".into()))
+    );
+    let lines = held.lines();
+    let decision = one_decision(&lines, "client");
+    let id = field(&decision, "approval_id");
+    assert_eq!(
+        str_at(&decision, &["approver", "mechanism"]),
+        Some("elicitation")
+    );
+    match got.get("elicited") {
+        Some(Value::Array(asked)) if asked.len() == 1 => {
+            let asked = format!("{:?}", asked[0]);
+            assert!(asked.contains(&id) && asked.contains("echo"), "{asked}");
+        }
+        other => panic!("elicited: {other:?}"),
+    }
+    let (parked, resumed) = park_and_resumed(&lines, &id);
+    assert_eq!(parked.len(), 1, "{lines:?}");
+    assert_eq!(resumed.len(), 1, "{lines:?}");
+    assert_eq!(str_at(&resumed[0], &["policy", "status"]), Some("allowed"));
+    assert_exit(&held.verify(&[]), 0);
+    let (_, someone) = approver(held.dir.path(), "mallory");
+    assert_exit(
+        &held.verify(&["--approver-key".as_ref(), someone.as_os_str()]),
+        3,
+    );
+}
+
+/// MCP 2026-07-28, the client's user declines the `input_required` question: the
+/// retry is answered with the refusal (`approval_denied`), nothing runs (the park is
+/// the only outcome), and the one decision is the client's.
+#[test]
+fn a_2026_client_declines_through_input_required_and_nothing_runs() {
+    let mut held = Held::start_with("auto", &["--approve-via", "client"], Some("decline"), false);
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(true)), "{call:?}");
+    assert!(
+        field(&call, "result").contains("approval_denied"),
+        "{call:?}"
+    );
+    let lines = held.lines();
+    one_decision(&lines, "client");
+    assert_eq!(
+        of_type(&lines, "outcome").len(),
+        1,
+        "only the park: {lines:?}"
+    );
+    assert_exit(&held.verify(&[]), 0);
+}
+
+/// MCP 2026-07-28 with `--approve-via client`, but the client declared no
+/// elicitation: not asked; the park waits in the queue and a person's approval runs it.
+#[test]
+fn a_2026_client_without_elicitation_waits_for_the_queue() {
+    let mut held = Held::start_with("auto", &["--approve-via", "client"], None, false);
+    let id = held.filed();
+    let (key, _) = approver(held.dir.path(), "alice");
+    assert_exit(
+        &held.approvals(&["approve", &id, "--approver-key", key.to_str().unwrap()]),
+        0,
+    );
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(false)), "{call:?}");
+    one_decision(&held.lines(), "key");
+}

@@ -525,13 +525,21 @@ const PARKS_ECHO: &str = "version: 1\ndefault: allow\nrules:\n  - id: echo-needs
 /// A gateway over the fixture manifest (capacity 1) whose policy parks `echo`, with a
 /// desk over the queue in `dir/queue`.
 fn open_parking(dir: &Path) -> Gateway {
+    open_parking_for(dir, None)
+}
+
+/// [`open_parking`], parks expiring after `timeout` (`None`: the default).
+fn open_parking_for(dir: &Path, timeout: Option<Duration>) -> Gateway {
     let policy = dir.join("policy.yaml");
     std::fs::write(&policy, PARKS_ECHO).unwrap();
     let record = dir.join("record.jsonl");
-    let builder = Host::builder(Profile::find("default").unwrap())
+    let mut builder = Host::builder(Profile::find("default").unwrap())
         .policy_file("the test's policy", &policy)
         .audit_file("the test's record", &record)
         .signing_key(SigningKey::generate().unwrap());
+    if let Some(timeout) = timeout {
+        builder = builder.approval_timeout(timeout);
+    }
     // One slot: a parked call that held it would leave none for the next call.
     let options = GatewayOptions {
         capacity: 1,
@@ -656,4 +664,210 @@ async fn a_cancelled_park_is_withdrawn_and_closing_withdraws_the_rest() {
         "nothing resumed: {outcomes:?}"
     );
     assert_eq!(of_type(&record, "close").len(), 1);
+}
+
+/// A client on protocol 2026-07-28 (`server/discover`) that declares form elicitation.
+struct Mrtr;
+
+impl rmcp::ClientHandler for Mrtr {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let capabilities =
+            serde_json::from_value(serde_json::json!({"elicitation": {"form": {}}})).unwrap();
+        rmcp::model::ClientConfig::new(
+            capabilities,
+            rmcp::model::Implementation::new("mrtr-test", "1"),
+        )
+    }
+}
+
+/// The facts of a refusal, from its `_meta`.
+fn cause_of(result: &rmcp::model::CallToolResult) -> String {
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    serde_json::to_string(&result.meta).unwrap()
+}
+
+/// The `input_required` round (MCP 2026-07-28) against forged retries: a retry echoing
+/// a `requestState` this gateway never gave, the right one with other arguments or
+/// another tool, or with no answer, is refused (`approval_mismatch`, recorded before
+/// the stations) and nothing runs, the park left as it was; the real retry then
+/// settles it (declined here: nothing runs), and a second retry of the settled park is
+/// refused too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_or_changed_retry_of_an_input_required_park_runs_nothing() {
+    use rmcp::model::{CallToolResponse, ProtocolVersion};
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let gateway = open_parking(dir.path()).asking_clients();
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    let server = gateway.server().clone();
+    let serving = tokio::spawn(async move {
+        let running = server.serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let lifecycle = ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    let client = Mrtr
+        .serve_with_lifecycle(client_io, lifecycle)
+        .await
+        .unwrap();
+    let call = |tool: &'static str, message: &str| {
+        CallToolRequestParams::new(tool)
+            .with_arguments(args(serde_json::json!({"message": message})))
+    };
+    let answer = |action: &str| {
+        let mut responses = rmcp::model::InputResponses::new();
+        responses.insert(
+            "approval".to_owned(),
+            serde_json::json!({"action": action, "content": {"approve": true}}),
+        );
+        responses
+    };
+
+    let first = client
+        .call_tool_once(call("echo", "hold me"))
+        .await
+        .unwrap();
+    let CallToolResponse::InputRequired(asked) = first else {
+        panic!("not input_required: {first:?}");
+    };
+    let id = asked.request_state.clone().unwrap();
+    assert!(id.starts_with("apr-"), "{id}");
+    let question = serde_json::to_string(&asked.input_requests).unwrap();
+    assert!(
+        question.contains("elicitation/create") && question.contains(&id),
+        "{question}"
+    );
+    assert!(of_type(&record, "decision").is_empty());
+
+    let retries = [
+        call("echo", "hold me")
+            .with_input_responses(answer("accept"))
+            .with_request_state("apr-forged"),
+        call("echo", "something else")
+            .with_input_responses(answer("accept"))
+            .with_request_state(id.clone()),
+        call("echo-structured", "hold me")
+            .with_input_responses(answer("accept"))
+            .with_request_state(id.clone()),
+        call("echo", "hold me")
+            .with_input_responses(rmcp::model::InputResponses::new())
+            .with_request_state(id.clone()),
+    ];
+    for retry in retries {
+        let got = client.call_tool_once(retry).await.unwrap();
+        let CallToolResponse::Complete(result) = got else {
+            panic!("not a result: {got:?}");
+        };
+        assert!(
+            cause_of(&result).contains("approval_mismatch"),
+            "{result:?}"
+        );
+    }
+    assert!(of_type(&record, "decision").is_empty(), "nothing decided");
+
+    let declined = call("echo", "hold me")
+        .with_input_responses(answer("decline"))
+        .with_request_state(id.clone());
+    let got = client.call_tool_once(declined).await.unwrap();
+    let CallToolResponse::Complete(result) = got else {
+        panic!("not a result: {got:?}");
+    };
+    assert!(cause_of(&result).contains("approval_denied"), "{result:?}");
+    let again = call("echo", "hold me")
+        .with_input_responses(answer("accept"))
+        .with_request_state(id.clone());
+    let got = client.call_tool_once(again).await.unwrap();
+    let CallToolResponse::Complete(result) = got else {
+        panic!("not a result: {got:?}");
+    };
+    assert!(
+        cause_of(&result).contains("approval_mismatch"),
+        "{result:?}"
+    );
+
+    // A park whose retry never comes: the gateway's close withdraws it, on the record.
+    let left = client.call_tool_once(call("echo", "left")).await.unwrap();
+    assert!(
+        matches!(left, CallToolResponse::InputRequired(_)),
+        "{left:?}"
+    );
+
+    let closing = tokio::task::spawn_blocking(move || gateway.close());
+    closing.await.unwrap().unwrap();
+    client.cancel().await.unwrap();
+    serving.await.unwrap();
+    let decisions = of_type(&record, "decision");
+    assert_eq!(decisions.len(), 2, "{decisions:?}");
+    assert_eq!(decisions[0]["approver"]["via"], "client");
+    assert_eq!(decisions[1]["approver"]["via"], "host");
+    assert_eq!(decisions[1]["approver"]["why"], "withdrawn");
+    let outcomes = of_type(&record, "outcome");
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| o["decision_axes"].get("approval_ref").is_none()
+                && o["execution"]["status"] != "succeeded"),
+        "nothing ran: {outcomes:?}"
+    );
+    // The two parks and the five refused retries, each on the record.
+    assert_eq!(outcomes.len(), 7, "{outcomes:?}");
+}
+
+/// A retry that comes after the park expired: the client's answer is not placed; the
+/// host's expiry denial is, and recorded, and the retry is answered `approval_expired`;
+/// nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_the_park_expired_is_told_so_and_runs_nothing() {
+    use rmcp::model::{CallToolResponse, ProtocolVersion};
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let gateway = open_parking_for(dir.path(), Some(Duration::from_millis(300))).asking_clients();
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    let server = gateway.server().clone();
+    let serving = tokio::spawn(async move {
+        let running = server.serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let lifecycle = ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    let client = Mrtr
+        .serve_with_lifecycle(client_io, lifecycle)
+        .await
+        .unwrap();
+    let call = CallToolRequestParams::new("echo")
+        .with_arguments(args(serde_json::json!({"message": "too late"})));
+    let first = client.call_tool_once(call.clone()).await.unwrap();
+    let CallToolResponse::InputRequired(asked) = first else {
+        panic!("not input_required: {first:?}");
+    };
+    let id = asked.request_state.unwrap();
+    // Past the park's expiry (not a timing assertion: only ordering matters).
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let mut responses = rmcp::model::InputResponses::new();
+    responses.insert(
+        "approval".to_owned(),
+        serde_json::json!({"action": "accept", "content": {"approve": true}}),
+    );
+    let retry = call
+        .with_input_responses(responses)
+        .with_request_state(id.clone());
+    let got = client.call_tool_once(retry).await.unwrap();
+    let CallToolResponse::Complete(result) = got else {
+        panic!("not a result: {got:?}");
+    };
+    assert!(cause_of(&result).contains("approval_expired"), "{result:?}");
+
+    let closing = tokio::task::spawn_blocking(move || gateway.close());
+    closing.await.unwrap().unwrap();
+    client.cancel().await.unwrap();
+    serving.await.unwrap();
+    let decisions = of_type(&record, "decision");
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    assert_eq!(decisions[0]["approver"]["via"], "host", "{decisions:?}");
+    assert_eq!(decisions[0]["approver"]["why"], "expired", "{decisions:?}");
+    assert_eq!(of_type(&record, "outcome").len(), 1, "only the park");
 }
