@@ -95,6 +95,9 @@
 //! - A client's answer to an elicitation says that the client answered, not that a
 //!   person read the question: a client may accept on its own. An answer sent inside a
 //!   client batch is not used (the batch is refused; the queue can still decide).
+//! - A 2026-07-28 session (no `initialize`; capabilities declared per request) is not
+//!   asked: the relay does not answer a park with `input_required` yet, so its parks
+//!   wait for the approvals queue (`aegis gateway` does ask such clients).
 //! - A task-augmented `tools/call` (MCP 2025-11-25) finishes when the server answers with
 //!   the task handle; the work the task does afterwards is not followed.
 //! - [`CallEnd::Cancelled`] means the client cancelled; the server may have run the call
