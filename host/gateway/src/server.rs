@@ -1135,12 +1135,7 @@ impl GatewayServer {
         let ticket = asked.ticket;
         let id = ticket.approval_id.clone();
         let note = |what: String| (self.inner.notes)(Note::Approvals(&what));
-        let action = answer.get("action").and_then(serde_json::Value::as_str);
-        let approve = answer
-            .get("content")
-            .and_then(|c| c.get(question::APPROVE_FIELD))
-            .and_then(serde_json::Value::as_bool);
-        match action.and_then(|action| question::answer(action, approve)) {
+        match elicited(answer) {
             // Past its expiry the host's denial is placed by the settle instead.
             Some(_) if ticket.expired() => {}
             Some(approved) => {
@@ -1148,24 +1143,7 @@ impl GatewayServer {
                     .client
                     .clone()
                     .unwrap_or_else(|| question::client_name("unnamed client", None));
-                let placed = {
-                    let desk = desk.clone();
-                    let ticket = ticket.clone();
-                    tokio::task::spawn_blocking(move || {
-                        desk.client_decided(&ticket, approved, &client)
-                    })
-                    .await
-                };
-                let failed = match placed {
-                    Ok(Ok(())) => None,
-                    Ok(Err(e)) => Some(e.to_string()),
-                    Err(e) => Some(e.to_string()),
-                };
-                if let Some(e) = failed {
-                    note(format!(
-                        "the client's answer about {id} could not be placed ({e}); it waits for the approvals queue"
-                    ));
-                }
+                place_client_answer(desk, &ticket, approved, client, note).await;
             }
             None => note(format!(
                 "the client's answer about {id} decides nothing (no yes or no); it waits for the approvals queue"
@@ -1483,40 +1461,57 @@ impl GatewayServer {
             }
         };
         let approved = match answer {
-            Ok(Ok(result)) => serde_json::to_value(&result).ok().and_then(|result| {
-                let action = result.get("action")?.as_str()?.to_owned();
-                let approve = result
-                    .get("content")
-                    .and_then(|c| c.get(question::APPROVE_FIELD))
-                    .and_then(serde_json::Value::as_bool);
-                question::answer(&action, approve)
-            }),
+            Ok(Ok(result)) => serde_json::to_value(&result)
+                .ok()
+                .and_then(|result| elicited(&result)),
             _ => None,
         };
         match (approved, self.inner.desk.get()) {
             (Some(approved), Some(desk)) => {
-                let desk = desk.clone();
-                let ticket = ask.ticket.clone();
-                let placed = tokio::task::spawn_blocking(move || {
-                    desk.client_decided(&ticket, approved, &client)
-                })
-                .await;
-                let failed = match placed {
-                    Ok(Ok(())) => None,
-                    Ok(Err(e)) => Some(e.to_string()),
-                    Err(e) => Some(e.to_string()),
-                };
-                if let Some(e) = failed {
-                    note(format!(
-                        "the client's answer about {id} could not be placed ({e}); it waits for the approvals queue"
-                    ));
-                }
+                place_client_answer(desk, &ask.ticket, approved, client, note).await;
             }
             _ => note(format!(
                 "the client's answer about {id} decides nothing (an error, or no yes or no); it waits for the approvals queue"
             )),
         }
         call.await
+    }
+}
+
+/// The yes or no an elicitation result (`{action, content}`) gives, as
+/// [`question::answer`] reads it; `None` when it decides nothing.
+fn elicited(result: &serde_json::Value) -> Option<bool> {
+    let action = result.get("action")?.as_str()?;
+    let approve = result
+        .get("content")
+        .and_then(|c| c.get(question::APPROVE_FIELD))
+        .and_then(serde_json::Value::as_bool);
+    question::answer(action, approve)
+}
+
+/// Places the client's answer about `ticket`'s park with the desk (off the async
+/// threads: the queue's I/O blocks); a failure is noted, and the park waits for the
+/// approvals queue.
+async fn place_client_answer(
+    desk: &Desk,
+    ticket: &aegis_runtime::approvals::Ticket,
+    approved: bool,
+    client: String,
+    note: impl Fn(String),
+) {
+    let (desk, ticket) = (desk.clone(), ticket.clone());
+    let id = ticket.approval_id.clone();
+    let placed =
+        tokio::task::spawn_blocking(move || desk.client_decided(&ticket, approved, &client)).await;
+    let failed = match placed {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(e) => Some(e.to_string()),
+    };
+    if let Some(e) = failed {
+        note(format!(
+            "the client's answer about {id} could not be placed ({e}); it waits for the approvals queue"
+        ));
     }
 }
 
