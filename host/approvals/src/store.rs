@@ -166,8 +166,17 @@ impl InStore<'_> {
             });
         }
         let mut listed = Vec::with_capacity(rows.len());
+        let mut seen = std::collections::BTreeSet::new();
         for row in &rows {
             crate::checked_id(&row.id)?;
+            // One request per id: a listing naming one twice is not read as either.
+            if !seen.insert(row.id.as_str()) {
+                return Err(QueueError::field(
+                    &self.path(&row.id, crate::REQUEST),
+                    "approval_id",
+                    "listed twice by the store",
+                ));
+            }
             let request = self.request_of(row)?;
             let state = self.state_of(row, &request)?;
             listed.push(Listed { request, state });

@@ -449,3 +449,72 @@ fn a_listing_past_its_bound_is_refused_not_cut() {
     let e = q.list().unwrap_err();
     assert!(matches!(e, QueueError::TooMany { .. }), "{e}");
 }
+
+/// The queue over a store that answers what no real store should (the PostgreSQL store
+/// is tested against a real server: sinks/postgres/tests/store.rs and aegis's
+/// approvals_store tests): what it lists is refused rather than read one of two ways.
+mod over_a_store {
+    use super::request;
+    use aegis_approvals::{Queue, QueueError, Store, Stored};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A store whose listing is fixed, and which refuses everything else.
+    #[derive(Debug)]
+    struct Listing(Vec<Stored>);
+
+    impl Store for Listing {
+        fn location(&self) -> String {
+            "test-store".into()
+        }
+        fn file(&self, _: &str, _: &[u8]) -> Result<bool, String> {
+            Err("read-only".into())
+        }
+        fn read(&self, id: &str) -> Result<Option<Stored>, String> {
+            Ok(self.0.iter().find(|r| r.id == id).cloned())
+        }
+        fn list(&self, _: usize) -> Result<Vec<Stored>, String> {
+            Ok(self.0.clone())
+        }
+        fn decide(&self, _: &str, _: &[u8]) -> Result<bool, String> {
+            Err("read-only".into())
+        }
+        fn claim(&self, _: &str) -> Result<Option<Vec<u8>>, String> {
+            Err("read-only".into())
+        }
+        fn wait(&self, _: &str, _: Duration) -> Result<bool, String> {
+            Err("read-only".into())
+        }
+        fn remove(&self, _: &str) -> Result<(), String> {
+            Err("read-only".into())
+        }
+    }
+
+    fn row(id: &str, request: &[u8]) -> Stored {
+        Stored {
+            id: id.into(),
+            request: request.to_vec(),
+            decision: None,
+            used: false,
+        }
+    }
+
+    #[test]
+    fn a_listing_naming_one_id_twice_or_a_malformed_id_is_refused() {
+        let r = request(600);
+        let bytes = r.to_object().to_canonical();
+        let once = Queue::in_store(Arc::new(Listing(vec![row(&r.approval_id, &bytes)])));
+        assert_eq!(once.list().unwrap().len(), 1);
+        let twice = Queue::in_store(Arc::new(Listing(vec![
+            row(&r.approval_id, &bytes),
+            row(&r.approval_id, &bytes),
+        ])));
+        let e = twice.list().unwrap_err();
+        assert!(
+            matches!(e, QueueError::Field { .. }) && e.to_string().contains("listed twice"),
+            "{e}"
+        );
+        let bad = Queue::in_store(Arc::new(Listing(vec![row("apr-nope", b"{}")])));
+        assert!(matches!(bad.list().unwrap_err(), QueueError::BadId { .. }));
+    }
+}

@@ -10,7 +10,7 @@ use crate::store::{Store, Writer, aegis, echo_frame, echoed, keygen};
 use aegis_record::json::Object;
 use aegis_test_support::postgres;
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
@@ -55,6 +55,31 @@ fn one_request(store: &Store) -> String {
     }
 }
 
+/// Writes the policy that parks `echo` in the store's directory; its path.
+fn parks_echo(store: &Store) -> PathBuf {
+    let policy = store.path("policy.yaml");
+    std::fs::write(&policy, PARKS_ECHO).unwrap();
+    policy
+}
+
+/// `aegis --profile P run --json` of the echo guest under `policy`, signed with
+/// `host_key`, then `extra`.
+fn run_echo(store: &Store, policy: &Path, host_key: &Path, extra: &[&str]) -> Output {
+    aegis()
+        .env("XDG_STATE_HOME", store.path("state"))
+        .arg("--profile")
+        .arg(&store.profile)
+        .args(["run", "--json", "--policy"])
+        .arg(policy)
+        .arg("--component")
+        .arg(crate::common::guest("echo"))
+        .args(["--id", "echo", "--input", "hi", "--signing-key"])
+        .arg(host_key)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
 fn approve(store: &Store, id: &str, key: &Path) -> Output {
     approvals(
         store,
@@ -73,8 +98,7 @@ fn a_call_parked_by_a_wrap_is_approved_from_another_process_through_the_store() 
     let dir = store.path("");
     let (host_key, _) = keygen(&dir, "host.key");
     let (alice, alice_public) = approver(&dir, "alice.key");
-    let policy = store.path("policy.yaml");
-    std::fs::write(&policy, PARKS_ECHO).unwrap();
+    let policy = parks_echo(&store);
     let mut wrap = Writer::start_with(
         &store,
         &host_key,
@@ -148,23 +172,8 @@ fn a_park_filed_by_run_is_taken_from_the_store_once() {
     let dir = store.path("");
     let (host_key, _) = keygen(&dir, "host.key");
     let (alice, _) = approver(&dir, "alice.key");
-    let policy = store.path("policy.yaml");
-    std::fs::write(&policy, PARKS_ECHO).unwrap();
-    let run = |extra: &[&str]| {
-        aegis()
-            .env("XDG_STATE_HOME", store.path("state"))
-            .arg("--profile")
-            .arg(&store.profile)
-            .args(["run", "--json", "--policy"])
-            .arg(&policy)
-            .arg("--component")
-            .arg(crate::common::guest("echo"))
-            .args(["--id", "echo", "--input", "hi", "--signing-key"])
-            .arg(&host_key)
-            .args(extra)
-            .output()
-            .unwrap()
-    };
+    let policy = parks_echo(&store);
+    let run = |extra: &[&str]| run_echo(&store, &policy, &host_key, extra);
     let parked = run(&[]);
     assert_eq!(parked.status.code(), Some(12), "{}", text(&parked.stderr));
     let id = field(&object(&parked.stdout), "approval_id");
@@ -195,20 +204,8 @@ fn a_hostile_row_in_the_stores_queue_is_refused_naming_it() {
     let store = Store::new(pg);
     let dir = store.path("");
     let (host_key, _) = keygen(&dir, "host.key");
-    let policy = store.path("policy.yaml");
-    std::fs::write(&policy, PARKS_ECHO).unwrap();
-    let parked = aegis()
-        .env("XDG_STATE_HOME", store.path("state"))
-        .arg("--profile")
-        .arg(&store.profile)
-        .args(["run", "--json", "--policy"])
-        .arg(&policy)
-        .arg("--component")
-        .arg(crate::common::guest("echo"))
-        .args(["--id", "echo", "--input", "hi", "--signing-key"])
-        .arg(&host_key)
-        .output()
-        .unwrap();
+    let policy = parks_echo(&store);
+    let parked = run_echo(&store, &policy, &host_key, &[]);
     assert_eq!(parked.status.code(), Some(12), "{}", text(&parked.stderr));
     let real = field(&object(&parked.stdout), "approval_id");
     let table = "public.aegis_lines_approvals";

@@ -400,23 +400,11 @@ fn a_tool_that_could_write_in_the_approvals_queue_is_refused() {
     assert!(!data.join("queue").exists(), "the queue was made");
 }
 
-/// The client's user approves through MCP elicitation (`--approve-via client`), in a
-/// session (so the call goes to rmcp's path, which can ask): the Python SDK's
-/// elicitation callback is asked once (the question names the approval id and the
-/// tool), the tool runs and the client gets its real result, and the record's one
-/// decision says `via: client`, `mechanism: elicitation`; it verifies, and is
-/// Indeterminate (exit 3) with an approver key pinned (a client's word is not a
-/// person's signature).
-#[test]
-fn the_clients_user_approves_through_elicitation_and_the_record_says_so() {
-    let mut held = Held::asking(Some("accept"));
-    let call = held.finish();
-    assert_eq!(call.get("isError"), Some(&Value::Bool(false)), "{call:?}");
-    assert_eq!(
-        field(&call, "text"),
-        r#"{"message":"approved by a person"}"#,
-        "{call:?}"
-    );
+/// What an approval by the client's user leaves: the question was asked once naming the
+/// approval id and the tool, and the record holds the park, one decision `via: client`,
+/// `mechanism: elicitation`, and the resumed call; it verifies, and is Indeterminate
+/// (exit 3) with an approver pinned.
+fn assert_approved_by_the_clients_user(held: &Held) {
     let lines = held.lines();
     let decision = one_decision(&lines, "client");
     let id = field(&decision, "approval_id");
@@ -442,6 +430,26 @@ fn the_clients_user_approves_through_elicitation_and_the_record_says_so() {
         &held.verify(&["--approver-key".as_ref(), someone.as_os_str()]),
         3,
     );
+}
+
+/// The client's user approves through MCP elicitation (`--approve-via client`), in a
+/// session (so the call goes to rmcp's path, which can ask): the Python SDK's
+/// elicitation callback is asked once (the question names the approval id and the
+/// tool), the tool runs and the client gets its real result, and the record's one
+/// decision says `via: client`, `mechanism: elicitation`; it verifies, and is
+/// Indeterminate (exit 3) with an approver key pinned (a client's word is not a
+/// person's signature).
+#[test]
+fn the_clients_user_approves_through_elicitation_and_the_record_says_so() {
+    let mut held = Held::asking(Some("accept"));
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(false)), "{call:?}");
+    assert_eq!(
+        field(&call, "text"),
+        r#"{"message":"approved by a person"}"#,
+        "{call:?}"
+    );
+    assert_approved_by_the_clients_user(&held);
 }
 
 /// The client's user declines: the client gets the refusal (`approval_denied`),
@@ -553,30 +561,7 @@ fn a_2026_client_is_asked_through_input_required_and_approves() {
         got.get("protocol"),
         Some(&Value::String("2026-07-28".into()))
     );
-    let lines = held.lines();
-    let decision = one_decision(&lines, "client");
-    let id = field(&decision, "approval_id");
-    assert_eq!(
-        str_at(&decision, &["approver", "mechanism"]),
-        Some("elicitation")
-    );
-    match got.get("elicited") {
-        Some(Value::Array(asked)) if asked.len() == 1 => {
-            let asked = format!("{:?}", asked[0]);
-            assert!(asked.contains(&id) && asked.contains("echo"), "{asked}");
-        }
-        other => panic!("elicited: {other:?}"),
-    }
-    let (parked, resumed) = park_and_resumed(&lines, &id);
-    assert_eq!(parked.len(), 1, "{lines:?}");
-    assert_eq!(resumed.len(), 1, "{lines:?}");
-    assert_eq!(str_at(&resumed[0], &["policy", "status"]), Some("allowed"));
-    assert_exit(&held.verify(&[]), 0);
-    let (_, someone) = approver(held.dir.path(), "mallory");
-    assert_exit(
-        &held.verify(&["--approver-key".as_ref(), someone.as_os_str()]),
-        3,
-    );
+    assert_approved_by_the_clients_user(&held);
 }
 
 /// MCP 2026-07-28, the client's user declines the `input_required` question: the

@@ -686,19 +686,16 @@ fn cause_of(result: &rmcp::model::CallToolResult) -> String {
     serde_json::to_string(&result.meta).unwrap()
 }
 
-/// The `input_required` round (MCP 2026-07-28) against forged retries: a retry echoing
-/// a `requestState` this gateway never gave, the right one with other arguments or
-/// another tool, or with no answer, is refused (`approval_mismatch`, recorded before
-/// the stations) and nothing runs, the park left as it was; the real retry then
-/// settles it (declined here: nothing runs), and a second retry of the settled park is
-/// refused too.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_forged_or_changed_retry_of_an_input_required_park_runs_nothing() {
-    use rmcp::model::{CallToolResponse, ProtocolVersion};
+/// `gateway` serving one in-process client that negotiated 2026-07-28 (`server/discover`),
+/// and the task serving it.
+async fn connect_2026(
+    gateway: &Gateway,
+) -> (
+    rmcp::service::RunningService<rmcp::RoleClient, Mrtr>,
+    tokio::task::JoinHandle<()>,
+) {
+    use rmcp::model::ProtocolVersion;
     use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
-    let dir = tempfile::tempdir().unwrap();
-    let record = dir.path().join("record.jsonl");
-    let gateway = open_parking(dir.path()).asking_clients();
     let (client_io, server_io) = tokio::io::duplex(1 << 16);
     let server = gateway.server().clone();
     let serving = tokio::spawn(async move {
@@ -712,6 +709,22 @@ async fn a_forged_or_changed_retry_of_an_input_required_park_runs_nothing() {
         .serve_with_lifecycle(client_io, lifecycle)
         .await
         .unwrap();
+    (client, serving)
+}
+
+/// The `input_required` round (MCP 2026-07-28) against forged retries: a retry echoing
+/// a `requestState` this gateway never gave, the right one with other arguments or
+/// another tool, or with no answer, is refused (`approval_mismatch`, recorded before
+/// the stations) and nothing runs, the park left as it was; the real retry then
+/// settles it (declined here: nothing runs), and a second retry of the settled park is
+/// refused too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_or_changed_retry_of_an_input_required_park_runs_nothing() {
+    use rmcp::model::CallToolResponse;
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let gateway = open_parking(dir.path()).asking_clients();
+    let (client, serving) = connect_2026(&gateway).await;
     let call = |tool: &'static str, message: &str| {
         CallToolRequestParams::new(tool)
             .with_arguments(args(serde_json::json!({"message": message})))
@@ -820,24 +833,11 @@ async fn a_forged_or_changed_retry_of_an_input_required_park_runs_nothing() {
 /// nothing runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_the_park_expired_is_told_so_and_runs_nothing() {
-    use rmcp::model::{CallToolResponse, ProtocolVersion};
-    use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
+    use rmcp::model::CallToolResponse;
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("record.jsonl");
     let gateway = open_parking_for(dir.path(), Some(Duration::from_millis(300))).asking_clients();
-    let (client_io, server_io) = tokio::io::duplex(1 << 16);
-    let server = gateway.server().clone();
-    let serving = tokio::spawn(async move {
-        let running = server.serve(server_io).await.unwrap();
-        let _ = running.waiting().await;
-    });
-    let lifecycle = ClientLifecycleMode::Discover {
-        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-    };
-    let client = Mrtr
-        .serve_with_lifecycle(client_io, lifecycle)
-        .await
-        .unwrap();
+    let (client, serving) = connect_2026(&gateway).await;
     let call = CallToolRequestParams::new("echo")
         .with_arguments(args(serde_json::json!({"message": "too late"})));
     let first = client.call_tool_once(call.clone()).await.unwrap();
