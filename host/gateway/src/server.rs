@@ -103,7 +103,7 @@
 use crate::manifest::{Delivery, OutputKind, ToolSpec};
 use aegis_policy_arguments::unambiguous::canonical_of;
 use aegis_record::ExecutionOutcome;
-use aegis_record::approval::question;
+use aegis_record::approval::{ClientMechanism, question};
 use aegis_record::json::Value;
 use aegis_runtime::approvals::{Desk, Ticket as Filed};
 use aegis_runtime::pipeline::{Approval, CallRecord, CallRequest};
@@ -249,11 +249,7 @@ pub const MAX_INPUT_REQUIRED: usize = 1024;
 
 /// The key of the one input request (the approval question) in an `input_required`
 /// answer, and of its answer in the retry's `inputResponses`.
-pub const INPUT_KEY: &str = "approval";
-
-/// The first protocol revision with multi round-trip requests (`input_required`) and no
-/// server-initiated requests.
-const MRTR_FROM: &str = "2026-07-28";
+pub use aegis_record::approval::question::INPUT_KEY;
 
 /// The rmcp [`ServerHandler`](rmcp::ServerHandler) behind `aegis gateway`. Cheap to
 /// clone (every HTTP session gets a clone); all clones serve the same calls.
@@ -573,13 +569,9 @@ impl GatewayServer {
         let asked: Vec<Asked> = self.asked().drain().map(|(_, a)| a).collect();
         if let (Some(pipeline), Some(desk)) = (pipeline, self.inner.desk.get()) {
             for a in asked {
-                if a.ticket.expired() {
-                    // Settled (and recorded) as expired, unless decided first; a failure
-                    // leaves it undecided in the queue, as the non-guarantees say.
-                    let _ = desk.take(&pipeline, &a.ticket.approval_id);
-                } else {
-                    desk.withdraw(&pipeline, &a.ticket, why);
-                }
+                // Expired ones are settled as expired (a failure leaves one undecided
+                // in the queue, as the non-guarantees say).
+                desk.withdraw(&pipeline, &a.ticket, why);
             }
         }
     }
@@ -1136,14 +1128,14 @@ impl GatewayServer {
         let id = ticket.approval_id.clone();
         let note = |what: String| (self.inner.notes)(Note::Approvals(&what));
         match elicited(answer) {
-            // Past its expiry the host's denial is placed by the settle instead.
-            Some(_) if ticket.expired() => {}
+            // Past its expiry nothing is placed: the settle places the host's denial.
             Some(approved) => {
                 let client = waiting
                     .client
                     .clone()
                     .unwrap_or_else(|| question::client_name("unnamed client", None));
-                place_client_answer(desk, &ticket, approved, client, note).await;
+                let asked = ClientMechanism::InputRequired;
+                place_client_answer(desk, &ticket, (approved, asked), client, note).await;
             }
             None => note(format!(
                 "the client's answer about {id} decides nothing (no yes or no); it waits for the approvals queue"
@@ -1365,7 +1357,7 @@ impl GatewayServer {
         let info = peer.peer_info()?;
         let elicitation = info.capabilities.elicitation.as_ref()?;
         let form = elicitation.form.is_some() || elicitation.url.is_none();
-        if !form || info.protocol_version.as_str() >= MRTR_FROM {
+        if !form || info.protocol_version.as_str() >= question::INPUT_REQUIRED_FROM {
             return None;
         }
         let version = Some(info.client_info.version.as_str()).filter(|v| !v.is_empty());
@@ -1382,7 +1374,7 @@ impl GatewayServer {
             return None;
         }
         let protocol = context.protocol_version()?;
-        if protocol.as_str() < MRTR_FROM {
+        if protocol.as_str() < question::INPUT_REQUIRED_FROM {
             return None;
         }
         let capabilities = context.client_capabilities()?;
@@ -1468,7 +1460,8 @@ impl GatewayServer {
         };
         match (approved, self.inner.desk.get()) {
             (Some(approved), Some(desk)) => {
-                place_client_answer(desk, &ask.ticket, approved, client, note).await;
+                let asked = ClientMechanism::Elicitation;
+                place_client_answer(desk, &ask.ticket, (approved, asked), client, note).await;
             }
             _ => note(format!(
                 "the client's answer about {id} decides nothing (an error, or no yes or no); it waits for the approvals queue"
@@ -1495,14 +1488,15 @@ fn elicited(result: &serde_json::Value) -> Option<bool> {
 async fn place_client_answer(
     desk: &Desk,
     ticket: &aegis_runtime::approvals::Ticket,
-    approved: bool,
+    (approved, asked): (bool, ClientMechanism),
     client: String,
     note: impl Fn(String),
 ) {
     let (desk, ticket) = (desk.clone(), ticket.clone());
     let id = ticket.approval_id.clone();
     let placed =
-        tokio::task::spawn_blocking(move || desk.client_decided(&ticket, approved, &client)).await;
+        tokio::task::spawn_blocking(move || desk.client_decided(&ticket, approved, &client, asked))
+            .await;
     let failed = match placed {
         Ok(Ok(())) => None,
         Ok(Err(e)) => Some(e.to_string()),

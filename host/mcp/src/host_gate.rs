@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use aegis_record::ToolChangeLine;
+use aegis_record::approval::ClientMechanism;
 use aegis_record::json::MAX_SAFE_INTEGER;
 use aegis_runtime::approvals::{Desk, Ticket};
 use aegis_runtime::capability::{Limits, ToolRegistry};
@@ -73,11 +74,8 @@ pub struct HostGate {
     desk: Option<Desk>,
 }
 
-/// A call a rule parked, held until its park is settled: what resuming it needs.
+/// A call a rule parked, held until its park is settled: its place in the queue.
 pub struct Parked {
-    frame: Vec<u8>,
-    tool: String,
-    arguments: String,
     ticket: Ticket,
 }
 
@@ -227,9 +225,6 @@ impl Gate for HostGate {
             Ok(ticket) => Ok(Opened::Park {
                 approval_id: ticket.approval_id.clone(),
                 parked: Parked {
-                    frame: call.frame.to_vec(),
-                    tool: call.name.to_owned(),
-                    arguments,
                     ticket: ticket.clone(),
                 },
                 waiter: DeskWaiter {
@@ -251,10 +246,18 @@ impl Gate for HostGate {
         }
     }
 
-    fn resume(&self, parked: Parked, approval: Approval) -> Result<Pending, Refusal> {
+    fn resume(
+        &self,
+        _: Parked,
+        approval: Approval,
+        call: &ToolCall<'_>,
+    ) -> Result<Pending, Refusal> {
+        // Decided afresh on what is forwarded: the approval covers the call only if its
+        // tool and arguments digest are the park's (checked by the pipeline).
+        let arguments = canonical_arguments(call.arguments);
         let request = CallRequest {
             approval: Some(&approval),
-            ..self.request(&parked.frame, &parked.tool, Some(&parked.arguments))
+            ..self.request(call.frame, call.name, Some(&arguments))
         };
         match self.decide(&request)? {
             Ok(pending) => Ok(pending),
@@ -268,9 +271,15 @@ impl Gate for HostGate {
         }
     }
 
-    fn client_answered(&self, parked: &Parked, approved: bool, client: &str) {
+    fn client_answered(
+        &self,
+        parked: &Parked,
+        approved: bool,
+        client: &str,
+        asked: ClientMechanism,
+    ) {
         if let Some(desk) = &self.desk
-            && let Err(e) = desk.client_decided(&parked.ticket, approved, client)
+            && let Err(e) = desk.client_decided(&parked.ticket, approved, client, asked)
         {
             // The park still waits for the queue (or expires): nothing runs on it.
             (self.sink)(Notice::Warning(&format!(

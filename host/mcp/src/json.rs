@@ -233,6 +233,86 @@ impl<'a> Object<'a> {
     }
 }
 
+impl<'a> Object<'a> {
+    /// Each member with where it lies in the object's text: the member from its key's
+    /// quote to its value's end, and the value alone.
+    fn spans(&self) -> impl Iterator<Item = MemberSpan<'a>> + use<'a> {
+        let mut scan = Scanner::new(self.text, usize::MAX);
+        scan.pos = 1;
+        std::iter::from_fn(move || {
+            scan.skip_ws();
+            scan.eat(",");
+            scan.skip_ws();
+            let start = scan.pos;
+            let (name, value) = scan.member()?;
+            Some(MemberSpan {
+                name,
+                member: start..scan.pos,
+                value: scan.pos - value.raw_text().len()..scan.pos,
+            })
+        })
+    }
+
+    /// The object's text without its members whose keys collide with one of `keys`
+    /// (every spelling, as [`Object::lookup`] counts them): the text before the first
+    /// member and after the last as it was, each kept member byte for byte, one `,`
+    /// between two. The object's own text when no member is named.
+    pub(crate) fn without(&self, keys: &[&str]) -> Cow<'a, str> {
+        let spans: Vec<MemberSpan<'a>> = self.spans().collect();
+        let named = |span: &MemberSpan<'_>| keys.iter().any(|key| collide(&span.name.text, key));
+        if !spans.iter().any(named) {
+            return Cow::Borrowed(self.text);
+        }
+        let (Some(first), Some(last)) = (spans.first(), spans.last()) else {
+            return Cow::Borrowed(self.text);
+        };
+        let mut out = String::with_capacity(self.text.len());
+        out.push_str(&self.text[..first.member.start]);
+        let kept: Vec<&str> = spans
+            .iter()
+            .filter(|span| !named(span))
+            .map(|span| &self.text[span.member.clone()])
+            .collect();
+        out.push_str(&kept.join(","));
+        out.push_str(&self.text[last.member.end..]);
+        Cow::Owned(out)
+    }
+
+    /// The object's text with the value of its member `key` replaced by `value`,
+    /// everything else byte for byte; `None` unless exactly one member is named by a key
+    /// colliding with `key`, and it is `key` itself.
+    pub(crate) fn replacing(&self, key: &str, value: &str) -> Option<String> {
+        if !matches!(self.lookup(key), Lookup::One(_)) {
+            return None;
+        }
+        let span = self
+            .spans()
+            .find(|span| span.name.text == key && span.name.exact)?;
+        let mut out = String::with_capacity(self.text.len() + value.len());
+        out.push_str(&self.text[..span.value.start]);
+        out.push_str(value);
+        out.push_str(&self.text[span.value.end..]);
+        Some(out)
+    }
+}
+
+/// One member of an object, by place (see [`Object::spans`]).
+struct MemberSpan<'a> {
+    name: Str<'a>,
+    member: std::ops::Range<usize>,
+    value: std::ops::Range<usize>,
+}
+
+/// Whether a member named `name` collides with `key` (Go's folding, as
+/// [`Object::lookup_each`] decides it).
+fn collide(name: &str, key: &str) -> bool {
+    if name.is_ascii() && key.is_ascii() {
+        name.eq_ignore_ascii_case(key)
+    } else {
+        fold(name) == fold(key)
+    }
+}
+
 /// An array's elements (see [`Array::items`]).
 pub(crate) struct Items<'a> {
     scan: Scanner<'a>,
@@ -1064,5 +1144,49 @@ mod tests {
         assert_eq!(items[0].raw(), b"1.0");
         assert!(matches!(items[1].value(), Value::String(s) if s.text == "A\u{1f600}" && s.exact));
         assert!(matches!(items[2].value(), Value::String(s) if s.text == "\u{fffd}" && !s.exact));
+    }
+
+    fn object_of(text: &str) -> Object<'_> {
+        parse(text.as_bytes()).unwrap().object().unwrap()
+    }
+
+    #[test]
+    fn members_are_left_out_every_spelling_the_rest_byte_for_byte() {
+        let without = |text: &str| {
+            object_of(text)
+                .without(&["requestState", "inputResponses"])
+                .into_owned()
+        };
+        assert_eq!(
+            without(r#"{ "name":"e" , "requestState":"s","arguments": {"a" : 1} }"#),
+            r#"{ "name":"e","arguments": {"a" : 1} }"#
+        );
+        assert_eq!(
+            without(r#"{"requestState":"s","name":"e","InputResponses":{},"requeſtState":1}"#),
+            r#"{"name":"e"}"#
+        );
+        assert_eq!(without(r#"{"requestState":"s"}"#), "{}");
+        // Nothing named: the same text, spacing and all.
+        assert_eq!(without(r#"{ "a" :1 ,"b":[2] }"#), r#"{ "a" :1 ,"b":[2] }"#);
+        assert_eq!(without("{ }"), "{ }");
+        // A nested member of that name is not the object's own.
+        assert_eq!(
+            without(r#"{"a":{"requestState":1},"requestState":2}"#),
+            r#"{"a":{"requestState":1}}"#
+        );
+    }
+
+    #[test]
+    fn a_member_value_is_replaced_only_when_read_one_way() {
+        let object = object_of(r#"{"id":1, "params" : {"x":1},"z":null}"#);
+        assert_eq!(
+            object.replacing("params", r#"{"y":2}"#).as_deref(),
+            Some(r#"{"id":1, "params" : {"y":2},"z":null}"#)
+        );
+        assert_eq!(object.replacing("absent", "1"), None);
+        let folded = object_of(r#"{"params":{},"Params":{}}"#);
+        assert_eq!(folded.replacing("params", "{}"), None);
+        let other_spelling = object_of(r#"{"Params":{}}"#);
+        assert_eq!(other_spelling.replacing("params", "{}"), None);
     }
 }

@@ -66,6 +66,18 @@
 //!   `aegis-relay/elicit/`). The client's answer to it is never forwarded to the server;
 //!   it goes to the gate as the client's decision, which the first decision of anyone
 //!   else may precede. A question still open when its park settles is withdrawn.
+//! - With `approve_via_client` on, a park whose request declares MCP 2026-07-28 (or
+//!   later) and form elicitation in its `_meta` is answered at once `input_required`:
+//!   the same question under `inputRequests.approval`, the approval id as
+//!   `requestState`; nothing is held. The client's retry (a `tools/call` echoing that
+//!   `requestState`) must repeat the tool and the exact arguments text and carry the
+//!   answer under `inputResponses.approval`, else it is refused (recorded,
+//!   `approval_mismatch`) and the park left as it was. Taken, the answer goes to the
+//!   gate as the client's ([`ClientMechanism::InputRequired`]) and the retry is held as
+//!   any park; approved, it is forwarded without `requestState` and `inputResponses`
+//!   (every other byte the client's), the frame [`Gate::resume`] decided on.
+//! - A refusal answering a request of MCP 2026-07-28 or later names `resultType:
+//!   "complete"`, which that revision requires of every result.
 //! - A change seen once (a tool changed, added, removed or listed twice) refuses that
 //!   tool for the rest of the session, even if a later listing shows it as pinned again,
 //!   and is written to the pins file as `held`. A tool whose definition names a pinned
@@ -95,9 +107,15 @@
 //! - A client's answer to an elicitation says that the client answered, not that a
 //!   person read the question: a client may accept on its own. An answer sent inside a
 //!   client batch is not used (the batch is refused; the queue can still decide).
-//! - A 2026-07-28 session (no `initialize`; capabilities declared per request) is not
-//!   asked: the relay does not answer a park with `input_required` yet, so its parks
-//!   wait for the approvals queue (`aegis gateway` does ask such clients).
+//! - A park answered `input_required` is decided by nobody until its retry comes: a
+//!   client that never retries leaves it to the approvals queue (a person may decide
+//!   it there, but nothing runs without the retry) and it is settled, withdrawn or
+//!   expired, only when the server exits or the relay stops. At most
+//!   [`RelayConfig::max_pending`] await a retry; past that a park is held as before.
+//! - The `requestState` is the approval id, not a secret. A retry can only settle that
+//!   park and run that exact call; one naming no waiting park (forged, or used) is not
+//!   refused but decided as a new call, which the policy parks afresh.
+//! - A retry inside a client batch is not taken (batches end before 2026-07-28).
 //! - A task-augmented `tools/call` (MCP 2025-11-25) finishes when the server answers with
 //!   the task handle; the work the task does afterwards is not followed.
 //! - [`CallEnd::Cancelled`] means the client cancelled; the server may have run the call
@@ -189,7 +207,9 @@ pub trait Gate {
     fn open(&self, call: &ToolCall<'_>) -> Result<Opened<Self>, Refusal>;
 
     /// Runs a parked call the approval `approved` settled: a new call, decided under the
-    /// approval. Called at most once per park, with what its [`Waiter`] returned.
+    /// approval, whose request is `call` (what will be forwarded: the parked request, or
+    /// the client's `input_required` retry of it). Called at most once per park, with
+    /// what its [`Waiter`] returned.
     ///
     /// # Errors
     /// A [`Refusal`] (recorded by the gate) when the approval does not cover the call.
@@ -197,6 +217,7 @@ pub trait Gate {
         &self,
         parked: Self::Parked,
         approved: <Self::Waiter as Waiter>::Approved,
+        call: &ToolCall<'_>,
     ) -> Result<Self::Pending, Refusal>;
 
     /// Gives up a parked call whose request ended before its park was settled (the
@@ -216,12 +237,19 @@ pub trait Gate {
     fn tool_changed(&self, change: &ToolChangeLine);
 
     /// The client's user answered the relay's question about a parked call
-    /// ([`RelayConfig::approve_via_client`]): `approved` or not, as the client `client`
-    /// (its `clientInfo`) reported. The gate places it as the client's decision where the
-    /// park's [`Waiter`] will find it; it is never an approver's signature. The default
-    /// does nothing (the park waits for another decider).
-    fn client_answered(&self, parked: &Self::Parked, approved: bool, client: &str) {
-        let _ = (parked, approved, client);
+    /// ([`RelayConfig::approve_via_client`]), asked as `asked` says: `approved` or not,
+    /// as the client `client` (its `clientInfo`) reported. The gate places it as the
+    /// client's decision where the park's [`Waiter`] will find it; it is never an
+    /// approver's signature. The default does nothing (the park waits for another
+    /// decider).
+    fn client_answered(
+        &self,
+        parked: &Self::Parked,
+        approved: bool,
+        client: &str,
+        asked: ClientMechanism,
+    ) {
+        let _ = (parked, approved, client, asked);
     }
 }
 
@@ -308,6 +336,7 @@ pub struct RefusedCall<'a> {
     pub refusal: &'a Refusal,
 }
 
+pub use aegis_record::approval::ClientMechanism;
 pub use aegis_record::refusal::{Cause, Refusal, Station};
 
 /// How a forwarded call ended.
@@ -419,11 +448,28 @@ impl Default for RelayConfig {
 struct HeldForApproval<K> {
     raw_id: String,
     approval_id: String,
-    /// The request exactly as the client sent it, forwarded as such if it resumes.
+    /// The request exactly as the client sent it, forwarded as such if it resumes (for
+    /// an `input_required` retry, without the members answering the relay).
     frame: Vec<u8>,
+    /// Its tool, and the exact text of its arguments.
+    tool: String,
+    arguments: Option<String>,
+    /// Whether its answer names its `resultType` ([`names_result_type`]).
+    names_result_type: bool,
     parked: K,
     /// `params._meta.progressToken`'s text, and how many notifications were sent.
     progress: Option<(String, u64)>,
+}
+
+/// A park answered `input_required` (MCP 2026-07-28): its request was answered with the
+/// question, and nobody waits on it until the client's retry brings the answer.
+struct AwaitingRetry<K, W> {
+    /// The parked request's tool, and the exact text of its arguments: the retry must
+    /// repeat both.
+    tool: String,
+    arguments: Option<String>,
+    parked: K,
+    waiter: W,
 }
 
 /// A client request waiting for the server.
@@ -467,7 +513,13 @@ pub const MAX_ELICIT_ARGUMENTS: usize = question::MAX_SHOWN;
 /// The most bytes of the client's `clientInfo` name and version kept for the record.
 pub const MAX_CLIENT_NAME: usize = question::MAX_CLIENT_NAME;
 
-/// What the client's `initialize` said about it.
+/// Where a request of MCP 2026-07-28 or later declares its client, in `params._meta`.
+const META_PROTOCOL: &str = "io.modelcontextprotocol/protocolVersion";
+const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+
+/// What the client's `initialize` (or, from MCP 2026-07-28 on, a request's `_meta`)
+/// said about it.
 #[derive(Clone, Debug, Default)]
 struct ClientInfo {
     /// It declared `capabilities.elicitation` with form mode (an empty object, or one
@@ -483,16 +535,48 @@ impl ClientInfo {
     /// Reads an `initialize` request's params; anything not read one way only counts
     /// as absent (no elicitation).
     fn of(request: &Request<'_>) -> ClientInfo {
-        use crate::json::{Lookup, Value};
-        let mut info = ClientInfo::default();
         if request.duplicate_keys {
-            return info;
+            return ClientInfo::default();
         }
         let Some(params) = request.params.and_then(|p| p.object()) else {
-            return info;
+            return ClientInfo::default();
         };
         let [capabilities, client_info, protocol] =
             params.lookup_each(["capabilities", "clientInfo", "protocolVersion"]);
+        ClientInfo::read(capabilities, client_info, protocol)
+    }
+
+    /// What a request of MCP [`question::INPUT_REQUIRED_FROM`] or later says of its
+    /// client in `params._meta` (such a session has no `initialize`); `None` for a
+    /// request that declares an earlier revision, or none read one way only.
+    fn of_meta(request: &Request<'_>) -> Option<ClientInfo> {
+        use crate::json::Lookup;
+        if request.duplicate_keys {
+            return None;
+        }
+        let Lookup::One(meta) = request.params?.object()?.lookup("_meta") else {
+            return None;
+        };
+        let [capabilities, client_info, protocol] =
+            meta.object()?
+                .lookup_each([META_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL]);
+        let info = ClientInfo::read(capabilities, client_info, protocol);
+        let modern = info
+            .protocol
+            .as_deref()
+            .is_some_and(|p| p >= question::INPUT_REQUIRED_FROM);
+        modern.then_some(info)
+    }
+
+    /// Reads a client's capabilities, `clientInfo` and protocol revision, wherever they
+    /// were declared.
+    fn read(
+        capabilities: crate::json::Lookup<'_>,
+        client_info: crate::json::Lookup<'_>,
+        protocol: crate::json::Lookup<'_>,
+    ) -> ClientInfo {
+        use crate::json::{Lookup, Value};
+        let mut info = ClientInfo::default();
         if let Lookup::One(capabilities) = capabilities
             && let Some(capabilities) = capabilities.object()
             && let Lookup::One(elicitation) = capabilities.lookup("elicitation")
@@ -998,6 +1082,9 @@ pub struct Relay<G: Gate> {
     released: Vec<Action>,
     /// Calls parked for approval, by id, until their park is settled.
     parked: BTreeMap<IdKey, HeldForApproval<G::Parked>>,
+    /// Parks answered `input_required`, by approval id (the `requestState` their retry
+    /// echoes); at most [`RelayConfig::max_pending`].
+    awaiting_retry: BTreeMap<String, AwaitingRetry<G::Parked, G::Waiter>>,
     /// Waiters of parks opened since the caller last took them.
     waiters: Vec<(String, G::Waiter)>,
     /// What the client's `initialize` said.
@@ -1092,6 +1179,7 @@ impl<G: Gate> Relay<G> {
             held_bytes: 0,
             released: Vec::new(),
             parked: BTreeMap::new(),
+            awaiting_retry: BTreeMap::new(),
             waiters: Vec::new(),
             client: ClientInfo::default(),
             elicits: BTreeMap::new(),
@@ -1127,9 +1215,14 @@ impl<G: Gate> Relay<G> {
         self.config.keep_alive
     }
 
-    /// How many calls wait for an approval.
+    /// How many calls wait for an approval (held, not those answered `input_required`).
     pub fn parked(&self) -> usize {
         self.parked.len()
+    }
+
+    /// How many parks answered `input_required` await their client's retry.
+    pub fn awaiting_retry(&self) -> usize {
+        self.awaiting_retry.len()
     }
 
     /// The waiters of the parks opened since the last call, each with its approval id:
@@ -1166,8 +1259,16 @@ impl<G: Gate> Relay<G> {
             .map(Action::ToClient)
             .into_iter()
             .collect();
+        let call = ToolCall {
+            frame: &held.frame,
+            id: &held.raw_id,
+            name: &held.tool,
+            arguments: held.arguments.as_deref(),
+            input_schema: None,
+            in_batch: false,
+        };
         let refusal = match settled {
-            Settled::Approved(approved) => match self.gate.resume(held.parked, approved) {
+            Settled::Approved(approved) => match self.gate.resume(held.parked, approved, &call) {
                 Ok(pending) => {
                     self.client_requests.insert(
                         key,
@@ -1189,7 +1290,7 @@ impl<G: Gate> Relay<G> {
             },
             Settled::Refused(refusal) => refusal,
         };
-        let mut reply = refusal_reply(&held.raw_id, &refusal);
+        let mut reply = refusal_reply(&held.raw_id, &refusal, held.names_result_type);
         reply.push(b'\n');
         actions.push(Action::Log(format!(
             "client: tools/call {} not run ({approval_id}): {}",
@@ -1292,6 +1393,7 @@ impl<G: Gate> Relay<G> {
             reply.push(b'\n');
             actions.push(Action::ToClient(reply));
         }
+        self.give_up_retries("the MCP server exited before the client retried the call");
         for (_, held) in std::mem::take(&mut self.parked) {
             self.gate.withdraw(
                 held.parked,
@@ -1310,11 +1412,9 @@ impl<G: Gate> Relay<G> {
         self.pins.own.waiting = None;
         self.held_bytes = 0;
         for (_, frame) in std::mem::take(&mut self.held) {
-            if let Some((raw_id, refusal)) =
+            if let Some(reply) =
                 self.refuse_held(&frame, "the server exited before its tools could be listed")
             {
-                let mut reply = refusal_reply(&raw_id, &refusal);
-                reply.push(b'\n');
                 actions.push(Action::ToClient(reply));
             }
         }
@@ -1336,6 +1436,7 @@ impl<G: Gate> Relay<G> {
                 "the relay stopped while the call waited for approval",
             );
         }
+        self.give_up_retries("the relay stopped before the client retried the call");
         self.server_requests.clear();
         self.forget_tombstones();
         self.pins.own.waiting = None;
@@ -1352,6 +1453,14 @@ impl<G: Gate> Relay<G> {
             vec![Action::Log(format!(
                 "shut down with {count} requests unanswered"
             ))]
+        }
+    }
+
+    /// Settles every park answered `input_required` whose retry never came (nobody
+    /// waits on them): withdrawn, or expired once past their timeout.
+    fn give_up_retries(&mut self, why: &str) {
+        for (_, awaiting) in std::mem::take(&mut self.awaiting_retry) {
+            self.gate.withdraw(awaiting.parked, why);
         }
     }
 
@@ -1541,6 +1650,12 @@ impl<G: Gate> Relay<G> {
     fn client_request(&mut self, request: Request<'_>, logs: &mut Logs) -> Plan {
         let id_problem = self.id_problem(&request.id, &BTreeSet::new());
         if request.method == "tools/call"
+            && let Some(state) = request_state(&request)
+            && self.awaiting_retry.contains_key(state.as_ref())
+        {
+            return self.retried(&request, &state, id_problem, logs);
+        }
+        if request.method == "tools/call"
             && id_problem.is_none()
             && self.must_wait(request.raw.len())
         {
@@ -1567,6 +1682,11 @@ impl<G: Gate> Relay<G> {
                     parked,
                     waiter,
                 }) => {
+                    let (parked, waiter) =
+                        match self.input_required(&request, &approval_id, parked, waiter, logs) {
+                            Ok(reply) => return Plan::Reply(reply),
+                            Err(kept) => kept,
+                        };
                     logs.push(format!(
                         "client: tools/call {} parked for approval as {approval_id}; it waits",
                         request.id.raw
@@ -1579,6 +1699,9 @@ impl<G: Gate> Relay<G> {
                             raw_id: request.id.raw.clone(),
                             approval_id,
                             frame: request.raw.to_vec(),
+                            tool: request.tool_name().unwrap_or_default(),
+                            arguments: request.arguments().ok().flatten().map(str::to_owned),
+                            names_result_type: names_result_type(&request),
                             parked,
                             progress: request.progress_token().map(|t| (t.to_owned(), 0)),
                         },
@@ -1589,9 +1712,7 @@ impl<G: Gate> Relay<G> {
                 }
                 Err(refusal) => {
                     logs.push(refusal_log(&request.id, &refusal));
-                    let mut reply = refusal_reply(&request.id.raw, &refusal);
-                    reply.push(b'\n');
-                    Plan::Reply(reply)
+                    Plan::Reply(refusal_answer(&request, &refusal))
                 }
             };
         }
@@ -1617,6 +1738,171 @@ impl<G: Gate> Relay<G> {
             },
         );
         Plan::Forward
+    }
+
+    /// Answers the parked `request` (`approval_id`) `input_required` with the question to
+    /// the client's user, when asking is on, the request is of MCP
+    /// [`question::INPUT_REQUIRED_FROM`] or later and declares form elicitation, and
+    /// fewer than [`RelayConfig::max_pending`] parks await their retry: the park is kept
+    /// for the retry ([`Relay::retried`]) and the reply returned. Otherwise the park is
+    /// handed back, to be held as any.
+    fn input_required(
+        &mut self,
+        request: &Request<'_>,
+        approval_id: &str,
+        parked: G::Parked,
+        waiter: G::Waiter,
+        logs: &mut Logs,
+    ) -> Result<Vec<u8>, (G::Parked, G::Waiter)> {
+        if !self.config.approve_via_client {
+            return Err((parked, waiter));
+        }
+        let Some(client) = ClientInfo::of_meta(request) else {
+            return Err((parked, waiter));
+        };
+        if !client.elicit_form {
+            logs.push(format!(
+                "client: cannot be asked (its request declares no form elicitation); {approval_id} waits for the approvals queue"
+            ));
+            return Err((parked, waiter));
+        }
+        if self.awaiting_retry.len() >= self.config.max_pending {
+            logs.push(format!(
+                "client: {} parks await their client's retry already; {approval_id} waits for the approvals queue",
+                self.awaiting_retry.len()
+            ));
+            return Err((parked, waiter));
+        }
+        let tool = request.tool_name().unwrap_or_default();
+        let arguments = request.arguments().ok().flatten();
+        let params = question::elicitation_params(
+            approval_id,
+            &tool,
+            arguments.unwrap_or("{}"),
+            client.protocol.as_deref(),
+        );
+        let mut out = format!(
+            r#"{{"jsonrpc":"2.0","id":{},"result":{{"resultType":"input_required","inputRequests":{{"#,
+            request.id.raw
+        );
+        json::write_string(question::INPUT_KEY, &mut out);
+        out.push_str(r#":{"method":"elicitation/create","params":"#);
+        out.push_str(&String::from_utf8_lossy(&params));
+        out.push_str(r#"}},"requestState":"#);
+        json::write_string(approval_id, &mut out);
+        out.push_str("}}\n");
+        logs.push(format!(
+            "client: tools/call {} parked for approval as {approval_id}; answered input_required (its user is asked; the retry brings the answer)",
+            request.id.raw
+        ));
+        self.awaiting_retry.insert(
+            approval_id.to_owned(),
+            AwaitingRetry {
+                tool,
+                arguments: arguments.map(str::to_owned),
+                parked,
+                waiter,
+            },
+        );
+        Ok(out.into_bytes())
+    }
+
+    /// The client's retry of the park answered `input_required` that `state` names. It
+    /// must be the parked call again (the same tool, the same arguments text) and carry
+    /// the answer (`inputResponses`); otherwise it is refused (recorded,
+    /// `approval_mismatch`) and the park is left as it was. The answer is placed as the
+    /// client's decision (one that decides nothing leaves the park to the queue); the
+    /// retry is then held as any parked call, its park's waiter handed out, and, once
+    /// approved, forwarded without the members that answered the relay.
+    fn retried(
+        &mut self,
+        request: &Request<'_>,
+        state: &str,
+        id_problem: Option<String>,
+        logs: &mut Logs,
+    ) -> Plan {
+        let frame = match self.retry_checked(request, state, id_problem, logs) {
+            Ok(frame) => frame,
+            Err(refusal) => {
+                logs.push(refusal_log(&request.id, &refusal));
+                return Plan::Reply(refusal_answer(request, &refusal));
+            }
+        };
+        let Some(awaiting) = self.awaiting_retry.remove(state) else {
+            return Plan::Drop;
+        };
+        match input_response(request).and_then(elicit_answer) {
+            Some(approved) => {
+                let client = ClientInfo::of_meta(request)
+                    .and_then(|c| c.name)
+                    .unwrap_or_else(|| "(unnamed client)".to_owned());
+                logs.push(format!(
+                    "client: its user {} {state} (input_required retry {})",
+                    if approved { "approved" } else { "declined" },
+                    request.id.raw
+                ));
+                let asked = ClientMechanism::InputRequired;
+                self.gate
+                    .client_answered(&awaiting.parked, approved, &client, asked);
+            }
+            None => logs.push(format!(
+                "client: its answer about {state} decides nothing (no yes or no, or not read one way only); retry {} waits for the approvals queue",
+                request.id.raw
+            )),
+        }
+        self.waiters.push((state.to_owned(), awaiting.waiter));
+        self.parked.insert(
+            request.id.key.clone(),
+            HeldForApproval {
+                raw_id: request.id.raw.clone(),
+                approval_id: state.to_owned(),
+                frame,
+                tool: awaiting.tool,
+                arguments: awaiting.arguments,
+                names_result_type: names_result_type(request),
+                parked: awaiting.parked,
+                progress: request.progress_token().map(|t| (t.to_owned(), 0)),
+            },
+        );
+        Plan::Drop
+    }
+
+    /// The frame to forward for the retry of the park `state` names, once approved; or
+    /// why the retry is refused (recorded).
+    fn retry_checked(
+        &self,
+        request: &Request<'_>,
+        state: &str,
+        id_problem: Option<String>,
+        logs: &mut Logs,
+    ) -> Result<Vec<u8>, Refusal> {
+        let (name, arguments) = self.read_call(request, id_problem, logs)?;
+        let mismatch = |why: &str| {
+            let reason = format!(
+                "a retry echoing requestState {:?} {why}; not run",
+                question::bounded(&aegis_record::text::escape(state), 200)
+            );
+            self.refuse_here(request, Refusal::new(Cause::ApprovalMismatch, reason))
+        };
+        let same = self
+            .awaiting_retry
+            .get(state)
+            .is_some_and(|a| a.tool == name && a.arguments.as_deref() == arguments);
+        if !same {
+            return Err(mismatch(
+                "is not the call that was parked: another tool, or other arguments",
+            ));
+        }
+        if input_response(request).is_none() {
+            return Err(mismatch(&format!(
+                "carries no answer to the question (inputResponses.{}) read one way only",
+                question::INPUT_KEY
+            )));
+        }
+        without_retry_members(request).ok_or_else(|| {
+            let why = "its params could not be rewritten without the retry's members";
+            self.refuse_here(request, Refusal::new(Cause::UnreadableRequest, why))
+        })
     }
 
     /// The relay's `elicitation/create` asking the client's user to approve the parked
@@ -1671,7 +1957,6 @@ impl<G: Gate> Relay<G> {
     /// `approve: true` approves, accepted with `false`, declined or cancelled denies;
     /// an error or an answer not read one way only decides nothing (the queue still can).
     fn client_answered(&mut self, approval_id: &str, response: &Response<'_>, logs: &mut Logs) {
-        use crate::json::{Lookup, Value};
         let Some(held) = self
             .parked
             .values()
@@ -1682,28 +1967,7 @@ impl<G: Gate> Relay<G> {
             ));
             return;
         };
-        let approved = response.result().and_then(|result| {
-            let result = result.object()?;
-            let [action, content] = result.lookup_each(["action", "content"]);
-            let Lookup::One(action) = action else {
-                return None;
-            };
-            // Read only for an accept; a refusal's content, whatever it is, is not.
-            let approve = match content {
-                Lookup::One(content) => content.object().and_then(|content| {
-                    match content.lookup(question::APPROVE_FIELD) {
-                        Lookup::One(approve) => match approve.value() {
-                            Value::Bool(approve) => Some(approve),
-                            _ => None,
-                        },
-                        _ => None,
-                    }
-                }),
-                _ => None,
-            };
-            question::answer(action.exact_str()?.as_ref(), approve)
-        });
-        let Some(approved) = approved else {
+        let Some(approved) = response.result().and_then(elicit_answer) else {
             logs.push(format!(
                 "client: its answer about {approval_id} decides nothing (an error, or not read one way only); it waits for the approvals queue"
             ));
@@ -1718,7 +1982,12 @@ impl<G: Gate> Relay<G> {
             "client: its user {} {approval_id}",
             if approved { "approved" } else { "declined" }
         ));
-        self.gate.client_answered(&held.parked, approved, &client);
+        self.gate.client_answered(
+            &held.parked,
+            approved,
+            &client,
+            ClientMechanism::Elicitation,
+        );
     }
 
     /// Forgets the open question about `approval_id`, if any: a
@@ -1752,6 +2021,31 @@ impl<G: Gate> Relay<G> {
         in_batch: bool,
         logs: &mut Logs,
     ) -> Result<Opened<G>, Refusal> {
+        let (name, arguments) = self.read_call(request, id_problem, logs)?;
+        let input_schema = self
+            .pins
+            .pinned
+            .as_ref()
+            .and_then(|pinned| pinned.get(&name))
+            .and_then(|pin| pin.field("inputSchema"));
+        self.gate.open(&ToolCall {
+            frame: request.raw,
+            id: &request.id.raw,
+            name: &name,
+            arguments,
+            input_schema,
+            in_batch,
+        })
+    }
+
+    /// The relay's own checks of a `tools/call`, the request id's first: its tool's name
+    /// and the exact text of its arguments, or the refusal (recorded).
+    fn read_call<'r>(
+        &self,
+        request: &'r Request<'_>,
+        id_problem: Option<String>,
+        logs: &mut Logs,
+    ) -> Result<(String, Option<&'r str>), Refusal> {
         if let Some(why) = id_problem {
             return Err(self.refuse_here(request, Refusal::new(Cause::IdInUse, why)));
         }
@@ -1784,20 +2078,7 @@ impl<G: Gate> Relay<G> {
             Ok(Some(note)) => logs.push(format!("pins (record only): calling anyway: {note}")),
             Ok(None) => {}
         }
-        let input_schema = self
-            .pins
-            .pinned
-            .as_ref()
-            .and_then(|pinned| pinned.get(&name))
-            .and_then(|pin| pin.field("inputSchema"));
-        self.gate.open(&ToolCall {
-            frame: request.raw,
-            id: &request.id.raw,
-            name: &name,
-            arguments,
-            input_schema,
-            in_batch,
-        })
+        Ok((name, arguments))
     }
 
     fn refuse_here(&self, request: &Request<'_>, mut refusal: Refusal) -> Refusal {
@@ -2001,7 +2282,10 @@ impl<G: Gate> Relay<G> {
                     self.gate.finish(pending, CallEnd::NotSent);
                     answers.push(error_reply(&id.raw, NOT_FORWARDED, not_run));
                 }
-                Element::Refused(id, refusal) => answers.push(refusal_reply(&id.raw, &refusal)),
+                Element::Refused(id, refusal) => {
+                    // Batches end before MCP 2026-07-28, which names result types.
+                    answers.push(refusal_reply(&id.raw, &refusal, false));
+                }
                 Element::Plain(id, _) => answers.push(error_reply(&id.raw, NOT_FORWARDED, not_run)),
                 Element::Failed(id, why) => {
                     answers.push(error_reply(&id.raw, INVALID_REQUEST, &why))
@@ -2170,13 +2454,12 @@ impl<G: Gate> Relay<G> {
         }
     }
 
-    /// Records a held call as refused by the relay for `why`; its id and the refusal,
-    /// to answer it.
-    fn refuse_held(&mut self, frame: &[u8], why: &str) -> Option<(String, Refusal)> {
+    /// Records a held call as refused by the relay for `why`; the answer saying so.
+    fn refuse_held(&mut self, frame: &[u8], why: &str) -> Option<Vec<u8>> {
         match classify(frame) {
             Message::Request(request) => {
                 let refusal = self.refuse_here(&request, Refusal::new(Cause::Unlisted, why));
-                Some((request.id.raw, refusal))
+                Some(refusal_answer(&request, &refusal))
             }
             _ => None,
         }
@@ -2534,6 +2817,67 @@ impl<G: Gate> Drop for Relay<G> {
 /// Why a request other than a `tools/call` cannot be forwarded: keys collide in it, or
 /// a `tools/list` names its cursor so that the relay and the server may read different
 /// pages (the relay keeps the client's pages to compare them with the pins).
+/// What an answer to the approval question (an elicitation result) decides
+/// ([`question::answer`]): `None` when it decides nothing, or is not read one way only.
+fn elicit_answer(result: Node<'_>) -> Option<bool> {
+    use crate::json::{Lookup, Value};
+    let result = result.object()?;
+    let [action, content] = result.lookup_each(["action", "content"]);
+    let Lookup::One(action) = action else {
+        return None;
+    };
+    // Read only for an accept; a refusal's content, whatever it is, is not.
+    let approve = match content {
+        Lookup::One(content) => {
+            content
+                .object()
+                .and_then(|content| match content.lookup(question::APPROVE_FIELD) {
+                    Lookup::One(approve) => match approve.value() {
+                        Value::Bool(approve) => Some(approve),
+                        _ => None,
+                    },
+                    _ => None,
+                })
+        }
+        _ => None,
+    };
+    question::answer(action.exact_str()?.as_ref(), approve)
+}
+
+/// The members of a `tools/call`'s `params` that carry a retry's answer to the relay:
+/// never forwarded.
+const RETRY_MEMBERS: [&str; 2] = ["requestState", "inputResponses"];
+
+/// A `tools/call`'s `params.requestState`, when it is one exact string: what a retry of
+/// an `input_required` answer echoes.
+fn request_state<'a>(request: &Request<'a>) -> Option<std::borrow::Cow<'a, str>> {
+    match request.params?.object()?.lookup(RETRY_MEMBERS[0]) {
+        crate::json::Lookup::One(state) => state.exact_str(),
+        _ => None,
+    }
+}
+
+/// The answer under [`question::INPUT_KEY`] in a retry's `params.inputResponses`, each
+/// read one way only.
+fn input_response<'a>(request: &Request<'a>) -> Option<Node<'a>> {
+    use crate::json::Lookup;
+    let Lookup::One(responses) = request.params?.object()?.lookup(RETRY_MEMBERS[1]) else {
+        return None;
+    };
+    match responses.object()?.lookup(question::INPUT_KEY) {
+        Lookup::One(answer) => Some(answer),
+        _ => None,
+    }
+}
+
+/// A retry's frame without the members that answered the relay ([`RETRY_MEMBERS`], any
+/// spelling): what the server is sent. Every other byte is the client's.
+fn without_retry_members(request: &Request<'_>) -> Option<Vec<u8>> {
+    let message = json::parse(request.raw).ok()?.object()?;
+    let params = request.params?.object()?.without(&RETRY_MEMBERS);
+    message.replacing("params", &params).map(String::into_bytes)
+}
+
 fn request_problem(request: &Request<'_>) -> Option<String> {
     if request.duplicate_keys {
         Some("the request has duplicate keys".into())
@@ -2581,8 +2925,28 @@ fn refusal_log(id: &RequestId, refusal: &Refusal) -> String {
 
 /// The answer to a refused call: a `result` with `isError`, so the model reads the reason
 /// ([`Refusal::tool_result`], the one format the gateway sends too).
-fn refusal_reply(raw_id: &str, refusal: &Refusal) -> Vec<u8> {
-    let result = aegis_record::json::Value::Object(refusal.tool_result()).to_canonical();
+/// The answer refusing `request`, a line: its result names its `resultType` when the
+/// request is of MCP 2026-07-28 or later, whose clients refuse a result without one.
+fn refusal_answer(request: &Request<'_>, refusal: &Refusal) -> Vec<u8> {
+    let mut reply = refusal_reply(&request.id.raw, refusal, names_result_type(request));
+    reply.push(b'\n');
+    reply
+}
+
+/// Whether a result answering `request` must name its `resultType` (`complete`, or
+/// `input_required`): from MCP 2026-07-28 on, declared in the request's `_meta`.
+fn names_result_type(request: &Request<'_>) -> bool {
+    ClientInfo::of_meta(request).is_some()
+}
+
+/// A refusal result answering the request `raw_id`, naming its `resultType` if
+/// `result_type` ([`names_result_type`]).
+fn refusal_reply(raw_id: &str, refusal: &Refusal, result_type: bool) -> Vec<u8> {
+    let mut result = refusal.tool_result();
+    if result_type {
+        result.insert("resultType", "complete");
+    }
+    let result = aegis_record::json::Value::Object(result).to_canonical();
     let mut out = format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"result":"#).into_bytes();
     out.extend(result);
     out.push(b'}');

@@ -308,16 +308,22 @@ impl Desk {
     }
 
     /// Gives up the park of `approval_id` (its request ended): the host places its own
-    /// denial, `withdrawn`, and records it, unless a decision came first, which is then
-    /// claimed and recorded as it is (nothing runs either way).
+    /// denial, `withdrawn` (or `expired`, once its timeout has passed), and records it,
+    /// unless a decision came first, which is then claimed and recorded as it is
+    /// (nothing runs either way).
     pub fn withdraw(&self, pipeline: &Pipeline, ticket: &Ticket, why: &str) {
         let queue = &ticket.queue;
-        let denial = host_denial(
-            &ticket.approval_id,
-            HostSettled::Withdrawn,
-            format!("withdrawn: {why}"),
-        );
-        match queue.decide(&denial) {
+        let placed = if ticket.expired() {
+            deny_expired(queue, &ticket.approval_id)
+        } else {
+            let denial = host_denial(
+                &ticket.approval_id,
+                HostSettled::Withdrawn,
+                format!("withdrawn: {why}"),
+            );
+            queue.decide(&denial)
+        };
+        match placed {
             Ok(()) | Err(DecideError::AlreadyDecided { .. }) => {}
             Err(_) => return,
         }
@@ -348,11 +354,12 @@ impl Desk {
         }
     }
 
-    /// Places the answer of the MCP client's user (asked through elicitation) as the
+    /// Places the answer of the MCP client's user (asked by `mechanism`) as the
     /// decision on `ticket`'s park, `via: client`: approved with the scope the park
     /// states, or denied. Nothing more: the [`Desk::settle`] waiting on the park wakes,
     /// claims whichever decision stands (a person's placed first wins) and records it.
-    /// The client's word is not a signature; the record says where it came from.
+    /// The client's word is not a signature; the record says where it came from. Past
+    /// the park's expiry nothing is placed: the settle places the host's expiry denial.
     ///
     /// # Errors
     /// The queue could not be opened or the decision placed (a decision already
@@ -362,7 +369,11 @@ impl Desk {
         ticket: &Ticket,
         approved: bool,
         client: &str,
+        mechanism: aegis_record::approval::ClientMechanism,
     ) -> Result<(), DeskError> {
+        if ticket.expired() {
+            return Ok(());
+        }
         let queue = &ticket.queue;
         let verdict = if approved {
             DecisionVerdict::Approved {
@@ -378,7 +389,7 @@ impl Desk {
             verdict,
             approver: Approver::Client {
                 client: client.to_owned(),
-                mechanism: aegis_record::approval::ClientMechanism::Elicitation,
+                mechanism,
             },
             decided_at: aegis_record::time::now(),
         };

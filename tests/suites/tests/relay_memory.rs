@@ -41,7 +41,12 @@ impl Gate for Counting {
         Ok(Opened::Forward(self.opened.get()))
     }
 
-    fn resume(&self, parked: NeverParked, _: NeverParked) -> Result<u64, Refusal> {
+    fn resume(
+        &self,
+        parked: NeverParked,
+        _: NeverParked,
+        _: &ToolCall<'_>,
+    ) -> Result<u64, Refusal> {
         match parked {}
     }
 

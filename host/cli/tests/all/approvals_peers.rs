@@ -20,6 +20,15 @@ fn aegis() -> Command {
     c
 }
 
+/// Which client and server the session is between.
+#[derive(Clone, Copy)]
+enum Peers {
+    /// client.py in `legacy` mode (`initialize`) and server-everything.
+    Legacy,
+    /// client.py in `auto` mode and tests/mcp-peers/server.py: MCP 2026-07-28.
+    Modern,
+}
+
 /// A client session through `aegis wrap`, still running, and its files.
 struct Held {
     dir: tempfile::TempDir,
@@ -36,6 +45,11 @@ impl Held {
     /// [`Held::start`] with client.py answering the relay's elicitation questions
     /// `answer` (`accept` or `decline`; `None`: it declares no elicitation).
     fn start_answering(extra: &[&str], answer: Option<&str>) -> Held {
+        Held::start_on(Peers::Legacy, extra, answer)
+    }
+
+    /// [`Held::start_answering`] between `peers`.
+    fn start_on(peers: Peers, extra: &[&str], answer: Option<&str>) -> Held {
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("host.key");
         let out = aegis()
@@ -45,17 +59,34 @@ impl Held {
             .unwrap();
         assert!(out.status.success(), "{}", text(&out.stderr));
         std::fs::write(dir.path().join("policy.yaml"), PARKS_ECHO).unwrap();
-        let server = peers_dir()
+        let everything = peers_dir()
             .join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+        let (mode, server): (&str, Vec<std::ffi::OsString>) = match peers {
+            Peers::Legacy => ("legacy", vec!["node".into(), everything.into()]),
+            // The SDK's own server, its stdin and stdout logged by the tap.
+            Peers::Modern => (
+                "auto",
+                vec![
+                    "python3".into(),
+                    repo().join("tests/mcp-peers/tee.py").into(),
+                    dir.path().join("server").into(),
+                    "--".into(),
+                    "python3".into(),
+                    repo().join("tests/mcp-peers/server.py").into(),
+                ],
+            ),
+        };
         let mut cmd = Command::new("python3");
         if let Some(answer) = answer {
             cmd.env("AEGIS_TEST_ELICIT", answer);
         }
         cmd.env("PYTHONPATH", peers_dir().join("py"))
             .arg(repo().join("tests/mcp-peers/client.py"))
-            .arg("legacy")
+            .arg(mode)
             .arg(dir.path().join("got.json"))
             .arg(r#"[{"tool":"echo","arguments":{"message":"approved by a person"}}]"#)
+            // For the SDK's server, which wrap starts with the client's environment.
+            .arg(format!("PYTHONPATH={}", peers_dir().join("py").display()))
             .arg("--")
             .arg(env!("CARGO_BIN_EXE_aegis"))
             .arg("wrap")
@@ -69,8 +100,7 @@ impl Held {
             .arg(dir.path().join("queue"))
             .args(extra)
             .arg("--")
-            .arg("node")
-            .arg(server)
+            .args(server)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap());
@@ -377,4 +407,84 @@ fn a_client_that_cannot_be_asked_falls_back_to_the_queue() {
     assert_eq!(call.get("isError"), Some(&Value::Bool(false)), "{call:?}");
     let decisions = of_type(&held.lines(), "decision");
     assert_eq!(str_at(&decisions[0], &["approver", "via"]), Some("key"));
+}
+
+/// MCP 2026-07-28 between the SDK's client and the SDK's server: the parked call is
+/// answered `input_required` with the question, the client's callback answers, and its
+/// retry runs the call once approved. The server is sent the call without the retry's
+/// `requestState` and `inputResponses` (it would refuse a `requestState` it did not
+/// seal), and the record's one decision says the client approved through
+/// `input_required`.
+#[test]
+fn a_2026_07_28_client_is_asked_through_input_required_and_its_retry_runs() {
+    let mut held = Held::start_on(Peers::Modern, &["--approve-via", "client"], Some("accept"));
+    let call = held.finish();
+    let got = object(&std::fs::read(held.dir.path().join("got.json")).unwrap());
+    assert_eq!(field(&got, "protocol"), "2026-07-28", "{got:?}");
+    assert_eq!(call.get("isError"), Some(&Value::Bool(false)), "{call:?}");
+    assert_eq!(field(&call, "text"), "Echo: approved by a person");
+    let lines = held.lines();
+    let decisions = of_type(&lines, "decision");
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    let id = field(&decisions[0], "approval_id");
+    assert_eq!(str_at(&decisions[0], &["approver", "via"]), Some("client"));
+    assert_eq!(
+        str_at(&decisions[0], &["approver", "mechanism"]),
+        Some("input_required")
+    );
+    match got.get("elicited") {
+        Some(Value::Array(asked)) if asked.len() == 1 => {
+            assert!(format!("{:?}", asked[0]).contains(&id), "{asked:?}");
+        }
+        other => panic!("elicited: {other:?}"),
+    }
+    let server_in = text(&std::fs::read(held.dir.path().join("server.in")).unwrap());
+    let calls: Vec<&str> = server_in
+        .lines()
+        .filter(|l| l.contains(r#""method":"tools/call""#))
+        .collect();
+    assert_eq!(calls.len(), 1, "the server ran the call once: {server_in}");
+    assert!(
+        !calls[0].contains("requestState") && !calls[0].contains("inputResponses"),
+        "{}",
+        calls[0]
+    );
+    // One park, one resumed call under it; nothing was queued for a person.
+    let outcomes = of_type(&lines, "outcome");
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| str_at(o, &["decision_axes", "approval_ref"]) == Some(id.as_str())),
+        "{outcomes:?}"
+    );
+    let verified = held.verify(&[]);
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        text(&verified.stderr)
+    );
+}
+
+/// MCP 2026-07-28, the client's user declines: the retry is answered with the
+/// refusal, and the server never sees the call.
+#[test]
+fn a_2026_07_28_client_that_declines_runs_nothing() {
+    let mut held = Held::start_on(Peers::Modern, &["--approve-via", "client"], Some("decline"));
+    let call = held.finish();
+    assert_eq!(call.get("isError"), Some(&Value::Bool(true)), "{call:?}");
+    assert!(
+        field(&call, "result").contains("approval_denied"),
+        "{call:?}"
+    );
+    let server_in = text(&std::fs::read(held.dir.path().join("server.in")).unwrap());
+    assert!(
+        !server_in.contains(r#""method":"tools/call""#),
+        "{server_in}"
+    );
+    let decisions = of_type(&held.lines(), "decision");
+    assert_eq!(
+        str_at(&decisions[0], &["approver", "mechanism"]),
+        Some("input_required")
+    );
 }

@@ -402,15 +402,15 @@ fn a_tool_that_could_write_in_the_approvals_queue_is_refused() {
 
 /// What an approval by the client's user leaves: the question was asked once naming the
 /// approval id and the tool, and the record holds the park, one decision `via: client`,
-/// `mechanism: elicitation`, and the resumed call; it verifies, and is Indeterminate
-/// (exit 3) with an approver pinned.
-fn assert_approved_by_the_clients_user(held: &Held) {
+/// `mechanism` as asked (`elicitation` or `input_required`), and the resumed call; it
+/// verifies, and is Indeterminate (exit 3) with an approver pinned.
+fn assert_approved_by_the_clients_user(held: &Held, mechanism: &str) {
     let lines = held.lines();
     let decision = one_decision(&lines, "client");
     let id = field(&decision, "approval_id");
     assert_eq!(
         str_at(&decision, &["approver", "mechanism"]),
-        Some("elicitation")
+        Some(mechanism)
     );
     let got = object(&std::fs::read(held.dir.path().join("got.json")).unwrap());
     match got.get("elicited") {
@@ -449,7 +449,7 @@ fn the_clients_user_approves_through_elicitation_and_the_record_says_so() {
         r#"{"message":"approved by a person"}"#,
         "{call:?}"
     );
-    assert_approved_by_the_clients_user(&held);
+    assert_approved_by_the_clients_user(&held, "elicitation");
 }
 
 /// The client's user declines: the client gets the refusal (`approval_denied`),
@@ -544,7 +544,7 @@ fn a_parked_call_hears_progress_while_it_waits_on_either_path() {
 /// elicitation callback, once, naming the approval id and the tool) and retries with
 /// the answer and the echoed `requestState`; approved, the tool runs and the client
 /// gets its real result. The record holds the park, the client's decision (`via:
-/// client`, `mechanism: elicitation`) and the resumed call; it verifies, Indeterminate
+/// client`, `mechanism: input_required`) and the resumed call; it verifies, Indeterminate
 /// (exit 3) with an approver key pinned.
 #[test]
 fn a_2026_client_is_asked_through_input_required_and_approves() {
@@ -561,7 +561,7 @@ fn a_2026_client_is_asked_through_input_required_and_approves() {
         got.get("protocol"),
         Some(&Value::String("2026-07-28".into()))
     );
-    assert_approved_by_the_clients_user(&held);
+    assert_approved_by_the_clients_user(&held, "input_required");
 }
 
 /// MCP 2026-07-28, the client's user declines the `input_required` question: the

@@ -272,6 +272,47 @@ rules:
 
 const SECRET: &str = "AEGIS_PEER_SECRET=wrap-peers-3f9c1e";
 
+/// MCP 2026-07-28 end to end (the SDK's client in `auto` mode and the SDK's own server,
+/// tests/mcp-peers/server.py): a result of that revision must name its `resultType`,
+/// so wrap's own refusal does, and the client reads it as a refused call (not as a
+/// malformed answer); the allowed call is the server's, byte for byte.
+#[test]
+fn a_2026_07_28_client_reads_wraps_refusals() {
+    const NO_ECHO_TWICE: &str = "version: 1
+default: allow
+rules:
+  - id: one-echo
+    action: deny
+    tool: echo
+    arguments:
+      message: { equals: twice }
+    reason: one echo is enough
+";
+    let pythonpath = format!("PYTHONPATH={}", peers_dir().join("py").display());
+    let s = Session::run_with(
+        "python3",
+        "auto",
+        Via::Wrap {
+            policy: NO_ECHO_TWICE,
+        },
+        r#"[{"tool":"echo","arguments":{"message":"once"}},{"tool":"echo","arguments":{"message":"twice"}}]"#,
+        &[&pythonpath],
+        &[&repo().join("tests/mcp-peers/server.py")],
+    );
+    assert_eq!(field(&s.got, "protocol"), "2026-07-28");
+    let calls = s.calls();
+    assert!(!is_error(&calls[0]), "{calls:?}");
+    assert_eq!(field(&calls[0], "text"), "Echo: once");
+    assert!(is_error(&calls[1]), "{calls:?}");
+    assert_eq!(field(&refusal(&calls[1]), "station"), "policy");
+    assert!(
+        text(&s.file("client.out")).contains(r#""resultType":"complete""#),
+        "{}",
+        text(&s.file("client.out"))
+    );
+    assert!(!text(&s.file("server.in")).contains("twice"));
+}
+
 #[test]
 fn everything_server_echo_runs_and_a_denied_get_env_never_does() {
     let server = server_js("server-everything");

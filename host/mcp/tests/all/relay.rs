@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use aegis_mcp::frame::Frame;
 use aegis_mcp::pins::PinSet;
 use aegis_mcp::relay::{
-    Action, CallEnd, Cause, Gate, Opened, PinMode, Refusal, RefusedCall, Relay, RelayConfig,
-    Settled, ToolCall, Waiter,
+    Action, CallEnd, Cause, ClientMechanism, Gate, Opened, PinMode, Refusal, RefusedCall, Relay,
+    RelayConfig, Settled, ToolCall, Waiter,
 };
 use proptest::prelude::*;
 
@@ -51,8 +51,11 @@ struct GateLog {
     /// The tool change lines, as the gate was given them.
     changes: Vec<aegis_record::ToolChangeLine>,
     /// Parks opened, resumed and withdrawn, in order: `park apr-N`, `resume apr-N`,
-    /// `withdraw apr-N: why`; and the client's answers: `answered apr-N true by NAME`.
+    /// `withdraw apr-N: why`; and the client's answers: `answered apr-N true by NAME`
+    /// (`… via input_required` when answered in a retry).
     parks: Vec<String>,
+    /// What each resume was given: the frame to forward, the tool, the arguments text.
+    resumed: Vec<(String, String, Option<String>)>,
 }
 
 impl Gate for CountingGate {
@@ -82,9 +85,14 @@ impl Gate for CountingGate {
         Ok(Opened::Forward(log.opened))
     }
 
-    fn resume(&self, parked: String, approved: bool) -> Result<u32, Refusal> {
+    fn resume(&self, parked: String, approved: bool, call: &ToolCall<'_>) -> Result<u32, Refusal> {
         let mut log = self.log.borrow_mut();
         log.parks.push(format!("resume {parked}"));
+        log.resumed.push((
+            String::from_utf8(call.frame.to_vec()).unwrap(),
+            call.name.to_owned(),
+            call.arguments.map(str::to_owned),
+        ));
         if !approved {
             return Err(Refusal::new(
                 Cause::PendingApproval,
@@ -95,11 +103,21 @@ impl Gate for CountingGate {
         Ok(log.opened)
     }
 
-    fn client_answered(&self, parked: &String, approved: bool, client: &str) {
+    fn client_answered(
+        &self,
+        parked: &String,
+        approved: bool,
+        client: &str,
+        asked: ClientMechanism,
+    ) {
+        let via = match asked {
+            ClientMechanism::Elicitation => "",
+            ClientMechanism::InputRequired => " via input_required",
+        };
         self.log
             .borrow_mut()
             .parks
-            .push(format!("answered {parked} {approved} by {client}"));
+            .push(format!("answered {parked} {approved} by {client}{via}"));
     }
 
     fn withdraw(&self, parked: String, why: &str) {
@@ -1996,4 +2014,312 @@ fn a_client_that_declared_no_elicitation_is_not_asked() {
         assert!(to_server(&actions).is_empty());
         assert_eq!(relay.parked(), 1);
     }
+}
+
+/// A `tools/call` of an MCP 2026-07-28 session: the client declares itself in `_meta`
+/// (`capabilities`), and `extra` members follow in `params`.
+fn modern_call(id: &str, name: &str, capabilities: &str, extra: &str) -> String {
+    format!(
+        concat!(
+            r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"{}","arguments":{{"p":1}},"#,
+            r#""_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","#,
+            r#""io.modelcontextprotocol/clientCapabilities":{},"#,
+            r#""io.modelcontextprotocol/clientInfo":{{"name":"mrtr-client","version":"2"}}}}{}}}}}"#
+        ),
+        id, name, capabilities, extra
+    )
+}
+
+const FORM: &str = r#"{"elicitation":{}}"#;
+
+/// The members a retry carrying `answer` (an elicitation result) for `state` adds.
+fn retry_members(state: &str, answer: &str) -> String {
+    format!(r#","inputResponses":{{"approval":{answer}}},"requestState":"{state}""#)
+}
+
+const ACCEPT: &str = r#"{"action":"accept","content":{"approve":true}}"#;
+
+/// A relay asking clients, whose session listed `read` and `rm`, with `max_pending`.
+fn asking_modern(max_pending: usize) -> Relay<CountingGate> {
+    let config = RelayConfig {
+        approve_via_client: true,
+        max_pending,
+        ..RelayConfig::default()
+    };
+    listed(parking(), config)
+}
+
+/// The `input_required` answer to the park of request `id`, with its `requestState`.
+fn input_required(actions: &[Action], id: &str) -> String {
+    assert!(to_server(actions).is_empty(), "{actions:?}");
+    let reply = to_client(actions);
+    assert_eq!(reply.len(), 1, "{reply:?}");
+    let prefix = format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"input_required","inputRequests":{{"approval":{{"method":"elicitation/create","params":{{"mode":"form","#
+    );
+    assert!(reply[0].starts_with(&prefix), "{}", reply[0]);
+    reply[0]
+        .split(r#""requestState":""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn a_2026_07_28_park_is_answered_input_required_and_its_retry_runs_without_the_relays_members() {
+    let mut relay = asking_modern(16);
+    let state = input_required(
+        &relay.from_client(line(&modern_call("7", "rm", FORM, ""))),
+        "7",
+    );
+    assert_eq!(state, "apr-1");
+    // The request is answered; nothing is held, and nobody waits on the park yet.
+    assert_eq!(
+        (relay.parked(), relay.pending(), relay.awaiting_retry()),
+        (0, 0, 1)
+    );
+    assert!(relay.take_waiters().is_empty());
+
+    let retry = modern_call("8", "rm", FORM, &retry_members(&state, ACCEPT));
+    let actions = relay.from_client(line(&retry));
+    assert!(to_server(&actions).is_empty() && to_client(&actions).is_empty());
+    assert_eq!((relay.parked(), relay.awaiting_retry()), (1, 0));
+    let waiters = relay.take_waiters();
+    assert_eq!(waiters.len(), 1);
+    assert_eq!(waiters[0].0, "apr-1");
+    assert_eq!(
+        relay.gate().log.borrow().parks,
+        [
+            "park apr-1",
+            "answered apr-1 true by mrtr-client 2 via input_required"
+        ]
+    );
+
+    // Approved: the retry is forwarded, without the members that answered the relay
+    // (the server never issued that requestState), every other byte the client's.
+    let actions = relay.settle("apr-1", Settled::Approved(true));
+    let forwarded = modern_call("8", "rm", FORM, "");
+    assert_eq!(to_server(&actions), vec![format!("{forwarded}\n")]);
+    {
+        let log = relay.gate().log.borrow();
+        assert_eq!(
+            log.resumed,
+            [(forwarded, "rm".to_owned(), Some(r#"{"p":1}"#.to_owned()))],
+            "the gate decides on what is forwarded"
+        );
+    }
+    let response = r#"{"jsonrpc":"2.0","id":8,"result":{"content":[]}}"#;
+    assert_eq!(
+        to_client(&relay.from_server(line(response))),
+        vec![format!("{response}\n")]
+    );
+}
+
+#[test]
+fn a_retry_that_is_not_the_parked_call_runs_nothing_and_leaves_the_park() {
+    let mut relay = asking_modern(16);
+    let state = input_required(
+        &relay.from_client(line(&modern_call("1", "rm", FORM, ""))),
+        "1",
+    );
+    let other_arguments = modern_call("2", "rm", FORM, &retry_members(&state, ACCEPT))
+        .replace(r#""p":1"#, r#""p":2"#);
+    let other_tool = modern_call("3", "read", FORM, &retry_members(&state, ACCEPT));
+    let no_answer = modern_call("4", "rm", FORM, &format!(r#","requestState":"{state}""#));
+    let answer_twice = modern_call(
+        "5",
+        "rm",
+        FORM,
+        &format!(
+            r#","inputResponses":{{"approval":{ACCEPT},"Approval":{ACCEPT}}},"requestState":"{state}""#
+        ),
+    );
+    let answer_elsewhere = modern_call(
+        "6",
+        "rm",
+        FORM,
+        &format!(r#","inputResponses":{{"other":{ACCEPT}}},"requestState":"{state}""#),
+    );
+    // The id of a request still pending, with a retry's right members.
+    relay.from_client(line(&call("9", "read")));
+    let id_in_use = modern_call("9", "rm", FORM, &retry_members(&state, ACCEPT));
+    for (retry, why) in [
+        (&other_arguments, "another tool, or other arguments"),
+        (&other_tool, "another tool, or other arguments"),
+        (&no_answer, "carries no answer"),
+        (&answer_twice, "duplicate keys"),
+        (&answer_elsewhere, "carries no answer"),
+        (&id_in_use, "already pending"),
+    ] {
+        let actions = relay.from_client(line(retry));
+        assert!(to_server(&actions).is_empty(), "{retry}: {actions:?}");
+        let reply = to_client(&actions);
+        assert_eq!(reply.len(), 1, "{retry}: {reply:?}");
+        assert!(reply[0].contains(r#""isError":true"#), "{}", reply[0]);
+        assert!(reply[0].contains(why), "{why}: {}", reply[0]);
+        assert_eq!(relay.awaiting_retry(), 1, "{retry}: the park is left");
+        assert!(relay.take_waiters().is_empty());
+    }
+    // Each was recorded as the relay's own refusal; the gate was never asked to open.
+    let log = relay.gate().log.borrow();
+    assert_eq!(log.relay_refused.len(), 6, "{:?}", log.relay_refused);
+    assert_eq!(log.parks, ["park apr-1"]);
+    drop(log);
+
+    // The park is still there for the real retry.
+    let retry = modern_call("10", "rm", FORM, &retry_members(&state, ACCEPT));
+    relay.from_client(line(&retry));
+    assert_eq!(relay.take_waiters().len(), 1);
+}
+
+#[test]
+fn a_retry_taken_once_and_one_naming_no_park_are_new_calls() {
+    let mut relay = asking_modern(16);
+    let state = input_required(
+        &relay.from_client(line(&modern_call("1", "rm", FORM, ""))),
+        "1",
+    );
+    let retry = |id: &str, state: &str| modern_call(id, "rm", FORM, &retry_members(state, ACCEPT));
+    relay.from_client(line(&retry("2", &state)));
+    assert_eq!(relay.take_waiters().len(), 1);
+    // The same retry again names no park awaiting one: it is a call like any, which
+    // the gate parks anew (its own question, its own approval id); nothing runs.
+    let again = input_required(&relay.from_client(line(&retry("3", &state))), "3");
+    let forged = input_required(&relay.from_client(line(&retry("4", "apr-77"))), "4");
+    assert_eq!(
+        relay.gate().log.borrow().parks,
+        [
+            "park apr-1".to_owned(),
+            "answered apr-1 true by mrtr-client 2 via input_required".to_owned(),
+            format!("park {again}"),
+            format!("park {forged}"),
+        ]
+    );
+    assert!(again != state && forged != again);
+}
+
+#[test]
+fn a_declined_or_undecided_retry_is_answered_by_the_settlement() {
+    for (answer, logged) in [
+        (
+            r#"{"action":"decline"}"#,
+            Some("answered apr-1 false by mrtr-client 2 via input_required"),
+        ),
+        (r#"{"action":"accept","content":{"approve":"yes"}}"#, None),
+    ] {
+        let mut relay = asking_modern(16);
+        let state = input_required(
+            &relay.from_client(line(&modern_call("1", "rm", FORM, ""))),
+            "1",
+        );
+        relay.from_client(line(&modern_call(
+            "2",
+            "rm",
+            FORM,
+            &retry_members(&state, answer),
+        )));
+        assert_eq!(relay.parked(), 1, "{answer}: the retry waits");
+        let parks = relay.gate().log.borrow().parks.clone();
+        match logged {
+            Some(line) => assert_eq!(parks, ["park apr-1", line]),
+            None => assert_eq!(parks, ["park apr-1"], "{answer} decides nothing"),
+        }
+        let denied = Refusal::new(Cause::PendingApproval, "denied: the client's user declined");
+        let actions = relay.settle("apr-1", Settled::Refused(denied));
+        assert!(to_server(&actions).is_empty());
+        let reply = to_client(&actions);
+        assert!(
+            reply[0].starts_with(r#"{"jsonrpc":"2.0","id":2,"result":"#)
+                && reply[0].contains("declined"),
+            "{reply:?}"
+        );
+    }
+}
+
+#[test]
+fn parks_never_retried_are_withdrawn_when_the_server_exits_or_the_relay_stops() {
+    let mut relay = asking_modern(16);
+    relay.from_client(line(&modern_call("1", "rm", FORM, "")));
+    let actions = relay.server_exited("exited with status 0");
+    // Its request was answered already: nothing more goes to the client about it.
+    assert!(to_client(&actions).is_empty(), "{actions:?}");
+    assert_eq!(
+        relay.gate().log.borrow().parks[1],
+        "withdraw apr-1: the MCP server exited before the client retried the call"
+    );
+    assert_eq!(relay.awaiting_retry(), 0);
+
+    let mut relay = asking_modern(16);
+    relay.from_client(line(&modern_call("1", "rm", FORM, "")));
+    relay.shutdown();
+    assert_eq!(
+        relay.gate().log.borrow().parks[1],
+        "withdraw apr-1: the relay stopped before the client retried the call"
+    );
+}
+
+#[test]
+fn a_park_is_held_when_its_request_cannot_be_answered_input_required() {
+    let modern = |caps: &str| modern_call("1", "rm", caps, "");
+    let cases = [
+        // No form elicitation declared in the request.
+        (asking_modern(16), modern("{}")),
+        (asking_modern(16), modern(r#"{"elicitation":{"url":{}}}"#)),
+        // An earlier revision in `_meta`, or the declaration under a folded key.
+        (
+            asking_modern(16),
+            modern(FORM).replace("2026-07-28", "2025-11-25"),
+        ),
+        (
+            asking_modern(16),
+            modern(FORM).replace(
+                "io.modelcontextprotocol/protocolVersion",
+                "io.modelcontextprotocol/ProtocolVersion",
+            ),
+        ),
+        // Asking is off.
+        (listed(parking(), RelayConfig::default()), modern(FORM)),
+    ];
+    for (mut relay, request) in cases {
+        let actions = relay.from_client(line(&request));
+        assert!(to_client(&actions).is_empty(), "{request}: {actions:?}");
+        assert_eq!(
+            (relay.parked(), relay.awaiting_retry()),
+            (1, 0),
+            "{request}"
+        );
+        assert_eq!(relay.take_waiters().len(), 1);
+    }
+    // At the bound of parks awaiting their retry, the next is held too.
+    let mut relay = asking_modern(1);
+    input_required(
+        &relay.from_client(line(&modern_call("1", "rm", FORM, ""))),
+        "1",
+    );
+    let actions = relay.from_client(line(&modern_call("2", "rm", FORM, "")));
+    assert!(to_client(&actions).is_empty(), "{actions:?}");
+    assert_eq!((relay.parked(), relay.awaiting_retry()), (1, 1));
+}
+
+#[test]
+fn refusals_name_their_result_type_for_2026_07_28_requests_only() {
+    let gate = || CountingGate {
+        deny: vec!["rm"],
+        ..Default::default()
+    };
+    let mut relay = listed(gate(), RelayConfig::default());
+    let modern = to_client(&relay.from_client(line(&modern_call("1", "rm", FORM, ""))));
+    assert!(
+        modern[0].contains(r#""resultType":"complete""#),
+        "{modern:?}"
+    );
+    let legacy = to_client(&relay.from_client(line(&call("2", "rm"))));
+    assert!(!legacy[0].contains("resultType"), "{legacy:?}");
+    // The relay's own refusal (a tool the server never listed) too.
+    let unlisted = to_client(&relay.from_client(line(&modern_call("3", "nope", FORM, ""))));
+    assert!(
+        unlisted[0].contains(r#""resultType":"complete""#),
+        "{unlisted:?}"
+    );
 }

@@ -24,7 +24,7 @@ impl Gate for NoCalls {
         Err(Refusal::new(Cause::UnenforceableLimits, "no calls here"))
     }
 
-    fn resume(&self, parked: NeverParked, _: NeverParked) -> Result<(), Refusal> {
+    fn resume(&self, parked: NeverParked, _: NeverParked, _: &ToolCall<'_>) -> Result<(), Refusal> {
         match parked {}
     }
 

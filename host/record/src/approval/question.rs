@@ -32,6 +32,15 @@ pub const APPROVE_FIELD: &str = "approve";
 /// form is the only mode and is not named.
 pub const FORM_MODE_NAMED_FROM: &str = "2025-11-25";
 
+/// The first protocol revision with multi round-trip requests: a server answers a
+/// request `input_required` with the question, and the client retries it with the
+/// answer (no server-initiated requests, no `initialize`).
+pub const INPUT_REQUIRED_FROM: &str = "2026-07-28";
+
+/// The key of the one input request (the question) in an `input_required` answer, and
+/// of the client's answer to it in the retry's `inputResponses`.
+pub const INPUT_KEY: &str = "approval";
+
 /// `text` cut to at most `max` bytes at a character boundary, marked with `…` when cut.
 pub fn bounded(text: &str, max: usize) -> String {
     if text.len() <= max {
