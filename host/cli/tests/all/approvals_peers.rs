@@ -5,7 +5,9 @@
 //! its own key. What the client got, what the queue refuses afterwards and what the
 //! record proves are checked.
 
-use crate::common::approvals::{approver, of_type, one_call, one_request, record_lines, str_at};
+use crate::common::approvals::{
+    approver, assert_exit, of_type, one_call, one_request, record_lines, str_at,
+};
 use crate::common::peers::{peers_dir, repo};
 use crate::common::{field, object, text};
 use aegis_record::json::{Object, Value};
@@ -149,6 +151,34 @@ impl Held {
     /// The record's lines.
     fn lines(&self) -> Vec<Object> {
         record_lines(&self.dir.path().join("record.jsonl"))
+    }
+
+    /// Waits for the client, whose one call the client's user approved (asked by
+    /// `mechanism`): it ran and the client got its real result; the question named the
+    /// approval id; the record's one decision is the client's, by `mechanism`, and it
+    /// verifies. The record's lines and the approval id.
+    fn approved_by_the_clients_user(&mut self, mechanism: &str) -> (Vec<Object>, String) {
+        let call = self.finish();
+        assert_eq!(call.get("isError"), Some(&Value::Bool(false)), "{call:?}");
+        assert_eq!(field(&call, "text"), "Echo: approved by a person");
+        let got = object(&std::fs::read(self.dir.path().join("got.json")).unwrap());
+        let lines = self.lines();
+        let decisions = of_type(&lines, "decision");
+        assert_eq!(decisions.len(), 1, "{decisions:?}");
+        let id = field(&decisions[0], "approval_id");
+        match got.get("elicited") {
+            Some(Value::Array(asked)) if asked.len() == 1 => {
+                assert!(format!("{:?}", asked[0]).contains(&id), "{asked:?}");
+            }
+            other => panic!("elicited: {other:?}"),
+        }
+        assert_eq!(str_at(&decisions[0], &["approver", "via"]), Some("client"));
+        assert_eq!(
+            str_at(&decisions[0], &["approver", "mechanism"]),
+            Some(mechanism)
+        );
+        assert_exit(&self.verify(&[]), 0);
+        (lines, id)
     }
 
     /// `aegis verify RECORD ARGS`.
@@ -341,32 +371,7 @@ fn an_undecided_call_expires_and_the_client_is_told() {
 #[test]
 fn the_clients_user_approves_through_elicitation_and_the_record_says_so() {
     let mut held = Held::start_answering(&["--approve-via", "client"], Some("accept"));
-    let call = held.finish();
-    assert_eq!(call.get("isError"), Some(&Value::Bool(false)), "{call:?}");
-    assert_eq!(field(&call, "text"), "Echo: approved by a person");
-    let got = object(&std::fs::read(held.dir.path().join("got.json")).unwrap());
-    let lines = held.lines();
-    let decisions = of_type(&lines, "decision");
-    assert_eq!(decisions.len(), 1, "{decisions:?}");
-    let id = field(&decisions[0], "approval_id");
-    match got.get("elicited") {
-        Some(Value::Array(asked)) if asked.len() == 1 => {
-            assert!(format!("{:?}", asked[0]).contains(&id), "{asked:?}");
-        }
-        other => panic!("elicited: {other:?}"),
-    }
-    assert_eq!(str_at(&decisions[0], &["approver", "via"]), Some("client"));
-    assert_eq!(
-        str_at(&decisions[0], &["approver", "mechanism"]),
-        Some("elicitation")
-    );
-    let verified = held.verify(&[]);
-    assert_eq!(
-        verified.status.code(),
-        Some(0),
-        "{}",
-        text(&verified.stderr)
-    );
+    held.approved_by_the_clients_user("elicitation");
     let (_, other) = approver(held.dir.path(), "mallory");
     let pinned = held.verify(&["--approver-key".as_ref(), other.as_os_str()]);
     assert_eq!(pinned.status.code(), Some(3), "{}", text(&pinned.stdout));
@@ -418,26 +423,9 @@ fn a_client_that_cannot_be_asked_falls_back_to_the_queue() {
 #[test]
 fn a_2026_07_28_client_is_asked_through_input_required_and_its_retry_runs() {
     let mut held = Held::start_on(Peers::Modern, &["--approve-via", "client"], Some("accept"));
-    let call = held.finish();
+    let (lines, id) = held.approved_by_the_clients_user("input_required");
     let got = object(&std::fs::read(held.dir.path().join("got.json")).unwrap());
     assert_eq!(field(&got, "protocol"), "2026-07-28", "{got:?}");
-    assert_eq!(call.get("isError"), Some(&Value::Bool(false)), "{call:?}");
-    assert_eq!(field(&call, "text"), "Echo: approved by a person");
-    let lines = held.lines();
-    let decisions = of_type(&lines, "decision");
-    assert_eq!(decisions.len(), 1, "{decisions:?}");
-    let id = field(&decisions[0], "approval_id");
-    assert_eq!(str_at(&decisions[0], &["approver", "via"]), Some("client"));
-    assert_eq!(
-        str_at(&decisions[0], &["approver", "mechanism"]),
-        Some("input_required")
-    );
-    match got.get("elicited") {
-        Some(Value::Array(asked)) if asked.len() == 1 => {
-            assert!(format!("{:?}", asked[0]).contains(&id), "{asked:?}");
-        }
-        other => panic!("elicited: {other:?}"),
-    }
     let server_in = text(&std::fs::read(held.dir.path().join("server.in")).unwrap());
     let calls: Vec<&str> = server_in
         .lines()
@@ -456,13 +444,6 @@ fn a_2026_07_28_client_is_asked_through_input_required_and_its_retry_runs() {
             .iter()
             .any(|o| str_at(o, &["decision_axes", "approval_ref"]) == Some(id.as_str())),
         "{outcomes:?}"
-    );
-    let verified = held.verify(&[]);
-    assert_eq!(
-        verified.status.code(),
-        Some(0),
-        "{}",
-        text(&verified.stderr)
     );
 }
 

@@ -2049,6 +2049,12 @@ fn asking_modern(max_pending: usize) -> Relay<CountingGate> {
     listed(parking(), config)
 }
 
+/// Parks a 2026-07-28 call to `rm` as request `id`: its `requestState`.
+fn park_asking(relay: &mut Relay<CountingGate>, id: &str) -> String {
+    let actions = relay.from_client(line(&modern_call(id, "rm", FORM, "")));
+    input_required(&actions, id)
+}
+
 /// The `input_required` answer to the park of request `id`, with its `requestState`.
 fn input_required(actions: &[Action], id: &str) -> String {
     assert!(to_server(actions).is_empty(), "{actions:?}");
@@ -2069,10 +2075,7 @@ fn input_required(actions: &[Action], id: &str) -> String {
 #[test]
 fn a_2026_07_28_park_is_answered_input_required_and_its_retry_runs_without_the_relays_members() {
     let mut relay = asking_modern(16);
-    let state = input_required(
-        &relay.from_client(line(&modern_call("7", "rm", FORM, ""))),
-        "7",
-    );
+    let state = park_asking(&mut relay, "7");
     assert_eq!(state, "apr-1");
     // The request is answered; nothing is held, and nobody waits on the park yet.
     assert_eq!(
@@ -2119,10 +2122,7 @@ fn a_2026_07_28_park_is_answered_input_required_and_its_retry_runs_without_the_r
 #[test]
 fn a_retry_that_is_not_the_parked_call_runs_nothing_and_leaves_the_park() {
     let mut relay = asking_modern(16);
-    let state = input_required(
-        &relay.from_client(line(&modern_call("1", "rm", FORM, ""))),
-        "1",
-    );
+    let state = park_asking(&mut relay, "1");
     let other_arguments = modern_call("2", "rm", FORM, &retry_members(&state, ACCEPT))
         .replace(r#""p":1"#, r#""p":2"#);
     let other_tool = modern_call("3", "read", FORM, &retry_members(&state, ACCEPT));
@@ -2176,10 +2176,7 @@ fn a_retry_that_is_not_the_parked_call_runs_nothing_and_leaves_the_park() {
 #[test]
 fn a_retry_taken_once_and_one_naming_no_park_are_new_calls() {
     let mut relay = asking_modern(16);
-    let state = input_required(
-        &relay.from_client(line(&modern_call("1", "rm", FORM, ""))),
-        "1",
-    );
+    let state = park_asking(&mut relay, "1");
     let retry = |id: &str, state: &str| modern_call(id, "rm", FORM, &retry_members(state, ACCEPT));
     relay.from_client(line(&retry("2", &state)));
     assert_eq!(relay.take_waiters().len(), 1);
@@ -2209,10 +2206,7 @@ fn a_declined_or_undecided_retry_is_answered_by_the_settlement() {
         (r#"{"action":"accept","content":{"approve":"yes"}}"#, None),
     ] {
         let mut relay = asking_modern(16);
-        let state = input_required(
-            &relay.from_client(line(&modern_call("1", "rm", FORM, ""))),
-            "1",
-        );
+        let state = park_asking(&mut relay, "1");
         relay.from_client(line(&modern_call(
             "2",
             "rm",
@@ -2293,10 +2287,7 @@ fn a_park_is_held_when_its_request_cannot_be_answered_input_required() {
     }
     // At the bound of parks awaiting their retry, the next is held too.
     let mut relay = asking_modern(1);
-    input_required(
-        &relay.from_client(line(&modern_call("1", "rm", FORM, ""))),
-        "1",
-    );
+    park_asking(&mut relay, "1");
     let actions = relay.from_client(line(&modern_call("2", "rm", FORM, "")));
     assert!(to_client(&actions).is_empty(), "{actions:?}");
     assert_eq!((relay.parked(), relay.awaiting_retry()), (1, 1));
