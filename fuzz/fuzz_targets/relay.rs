@@ -55,7 +55,12 @@ impl Gate for CountingGate {
     type Parked = NeverParked;
     type Waiter = NeverParked;
 
-    fn resume(&self, parked: NeverParked, _: NeverParked) -> Result<u64, Refusal> {
+    fn resume(
+        &self,
+        parked: NeverParked,
+        _: NeverParked,
+        _: &ToolCall<'_>,
+    ) -> Result<u64, Refusal> {
         match parked {}
     }
 

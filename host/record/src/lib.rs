@@ -31,6 +31,7 @@
 pub mod approval;
 pub mod bound;
 pub mod chain;
+pub mod class;
 pub mod digest;
 pub mod json;
 pub mod key;
@@ -43,6 +44,7 @@ pub mod verify;
 
 pub use approval::Approver;
 pub use chain::{Appended, LineSink, SealedLine, Session, VecSink, WriteError, seal};
+pub use class::CallClass;
 pub use digest::{
     ArgumentsDigest, ComponentDigest, DefinitionDigest, KeyId, LineHash, PolicySetHash,
     RequestDigest, ResponseDigest,

@@ -13,15 +13,15 @@
 //! and SIGTERM stop it with exit 0 and the verdict of the lines read so far. Standard
 //! input is read until it ends, and then judged as `aegis verify` judges it.
 
-use super::{LogArgs, Read, Row, complete, intent_row, outcome_row, row_listed};
+use super::{LogArgs, row_listed, session_listed};
 use crate::interrupt::Interrupts;
 use crate::{CliError, exit, print};
+use aegis_calls::{Assembler, Entry, Filter, Row};
 use aegis_record::json::Object;
 use aegis_record::text::escape;
 use aegis_record::verify::{
     Follower, MAX_LINE_BYTES, Options, Position, Report, Step, TrustAnchor, Verdict,
 };
-use std::collections::HashMap;
 use std::io::Read as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
@@ -159,71 +159,29 @@ impl Source {
 /// The calls waiting for their outcome, and the rows ready to print.
 struct Listing<'a> {
     args: &'a LogArgs,
-    /// (session, call_id) → (intent order, its row).
-    pending: HashMap<(u64, String), (u64, Row)>,
-    next: u64,
+    keep: Filter,
+    calls: Assembler,
     out: Vec<u8>,
 }
 
 impl Listing<'_> {
     /// A line the follower accepted, at `at`.
     fn line(&mut self, at: Position, bytes: &[u8]) {
-        match Read::of(bytes.strip_suffix(b"\n").unwrap_or(bytes)) {
-            // A new session: the calls left in flight before it will get no outcome.
-            Some(Read::Open(opened)) => {
-                self.unfinished(|_| true);
-                self.out
-                    .extend(opened.listed(at.session, self.args.record.json));
+        for entry in self.calls.line(at.session, bytes) {
+            match entry {
+                Entry::Session(session, opened) => {
+                    self.out
+                        .extend(session_listed(&opened, session, self.args.record.json))
+                }
+                Entry::Call(row) => self.emit(&row),
             }
-            Some(Read::Close) => self.unfinished(|session| session == at.session),
-            Some(Read::Intent(time, intent)) => {
-                let key = (at.session, intent.call_id.clone());
-                let row = intent_row(time, at.session, intent);
-                self.pending.insert(key, (self.next, row));
-                self.next += 1;
-            }
-            Some(Read::Outcome(time, outcome, key)) => {
-                let row = match self.pending.remove(&(at.session, outcome.call_id.clone())) {
-                    Some((_, mut row)) => {
-                        complete(&mut row, &outcome, key);
-                        row
-                    }
-                    None => outcome_row(time, at.session, &outcome, key),
-                };
-                self.emit(&row);
-            }
-            Some(Read::Change(row)) => {
-                let row = Row {
-                    session: at.session,
-                    ..*row
-                };
-                self.emit(&row);
-            }
-            None => {}
-        }
-    }
-
-    /// Lists, as `no_outcome` in intent order, the calls of the sessions `ended` names.
-    fn unfinished(&mut self, ended: impl Fn(u64) -> bool) {
-        let keys: Vec<(u64, String)> = self
-            .pending
-            .keys()
-            .filter(|(session, _)| ended(*session))
-            .cloned()
-            .collect();
-        let mut rows: Vec<(u64, Row)> =
-            keys.iter().filter_map(|k| self.pending.remove(k)).collect();
-        rows.sort_unstable_by_key(|(order, _)| *order);
-        for (_, row) in rows {
-            self.emit(&row);
         }
     }
 
     fn emit(&mut self, row: &Row) {
-        if !super::keep(self.args, row) {
-            return;
+        if self.keep.keeps(row) {
+            self.out.extend(row_listed(row, self.args.record.json));
         }
-        self.out.extend(row_listed(row, self.args.record.json));
     }
 }
 
@@ -251,8 +209,8 @@ pub(super) fn follow(
     });
     let mut listing = Listing {
         args,
-        pending: HashMap::new(),
-        next: 0,
+        keep: super::filter(args),
+        calls: Assembler::new(),
         out: Vec::new(),
     };
     // What the file held at the start is listed under its verdict, once it is read.
