@@ -49,7 +49,6 @@
 //!   in such guests a new request waits up to a tick. With a sink that syncs, each call
 //!   runs on tokio's blocking pool instead, so the fsyncs hold no worker.
 
-mod connections;
 mod content;
 mod direct;
 pub mod http;

@@ -26,7 +26,6 @@
 //!   once per [`WARN_EVERY`]).
 //! - HTTP/1.0 and 1.1 only: no HTTP/2, no upgrades.
 
-use crate::server::{Note, Notes};
 use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::Response;
@@ -95,21 +94,30 @@ impl Warning {
 
 /// The limits [`accept_until`] serves under.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Limits {
-    pub(crate) max_connections: usize,
-    pub(crate) read_timeout: Duration,
-    pub(crate) write_timeout: Duration,
+pub struct Limits {
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// How long a connection has to send a request head.
+    pub read_timeout: Duration,
+    /// How long a client may take no bytes of an answer.
+    pub write_timeout: Duration,
+    /// The server's name, which starts its refusals (`aegis gateway`).
+    pub server: &'static str,
 }
+
+/// Where the operator is warned of trouble serving (connections full, accepts
+/// failing): one line a warning.
+pub type Warn = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Accepts connections on `listener` and serves `router` on them until `until` is
 /// cancelled; then asks every open connection to finish (an idle one closes at once, one
 /// with a request in hand closes once it is answered) and waits for them all. The
 /// caller bounds that wait: a client stalled mid-request ends only at `read_timeout`.
-pub(crate) async fn accept_until(
+pub async fn accept_until(
     listener: TcpListener,
     router: axum::Router,
     limits: Limits,
-    notes: Notes,
+    warn: Warn,
     until: CancellationToken,
 ) {
     let open = Arc::new(Semaphore::new(limits.max_connections));
@@ -128,11 +136,11 @@ pub(crate) async fn accept_until(
             Err(e) if is_the_peers(&e) => continue,
             Err(e) => {
                 if let Some(times) = accept_failed.due() {
-                    notes(Note::Serving(&format!(
+                    warn(&format!(
                         "accepting a connection failed ({e}; {times} time(s) since the last \
                          such warning); trying again every {} ms",
                         ACCEPT_BACKOFF.as_millis()
-                    )));
+                    ));
                 }
                 tokio::select! {
                     () = until.cancelled() => break,
@@ -155,14 +163,14 @@ pub(crate) async fn accept_until(
             continue;
         }
         if let Some(refused) = full.due() {
-            notes(Note::Serving(&format!(
+            warn(&format!(
                 "{} connections are open, the most served at once; refusing more (503) \
                  until one closes ({refused} refused since the last such warning)",
                 limits.max_connections
-            )));
+            ));
         }
         if let Ok(permit) = Arc::clone(&refusing).try_acquire_owned() {
-            connections.spawn(refuse_one(tcp, permit));
+            connections.spawn(refuse_one(tcp, limits.server, permit));
         }
         // Otherwise `tcp` is dropped here: closed unanswered.
     }
@@ -203,25 +211,26 @@ async fn serve_one(
 }
 
 /// Answers a connection past the cap with `503` and closes it.
-async fn refuse_one(tcp: TcpStream, _refusing: OwnedSemaphorePermit) {
+async fn refuse_one(tcp: TcpStream, server: &'static str, _refusing: OwnedSemaphorePermit) {
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(REFUSAL_TIMEOUT)
         .max_buf_size(MAX_READ_BUFFER)
         .max_header_size(MAX_READ_BUFFER)
         .keep_alive(false);
-    let refuse =
-        hyper::service::service_fn(|_request| async { Ok::<_, Infallible>(connections_full()) });
+    let refuse = hyper::service::service_fn(move |_request| async move {
+        Ok::<_, Infallible>(connections_full(server))
+    });
     // The head has REFUSAL_TIMEOUT; the answer, written to a client that may not read
     // it, as long again.
     let refusing = http.serve_connection(TokioIo::new(tcp), refuse);
     let _ = tokio::time::timeout(REFUSAL_TIMEOUT * 2, refusing).await;
 }
 
-fn connections_full() -> Response<Body> {
-    crate::http::refusal(
+fn connections_full(server: &str) -> Response<Body> {
+    crate::refusal(
         StatusCode::SERVICE_UNAVAILABLE,
-        "aegis gateway: as many connections are open as it serves at once; try again\n",
+        format!("{server}: as many connections are open as it serves at once; try again\n"),
         &[(header::CONNECTION, "close"), (header::RETRY_AFTER, "1")],
     )
 }
