@@ -210,6 +210,25 @@ EXIT STATUS:
   2    the record could not be read, or the listing not written
   3    Indeterminate (what it holds is listed)";
 
+pub const CONSOLE: &str = "\
+EXAMPLES:
+  aegis console aegis-audit.aarl
+  aegis console --key KEY_ID --http 127.0.0.1:9000 aegis-audit.aarl
+  aegis console --token-file ~/.config/aegis/console.token aegis-audit.aarl
+
+Prints the address to open on stderr: http://ADDR/#token=TOKEN. The token rides in the
+address's fragment, which the browser never sends anywhere; the page sends it to the
+API as a bearer token. Without --token-file a fresh token is made for each run. The
+page shows the record's verdict (as aegis verify gives it, --key and --trust-store
+pinning it) and its calls, newest first; a Tampered record lists none. Every text the
+record holds is shown as text, never as markup. Loopback only.
+
+EXIT STATUS:
+  0    stopped by SIGINT or SIGTERM
+  1    a usage error (not one record)
+  2    the token file could not be read, or is readable by group or others
+  18   the address could not be served";
+
 /// What `wrap` and `gateway` both say about parked calls and `--approve-via`.
 macro_rules! approve_via {
     () => {

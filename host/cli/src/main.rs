@@ -12,6 +12,7 @@ use error::CliError;
 
 mod approvals;
 mod confine;
+mod console;
 mod demo;
 mod error;
 mod gateway;
@@ -152,6 +153,14 @@ enum Command {
     /// keeps reading as the record grows, listing each call once its lines verify.
     #[command(after_help = help::LOG)]
     Log(Box<log::LogArgs>),
+    /// Serve a web page over a record: its verdict and its calls, newest first (time,
+    /// host, session, tool, verdict, station, reason, duration). Runs nothing.
+    ///
+    /// The page and its script come from this binary (nothing from another site) and
+    /// are served on loopback; its API needs a token, which the address printed on
+    /// stderr carries in its fragment (`#token=…`). Stops at SIGINT or SIGTERM.
+    #[command(after_help = help::CONSOLE)]
+    Console(Box<console::ConsoleArgs>),
     /// Write a fresh ed25519 signing key (mode 0600) and print its public key and key_id.
     ///
     /// Missing directories on the way are created with mode 0700; existing ones are
@@ -348,6 +357,7 @@ impl Command {
             Command::Verify(_) => "verify",
             Command::Recheck(_) => "recheck",
             Command::Log(_) => "log",
+            Command::Console(_) => "console",
             Command::Keygen { .. } => "keygen",
             Command::Key { .. } => "key show",
             Command::Rotate(_) => "rotate",
@@ -472,6 +482,7 @@ fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Verify(args) => Ok(aegis_verify::run(&args)),
         Command::Recheck(args) => recheck::recheck(profile, &args),
         Command::Log(args) => log::log(&args),
+        Command::Console(args) => console::console(&args),
         Command::Keygen { out, force } => key::keygen(&out, force),
         Command::Key {
             command: key::KeyCommand::Show { keyfile },

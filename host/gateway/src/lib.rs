@@ -396,7 +396,7 @@ pub fn run(gateway: Gateway, transport: Transport, ready: Ready) -> Result<(), G
         let stop = CancellationToken::new();
         let signalled = stop.clone();
         tokio::spawn(async move {
-            stop_on_signal().await;
+            aegis_http::stop_on_signal().await;
             signalled.cancel();
         });
         match transport {
@@ -435,20 +435,5 @@ async fn serve_stdio(
             ct.cancel();
             Ok(())
         }
-    }
-}
-
-/// Resolves at the first SIGINT or SIGTERM (or never, if they cannot be watched).
-async fn stop_on_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
     }
 }

@@ -159,6 +159,22 @@ pub async fn bind(
         })
 }
 
+/// Resolves at the first SIGINT or SIGTERM (or never, if they cannot be watched): when
+/// a server stops serving.
+pub async fn stop_on_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}
+
 /// Equal bytes, compared without stopping at the first difference.
 pub fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -246,9 +262,12 @@ pub fn guard(router: axum::Router, guard: &Guard) -> axum::Router {
         guard.clone(),
         read_body_in_time,
     ));
-    if guard.token.is_some() {
+    if let Some(token) = &guard.token {
         router = router.layer(axum::middleware::from_fn_with_state(
-            guard.clone(),
+            Token {
+                server: guard.server,
+                token: Arc::clone(token),
+            },
             require_token,
         ));
     }
@@ -299,22 +318,33 @@ async fn check_host(State(guard): State<Guard>, request: Request, next: Next) ->
     )
 }
 
-async fn require_token(State(guard): State<Guard>, request: Request, next: Next) -> Response {
+/// A bearer token some routes require ([`require_token`]), with the server's name
+/// for the refusal.
+#[derive(Clone, Debug)]
+pub struct Token {
+    /// The server's name, which starts its refusal.
+    pub server: &'static str,
+    /// The token.
+    pub token: Arc<str>,
+}
+
+/// Middleware: 401 for a request without `Authorization: Bearer <token>`, compared
+/// whole ([`same`]); [`guard`] puts it around every route when its token is set, a
+/// server may put it around some.
+pub async fn require_token(State(token): State<Token>, request: Request, next: Next) -> Response {
     let given = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    if let Some(token) = &guard.token
-        && given.is_some_and(|g| same(g.as_bytes(), token.as_bytes()))
-    {
+    if given.is_some_and(|g| same(g.as_bytes(), token.token.as_bytes())) {
         return next.run(request).await;
     }
     refusal(
         StatusCode::UNAUTHORIZED,
         format!(
             "{}: a bearer token is required (Authorization: Bearer <token>)\n",
-            guard.server
+            token.server
         ),
         &[(header::WWW_AUTHENTICATE, "Bearer")],
     )

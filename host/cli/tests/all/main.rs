@@ -12,6 +12,7 @@ mod approvals_run;
 mod approvals_store;
 mod cedar;
 mod confine;
+mod console;
 mod exit_codes;
 mod gateway;
 mod gateway_approvals;

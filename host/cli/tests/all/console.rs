@@ -1,0 +1,93 @@
+//! `aegis console` as an operator starts it: the address with its token on stderr, the
+//! page and the API over a real connection, SIGTERM ending it with exit 0. (The page
+//! in a browser is tested in the console's browser tests.)
+
+use crate::common::text;
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+fn golden() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../spec/vectors/golden/golden.aarl")
+}
+
+/// One GET on a connection of its own, with `authorization` when given.
+fn get(host: &str, path: &str, authorization: Option<&str>) -> String {
+    let mut tcp = TcpStream::connect(host).unwrap();
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    if let Some(a) = authorization {
+        request.push_str(&format!("Authorization: {a}\r\n"));
+    }
+    request.push_str("\r\n");
+    tcp.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+#[test]
+fn the_console_serves_a_records_calls_to_the_token_it_printed_and_stops_on_sigterm() {
+    let mut console = Command::new(env!("CARGO_BIN_EXE_aegis"))
+        .args(["console", "--http", "127.0.0.1:0"])
+        .arg(golden())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(console.stderr.take().unwrap());
+    let mut said = String::new();
+    stderr.read_line(&mut said).unwrap();
+    // aegis: console at http://127.0.0.1:PORT/#token=TOKEN (…)
+    let url = said
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {said:?}"));
+    let (origin, token) = url.split_once("/#token=").unwrap();
+    let host = origin.trim_start_matches("http://");
+    assert_eq!(token.len(), 64, "{said}");
+
+    let page = get(host, "/", None);
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("Aegis console"));
+    let refused = get(host, "/api/calls", None);
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    let listing = get(host, "/api/calls", Some(&format!("Bearer {token}")));
+    assert!(listing.starts_with("HTTP/1.1 200"), "{listing}");
+    assert!(listing.contains(r#""verdict":"verified""#), "{listing}");
+
+    let pid = console.id().to_string();
+    let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(killed.success());
+    let status = console.wait().unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert_eq!(status.code(), Some(0), "{}", text(rest.as_bytes()));
+}
+
+#[test]
+fn the_console_takes_one_record_and_a_private_token_file() {
+    let out = Command::new(env!("CARGO_BIN_EXE_aegis"))
+        .args(["console", "--http", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_aegis"))
+        .args(["console", "--http", "127.0.0.1:0", "--token-file"])
+        .arg(&token)
+        .arg(golden())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("group or others"),
+        "{}",
+        text(&out.stderr)
+    );
+}

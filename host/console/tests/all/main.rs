@@ -1,0 +1,3 @@
+//! The console's one test binary: its server over real connections.
+
+mod serve;
