@@ -111,7 +111,9 @@
 //!   client that never retries leaves it to the approvals queue (a person may decide
 //!   it there, but nothing runs without the retry) and it is settled, withdrawn or
 //!   expired, only when the server exits or the relay stops. At most
-//!   [`RelayConfig::max_pending`] await a retry; past that a park is held as before.
+//!   [`RelayConfig::max_pending`] await a retry, keeping at most
+//!   [`MAX_AWAITING_RETRY_BYTES`] of tool names and arguments; past either a park is
+//!   held as before.
 //! - The `requestState` is the approval id, not a secret. A retry can only settle that
 //!   park and run that exact call; one naming no waiting park (forged, or used) is not
 //!   refused but decided as a new call, which the policy parks afresh.
@@ -501,6 +503,11 @@ pub const MAX_LISTING_BYTES: usize = 32 << 20;
 /// How the relay's own `tools/list` requests are named: this prefix and a count. A client
 /// request reusing the id of one still waiting is refused.
 pub const OWN_REQUEST_ID_PREFIX: &str = "aegis-relay/tools-list/";
+
+/// The most bytes of tool names and arguments the parks awaiting an `input_required`
+/// retry keep, all together: past it, a park is held as any (its frame counted among the
+/// pending requests), so a client that never retries cannot make the relay keep more.
+pub const MAX_AWAITING_RETRY_BYTES: usize = 32 << 20;
 
 /// How the relay's own `elicitation/create` requests to the client are named: this
 /// prefix and a count.
@@ -1085,6 +1092,9 @@ pub struct Relay<G: Gate> {
     /// Parks answered `input_required`, by approval id (the `requestState` their retry
     /// echoes); at most [`RelayConfig::max_pending`].
     awaiting_retry: BTreeMap<String, AwaitingRetry<G::Parked, G::Waiter>>,
+    /// The bytes of tool names and arguments in `awaiting_retry`, at most
+    /// [`MAX_AWAITING_RETRY_BYTES`].
+    awaiting_bytes: usize,
     /// Waiters of parks opened since the caller last took them.
     waiters: Vec<(String, G::Waiter)>,
     /// What the client's `initialize` said.
@@ -1180,6 +1190,7 @@ impl<G: Gate> Relay<G> {
             released: Vec::new(),
             parked: BTreeMap::new(),
             awaiting_retry: BTreeMap::new(),
+            awaiting_bytes: 0,
             waiters: Vec::new(),
             client: ClientInfo::default(),
             elicits: BTreeMap::new(),
@@ -1459,6 +1470,7 @@ impl<G: Gate> Relay<G> {
     /// Settles every park answered `input_required` whose retry never came (nobody
     /// waits on them): withdrawn, or expired once past their timeout.
     fn give_up_retries(&mut self, why: &str) {
+        self.awaiting_bytes = 0;
         for (_, awaiting) in std::mem::take(&mut self.awaiting_retry) {
             self.gate.withdraw(awaiting.parked, why);
         }
@@ -1766,15 +1778,20 @@ impl<G: Gate> Relay<G> {
             ));
             return Err((parked, waiter));
         }
-        if self.awaiting_retry.len() >= self.config.max_pending {
+        let tool = request.tool_name().unwrap_or_default();
+        let arguments = request.arguments().ok().flatten();
+        let bytes = tool.len() + arguments.map_or(0, str::len);
+        if self.awaiting_retry.len() >= self.config.max_pending
+            || self.awaiting_bytes + bytes > MAX_AWAITING_RETRY_BYTES
+        {
             logs.push(format!(
-                "client: {} parks await their client's retry already; {approval_id} waits for the approvals queue",
-                self.awaiting_retry.len()
+                "client: {} parks ({} bytes) await their client's retry already; {approval_id} waits for the approvals queue",
+                self.awaiting_retry.len(),
+                self.awaiting_bytes
             ));
             return Err((parked, waiter));
         }
-        let tool = request.tool_name().unwrap_or_default();
-        let arguments = request.arguments().ok().flatten();
+        self.awaiting_bytes += bytes;
         let params = question::elicitation_params(
             approval_id,
             &tool,
@@ -1831,6 +1848,8 @@ impl<G: Gate> Relay<G> {
         let Some(awaiting) = self.awaiting_retry.remove(state) else {
             return Plan::Drop;
         };
+        self.awaiting_bytes -=
+            awaiting.tool.len() + awaiting.arguments.as_ref().map_or(0, String::len);
         match input_response(request).and_then(elicit_answer) {
             Some(approved) => {
                 let client = ClientInfo::of_meta(request)

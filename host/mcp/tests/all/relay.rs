@@ -2314,3 +2314,33 @@ fn refusals_name_their_result_type_for_2026_07_28_requests_only() {
         "{unlisted:?}"
     );
 }
+
+#[test]
+fn parks_awaiting_a_retry_keep_a_bounded_number_of_bytes() {
+    use aegis_mcp::relay::MAX_AWAITING_RETRY_BYTES;
+    let mut relay = asking_modern(1024);
+    // Arguments of a quarter of the bound each: the first three await their retry, the
+    // one that would pass the bound is held as any park instead.
+    let big = "x".repeat(MAX_AWAITING_RETRY_BYTES / 4);
+    let call = |id: &str| {
+        modern_call(id, "rm", FORM, "").replace(r#"{"p":1}"#, &format!(r#"{{"p":"{big}"}}"#))
+    };
+    for id in ["1", "2", "3"] {
+        let actions = relay.from_client(line(&call(id)));
+        assert!(to_client(&actions)[0].contains("input_required"));
+    }
+    assert_eq!((relay.awaiting_retry(), relay.parked()), (3, 0));
+    let actions = relay.from_client(line(&call("4")));
+    assert!(to_client(&actions).is_empty(), "held, not asked");
+    assert_eq!((relay.awaiting_retry(), relay.parked()), (3, 1));
+    // A retry taken frees its bytes: the next park is asked again.
+    let state = relay.gate().log.borrow().parks[0].replace("park ", "");
+    let retry = call("5").replace(
+        r#""_meta""#,
+        &format!(r#""inputResponses":{{"approval":{ACCEPT}}},"requestState":"{state}","_meta""#),
+    );
+    relay.from_client(line(&retry));
+    assert_eq!((relay.awaiting_retry(), relay.parked()), (2, 2));
+    let actions = relay.from_client(line(&call("6")));
+    assert!(to_client(&actions)[0].contains("input_required"));
+}
