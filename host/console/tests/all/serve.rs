@@ -80,6 +80,7 @@ async fn the_page_is_served_with_a_strict_policy_and_no_data() {
             "{answer}"
         );
         assert!(lower.contains("referrer-policy: no-referrer"), "{answer}");
+        assert!(lower.contains("cache-control: no-store"), "{answer}");
     }
     let (_, page) = get(addr, "/", &[("Host", &host)]).await;
     // No inline script: the one script is the server's own file.
@@ -149,17 +150,22 @@ fn body(answer: &str) -> aegis_record::json::Object {
     }
 }
 
-#[tokio::test]
-async fn a_records_calls_are_listed_under_its_verdict_and_none_of_a_tampered_one() {
+/// `GET /api/calls` with the token: its JSON body.
+async fn listed(addr: SocketAddr) -> aegis_record::json::Object {
     let bearer = format!("Bearer {TOKEN}");
-    let (addr, stop) = start(&vector("golden/golden.aarl")).await;
     let (_, answer) = get(
         addr,
         "/api/calls",
         &[("Host", &host(addr)), ("Authorization", &bearer)],
     )
     .await;
-    let listing = body(&answer);
+    body(&answer)
+}
+
+#[tokio::test]
+async fn a_records_calls_are_listed_under_its_verdict_and_none_of_a_tampered_one() {
+    let (addr, stop) = start(&vector("golden/golden.aarl")).await;
+    let listing = listed(addr).await;
     assert_eq!(
         listing.get("verdict").and_then(|v| v.as_str()),
         Some("verified")
@@ -174,13 +180,7 @@ async fn a_records_calls_are_listed_under_its_verdict_and_none_of_a_tampered_one
         .find(|p| p.extension().is_some_and(|e| e == "aarl"))
         .unwrap();
     let (addr, stop) = start(&tampered).await;
-    let (_, answer) = get(
-        addr,
-        "/api/calls",
-        &[("Host", &host(addr)), ("Authorization", &bearer)],
-    )
-    .await;
-    let listing = body(&answer);
+    let listing = listed(addr).await;
     assert_eq!(
         listing.get("verdict").and_then(|v| v.as_str()),
         Some("tampered")
