@@ -5,7 +5,9 @@
 //! Rows are read from lines a verifier has judged: [`entries`] reads a whole record
 //! (every call in the order its intent came), [`Assembler`] a record as it grows (a call
 //! once its outcome line holds). Neither verifies: the caller shows rows under the
-//! verdict of the same bytes, and a Tampered record is evidence of nothing.
+//! verdict of the same bytes, and a Tampered record is evidence of nothing. [`Judged`]
+//! cuts a growing record into whole lines and passes on only those the verifier's
+//! per-line rules accept.
 //!
 //! # Guarantees
 //! - A call is one row, by its intent and outcome together (matched by session and
@@ -28,6 +30,9 @@ use aegis_record::{
     ToolChangeLine,
 };
 use std::collections::HashMap;
+
+mod judged;
+pub use judged::Judged;
 
 /// Every verdict a row may have, as filters name them.
 pub const VERDICTS: [&str; 10] = [

@@ -28,6 +28,9 @@
 //!   content or the new, never a torn file. A target that is not a regular file (a link,
 //!   a FIFO, a device, a directory) is refused when the write starts and again just
 //!   before the rename.
+//! - **Following** ([`Growing`]): a file opened by [`open`]'s rules and read as it
+//!   grows; one that shrinks, or whose name comes to lead to another file, is said to
+//!   be gone, never read on as if it were the same.
 //! - Every error is one line that names the file ([`FileError`]).
 //!
 //! # Non-guarantees
@@ -59,6 +62,9 @@ use std::fmt;
 use std::fs::{File, FileType};
 use std::io::{self, Read as _, Write};
 use std::path::{Path, PathBuf};
+
+mod growing;
+pub use growing::{Growing, Grown};
 
 /// The most the host reads of one kind of file, with the kind's name for the error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

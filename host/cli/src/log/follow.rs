@@ -16,15 +16,13 @@
 use super::{LogArgs, row_listed, session_listed};
 use crate::interrupt::Interrupts;
 use crate::{CliError, exit, print};
-use aegis_calls::{Assembler, Entry, Filter, Row};
+use aegis_calls::{Assembler, Entry, Filter, Judged, Row};
+use aegis_files::Grown;
 use aegis_record::json::Object;
 use aegis_record::text::escape;
-use aegis_record::verify::{
-    Follower, MAX_LINE_BYTES, Options, Position, Report, Step, TrustAnchor, Verdict,
-};
+use aegis_record::verify::{Options, Position, Report, TrustAnchor, Verdict};
 use std::io::Read as _;
-use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
@@ -37,15 +35,7 @@ const CHUNK: usize = 1 << 20;
 
 /// Where the lines come from.
 enum Source {
-    File {
-        file: std::fs::File,
-        path: PathBuf,
-        name: String,
-        /// Bytes read so far.
-        read: u64,
-        /// The opened file's device and inode, to notice the name leading elsewhere.
-        id: (u64, u64),
-    },
+    File(aegis_files::Growing),
     /// Standard input, read on a thread (a read there blocks, and signals must still
     /// be noticed).
     Stdin(Receiver<std::io::Result<Vec<u8>>>),
@@ -91,19 +81,9 @@ impl Source {
         let name = escape(&path.display().to_string()).into_owned();
         // The same open as `aegis verify`'s: never through a final link, only a regular
         // file.
-        let file = aegis_files::open(path)
+        let file = aegis_files::Growing::open(path)
             .map_err(|e| CliError::Unreadable(escape(&e.to_string()).into_owned()))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| CliError::Unreadable(format!("{name}: {e}")))?;
-        let source = Source::File {
-            file,
-            path: path.to_owned(),
-            name: name.clone(),
-            read: 0,
-            id: (meta.dev(), meta.ino()),
-        };
-        Ok((name, source))
+        Ok((name, Source::File(file)))
     }
 
     fn next(&mut self) -> Result<Chunk, String> {
@@ -115,43 +95,11 @@ impl Source {
                 Err(RecvTimeoutError::Timeout) => Ok(Chunk::Idle),
                 Err(RecvTimeoutError::Disconnected) => Ok(Chunk::End),
             },
-            Source::File {
-                file,
-                path,
-                name,
-                read,
-                id,
-            } => {
-                let mut buf = vec![0; CHUNK];
-                let n = loop {
-                    match file.read(&mut buf) {
-                        Ok(n) => break n,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(format!("{name}: {e}")),
-                    }
-                };
-                if n > 0 {
-                    *read += n as u64;
-                    buf.truncate(n);
-                    return Ok(Chunk::Data(buf));
-                }
-                let len = file.metadata().map_err(|e| format!("{name}: {e}"))?.len();
-                if len < *read {
-                    return Ok(Chunk::Gone(format!(
-                        "{name} shrank to {len} bytes after {read} were read"
-                    )));
-                }
-                // Looked at without following a link: the name must still lead to the
-                // file being read.
-                match std::fs::symlink_metadata(path) {
-                    Ok(m) if (m.dev(), m.ino()) == *id => Ok(Chunk::Idle),
-                    Ok(_) => Ok(Chunk::Gone(format!("{name} was replaced by another file"))),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        Ok(Chunk::Gone(format!("{name} was removed")))
-                    }
-                    Err(e) => Err(format!("{name}: {e}")),
-                }
-            }
+            Source::File(file) => match file.next(CHUNK).map_err(|e| e.to_string())? {
+                Grown::Data(bytes) => Ok(Chunk::Data(bytes)),
+                Grown::Idle => Ok(Chunk::Idle),
+                Grown::Gone(why) => Ok(Chunk::Gone(why)),
+            },
         }
     }
 }
@@ -202,7 +150,7 @@ pub(super) fn follow(
     let (name, mut source) = Source::open(path)?;
     let interrupts = Interrupts::install_stop_signals()
         .map_err(|e| CliError::Refused(format!("the signal handlers: {e}")))?;
-    let mut follower = Follower::new(&Options {
+    let mut judged = Judged::new(&Options {
         trust,
         threads: 0,
         approvers,
@@ -215,7 +163,6 @@ pub(super) fn follow(
     };
     // What the file held at the start is listed under its verdict, once it is read.
     let mut caught_up = false;
-    let mut partial: Vec<u8> = Vec::new();
     let stopped = loop {
         if interrupts.token().is_cancelled() {
             let signal = interrupts.token().reason().unwrap_or_default();
@@ -226,19 +173,7 @@ pub(super) fn follow(
             .map_err(|e| CliError::Unreadable(escape(&e).into_owned()))?;
         match chunk {
             Chunk::Data(bytes) => {
-                partial.extend_from_slice(&bytes);
-                let end = partial
-                    .iter()
-                    .rposition(|&b| b == b'\n')
-                    .map_or(0, |i| i + 1);
-                let mut tampered = push(&mut follower, &mut listing, &partial[..end]);
-                partial.drain(..end);
-                // A line this long is malformed whatever follows: no need to wait.
-                if !tampered && partial.len() > MAX_LINE_BYTES {
-                    tampered = push(&mut follower, &mut listing, &partial);
-                    partial.clear();
-                }
-                if tampered {
+                if judged.push(&bytes, |at, line| listing.line(at, line)) {
                     break Stopped::Tampered;
                 }
             }
@@ -246,7 +181,7 @@ pub(super) fn follow(
                 if !caught_up {
                     caught_up = true;
                     let rows = std::mem::take(&mut listing.out);
-                    header(args, &follower.report(), &mut listing.out);
+                    header(args, &judged.report(), &mut listing.out);
                     listing.out.extend(rows);
                 }
                 // Standard input's receive already waited.
@@ -263,8 +198,8 @@ pub(super) fn follow(
         }
     };
     let report = match stopped {
-        Stopped::End => follower.finish(Some(&partial)),
-        _ => follower.report(),
+        Stopped::End => judged.finish(),
+        _ => judged.report(),
     };
     if !caught_up {
         // Stopped before the backlog was listed. A Tampered record lists nothing, as
@@ -284,34 +219,6 @@ pub(super) fn follow(
     last_line(args, &name, &stopped, &report, &mut listing.out);
     print(&listing.out).map_err(|_| CliError::Stdout)?;
     Ok(code)
-}
-
-/// Pushes `bytes` (whole lines) through the follower, listing each accepted line;
-/// whether the record turned out Tampered.
-fn push(follower: &mut Follower, listing: &mut Listing<'_>, bytes: &[u8]) -> bool {
-    if bytes.is_empty() {
-        return false;
-    }
-    let lines: Vec<&[u8]> = if bytes.ends_with(b"\n") {
-        bytes.split_inclusive(|&b| b == b'\n').collect()
-    } else {
-        vec![bytes]
-    };
-    let mut lines = lines.into_iter();
-    for step in follower.push_lines(lines.as_slice()) {
-        match step {
-            Step::Accepted { at, .. } => {
-                if let Some(line) = lines.next() {
-                    listing.line(at, line);
-                }
-            }
-            Step::Tampered(_) => return true,
-            _ => {
-                lines.next();
-            }
-        }
-    }
-    false
 }
 
 /// The verdict of what the file held at the start, as `aegis log` prints it.

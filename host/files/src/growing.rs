@@ -1,0 +1,166 @@
+//! A file read as it grows, as `tail -f` reads it: the record a host is appending to.
+
+use crate::{FileError, open};
+use std::fs::File;
+use std::io::{self, Read as _};
+use std::path::{Path, PathBuf};
+
+/// What one look at a growing file found.
+#[derive(Debug)]
+pub enum Grown {
+    /// Bytes appended since the last look.
+    Data(Vec<u8>),
+    /// Nothing new yet.
+    Idle,
+    /// The name no longer leads to the file being read, or the file shrank: why, naming
+    /// the file. A record only grows, so the reader should stop.
+    Gone(String),
+}
+
+/// A regular file opened by [`open`]'s rules and read from where the last read ended.
+///
+/// A file that shrinks below what was read, or whose name now leads to another file (it
+/// was removed, replaced or rotated), is [`Grown::Gone`]: the bytes read are no longer
+/// the file's.
+#[derive(Debug)]
+pub struct Growing {
+    file: File,
+    path: PathBuf,
+    read: u64,
+    /// The opened file's device and inode, to notice the name leading elsewhere.
+    #[cfg(unix)]
+    id: (u64, u64),
+}
+
+impl Growing {
+    /// Opens `path` ([`open`]'s checks: no final link, only a regular file).
+    ///
+    /// # Errors
+    /// [`open`]'s.
+    pub fn open(path: &Path) -> Result<Growing, FileError> {
+        let file = open(path)?;
+        #[cfg(unix)]
+        let id = {
+            use std::os::unix::fs::MetadataExt as _;
+            let meta = file.metadata().map_err(|source| FileError::Io {
+                path: path.to_owned(),
+                source,
+            })?;
+            (meta.dev(), meta.ino())
+        };
+        Ok(Growing {
+            file,
+            path: path.to_owned(),
+            read: 0,
+            #[cfg(unix)]
+            id,
+        })
+    }
+
+    /// The path it was opened by.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// How many bytes were read so far.
+    pub fn read_so_far(&self) -> u64 {
+        self.read
+    }
+
+    /// Reads at most `chunk` bytes appended since the last call.
+    ///
+    /// # Errors
+    /// [`FileError::Io`] when reading or looking at the file fails.
+    pub fn next(&mut self, chunk: usize) -> Result<Grown, FileError> {
+        let failed = |source: io::Error| FileError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let mut buf = vec![0; chunk];
+        let n = loop {
+            match self.file.read(&mut buf) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(failed(e)),
+            }
+        };
+        if n > 0 {
+            self.read += n as u64;
+            buf.truncate(n);
+            return Ok(Grown::Data(buf));
+        }
+        let name = self.path.display();
+        let len = self.file.metadata().map_err(failed)?.len();
+        if len < self.read {
+            return Ok(Grown::Gone(format!(
+                "{name} shrank to {len} bytes after {} were read",
+                self.read
+            )));
+        }
+        // Looked at without following a link: the name must still lead to the file
+        // being read.
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if self.same_file(&m) => Ok(Grown::Idle),
+            Ok(_) => Ok(Grown::Gone(format!("{name} was replaced by another file"))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Ok(Grown::Gone(format!("{name} was removed")))
+            }
+            Err(e) => Err(failed(e)),
+        }
+    }
+
+    #[cfg(unix)]
+    fn same_file(&self, meta: &std::fs::Metadata) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        (meta.dev(), meta.ino()) == self.id
+    }
+
+    #[cfg(not(unix))]
+    fn same_file(&self, meta: &std::fs::Metadata) -> bool {
+        meta.is_file()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+
+    #[test]
+    fn reads_what_was_appended_and_notices_a_shrink_or_a_replacement() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r");
+        std::fs::write(&path, b"one\n").unwrap();
+        let mut growing = Growing::open(&path).unwrap();
+        assert!(matches!(growing.next(64).unwrap(), Grown::Data(d) if d == b"one\n"));
+        assert!(matches!(growing.next(64).unwrap(), Grown::Idle));
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(b"two\n").unwrap();
+        assert!(matches!(growing.next(64).unwrap(), Grown::Data(d) if d == b"two\n"));
+        assert_eq!(growing.read_so_far(), 8);
+        f.set_len(2).unwrap();
+        assert!(matches!(growing.next(64).unwrap(), Grown::Gone(why) if why.contains("shrank")));
+
+        let mut growing = Growing::open(&path).unwrap();
+        std::fs::rename(&path, dir.path().join("old")).unwrap();
+        std::fs::write(&path, b"new").unwrap();
+        growing.next(64).unwrap();
+        assert!(matches!(growing.next(64).unwrap(), Grown::Gone(why) if why.contains("replaced")));
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(growing.next(64).unwrap(), Grown::Gone(why) if why.contains("removed")));
+    }
+
+    #[test]
+    fn a_link_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("real"), b"x").unwrap();
+        std::os::unix::fs::symlink("real", dir.path().join("link")).unwrap();
+        assert!(matches!(
+            Growing::open(&dir.path().join("link")),
+            Err(FileError::NotAFile { .. })
+        ));
+    }
+}
