@@ -182,6 +182,22 @@ pub struct DecisionFile {
 }
 
 impl DecisionFile {
+    /// A person's decision on request `approval_id`, signed with their `key` and timed
+    /// now.
+    pub fn signed(
+        key: &aegis_record::key::SigningKey,
+        approval_id: &str,
+        verdict: DecisionVerdict,
+    ) -> DecisionFile {
+        let approver = aegis_record::approval::sign(key, approval_id, &verdict);
+        DecisionFile {
+            approval_id: approval_id.to_owned(),
+            verdict,
+            approver,
+            decided_at: aegis_record::time::now(),
+        }
+    }
+
     /// The file's members.
     pub fn to_object(&self) -> Object {
         let mut o = Object::new();

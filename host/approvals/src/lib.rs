@@ -117,6 +117,20 @@ pub struct Listed {
     pub state: State,
 }
 
+impl Listed {
+    /// The request's members, its `state`, and the decision when there is one: what
+    /// `aegis approvals list --json` prints a line of.
+    pub fn to_object(&self) -> Object {
+        let mut o = Object::new();
+        o.insert("request", self.request.to_object());
+        o.insert("state", self.state.name());
+        if let State::Decided(d) | State::Used(d) = &self.state {
+            o.insert("decision", d.to_object());
+        }
+        o
+    }
+}
+
 /// The queue: a directory, checked, or a store.
 #[derive(Clone, Debug)]
 pub struct Queue {

@@ -88,14 +88,14 @@ pub struct QueueFlag {
     /// The approvals queue directory [default: $XDG_STATE_HOME/aegis/approvals, else
     /// ~/.local/state/aegis/approvals].
     #[arg(long = "approvals", value_name = "DIR")]
-    dir: Option<PathBuf>,
+    pub dir: Option<PathBuf>,
 }
 
 impl QueueFlag {
     /// The queue the hosts file parks in: `--approvals DIR`; else, with `--profile`,
     /// its `[operator.approvals] dir`, or the queue its audit store keeps (a database
     /// every host writes); else the default directory.
-    fn open(&self, profile: Option<&str>) -> Result<Queue, CliError> {
+    pub fn open(&self, profile: Option<&str>) -> Result<Queue, CliError> {
         let dir = match (&self.dir, profile) {
             (Some(d), _) => d.clone(),
             (None, Some(profile)) => {
@@ -199,7 +199,7 @@ fn list(queue: &Queue, json: bool) -> Result<u8, CliError> {
     let mut out = String::new();
     for l in &listed {
         if json {
-            out.push_str(&canonical(&listed_object(l)));
+            out.push_str(&canonical(&l.to_object()));
             out.push('\n');
         } else {
             let r = &l.request;
@@ -231,21 +231,6 @@ fn list(queue: &Queue, json: bool) -> Result<u8, CliError> {
     Ok(exit::OK)
 }
 
-/// The JSON a listing and `show --json` print: the request's members, its `state`,
-/// and the decision when there is one.
-fn listed_object(l: &Listed) -> Object {
-    let mut o = Object::new();
-    o.insert("request", l.request.to_object());
-    o.insert("state", l.state.name());
-    match &l.state {
-        State::Decided(d) | State::Used(d) => {
-            o.insert("decision", d.to_object());
-        }
-        State::Pending | State::Expired => {}
-    }
-    o
-}
-
 fn canonical(o: &Object) -> String {
     String::from_utf8(o.to_canonical()).unwrap_or_default()
 }
@@ -256,7 +241,7 @@ fn show(queue: &Queue, id: &str, json: bool) -> Result<u8, CliError> {
     let state = queue.state(id).map_err(queue_error)?;
     let listed = Listed { request, state };
     let text = if json {
-        format!("{}\n", canonical(&listed_object(&listed)))
+        format!("{}\n", canonical(&listed.to_object()))
     } else {
         describe(&listed)
     };
@@ -442,13 +427,7 @@ fn decide(queue: &Queue, id: &str, key_path: &Path, said: Verdict<'_>) -> Result
         },
     };
     let denied = matches!(verdict, DecisionVerdict::Denied { .. });
-    let approver = aegis_record::approval::sign(&key, id, &verdict);
-    let decision = DecisionFile {
-        approval_id: id.to_owned(),
-        verdict,
-        approver,
-        decided_at: aegis_record::time::now(),
-    };
+    let decision = DecisionFile::signed(&key, id, verdict);
     queue.decide(&decision).map_err(|e| match e {
         DecideError::AlreadyDecided { .. } => CliError::Settled(escape(&e.to_string()).into()),
         DecideError::Expired { .. } => CliError::Expired(e.to_string()),

@@ -1,6 +1,10 @@
-//! `aegis console`: a web page over a record, served from this binary on loopback.
+//! `aegis console`: a web page over a record or a directory of session files, served
+//! from this binary on loopback, with the approvals queue when one is named.
 
 use crate::CliError;
+use crate::approvals::QueueFlag;
+use aegis_record::key::{KeyError, SigningKey};
+use aegis_record::verify::TrustAnchor;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,10 +12,13 @@ use std::sync::Arc;
 /// `aegis console`'s arguments.
 #[derive(clap::Args)]
 pub struct ConsoleArgs {
-    /// The record file to show and its trust options, as `aegis verify` takes them: it
-    /// is verified so each time the page asks.
-    #[command(flatten)]
-    record: aegis_verify::VerifyArgs,
+    /// A key the records must be signed by, as its public key or key id (64 lowercase
+    /// hex, as `aegis verify --key` takes it); repeatable.
+    #[arg(long = "key", value_name = "HEX", value_parser = parse_anchor)]
+    keys: Vec<TrustAnchor>,
+    /// A file of accepted keys, one a line, as `aegis verify --trust-store` reads it.
+    #[arg(long, value_name = "PATH")]
+    trust_store: Option<PathBuf>,
     /// Where to serve the page: a loopback address and port.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8767")]
     http: SocketAddr,
@@ -19,27 +26,65 @@ pub struct ConsoleArgs {
     /// `aegis gateway --token-file`). Without one, a fresh token is made for this run.
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// Your signing key (`aegis keygen`): the page may then approve and deny parked
+    /// calls, each decision signed with it. Without it the queue is shown read-only.
+    #[arg(long, value_name = "KEY")]
+    approver_key: Option<PathBuf>,
+    /// The approvals queue: shown when this, --profile or --approver-key is given.
+    #[command(flatten)]
+    queue: QueueFlag,
+    /// The record file, or a directory of session files (every file beneath it is
+    /// followed; new ones are picked up as they appear).
+    #[arg(value_name = "PATH")]
+    path: PathBuf,
+}
+
+fn parse_anchor(s: &str) -> Result<TrustAnchor, String> {
+    TrustAnchor::from_hex(s).map_err(|e| e.to_string())
 }
 
 /// Serves the console until SIGINT or SIGTERM. The address to open, with the token in
 /// its fragment, goes to stderr.
-pub fn console(a: &ConsoleArgs) -> Result<u8, CliError> {
+pub fn console(a: &ConsoleArgs, profile: Option<&str>) -> Result<u8, CliError> {
     let token = match &a.token_file {
         Some(path) => {
             aegis_http::read_token(path).map_err(|e| CliError::Unreadable(e.to_string()))?
         }
         None => fresh_token()?,
     };
-    let [record] = a.record.paths.as_slice() else {
-        return Err(CliError::Usage(
-            "console shows one record: give one file".into(),
-        ));
+    let trust = aegis_verify::trust_slice(&aegis_verify::VerifyArgs {
+        keys: a.keys.clone(),
+        trust_store: a.trust_store.clone(),
+        approver_keys: Vec::new(),
+        json: false,
+        paths: Vec::new(),
+    })
+    .map_err(|e| CliError::Unreadable(e.to_string()))?;
+    // A link is named, never followed, as `aegis verify` treats one.
+    let source = match std::fs::symlink_metadata(&a.path) {
+        Ok(m) if m.is_dir() => aegis_console::feed::Source::Directory(a.path.clone()),
+        Ok(_) => aegis_console::feed::Source::File(a.path.clone()),
+        Err(e) => {
+            return Err(CliError::Unreadable(format!("{}: {e}", a.path.display())));
+        }
     };
-    let trust =
-        aegis_verify::trust_slice(&a.record).map_err(|e| CliError::Unreadable(e.to_string()))?;
+    let approver = match &a.approver_key {
+        Some(path) => Some(Arc::new(SigningKey::load(path).map_err(|e| match e {
+            KeyError::Io { .. } => CliError::Unreadable(e.to_string()),
+            _ => CliError::Refused(e.to_string()),
+        })?)),
+        None => None,
+    };
+    let approvals = if a.queue.dir.is_some() || profile.is_some() || approver.is_some() {
+        Some(a.queue.open(profile)?)
+    } else {
+        None
+    };
     let console = aegis_console::Console {
-        record: record.clone(),
+        source,
         trust,
+        approvals,
+        approver,
     };
     let warn: aegis_http::Warn = Arc::new(|w: &str| crate::say(format_args!("aegis: {w}")));
     let shown = token.clone();

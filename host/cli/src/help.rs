@@ -213,20 +213,30 @@ EXIT STATUS:
 pub const CONSOLE: &str = "\
 EXAMPLES:
   aegis console aegis-audit.aarl
-  aegis console --key KEY_ID --http 127.0.0.1:9000 aegis-audit.aarl
+  aegis console --key KEY_ID --http 127.0.0.1:9000 /var/log/aegis/sessions/
+  aegis console --approver-key ~/.config/aegis/me.key --approvals /srv/aegis/approvals audit.aarl
   aegis console --token-file ~/.config/aegis/console.token aegis-audit.aarl
 
 Prints the address to open on stderr: http://ADDR/#token=TOKEN. The token rides in the
 address's fragment, which the browser never sends anywhere; the page sends it to the
-API as a bearer token. Without --token-file a fresh token is made for each run. The
-page shows the record's verdict (as aegis verify gives it, --key and --trust-store
-pinning it) and its calls, newest first; a Tampered record lists none. Every text the
-record holds is shown as text, never as markup. Loopback only.
+API as a bearer token. Without --token-file a fresh token is made for each run.
+
+The page follows the record (or every file beneath the directory, new ones included)
+as it grows: each line is verified before it is shown, and each file is shown under
+its verdict (--key and --trust-store pin it, as for aegis verify). A file found
+Tampered while its first read is in progress shows no calls; one found Tampered later
+is marked at once. A call opens to its evidence: its raw lines, what they say, and the
+aegis verify command that checks them offline. With --approvals, --profile or
+--approver-key the queue of parked calls is shown; with --approver-key the page can
+approve or deny one, the decision signed with that key. Every text the record holds is
+shown as text, never as markup. Loopback only.
 
 EXIT STATUS:
   0    stopped by SIGINT or SIGTERM
-  1    a usage error (not one record)
-  2    the token file could not be read, or is readable by group or others
+  1    a usage error
+  2    the record, a key or the token file could not be read, or the token file is
+       readable by group or others
+  4    the approver key or the approvals queue was refused
   18   the address could not be served";
 
 /// What `wrap` and `gateway` both say about parked calls and `--approve-via`.

@@ -153,8 +153,10 @@ enum Command {
     /// keeps reading as the record grows, listing each call once its lines verify.
     #[command(after_help = help::LOG)]
     Log(Box<log::LogArgs>),
-    /// Serve a web page over a record: its verdict and its calls, newest first (time,
-    /// host, session, tool, verdict, station, reason, duration). Runs nothing.
+    /// Serve a web page that watches a record (or a directory of session files) as it
+    /// grows: calls newest first (time, host, session, tool, verdict, station, reason,
+    /// duration), each file's verdict, each call's evidence; and, with an approver key,
+    /// the approvals queue to approve or deny from. Runs no tool.
     ///
     /// The page and its script come from this binary (nothing from another site) and
     /// are served on loopback; its API needs a token, which the address printed on
@@ -395,6 +397,7 @@ impl Command {
                 | Command::Export { .. }
                 | Command::Store { .. }
                 | Command::Approvals { .. }
+                | Command::Console(_)
                 | Command::Profiles {
                     command: ProfilesCommand::Show { .. }
                 }
@@ -482,7 +485,7 @@ fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Verify(args) => Ok(aegis_verify::run(&args)),
         Command::Recheck(args) => recheck::recheck(profile, &args),
         Command::Log(args) => log::log(&args),
-        Command::Console(args) => console::console(&args),
+        Command::Console(args) => console::console(&args, cli.profile.as_deref()),
         Command::Keygen { out, force } => key::keygen(&out, force),
         Command::Key {
             command: key::KeyCommand::Show { keyfile },

@@ -2,9 +2,11 @@
 //! CDN, no external fonts or scripts), behind the HTTP checks every Aegis server shares
 //! ([`aegis_http::guard`]: exact `Host` and `Origin`, body caps, connection caps).
 //!
-//! This is the first slice of the console: the page, and the calls of one record file
-//! with the verdict `aegis verify` gives its bytes. Live updates, directories of
-//! sessions, the PostgreSQL store, a call's evidence and approvals come next.
+//! It shows the calls of a record file, or of a directory of session files, as they are
+//! written ([`feed`]): each line verified before it is shown, each file under the
+//! verdict of what was read of it. A call opens to its evidence (its raw lines and what
+//! they say). With an approvals queue and an approver key, it lists parked calls and
+//! places the operator's signed decision on one.
 //!
 //! # Guarantees
 //! - The page and its assets carry no data and need no token; every `/api/` path needs
@@ -17,25 +19,33 @@
 //!   `X-Content-Type-Options: nosniff`, `Referrer-Policy: no-referrer` and
 //!   `frame-ancestors 'none'`. The page writes what the record says (tool ids, reasons
 //!   tools and servers wrote) as text nodes, never as markup.
-//! - The record is read through `aegis_files` (no final link followed, no FIFO or
-//!   device opened), at most [`MAX_RECORD`] bytes, and verified before any of its calls
-//!   is listed: a Tampered record lists none (`"calls": []`, the verdict says why).
+//! - Records are read through `aegis_files` (no final link followed, no FIFO or device
+//!   opened), at most [`feed::MAX_FILE`] bytes of a file, and each line is verified
+//!   before anything it says is shown ([`feed`] says how a Tampered file is shown).
+//! - A decision is placed only by `POST /api/approvals/ID` with the token, a JSON body
+//!   (`Content-Type: application/json`, which no cross-origin form can send without a
+//!   preflight the guard refuses) and an exact `Origin` when one is sent; it is signed
+//!   with the key the operator gave (`--approver-key`), and the first decision of a
+//!   request stands, as with `aegis approvals approve`.
 //!
 //! # Non-guarantees
 //! - No TLS (see `aegis-http`): serve loopback, or put a TLS proxy in front.
 
-use aegis_calls::Entry;
-use aegis_record::json::{Object, Value};
-use aegis_record::verify::{Options, TrustAnchor, Verdict, verify};
-use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use std::path::PathBuf;
-use std::sync::Arc;
+pub mod feed;
 
-/// The most of a record file the console reads: 256 MiB.
-pub const MAX_RECORD: u64 = 256 << 20;
+use aegis_approvals::{DecideError, DecisionFile, Queue};
+use aegis_record::DecisionVerdict;
+use aegis_record::json::{Object, Value};
+use aegis_record::key::SigningKey;
+use aegis_record::verify::TrustAnchor;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use feed::{Feed, Source};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The Content-Security-Policy of every answer.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
@@ -46,29 +56,52 @@ const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
 const APP_CSS: &str = include_str!("assets/app.css");
 
-/// What the console shows.
-#[derive(Clone, Debug)]
+/// What the console shows, and what it may decide.
+#[derive(Clone)]
 pub struct Console {
-    /// The record file.
-    pub record: PathBuf,
-    /// The keys the record must be signed by (as `aegis verify --trust`); `None`
-    /// verifies it unpinned.
+    /// The record file, or directory of session files.
+    pub source: Source,
+    /// The keys the records must be signed by (as `aegis verify --trust`); `None`
+    /// verifies them unpinned.
     pub trust: Option<Vec<TrustAnchor>>,
+    /// The approvals queue to list, when there is one.
+    pub approvals: Option<Queue>,
+    /// The key decisions are signed with; without one, the queue is shown read-only.
+    pub approver: Option<Arc<SigningKey>>,
+}
+
+/// What the routes share: the console and the feed it follows.
+struct Shared {
+    console: Console,
+    feed: Arc<Feed>,
+    stop: tokio_util::sync::CancellationToken,
 }
 
 /// What starts the console's refusals.
 pub const SERVER: &str = "aegis console";
 
 /// The console's routes, before [`aegis_http::guard`] (with no token of its own): the
-/// page and its assets, and the API behind the bearer token `token`.
-pub fn router(console: Console, token: Arc<str>) -> axum::Router {
+/// page and its assets, and the API behind the bearer token `token`; `feed` is what
+/// the event stream sends, until `stop`.
+pub fn router(
+    console: Console,
+    feed: Arc<Feed>,
+    token: Arc<str>,
+    stop: tokio_util::sync::CancellationToken,
+) -> axum::Router {
     let token = aegis_http::Token {
         server: SERVER,
         token,
     };
     let api = axum::Router::new()
-        .route("/api/calls", get(calls))
-        .with_state(Arc::new(console))
+        .route("/api/events", get(events))
+        .route("/api/calls/{n}", get(call))
+        .route("/api/approvals/{id}", post(decide))
+        .with_state(Arc::new(Shared {
+            console,
+            feed,
+            stop,
+        }))
         .layer(axum::middleware::from_fn_with_state(
             token,
             aegis_http::require_token,
@@ -90,19 +123,20 @@ pub fn router(console: Console, token: Arc<str>) -> axum::Router {
         .layer(axum::middleware::map_response(secured))
 }
 
-/// The largest request body read: the API takes no body yet.
+/// The largest request body read: a decision and its reason.
 pub const MAX_BODY: usize = 64 << 10;
 
 /// The most connections served at once: one operator's browser opens a handful.
 pub const MAX_CONNECTIONS: usize = 64;
 
-/// Serves the console on `listener` until `stop` is cancelled: [`router`] behind
+/// Serves the console on `listener` until `stop` is cancelled, following its source
+/// ([`feed::start`]): [`router`] behind
 /// [`aegis_http::guard`] (this server's names only, a body cap), on connections capped
 /// at [`MAX_CONNECTIONS`] with `aegis-http`'s deadlines. Trouble serving goes to
 /// `warn`.
 ///
 /// # Errors
-/// When the listener has no address.
+/// When the listener has no address, or the feed's thread cannot start.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     console: Console,
@@ -119,7 +153,14 @@ pub async fn serve(
         max_body: MAX_BODY,
         read_timeout: aegis_http::DEFAULT_READ_TIMEOUT,
     };
-    let router = aegis_http::guard(router(console, token), &guard);
+    let feed = feed::start(
+        console.source.clone(),
+        console.trust.clone(),
+        console.approvals.clone(),
+        console.approver.is_some(),
+        stop.clone(),
+    )?;
+    let router = aegis_http::guard(router(console, feed, token, stop.clone()), &guard);
     let limits = aegis_http::Limits {
         max_connections: MAX_CONNECTIONS,
         read_timeout: aegis_http::DEFAULT_READ_TIMEOUT,
@@ -207,57 +248,221 @@ fn asset(body: &'static str, content_type: &'static str) -> Response {
     ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
-/// `GET /api/calls`: `{"record", "verdict", "headline", "sessions", "calls"}`, the
-/// calls of the record in the order their intents came, under the verdict of its bytes
-/// (none when Tampered).
-async fn calls(State(console): State<Arc<Console>>) -> Response {
-    let read = tokio::task::spawn_blocking(move || listing(&console)).await;
-    match read {
-        Ok(Ok(body)) => (
-            [(header::CONTENT_TYPE, "application/json")],
-            body.to_canonical(),
-        )
-            .into_response(),
-        Ok(Err(why)) => aegis_http::refusal(StatusCode::SERVICE_UNAVAILABLE, why, &[]),
-        Err(e) => aegis_http::refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string(), &[]),
+/// How long the event stream waits, with nothing new, before sending a comment that
+/// keeps proxies and the page's reader from taking it for dead.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The most events sent in one message: a long backlog goes in several.
+const EVENTS_PER_MESSAGE: usize = 512;
+
+/// `GET /api/events`: server-sent events, each message's data one JSON array of
+/// events (`file`, `session`, `call`, `approvals`), from the first on. It ends when
+/// the console stops.
+async fn events(State(shared): State<Arc<Shared>>) -> Response {
+    let changed = shared.feed.subscribe();
+    let stream = futures_util::stream::unfold(
+        (shared, changed, 0usize),
+        |(shared, mut changed, from)| async move {
+            loop {
+                let (mut batch, _) = shared.feed.since(from);
+                if !batch.is_empty() {
+                    batch.truncate(EVENTS_PER_MESSAGE);
+                    let next = from + batch.len();
+                    let message = format!("data: [{}]\n\n", batch.join(","));
+                    return Some((
+                        Ok::<_, std::convert::Infallible>(Bytes::from(message)),
+                        (shared, changed, next),
+                    ));
+                }
+                tokio::select! {
+                    seen = changed.changed() => {
+                        if seen.is_err() {
+                            return None;
+                        }
+                    }
+                    () = shared.stop.cancelled() => return None,
+                    () = tokio::time::sleep(KEEP_ALIVE) => {
+                        return Some((
+                            Ok(Bytes::from_static(b": still here\n\n")),
+                            (shared, changed, from),
+                        ));
+                    }
+                }
+            }
+        },
+    );
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::HeaderName::from_static("x-accel-buffering"), "no"),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+/// `GET /api/calls/N`: call N's evidence: `{"file", "row", "lines": [{"kind",
+/// "line"}], "verify"}`, each line as the record holds it (text) and `verify` the
+/// command that checks the file offline.
+async fn call(State(shared): State<Arc<Shared>>, Path(n): Path<String>) -> Response {
+    let found = n.parse::<usize>().ok().and_then(|n| shared.feed.call(n));
+    let Some(evidence) = found else {
+        return aegis_http::refusal(StatusCode::NOT_FOUND, format!("no call {n}"), &[]);
+    };
+    let mut o = Object::new();
+    o.insert("file", evidence.file.as_str());
+    o.insert("row", evidence.row.clone());
+    o.insert(
+        "lines",
+        Value::Array(
+            evidence
+                .lines
+                .iter()
+                .map(|(kind, line)| {
+                    let mut l = Object::new();
+                    l.insert("kind", *kind);
+                    l.insert(
+                        "line",
+                        String::from_utf8_lossy(line.strip_suffix(b"\n").unwrap_or(line))
+                            .into_owned(),
+                    );
+                    Value::Object(l)
+                })
+                .collect(),
+        ),
+    );
+    o.insert(
+        "verify",
+        verify_command(&evidence.file, shared.console.trust.as_deref()),
+    );
+    json(StatusCode::OK, &o)
+}
+
+/// The `aegis verify` command for `file`, its path quoted for a POSIX shell.
+fn verify_command(file: &str, trust: Option<&[TrustAnchor]>) -> String {
+    let mut command = String::from("aegis verify");
+    for key in trust.unwrap_or_default() {
+        command.push_str(" --key ");
+        command.push_str(&key.to_hex());
+    }
+    command.push_str(" -- '");
+    command.push_str(&file.replace('\'', r"'\''"));
+    command.push('\'');
+    command
+}
+
+fn json(status: StatusCode, o: &Object) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        o.to_canonical(),
+    )
+        .into_response()
+}
+
+/// `POST /api/approvals/ID` with `{"verdict": "approve"}` or `{"verdict": "deny",
+/// "reason": TEXT}`: the operator's decision, signed with the console's approver key.
+async fn decide(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let refuse = |status, why: &str| aegis_http::refusal(status, why.to_owned(), &[]);
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !is_json {
+        return refuse(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "a decision is sent as Content-Type: application/json",
+        );
+    }
+    let (Some(queue), Some(key)) = (
+        shared.console.approvals.clone(),
+        shared.console.approver.clone(),
+    ) else {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "this console decides nothing: it was started without --approver-key",
+        );
+    };
+    if !aegis_approvals::is_approval_id(&id) {
+        return refuse(StatusCode::NOT_FOUND, "not an approval id");
+    }
+    let said = match said(&body) {
+        Ok(said) => said,
+        Err(why) => return refuse(StatusCode::BAD_REQUEST, &why),
+    };
+    let placed = tokio::task::spawn_blocking(move || place(&queue, &key, &id, said)).await;
+    match placed {
+        Ok(Ok(o)) => json(StatusCode::OK, &o),
+        Ok(Err((status, why))) => refuse(status, &why),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     }
 }
 
-/// The listing `GET /api/calls` answers with, or why the record could not be read.
-pub fn listing(console: &Console) -> Result<Object, String> {
-    let cap = aegis_files::Cap::new(MAX_RECORD, "a record");
-    let bytes = aegis_files::read(&console.record, cap).map_err(|e| e.to_string())?;
-    let report = verify(
-        bytes.as_slice(),
-        &Options {
-            trust: console.trust.clone(),
-            approvers: None,
-            threads: 0,
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    let verdict = match report.verdict() {
-        Verdict::Verified(_) => "verified",
-        Verdict::Indeterminate(_) => "indeterminate",
-        Verdict::Tampered(_) => "tampered",
+/// What the operator said: approve, or deny with a reason.
+enum Said {
+    Approve,
+    Deny(String),
+}
+
+/// Reads a decision's body: one JSON object, `verdict` and (to deny) `reason`, nothing
+/// else.
+fn said(body: &[u8]) -> Result<Said, String> {
+    let Ok(Value::Object(o)) = aegis_record::json::parse(body) else {
+        return Err("the body is not one JSON object".into());
     };
-    let mut sessions = Vec::new();
-    let mut calls = Vec::new();
-    if verdict != "tampered" {
-        for entry in aegis_calls::entries(&bytes) {
-            match entry {
-                Entry::Session(index, opened) => {
-                    sessions.push(Value::Object(opened.to_json(index)))
-                }
-                Entry::Call(row) => calls.push(Value::Object(row.to_json())),
-            }
-        }
+    if let Some(other) = o
+        .iter()
+        .map(|(k, _)| k)
+        .find(|k| !matches!(*k, "verdict" | "reason"))
+    {
+        return Err(format!("unknown member {other:?}"));
     }
+    let reason = o.get("reason").map(|r| r.as_str().map(str::trim));
+    match (o.get("verdict").and_then(Value::as_str), reason) {
+        (Some("approve"), None) => Ok(Said::Approve),
+        (Some("deny"), Some(Some(reason))) if !reason.is_empty() => {
+            Ok(Said::Deny(reason.to_owned()))
+        }
+        (Some("deny"), _) => Err("a denial needs a reason (the client is told)".into()),
+        (Some("approve"), Some(_)) => Err("an approval takes no reason".into()),
+        _ => Err(r#"verdict must be "approve" or "deny""#.into()),
+    }
+}
+
+/// Signs and places the decision on request `id`: the request's state after it.
+fn place(
+    queue: &Queue,
+    key: &SigningKey,
+    id: &str,
+    said: Said,
+) -> Result<Object, (StatusCode, String)> {
+    let request = queue
+        .request(id)
+        .map_err(|e| (StatusCode::NOT_FOUND, e.to_string()))?;
+    let verdict = match said {
+        Said::Approve => DecisionVerdict::Approved {
+            scope: request.scope.clone(),
+        },
+        Said::Deny(reason) => DecisionVerdict::Denied { reason },
+    };
+    let decision = DecisionFile::signed(key, id, verdict);
+    queue.decide(&decision).map_err(|e| {
+        let status = match &e {
+            DecideError::AlreadyDecided { .. } => StatusCode::CONFLICT,
+            DecideError::Expired { .. } => StatusCode::GONE,
+            DecideError::NoSuchRequest { .. } => StatusCode::NOT_FOUND,
+            _ => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        (status, e.to_string())
+    })?;
     let mut o = Object::new();
-    o.insert("record", console.record.display().to_string());
-    o.insert("verdict", verdict);
-    o.insert("headline", report.headline());
-    o.insert("sessions", Value::Array(sessions));
-    o.insert("calls", Value::Array(calls));
+    o.insert("approval_id", id);
+    o.insert("decision", decision.to_object());
     Ok(o)
 }

@@ -1,5 +1,6 @@
-// The console page. Everything the record says is written as text (textContent),
-// never as markup: tool ids and reasons come from tools, servers and models.
+// The console page. Everything a record or the queue says is written as text
+// (textContent), never as markup: tool ids, reasons and arguments come from tools,
+// servers and models. Nothing here builds HTML from strings.
 "use strict";
 
 // The token comes in the URL's fragment, which the browser never sends to a server;
@@ -13,54 +14,406 @@ function token() {
   return sessionStorage.getItem("aegis-token") || "";
 }
 
-function cell(row, label, text) {
-  const td = document.createElement("td");
-  td.dataset.label = label;
-  td.textContent = text;
-  row.appendChild(td);
+function api(path, options) {
+  const o = options || {};
+  o.headers = Object.assign({ Authorization: "Bearer " + token() }, o.headers || {});
+  return fetch(path, o);
 }
 
-function show(listing) {
-  document.getElementById("record").textContent = "Record: " + listing.record;
-  const verdict = document.getElementById("verdict");
-  verdict.textContent = listing.headline;
-  verdict.className = listing.verdict;
-  const hosts = new Map();
-  for (const s of listing.sessions) {
-    hosts.set(s.index, (s.host && s.host.hostname) || "-");
-  }
-  const body = document.querySelector("#calls tbody");
-  body.replaceChildren();
-  for (const c of listing.calls.slice().reverse()) {
-    const row = document.createElement("tr");
-    row.className = c.verdict;
-    cell(row, "Time", c.time || "-");
-    cell(row, "Host", hosts.get(c.session) || "-");
-    cell(row, "Session", String(c.session));
-    cell(row, "Tool", c.tool_id);
-    cell(row, "Verdict", c.verdict);
-    cell(row, "Station", c.station || "-");
-    cell(row, "Reason", c.reason || "-");
-    cell(row, "Duration", c.wall_ms === undefined ? "-" : c.wall_ms + " ms");
-    body.appendChild(row);
-  }
+// Most rows drawn at once; the rest are counted, and the filters narrow them.
+const MOST_ROWS = 500;
+
+const state = {
+  files: new Map(), // file number -> {name, verdict, headline, stopped}
+  hosts: new Map(), // "file:session" -> hostname
+  calls: [], // {n, file, host, row}, in the order they came
+  approvals: null, // the last approvals event
+};
+
+function el(tag, text, className) {
+  const e = document.createElement(tag);
+  if (text !== undefined) e.textContent = text;
+  if (className) e.className = className;
+  return e;
+}
+
+function setStatus(text) {
+  document.getElementById("status").textContent = text;
 }
 
 function problem(text) {
   const p = document.getElementById("problem");
   p.textContent = text;
-  p.hidden = false;
+  p.hidden = !text;
 }
 
-async function load() {
-  const answer = await fetch("/api/calls", {
-    headers: { Authorization: "Bearer " + token() },
+function apply(events) {
+  for (const e of events) {
+    if (e.kind === "file") {
+      const key = e.file === undefined ? "name:" + e.name : e.file;
+      state.files.set(key, e);
+    } else if (e.kind === "session") {
+      const host = (e.session.host && e.session.host.hostname) || "";
+      state.hosts.set(e.file + ":" + e.session.index, host);
+    } else if (e.kind === "call") {
+      state.calls.push({ n: e.call, file: e.file, host: e.host || "", row: e.row });
+    } else if (e.kind === "approvals") {
+      state.approvals = e;
+    }
+  }
+  schedule();
+}
+
+let drawing = false;
+function schedule() {
+  if (drawing) return;
+  drawing = true;
+  requestAnimationFrame(() => {
+    drawing = false;
+    draw();
   });
+}
+
+function draw() {
+  drawFiles();
+  drawCalls();
+  drawApprovals();
+}
+
+function drawFiles() {
+  const list = document.getElementById("files");
+  list.replaceChildren();
+  for (const f of state.files.values()) {
+    const item = el("li");
+    item.appendChild(el("span", f.name + ": "));
+    item.appendChild(el("strong", f.verdict, f.verdict));
+    item.appendChild(el("span", " — " + f.headline));
+    if (f.stopped) item.appendChild(el("span", " (" + f.stopped + ")"));
+    list.appendChild(item);
+  }
+}
+
+function filters() {
+  return {
+    tool: document.getElementById("f-tool").value.trim(),
+    verdict: document.getElementById("f-verdict").value,
+    host: document.getElementById("f-host").value.trim(),
+    since: normalSince(document.getElementById("f-since").value.trim()),
+  };
+}
+
+// The record writes times as 2026-12-06T10:00:00.000000Z, which sort as text; a
+// shorter time the operator types is widened to that form.
+function normalSince(text) {
+  if (/^\d{4}-\d{2}-\d{2}$/.test(text)) return text + "T00:00:00.000000Z";
+  const m = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?)Z?$/.exec(text);
+  if (m) return m[1] + (m[2] ? "" : ":00") + ".000000Z";
+  return text;
+}
+
+function keeps(f, c) {
+  const r = c.row;
+  return (
+    (!f.tool || r.tool_id.includes(f.tool)) &&
+    (!f.verdict || r.verdict === f.verdict) &&
+    (!f.host || hostOf(c).includes(f.host)) &&
+    (!f.since || (r.time !== undefined && r.time >= f.since))
+  );
+}
+
+function hostOf(c) {
+  return c.host || state.hosts.get(c.file + ":" + c.row.session) || "";
+}
+
+function cell(tr, label, text) {
+  const td = el("td", text);
+  td.dataset.label = label;
+  tr.appendChild(td);
+  return td;
+}
+
+function drawCalls() {
+  const f = filters();
+  const body = document.querySelector("#calls tbody");
+  body.replaceChildren();
+  let kept = 0;
+  for (let i = state.calls.length - 1; i >= 0; i--) {
+    const c = state.calls[i];
+    if (!keeps(f, c)) continue;
+    kept++;
+    if (kept > MOST_ROWS) continue;
+    const r = c.row;
+    const file = state.files.get(c.file) || {};
+    const tr = el("tr", undefined, r.verdict);
+    if (file.verdict === "tampered") tr.classList.add("under-tampered");
+    cell(tr, "Time", r.time || "-");
+    cell(tr, "Host", hostOf(c) || "-");
+    cell(tr, "Session", String(r.session));
+    const tool = cell(tr, "Tool", "");
+    const open = el("button", r.tool_id === "" ? "-" : r.tool_id);
+    open.type = "button";
+    open.className = "link";
+    open.setAttribute("aria-label", "Evidence of the call to " + r.tool_id);
+    open.addEventListener("click", () => evidence(c));
+    tool.appendChild(open);
+    cell(tr, "Verdict", r.verdict);
+    cell(tr, "Station", r.station || "-");
+    cell(tr, "Reason", r.reason || "-");
+    cell(tr, "Duration", r.wall_ms === undefined ? "-" : r.wall_ms + " ms");
+    cell(tr, "Record", file.verdict || "-").classList.add(file.verdict || "reading");
+    body.appendChild(tr);
+  }
+  const all = state.calls.length;
+  document.getElementById("shown").textContent =
+    kept === all
+      ? all + " calls"
+      : kept + " of " + all + " calls match" + (kept > MOST_ROWS ? "; the newest " + MOST_ROWS + " are shown" : "");
+}
+
+// ---- Evidence ------------------------------------------------------------------
+
+// A JSON value flattened to rows of a definition list: "decision_axes.matched_rule".
+function flatten(value, path, rows) {
+  if (value !== null && typeof value === "object" && !Array.isArray(value)) {
+    const keys = Object.keys(value);
+    if (keys.length === 0) rows.push([path, "{}"]);
+    for (const k of keys) flatten(value[k], path ? path + "." + k : k, rows);
+  } else if (Array.isArray(value)) {
+    rows.push([path, value.length === 0 ? "(none)" : value.map((v) => (typeof v === "string" ? v : JSON.stringify(v))).join(", ")]);
+  } else {
+    rows.push([path, typeof value === "string" ? value : JSON.stringify(value)]);
+  }
+}
+
+function definitions(rows) {
+  const dl = el("dl");
+  for (const [name, value] of rows) {
+    dl.appendChild(el("dt", name));
+    dl.appendChild(el("dd", value));
+  }
+  return dl;
+}
+
+const LINE_TITLES = {
+  open: "Session opened (provenance and pins)",
+  intent: "Intent (written before the call ran)",
+  parked: "Parked (what approving authorised)",
+  decision: "Decision and approver",
+  outcome: "Outcome (verdict, axes, grant, digests)",
+  tool_change: "Tool change",
+};
+
+async function evidence(c) {
+  const answer = await api("/api/calls/" + c.n);
   if (!answer.ok) {
-    problem("The console refused: " + (await answer.text()));
+    problem("The console refused the evidence: " + (await answer.text()));
     return;
   }
-  show(await answer.json());
+  const e = await answer.json();
+  const body = document.getElementById("evidence-body");
+  body.replaceChildren();
+  body.appendChild(el("p", "From " + e.file + ", under its verdict: " + ((state.files.get(c.file) || {}).verdict || "not yet read")));
+  const rowRows = [];
+  flatten(e.row, "", rowRows);
+  body.appendChild(el("h3", "The call"));
+  body.appendChild(definitions(rowRows));
+  for (const l of e.lines) {
+    body.appendChild(el("h3", LINE_TITLES[l.kind] || l.kind));
+    let parsed;
+    try {
+      parsed = JSON.parse(l.line);
+    } catch (_) {
+      parsed = { line: l.line };
+    }
+    const rows = [];
+    flatten(parsed, "", rows);
+    body.appendChild(definitions(rows));
+  }
+  const raw = el("details");
+  raw.appendChild(el("summary", "Raw lines, as the record holds them"));
+  raw.appendChild(el("pre", e.lines.map((l) => l.line).join("\n")));
+  body.appendChild(raw);
+  body.appendChild(el("h3", "Check it offline"));
+  body.appendChild(el("code", e.verify));
+  const section = document.getElementById("evidence");
+  section.hidden = false;
+  section.focus();
 }
 
-load().catch((e) => problem("The console could not be reached: " + e));
+// ---- Approvals -----------------------------------------------------------------
+
+function scopeRows(scope) {
+  const rows = [["tool", scope.tool_id]];
+  rows.push(["arguments digest", scope.arguments_digest || "(none: any arguments)"]);
+  if (scope.fs) {
+    rows.push(["fs read", (scope.fs.read_paths || []).join(", ") || "(none)"]);
+    rows.push(["fs write", (scope.fs.write_paths || []).join(", ") || "(none)"]);
+  } else {
+    rows.push(["fs", "(none)"]);
+  }
+  const http = (scope.net && scope.net.http) || [];
+  if (http.length === 0) rows.push(["net", "(none)"]);
+  for (const rule of http) {
+    rows.push(["net", rule.host + " ports " + ((rule.ports || []).join(",") || "(any)") + " methods " + ((rule.methods || []).join(", ") || "(none)")]);
+  }
+  rows.push(["approval expires", scope.expires_at || "(not bounded by the scope)"]);
+  return rows;
+}
+
+function drawApprovals() {
+  const a = state.approvals;
+  const section = document.getElementById("approvals");
+  if (!a) {
+    section.hidden = true;
+    return;
+  }
+  section.hidden = false;
+  const note = document.getElementById("approvals-note");
+  const list = document.getElementById("requests");
+  if (a.error) {
+    note.textContent = "The queue at " + a.queue + " could not be read: " + a.error;
+    return;
+  }
+  const pending = a.requests.filter((l) => l.state === "pending").length;
+  note.textContent =
+    pending + " waiting in " + a.queue + (a.decides ? "" : " (read-only: the console was started without --approver-key)");
+  // A form being filled in is kept as it is while the queue is redrawn.
+  const typing = list.contains(document.activeElement) ? document.activeElement.id : null;
+  const reasons = new Map();
+  for (const input of list.querySelectorAll("input[data-approval]")) reasons.set(input.dataset.approval, input.value);
+  list.replaceChildren();
+  for (const l of a.requests.slice().reverse()) {
+    const r = l.request;
+    const box = el("article", undefined, "request " + l.state);
+    box.setAttribute("aria-label", "Request " + r.approval_id + " to call " + r.tool_id);
+    box.appendChild(el("h3", r.tool_id + " — " + l.state));
+    const rows = [["approval id", r.approval_id]];
+    if (r.tool_id !== r.scope.tool_id) rows.push(["called as", r.tool_id]);
+    rows.push(["arguments", r.arguments !== undefined ? r.arguments : r.arguments_cut ? "(over 64 KiB: not shown; the digest binds them)" : "(none)"]);
+    for (const row of scopeRows(r.scope)) rows.push(row);
+    rows.push(["bound", r.bound ? JSON.stringify(r.bound) : "(none)"]);
+    rows.push(["request expires", r.expires_at]);
+    rows.push(["parked by", r.front + " on " + r.host + " (pid " + r.pid + ") at " + r.parked_at]);
+    rows.push(["rule", r.rule || "(unnamed)"]);
+    rows.push(["reason", r.reason || "(none given)"]);
+    if (l.decision) {
+      const d = l.decision;
+      rows.push(["decided", d.decided_at + ": " + d.verdict.verdict + (d.verdict.reason ? " (" + d.verdict.reason + ")" : "")]);
+      rows.push(["approver", d.approver.key_id || d.approver.client || d.approver.why || JSON.stringify(d.approver)]);
+    }
+    box.appendChild(definitions(rows));
+    if (l.state === "pending" && a.decides) box.appendChild(decideForm(r.approval_id, reasons.get(r.approval_id) || ""));
+    list.appendChild(box);
+  }
+  if (typing) {
+    const again = document.getElementById(typing);
+    if (again) again.focus();
+  }
+}
+
+function decideForm(id, reason) {
+  const form = el("div", undefined, "decide");
+  const approve = el("button", "Approve");
+  approve.type = "button";
+  approve.id = "approve-" + id;
+  approve.addEventListener("click", () => decide(id, { verdict: "approve" }));
+  const label = el("label", "Reason to deny");
+  const input = el("input");
+  input.type = "text";
+  input.id = "reason-" + id;
+  input.dataset.approval = id;
+  input.value = reason;
+  label.appendChild(input);
+  const deny = el("button", "Deny");
+  deny.type = "button";
+  deny.id = "deny-" + id;
+  deny.addEventListener("click", () => {
+    const why = input.value.trim();
+    if (!why) {
+      problem("Say why you deny it: the client is told.");
+      input.focus();
+      return;
+    }
+    decide(id, { verdict: "deny", reason: why });
+  });
+  form.append(approve, label, deny);
+  return form;
+}
+
+async function decide(id, body) {
+  const answer = await api("/api/approvals/" + id, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  if (!answer.ok) {
+    problem("The decision was refused: " + (await answer.text()));
+    return;
+  }
+  problem("");
+  setStatus((body.verdict === "approve" ? "Approved " : "Denied ") + id + "; the waiting host is woken.");
+}
+
+// ---- The event stream --------------------------------------------------------------
+
+function reset() {
+  state.files.clear();
+  state.hosts.clear();
+  state.calls = [];
+  state.approvals = null;
+}
+
+// Reads /api/events (server-sent events) with fetch, which can send the token as a
+// header (EventSource cannot). Each message's data is a JSON array of events.
+async function follow() {
+  const answer = await api("/api/events");
+  if (answer.status === 401 || answer.status === 403) {
+    problem("The console refused this page: " + (await answer.text()) + " Open the address the console printed.");
+    return false;
+  }
+  if (!answer.ok || !answer.body) throw new Error("HTTP " + answer.status);
+  reset();
+  setStatus("Live: calls appear as they are recorded.");
+  problem("");
+  const reader = answer.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return true;
+    buffer += value;
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const message = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      const data = message
+        .split("\n")
+        .filter((l) => l.startsWith("data: "))
+        .map((l) => l.slice(6))
+        .join("\n");
+      if (data) apply(JSON.parse(data));
+    }
+  }
+}
+
+async function live() {
+  for (;;) {
+    let again;
+    try {
+      again = await follow();
+    } catch (e) {
+      again = true;
+      setStatus("Disconnected (" + e.message + "); trying again…");
+    }
+    if (!again) return;
+    setStatus("Disconnected; trying again…");
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+  }
+}
+
+document.getElementById("filters").addEventListener("input", schedule);
+document.getElementById("filters").addEventListener("submit", (e) => e.preventDefault());
+document.getElementById("evidence-close").addEventListener("click", () => {
+  document.getElementById("evidence").hidden = true;
+});
+token();
+live();

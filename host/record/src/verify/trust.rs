@@ -24,6 +24,11 @@ impl TrustAnchor {
         decode_hex::<32>(s).map(TrustAnchor)
     }
 
+    /// The anchor as 64 lowercase hex characters, as [`TrustAnchor::from_hex`] reads it.
+    pub fn to_hex(&self) -> String {
+        encode_hex(&self.0)
+    }
+
     /// Whether `key` is the anchored key: equal to the anchor, or with the anchor as its
     /// key id. Both comparisons are over all 32 bytes.
     pub fn matches(&self, key: &PublicKey) -> bool {

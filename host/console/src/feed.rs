@@ -1,0 +1,601 @@
+//! The console's feed: record files followed as they grow, each line verified before it
+//! is shown, turned into events a page reads in order.
+//!
+//! One thread follows every file (a record, or the files beneath a directory of
+//! session files, looked at again each second for new ones) and polls the approvals
+//! queue. What it learns goes into one append-only list of events; each page's stream
+//! sends the list from the start, then what is added, so no page misses or reorders an
+//! event however late it connects.
+//!
+//! A file's backlog (what it held when first read) is published once it is read to its
+//! end, under its verdict: a file found Tampered before then publishes no calls, as
+//! `aegis log` lists none of one. Later lines are published as each one verifies; a
+//! file found Tampered later keeps the calls it published, and the page marks them
+//! under the file's new verdict at once.
+
+use aegis_approvals::Queue;
+use aegis_calls::{Assembler, Entry, Judged, Opened};
+use aegis_files::{Found, Growing, Grown, WalkBound};
+use aegis_record::json::{Object, SafeInt, Value};
+use aegis_record::verify::{Options, Position, Report, TrustAnchor, Verdict};
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// What the console follows.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// One record file.
+    File(PathBuf),
+    /// A directory of session files (every file beneath it, as `aegis verify DIR`
+    /// walks it), looked at again each second for new ones.
+    Directory(PathBuf),
+}
+
+/// The most of one file the console reads: 256 MiB. A file past it is no longer
+/// followed (the page says so); `aegis log` and `aegis verify` read it whole.
+pub const MAX_FILE: u64 = 256 << 20;
+
+/// The most files followed at once. Each holds a descriptor and what its calls'
+/// evidence needs; a directory holding more is shown only up to this many, and says
+/// so.
+pub const MAX_FILES: usize = 512;
+
+/// How a directory is walked: as deep as `aegis verify` walks one, and refused past
+/// far more entries than [`MAX_FILES`] (so a listing that never ends is refused, not
+/// read in part).
+const WALK: WalkBound = WalkBound {
+    entries: 1 << 16,
+    depth: 32,
+};
+
+/// How long the thread waits when nothing grew.
+const POLL: Duration = Duration::from_millis(200);
+
+/// How often the directory and the approvals queue are looked at again.
+const RESCAN: Duration = Duration::from_secs(1);
+
+/// How much of one file is read at once.
+const CHUNK: usize = 1 << 20;
+
+/// The raw lines one call's evidence is read from: its session's open line, its
+/// intent, the park and decision a resumed call ran under, and its outcome (or the
+/// tool change).
+#[derive(Clone, Debug, Default)]
+pub struct Evidence {
+    /// The file, as the console was given it.
+    pub file: String,
+    /// Its lines, each with what it is (`open`, `intent`, `parked`, `decision`,
+    /// `outcome`, `tool_change`), in the record's order.
+    pub lines: Vec<(&'static str, Arc<[u8]>)>,
+    /// The call's row, as the feed sent it.
+    pub row: Object,
+}
+
+/// What the feed has learnt, shared by the thread that learns it and the streams that
+/// send it.
+pub struct Feed {
+    state: Mutex<State>,
+    changed: tokio::sync::watch::Sender<usize>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Every event, as JSON text, in the order it happened.
+    events: Vec<Arc<str>>,
+    /// Every call's evidence, by the number its event carries.
+    calls: Vec<Arc<Evidence>>,
+}
+
+impl Feed {
+    fn new() -> Arc<Feed> {
+        Arc::new(Feed {
+            state: Mutex::new(State::default()),
+            changed: tokio::sync::watch::channel(0).0,
+        })
+    }
+
+    /// The events from `from` on, and how many there are in all.
+    pub fn since(&self, from: usize) -> (Vec<Arc<str>>, usize) {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let all = state.events.len();
+        (state.events.get(from..).unwrap_or_default().to_vec(), all)
+    }
+
+    /// A receiver told each time events are added.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.changed.subscribe()
+    }
+
+    /// Call `n`'s evidence.
+    pub fn call(&self, n: usize) -> Option<Arc<Evidence>> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.calls.get(n).cloned()
+    }
+
+    /// Adds events (and the evidence of the calls among them, numbered in order).
+    fn publish(&self, batch: Vec<Published>) {
+        if batch.is_empty() {
+            return;
+        }
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        for published in batch {
+            match published {
+                Published::Event(event) => state.events.push(text(&event)),
+                Published::Call(mut event, evidence) => {
+                    let n = state.calls.len();
+                    event.insert("call", SafeInt::new(n as u64).unwrap_or_default());
+                    state.events.push(text(&event));
+                    state.calls.push(Arc::new(evidence));
+                }
+            }
+        }
+        let all = state.events.len();
+        drop(state);
+        self.changed.send_replace(all);
+    }
+}
+
+fn text(o: &Object) -> Arc<str> {
+    Arc::from(String::from_utf8_lossy(&o.to_canonical()).as_ref())
+}
+
+/// An event on its way to the list.
+enum Published {
+    Event(Object),
+    /// A call's event (its number added as it is listed) and its evidence.
+    Call(Object, Evidence),
+}
+
+/// Starts the thread that follows `source` (and polls `approvals`, when given; the
+/// page is told whether it `decides` them) until `stop`; its events go to the feed it
+/// returns.
+///
+/// # Errors
+/// The thread could not be started.
+pub fn start(
+    source: Source,
+    trust: Option<Vec<TrustAnchor>>,
+    approvals: Option<Queue>,
+    decides: bool,
+    stop: CancellationToken,
+) -> std::io::Result<Arc<Feed>> {
+    let feed = Feed::new();
+    let fed = feed.clone();
+    std::thread::Builder::new()
+        .name("aegis-console-feed".into())
+        .spawn(move || {
+            Follow {
+                source,
+                options: Options {
+                    trust,
+                    approvers: None,
+                    threads: 1,
+                },
+                approvals,
+                decides,
+                feed: fed,
+                files: Vec::new(),
+                seen: BTreeSet::new(),
+                approvals_said: None,
+                refused_said: BTreeSet::new(),
+            }
+            .run(&stop);
+        })?;
+    Ok(feed)
+}
+
+struct Follow {
+    source: Source,
+    options: Options,
+    approvals: Option<Queue>,
+    decides: bool,
+    feed: Arc<Feed>,
+    files: Vec<Tail>,
+    /// Every path given a file number, followed or not.
+    seen: BTreeSet<PathBuf>,
+    /// The last approvals event, not sent again while it stays the same.
+    approvals_said: Option<Object>,
+    /// Paths beneath a directory already said to be refused.
+    refused_said: BTreeSet<PathBuf>,
+}
+
+impl Follow {
+    fn run(mut self, stop: &CancellationToken) {
+        let mut rescanned: Option<Instant> = None;
+        while !stop.is_cancelled() {
+            if rescanned.is_none_or(|at| at.elapsed() >= RESCAN) {
+                rescanned = Some(Instant::now());
+                self.rescan();
+                self.poll_approvals();
+            }
+            let mut grew = false;
+            for tail in &mut self.files {
+                let (batch, more) = tail.read();
+                grew |= more;
+                self.feed.publish(batch);
+            }
+            if !grew {
+                std::thread::sleep(POLL);
+            }
+        }
+    }
+
+    /// Opens what is to be followed and is not yet: the record, or new files beneath
+    /// the directory.
+    fn rescan(&mut self) {
+        let source = self.source.clone();
+        let paths: Vec<PathBuf> = match &source {
+            Source::File(path) => vec![path.clone()],
+            Source::Directory(dir) => match aegis_files::walk(dir, WALK) {
+                Ok(found) => {
+                    let mut files = Vec::new();
+                    for f in found {
+                        match f {
+                            Found::File(path) => files.push(path),
+                            Found::NotAFile { path, found } => {
+                                if self.refused_said.insert(path.clone()) {
+                                    self.refuse(
+                                        &path,
+                                        &format!(
+                                            "{found}, not a regular file; not followed or opened"
+                                        ),
+                                    );
+                                }
+                            }
+                        }
+                    }
+                    files
+                }
+                Err(e) => {
+                    let said = format!("{e}");
+                    if self.refused_said.insert(dir.clone()) {
+                        self.refuse(dir, &said);
+                    }
+                    return;
+                }
+            },
+        };
+        for path in paths {
+            if self.seen.contains(&path) {
+                continue;
+            }
+            self.seen.insert(path.clone());
+            let index = self.seen.len() - 1;
+            if self.files.len() >= MAX_FILES {
+                self.refuse(
+                    &path,
+                    &format!("not followed: the console follows at most {MAX_FILES} files"),
+                );
+                continue;
+            }
+            match Growing::open(&path) {
+                Ok(growing) => {
+                    let tail = Tail::new(index, growing, &self.options);
+                    self.feed.publish(vec![Published::Event(tail.file_event())]);
+                    self.files.push(tail);
+                }
+                Err(e) => self.refuse(&path, &e.to_string()),
+            }
+        }
+    }
+
+    /// A file event for a path that is not followed.
+    fn refuse(&mut self, path: &std::path::Path, why: &str) {
+        let mut o = Object::new();
+        o.insert("kind", "file");
+        o.insert("name", path.display().to_string());
+        o.insert("verdict", "unread");
+        o.insert("headline", why);
+        self.feed.publish(vec![Published::Event(o)]);
+    }
+
+    fn poll_approvals(&mut self) {
+        let Some(queue) = &self.approvals else {
+            return;
+        };
+        let mut o = Object::new();
+        o.insert("kind", "approvals");
+        o.insert("queue", queue.location());
+        o.insert("decides", self.decides);
+        match queue.list() {
+            Ok(listed) => o.insert(
+                "requests",
+                Value::Array(
+                    listed
+                        .iter()
+                        .map(|l| Value::Object(l.to_object()))
+                        .collect(),
+                ),
+            ),
+            Err(e) => o.insert("error", e.to_string()),
+        };
+        if self.approvals_said.as_ref() != Some(&o) {
+            self.approvals_said = Some(o.clone());
+            self.feed.publish(vec![Published::Event(o)]);
+        }
+    }
+}
+
+/// One file followed.
+struct Tail {
+    /// Its number in the feed's events.
+    index: usize,
+    name: String,
+    growing: Option<Growing>,
+    judged: Judged,
+    calls: Assembler,
+    /// Read to its end once.
+    caught_up: bool,
+    /// What it held at the start was published (or, Tampered, dropped).
+    released: bool,
+    /// Its name stopped leading to the file read, or the file shrank.
+    gone: bool,
+    /// Events not yet published: the backlog until it is read whole, then each read's.
+    held: Vec<Published>,
+    /// The verdict, headline and stop last published.
+    said: Option<(&'static str, String, Option<String>)>,
+    /// Why it is no longer read, once it is not.
+    stopped: Option<String>,
+    opens: HashMap<u64, Arc<[u8]>>,
+    hosts: HashMap<u64, String>,
+    intents: HashMap<(u64, String), Arc<[u8]>>,
+    /// Parked outcomes and decisions, by approval id.
+    parked: HashMap<String, Arc<[u8]>>,
+    decisions: HashMap<String, Arc<[u8]>>,
+}
+
+/// What the feed needs of one accepted line beyond what the assembler reads.
+struct Seen {
+    line_type: String,
+    call_id: Option<String>,
+    /// A parked outcome's approval id, or a decision's.
+    approval_id: Option<String>,
+    /// The approval a resumed call ran under.
+    approval_ref: Option<String>,
+}
+
+impl Seen {
+    fn of(line: &[u8]) -> Option<Seen> {
+        let Ok(Value::Object(o)) = aegis_record::json::parse(line) else {
+            return None;
+        };
+        let str_at = |path: &[&str]| -> Option<String> {
+            let (last, inner) = path.split_last()?;
+            let mut at = &o;
+            for key in inner {
+                at = at.get(key)?.as_object()?;
+            }
+            at.get(last)?.as_str().map(str::to_owned)
+        };
+        let line_type = str_at(&["line_type"])?;
+        let approval_id = match line_type.as_str() {
+            "decision" => str_at(&["approval_id"]),
+            "outcome" => str_at(&["policy", "approval_id"]),
+            _ => None,
+        };
+        Some(Seen {
+            call_id: str_at(&["call_id"]),
+            approval_ref: str_at(&["decision_axes", "approval_ref"]),
+            approval_id,
+            line_type,
+        })
+    }
+}
+
+impl Tail {
+    fn new(index: usize, growing: Growing, options: &Options) -> Tail {
+        Tail {
+            index,
+            name: growing.path().display().to_string(),
+            growing: Some(growing),
+            judged: Judged::new(options),
+            calls: Assembler::new(),
+            caught_up: false,
+            released: false,
+            gone: false,
+            held: Vec::new(),
+            said: None,
+            stopped: None,
+            opens: HashMap::new(),
+            hosts: HashMap::new(),
+            intents: HashMap::new(),
+            parked: HashMap::new(),
+            decisions: HashMap::new(),
+        }
+    }
+
+    /// The file's event, `reading` until its backlog is read.
+    fn file_event(&self) -> Object {
+        let mut o = Object::new();
+        o.insert("kind", "file");
+        o.insert("file", SafeInt::new(self.index as u64).unwrap_or_default());
+        o.insert("name", self.name.as_str());
+        o.insert("verdict", "reading");
+        o.insert("headline", "reading the record");
+        if let Some(why) = &self.stopped {
+            o.insert("stopped", why.as_str());
+        }
+        o
+    }
+
+    /// Reads what the file gained: the events to publish, and whether it may hold more
+    /// right now (a full chunk was read).
+    fn read(&mut self) -> (Vec<Published>, bool) {
+        let Some(growing) = &mut self.growing else {
+            return (Vec::new(), false);
+        };
+        let grown = growing.next(CHUNK);
+        let past_cap = growing.read_so_far() > MAX_FILE;
+        let mut more = false;
+        match grown {
+            Ok(Grown::Data(bytes)) => {
+                more = bytes.len() == CHUNK;
+                let mut accepted = Vec::new();
+                let tampered = self.judged.push(&bytes, |at, line| {
+                    accepted.push((at, Arc::<[u8]>::from(line)))
+                });
+                for (at, line) in accepted {
+                    self.line(at, line);
+                }
+                if tampered {
+                    self.stop("nothing after the line that contradicts the record is read".into());
+                } else if past_cap {
+                    self.stop(format!(
+                        "past {} MiB: no longer followed here; aegis log and aegis verify read it whole",
+                        MAX_FILE >> 20
+                    ));
+                }
+            }
+            Ok(Grown::Idle) => self.caught_up = true,
+            Ok(Grown::Gone(why)) => {
+                self.gone = true;
+                self.stop(format!(
+                    "{why}; a record only grows, so it is no longer followed"
+                ));
+            }
+            Err(e) => self.stop(format!("unreadable: {e}")),
+        }
+        let mut out = Vec::new();
+        if !self.caught_up && self.growing.is_some() {
+            // Still reading what the file held at the start.
+            return (out, more);
+        }
+        let report = self.judged.report();
+        let (mut verdict, mut headline) = verdict_of(&report);
+        if self.gone {
+            verdict = "tampered";
+            headline = format!("Tampered — {}", self.stopped.as_deref().unwrap_or_default());
+        }
+        if !self.released {
+            self.released = true;
+            // A backlog that turned out Tampered is evidence of nothing: none of it is
+            // shown.
+            if verdict == "tampered" {
+                self.held.clear();
+            }
+        }
+        out.append(&mut self.held);
+        let now = (verdict, headline, self.stopped.clone());
+        if self.said.as_ref() != Some(&now) {
+            let mut event = self.file_event();
+            event.insert("verdict", now.0);
+            event.insert("headline", now.1.as_str());
+            out.push(Published::Event(event));
+            self.said = Some(now);
+        }
+        (out, more && self.growing.is_some())
+    }
+
+    fn stop(&mut self, why: String) {
+        self.growing = None;
+        self.stopped = Some(why);
+    }
+
+    /// One accepted line, at `at`.
+    fn line(&mut self, at: Position, line: Arc<[u8]>) {
+        let seen = Seen::of(&line);
+        let entries = self.calls.line(at.session, &line);
+        if let Some(seen) = &seen {
+            match seen.line_type.as_str() {
+                "open" => {
+                    self.opens.insert(at.session, line.clone());
+                }
+                "intent" => {
+                    if let Some(call) = &seen.call_id {
+                        self.intents
+                            .insert((at.session, call.clone()), line.clone());
+                    }
+                }
+                "decision" => {
+                    if let Some(id) = &seen.approval_id {
+                        self.decisions.insert(id.clone(), line.clone());
+                    }
+                }
+                "outcome" => {
+                    if let Some(id) = &seen.approval_id {
+                        self.parked.insert(id.clone(), line.clone());
+                    }
+                }
+                _ => {}
+            }
+        }
+        for entry in entries {
+            let published = match entry {
+                Entry::Session(session, opened) => self.session_event(session, &opened),
+                Entry::Call(row) => {
+                    let mut lines = Vec::new();
+                    if let Some(open) = self.opens.get(&row.session) {
+                        lines.push(("open", open.clone()));
+                    }
+                    if let Some(intent) = self.intents.remove(&(row.session, row.call_id.clone())) {
+                        lines.push(("intent", intent));
+                    }
+                    // This line is the call's own when it is its outcome (or the tool
+                    // change); a call without an outcome is listed at a close or open.
+                    let own = seen.as_ref().filter(|s| {
+                        s.line_type == "tool_change"
+                            || s.line_type == "outcome"
+                                && s.call_id.as_deref() == Some(row.call_id.as_str())
+                    });
+                    if let Some(reference) = own.and_then(|s| s.approval_ref.as_ref()) {
+                        if let Some(parked) = self.parked.get(reference) {
+                            lines.push(("parked", parked.clone()));
+                        }
+                        if let Some(decision) = self.decisions.get(reference) {
+                            lines.push(("decision", decision.clone()));
+                        }
+                    }
+                    if let Some(s) = own {
+                        let kind = if s.line_type == "tool_change" {
+                            "tool_change"
+                        } else {
+                            "outcome"
+                        };
+                        lines.push((kind, line.clone()));
+                    }
+                    let row_json = row.to_json();
+                    let mut event = Object::new();
+                    event.insert("kind", "call");
+                    event.insert("file", SafeInt::new(self.index as u64).unwrap_or_default());
+                    if let Some(host) = self.hosts.get(&row.session) {
+                        event.insert("host", host.as_str());
+                    }
+                    event.insert("row", row_json.clone());
+                    Published::Call(
+                        event,
+                        Evidence {
+                            file: self.name.clone(),
+                            lines,
+                            row: row_json,
+                        },
+                    )
+                }
+            };
+            self.held.push(published);
+        }
+    }
+
+    fn session_event(&mut self, session: u64, opened: &Opened) -> Published {
+        if let Some(host) = opened.hostname() {
+            self.hosts.insert(session, host.to_owned());
+        }
+        let mut o = Object::new();
+        o.insert("kind", "session");
+        o.insert("file", SafeInt::new(self.index as u64).unwrap_or_default());
+        o.insert("session", opened.to_json(session));
+        Published::Event(o)
+    }
+}
+
+/// A report's verdict as the page names it, and its headline.
+pub fn verdict_of(report: &Report) -> (&'static str, String) {
+    let verdict = match report.verdict() {
+        Verdict::Verified(_) => "verified",
+        Verdict::Indeterminate(_) => "indeterminate",
+        Verdict::Tampered(_) => "tampered",
+    };
+    (verdict, report.headline())
+}

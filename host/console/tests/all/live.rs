@@ -1,0 +1,288 @@
+//! Records followed as a host writes them: calls arrive as their lines verify, each
+//! file under its verdict, a Tampered backlog shows nothing, a line tampered later
+//! turns the file's verdict at once, a directory's new session files are picked up,
+//! and a call opens to its raw lines.
+
+use crate::client::{Events, bearer, body, get, host, of_kind, over, start, text, verdict};
+use aegis_console::feed::Source;
+use aegis_record::chain::{LineSink, Session};
+use aegis_record::json::{Object, Value};
+use aegis_record::verify::{Options, Verdict, verify};
+use aegis_record::{
+    CapabilityOutcome, DecisionAxes, ExecutionOutcome, IntentLine, OutcomeLine, PolicyOutcome,
+    PolicySetHash, RequestDigest, SigningKey,
+};
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+
+fn vector(path: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../spec/vectors")
+        .join(path)
+}
+
+/// The chain writer's lines appended to a file as they are written, as a host's
+/// audit sink appends them.
+struct AppendFile(std::fs::File);
+
+impl LineSink for AppendFile {
+    fn append(&self, line: &[u8]) -> std::io::Result<()> {
+        (&self.0).write_all(line)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A session writing to `path`, its open line naming `hostname`.
+fn session(path: &Path, hostname: &str) -> Session {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    let mut host = Object::new();
+    host.insert("hostname", hostname);
+    let mut provenance = Object::new();
+    provenance.insert("host", host);
+    let mut extensions = Object::new();
+    extensions.insert("provenance", provenance);
+    Session::open(
+        Arc::new(AppendFile(file)),
+        SigningKey::generate().unwrap(),
+        None,
+        extensions,
+    )
+    .unwrap()
+}
+
+/// A call the policy refused with `reason`: its intent and outcome.
+fn denied(session: &Session, call: &str, tool: &str, reason: &str) {
+    session
+        .append_unsigned(&IntentLine {
+            call_id: call.into(),
+            tool_id: tool.into(),
+            request_digest: RequestDigest::of_request(call.as_bytes()),
+        })
+        .unwrap();
+    session
+        .append(&OutcomeLine {
+            stop: None,
+            call_id: call.into(),
+            tool_id: tool.into(),
+            request_digest: RequestDigest::of_request(call.as_bytes()),
+            policy_set_hash: PolicySetHash::of_canonical_set(b"{}"),
+            policy: PolicyOutcome::Denied {
+                reason: reason.into(),
+            },
+            capability: CapabilityOutcome::Denied {
+                reason: "policy refused before capability".into(),
+                denied_capability: None,
+            },
+            execution: ExecutionOutcome::HostDenied {
+                reason: "not executed".into(),
+            },
+            grant_id: None,
+            response_digest: None,
+            wall_ms: None,
+            peak_memory_bytes: None,
+            decision_axes: DecisionAxes::default(),
+        })
+        .unwrap();
+}
+
+fn calls(events: &[Object]) -> Vec<&Object> {
+    of_kind(events, "call")
+}
+
+fn tool(call: &Object) -> &str {
+    text(call, &["row", "tool_id"]).unwrap()
+}
+
+#[tokio::test]
+async fn a_records_calls_come_under_its_verdict_and_none_of_a_tampered_one() {
+    let (addr, stop) = start(over(Source::File(vector("golden/golden.aarl")))).await;
+    let mut events = Events::open(addr).await;
+    let seen = events
+        .until(|e| verdict(e).is_some_and(|v| v != "reading"))
+        .await;
+    assert_eq!(verdict(seen), Some("verified"), "{seen:#?}");
+    // The backlog is published with its verdict, not before it.
+    assert_eq!(calls(seen).len(), 9, "{seen:#?}");
+    assert_eq!(of_kind(seen, "session").len(), 1, "{seen:#?}");
+    stop.cancel();
+
+    // Every committed tampered vector: the console's verdict is `aegis verify`'s for
+    // the same bytes (unpinned), and a Tampered one shows no call.
+    let mut tampered = 0;
+    for entry in std::fs::read_dir(vector("tampered")).unwrap() {
+        let record = entry.unwrap().path();
+        if record.extension().is_none_or(|e| e != "aarl") {
+            continue;
+        }
+        let bytes = std::fs::read(&record).unwrap();
+        let report = verify(bytes.as_slice(), &Options::default()).unwrap();
+        let expected = match report.verdict() {
+            Verdict::Verified(_) => "verified",
+            Verdict::Indeterminate(_) => "indeterminate",
+            Verdict::Tampered(_) => "tampered",
+        };
+        let (addr, stop) = start(over(Source::File(record.clone()))).await;
+        let mut events = Events::open(addr).await;
+        let seen = events
+            .until(|e| verdict(e).is_some_and(|v| v != "reading"))
+            .await;
+        assert_eq!(verdict(seen), Some(expected), "{record:?}: {seen:#?}");
+        if expected == "tampered" {
+            tampered += 1;
+            assert!(calls(seen).is_empty(), "{record:?}: {seen:#?}");
+        }
+        stop.cancel();
+    }
+    assert!(tampered >= 20, "{tampered}");
+}
+
+#[tokio::test]
+async fn calls_arrive_as_the_record_grows_and_a_tampered_line_turns_the_verdict_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("r.aarl");
+    let writer = session(&file, "build-07");
+    denied(&writer, "c0", "read", "before the console");
+    let (addr, stop) = start(over(Source::File(file.clone()))).await;
+    let mut events = Events::open(addr).await;
+    events.until(|e| calls(e).len() == 1).await;
+    // A page that connects later is sent everything from the start.
+    let mut late = Events::open(addr).await;
+    late.until(|e| calls(e).len() == 1).await;
+
+    denied(&writer, "c1", "write", "<img src=x onerror=alert(1)>");
+    let seen = events.until(|e| calls(e).len() == 2).await;
+    let c1 = calls(seen)[1];
+    assert_eq!(tool(c1), "write");
+    assert_eq!(text(c1, &["host"]), Some("build-07"));
+    assert_eq!(text(c1, &["row", "verdict"]), Some("denied"));
+    // Text a tool or policy wrote is sent as the record holds it; the page writes it
+    // as text (the browser tests show it stays inert).
+    assert_eq!(
+        text(c1, &["row", "reason"]),
+        Some("<img src=x onerror=alert(1)>")
+    );
+    assert_eq!(verdict(seen), Some("indeterminate"), "unpinned: {seen:#?}");
+
+    // A line that contradicts the record: the file is Tampered at once, and nothing
+    // after it is read.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    f.write_all(b"{\"line_type\":\"outcome\",\"seq\":99}\n")
+        .unwrap();
+    denied(&writer, "c2", "read", "after the forgery");
+    let seen = events.until(|e| verdict(e) == Some("tampered")).await;
+    let last = of_kind(seen, "file").last().copied().unwrap();
+    assert!(text(last, &["stopped"]).is_some(), "{last:?}");
+    let seen = late.until(|e| verdict(e) == Some("tampered")).await;
+    assert!(
+        calls(seen)
+            .iter()
+            .all(|c| tool(c) != "read" || text(c, &["row", "call_id"]) != Some("c2"))
+    );
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_record_replaced_under_its_name_is_tampered() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("r.aarl");
+    let writer = session(&file, "h");
+    denied(&writer, "c0", "read", "x");
+    let (addr, stop) = start(over(Source::File(file.clone()))).await;
+    let mut events = Events::open(addr).await;
+    events.until(|e| calls(e).len() == 1).await;
+    std::fs::rename(&file, dir.path().join("moved")).unwrap();
+    std::fs::write(&file, b"").unwrap();
+    let seen = events.until(|e| verdict(e) == Some("tampered")).await;
+    let last = of_kind(seen, "file").last().copied().unwrap();
+    assert!(
+        text(last, &["headline"]).is_some_and(|h| h.contains("replaced")),
+        "{last:?}"
+    );
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_directorys_session_files_are_followed_and_new_ones_picked_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = session(&dir.path().join("a.aarl"), "web-1");
+    denied(&first, "c0", "fetch", "one");
+    // Neither a link nor a FIFO beneath it is opened.
+    std::os::unix::fs::symlink("/etc/passwd", dir.path().join("link.aarl")).unwrap();
+    let (addr, stop) = start(over(Source::Directory(dir.path().to_owned()))).await;
+    let mut events = Events::open(addr).await;
+    events.until(|e| calls(e).len() == 1).await;
+
+    std::fs::create_dir(dir.path().join("later")).unwrap();
+    let second = session(&dir.path().join("later/b.aarl"), "db-2");
+    denied(&second, "c0", "query", "two");
+    denied(&first, "c1", "fetch", "three");
+    let seen = events.until(|e| calls(e).len() == 3).await;
+    let hosts: Vec<_> = calls(seen)
+        .iter()
+        .map(|c| (tool(c), text(c, &["host"]).unwrap()))
+        .collect();
+    assert!(hosts.contains(&("query", "db-2")), "{hosts:?}");
+    assert_eq!(hosts.iter().filter(|(_, h)| *h == "web-1").count(), 2);
+    let files = of_kind(seen, "file");
+    let link = files
+        .iter()
+        .find(|f| text(f, &["name"]).is_some_and(|n| n.ends_with("link.aarl")))
+        .unwrap_or_else(|| panic!("{files:#?}"));
+    assert_eq!(text(link, &["verdict"]), Some("unread"), "{link:?}");
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_call_opens_to_its_raw_lines_and_the_command_that_verifies_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("it's.aarl");
+    let writer = session(&file, "h");
+    denied(&writer, "c0", "read", "no");
+    let (addr, stop) = start(over(Source::File(file.clone()))).await;
+    let mut events = Events::open(addr).await;
+    let seen = events.until(|e| calls(e).len() == 1).await;
+    let n = calls(seen)[0].get("call").unwrap().as_int().unwrap();
+    let (status, answer) = get(
+        addr,
+        &format!("/api/calls/{n}"),
+        &[("Host", &host(addr)), ("Authorization", &bearer())],
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let evidence = body(&answer);
+    let Some(Value::Array(lines)) = evidence.get("lines") else {
+        panic!("{evidence:?}")
+    };
+    let kinds: Vec<_> = lines
+        .iter()
+        .map(|l| text(l.as_object().unwrap(), &["kind"]).unwrap())
+        .collect();
+    assert_eq!(kinds, ["open", "intent", "outcome"]);
+    // Each line as the file holds it.
+    let written = std::fs::read_to_string(&file).unwrap();
+    for l in lines {
+        let line = text(l.as_object().unwrap(), &["line"]).unwrap();
+        assert!(written.lines().any(|w| w == line), "{line}");
+    }
+    assert_eq!(
+        text(&evidence, &["verify"]),
+        Some(
+            format!(
+                "aegis verify -- '{}'",
+                file.display().to_string().replace('\'', r"'\''")
+            )
+            .as_str()
+        )
+    );
+    stop.cancel();
+}
