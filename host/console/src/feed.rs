@@ -262,6 +262,18 @@ impl Follow {
             if self.seen.contains(&path) {
                 continue;
             }
+            let growing = match Growing::open(&path) {
+                // A record not written yet (a host about to start): looked for again.
+                Err(aegis_files::FileError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    if self.refused_said.insert(path.clone()) {
+                        self.refuse(&path, "not there yet: looked for again each second");
+                    }
+                    continue;
+                }
+                opened => opened,
+            };
             self.seen.insert(path.clone());
             let index = self.seen.len() - 1;
             if self.files.len() >= MAX_FILES {
@@ -271,7 +283,7 @@ impl Follow {
                 );
                 continue;
             }
-            match Growing::open(&path) {
+            match growing {
                 Ok(growing) => {
                     let tail = Tail::new(index, growing, &self.options);
                     self.feed.publish(vec![Published::Event(tail.file_event())]);

@@ -1,7 +1,7 @@
 //! `aegis log --follow`: a record read as it grows, each line verified before anything
 //! it says is shown.
 //!
-//! The lines go one chunk at a time through [`Follower`], which applies `aegis verify`'s
+//! The lines go one chunk at a time through [`Judged`] (a `Follower` underneath), which applies `aegis verify`'s
 //! per-line rules and checks each signature before saying a line holds; a call's row is
 //! printed once its outcome line holds (or, with `no_outcome`, once a close or a new
 //! session means it will get none). What is in the file when `log` starts is listed

@@ -13,6 +13,7 @@ mod approvals_store;
 mod cedar;
 mod confine;
 mod console;
+mod console_browser;
 mod exit_codes;
 mod gateway;
 mod gateway_approvals;

@@ -50,8 +50,13 @@ function problem(text) {
 function apply(events) {
   for (const e of events) {
     if (e.kind === "file") {
-      const key = e.file === undefined ? "name:" + e.name : e.file;
-      state.files.set(key, e);
+      if (e.file === undefined) {
+        state.files.set("name:" + e.name, e);
+      } else {
+        // A file once not there yet, now followed.
+        state.files.delete("name:" + e.name);
+        state.files.set(e.file, e);
+      }
     } else if (e.kind === "session") {
       const host = (e.session.host && e.session.host.hostname) || "";
       state.hosts.set(e.file + ":" + e.session.index, host);
@@ -166,7 +171,7 @@ function drawCalls() {
   const all = state.calls.length;
   document.getElementById("shown").textContent =
     kept === all
-      ? all + " calls"
+      ? all + (all === 1 ? " call" : " calls")
       : kept + " of " + all + " calls match" + (kept > MOST_ROWS ? "; the newest " + MOST_ROWS + " are shown" : "");
 }
 

@@ -2,6 +2,7 @@
 //! holds.
 
 pub mod approvals;
+pub mod browser;
 pub mod fifo;
 pub mod peers;
 
