@@ -3,6 +3,7 @@
 
 use crate::CliError;
 use crate::approvals::QueueFlag;
+use aegis_console::feed::{SessionStore, Source, StoredSession};
 use aegis_record::key::{KeyError, SigningKey};
 use aegis_record::verify::TrustAnchor;
 use std::net::SocketAddr;
@@ -34,9 +35,11 @@ pub struct ConsoleArgs {
     #[command(flatten)]
     queue: QueueFlag,
     /// The record file, or a directory of session files (every file beneath it is
-    /// followed; new ones are picked up as they appear).
+    /// followed; new ones are picked up as they appear). Without it, --profile names
+    /// what to show: where its commands record (`[operator] audit`, its file sink's
+    /// path, or its store of many sessions, PostgreSQL).
     #[arg(value_name = "PATH")]
-    path: PathBuf,
+    path: Option<PathBuf>,
 }
 
 fn parse_anchor(s: &str) -> Result<TrustAnchor, String> {
@@ -60,12 +63,16 @@ pub fn console(a: &ConsoleArgs, profile: Option<&str>) -> Result<u8, CliError> {
         paths: Vec::new(),
     })
     .map_err(|e| CliError::Unreadable(e.to_string()))?;
-    // A link is named, never followed, as `aegis verify` treats one.
-    let source = match std::fs::symlink_metadata(&a.path) {
-        Ok(m) if m.is_dir() => aegis_console::feed::Source::Directory(a.path.clone()),
-        Ok(_) => aegis_console::feed::Source::File(a.path.clone()),
-        Err(e) => {
-            return Err(CliError::Unreadable(format!("{}: {e}", a.path.display())));
+    let source = match (&a.path, profile) {
+        (Some(path), _) => path_source(path)?,
+        (None, Some(profile)) => match crate::plugins::recorded(profile)? {
+            crate::plugins::Recorded::File(path) => path_source(&path)?,
+            crate::plugins::Recorded::Store(sink) => Source::Store(Arc::new(SinkSessions(sink))),
+        },
+        (None, None) => {
+            return Err(CliError::Usage(
+                "console shows a record: give its file or a directory of session files, or --profile to show where the profile records".into(),
+            ));
         }
     };
     let approver = match &a.approver_key {
@@ -101,6 +108,47 @@ pub fn console(a: &ConsoleArgs, profile: Option<&str>) -> Result<u8, CliError> {
     )
     .map_err(|e| CliError::ServeFailed(e.to_string()))?;
     Ok(crate::exit::OK)
+}
+
+/// A file, or a directory of session files. A link is named, never followed, as
+/// `aegis verify` treats one; a record not there yet is looked for again.
+fn path_source(path: &std::path::Path) -> Result<Source, CliError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => Ok(Source::Directory(path.to_owned())),
+        Ok(_) => Ok(Source::File(path.to_owned())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Source::File(path.to_owned())),
+        Err(e) => Err(CliError::Unreadable(format!("{}: {e}", path.display()))),
+    }
+}
+
+/// A store of many sessions read through the profile's audit sink.
+struct SinkSessions(aegis_station_api::AuditSinkBox);
+
+impl SessionStore for SinkSessions {
+    fn location(&self) -> String {
+        self.0.location().to_string()
+    }
+
+    fn sessions(&self) -> Result<Vec<StoredSession>, String> {
+        let listed = aegis_runtime::stored_sessions(&self.0, "", "")
+            .map_err(|e| e.to_string())?
+            .unwrap_or_default();
+        Ok(listed
+            .into_iter()
+            .map(|s| StoredSession {
+                id: s.id.into(),
+                lines: s.lines,
+            })
+            .collect())
+    }
+
+    fn read(&self, id: &str, start: u64, max: u32) -> Result<Vec<Vec<u8>>, String> {
+        self.0
+            .read_session(id.into(), start, max)
+            .into_result()
+            .map(|lines| lines.into_iter().map(|l| l.into_vec()).collect())
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// 32 random bytes as hex: the token of a run given no token file.

@@ -214,6 +214,7 @@ pub const CONSOLE: &str = "\
 EXAMPLES:
   aegis console aegis-audit.aarl
   aegis console --key KEY_ID --http 127.0.0.1:9000 /var/log/aegis/sessions/
+  aegis --profile fleet console
   aegis console --approver-key ~/.config/aegis/me.key --approvals /srv/aegis/approvals audit.aarl
   aegis console --token-file ~/.config/aegis/console.token aegis-audit.aarl
 
@@ -221,8 +222,9 @@ Prints the address to open on stderr: http://ADDR/#token=TOKEN. The token rides 
 address's fragment, which the browser never sends anywhere; the page sends it to the
 API as a bearer token. Without --token-file a fresh token is made for each run.
 
-The page follows the record (or every file beneath the directory, new ones included)
-as it grows: each line is verified before it is shown, and each file is shown under
+The page follows the record (or every file beneath the directory, new ones included;
+or, with --profile and no path, where the profile records: its file, or its store of
+many sessions such as PostgreSQL) as it grows: each line is verified before it is shown, and each file is shown under
 its verdict (--key and --trust-store pin it, as for aegis verify). A file found
 Tampered while its first read is in progress shows no calls; one found Tampered later
 is marked at once. A call opens to its evidence: its raw lines, what they say, and the

@@ -532,6 +532,53 @@ pub fn store_queue(
         .map_err(|e| CliError::Unreadable(aegis_record::text::escape(&e.to_string()).into_owned()))
 }
 
+/// Where a profile's commands record: a file, or a store of many sessions.
+pub enum Recorded {
+    /// `[operator] audit`, or the path its audit sink writes.
+    File(PathBuf),
+    /// Its audit sink, a store that keeps one chain per session.
+    Store(aegis_station_api::AuditSinkBox),
+}
+
+/// What `aegis --profile P console` shows when given no path: where the profile's
+/// commands record.
+///
+/// # Errors
+/// The profile or its sink refused (exit 4); a volatile sink, or one that keeps one
+/// chain with no file to read (exit 2); the store unreachable (exit 2).
+pub fn recorded(profile: &str) -> Result<Recorded, CliError> {
+    let profile = crate::use_profile(profile)?;
+    if let Some(audit) = &profile.operator.audit {
+        return Ok(Recorded::File(audit.value.clone()));
+    }
+    if let Some(path) = config_path(&profile.audit.config) {
+        return Ok(Recorded::File(path));
+    }
+    let registry = Registry::new();
+    let plugin = profile
+        .resolve(&registry, "audit", &profile.audit)
+        .map_err(|e| CliError::Refused(e.to_string()))?;
+    let sink = build_sink(&profile, &plugin)?;
+    if sink.retention() == aegis_station_api::Retention::VOLATILE {
+        return Err(CliError::Unreadable(format!(
+            "profile {}: its audit sink ({}) is volatile: nothing is kept for the console to show; use a profile whose sink retains its lines, or give the record's path",
+            profile.name, profile.audit.spec
+        )));
+    }
+    match aegis_runtime::stored_sessions(&sink, "", "") {
+        Ok(Some(_)) => Ok(Recorded::Store(sink)),
+        Ok(None) => Err(CliError::Unreadable(format!(
+            "profile {}: its audit sink ({}) keeps one chain and names no file: `aegis export` it to a file and give that path",
+            profile.name, profile.audit.spec
+        ))),
+        Err(e) => Err(CliError::Unreadable(format!(
+            "{}: {}",
+            sink.location(),
+            aegis_record::text::escape(&e.to_string())
+        ))),
+    }
+}
+
 fn config_path(config: &str) -> Option<PathBuf> {
     let table: toml::Table = toml::from_str(config).ok()?;
     table.get("path")?.as_str().map(PathBuf::from)

@@ -25,14 +25,57 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// What the console follows.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub enum Source {
     /// One record file.
     File(PathBuf),
     /// A directory of session files (every file beneath it, as `aegis verify DIR`
     /// walks it), looked at again each second for new ones.
     Directory(PathBuf),
+    /// A store that keeps one chain per session (the PostgreSQL audit sink), listed
+    /// again each second for new sessions and new lines.
+    Store(Arc<dyn SessionStore>),
 }
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::File(p) => f.debug_tuple("File").field(p).finish(),
+            Source::Directory(p) => f.debug_tuple("Directory").field(p).finish(),
+            Source::Store(s) => f.debug_tuple("Store").field(&s.location()).finish(),
+        }
+    }
+}
+
+/// A store of many sessions as the console reads it: what it holds, and each
+/// session's lines by index. The CLI implements it over the profile's audit sink.
+pub trait SessionStore: Send + Sync {
+    /// Where it is, for the page (never a password).
+    fn location(&self) -> String;
+    /// Every session it holds, oldest first.
+    ///
+    /// # Errors
+    /// Why the store could not be listed, in one line.
+    fn sessions(&self) -> Result<Vec<StoredSession>, String>;
+    /// Up to `max` lines of session `id` from its line index `start`, each byte-exact
+    /// without its newline; fewer at its end.
+    ///
+    /// # Errors
+    /// Why the session could not be read, in one line.
+    fn read(&self, id: &str, start: u64, max: u32) -> Result<Vec<Vec<u8>>, String>;
+}
+
+/// One session a store holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredSession {
+    /// The store's name for it.
+    pub id: String,
+    /// How many lines it holds.
+    pub lines: u64,
+}
+
+/// How many lines of a stored session are read at once.
+const STORE_PAGE: u32 = 1024;
 
 /// The most of one file the console reads: 256 MiB. A file past it is no longer
 /// followed (the page says so); `aegis log` and `aegis verify` read it whole.
@@ -181,6 +224,7 @@ pub fn start(
                 seen: BTreeSet::new(),
                 approvals_said: None,
                 refused_said: BTreeSet::new(),
+                stored: HashMap::new(),
             }
             .run(&stop);
         })?;
@@ -200,6 +244,8 @@ struct Follow {
     approvals_said: Option<Object>,
     /// Paths beneath a directory already said to be refused.
     refused_said: BTreeSet<PathBuf>,
+    /// A store's sessions followed, by id: their index in `files`.
+    stored: HashMap<String, usize>,
 }
 
 impl Follow {
@@ -228,6 +274,7 @@ impl Follow {
     fn rescan(&mut self) {
         let source = self.source.clone();
         let paths: Vec<PathBuf> = match &source {
+            Source::Store(store) => return self.rescan_store(store),
             Source::File(path) => vec![path.clone()],
             Source::Directory(dir) => match aegis_files::walk(dir, WALK) {
                 Ok(found) => {
@@ -285,12 +332,62 @@ impl Follow {
             }
             match growing {
                 Ok(growing) => {
-                    let tail = Tail::new(index, growing, &self.options);
+                    let name = growing.path().display().to_string();
+                    let tail = Tail::new(index, name, Reader::File(growing), &self.options);
                     self.feed.publish(vec![Published::Event(tail.file_event())]);
                     self.files.push(tail);
                 }
                 Err(e) => self.refuse(&path, &e.to_string()),
             }
+        }
+    }
+
+    /// Follows the store's new sessions, and tells those followed how many lines
+    /// they now hold.
+    fn rescan_store(&mut self, store: &Arc<dyn SessionStore>) {
+        let location = store.location();
+        let sessions = match store.sessions() {
+            Ok(sessions) => {
+                self.refused_said.remove(&PathBuf::from(&location));
+                sessions
+            }
+            Err(e) => {
+                if self.refused_said.insert(PathBuf::from(&location)) {
+                    self.refuse(std::path::Path::new(&location), &e);
+                }
+                return;
+            }
+        };
+        for session in sessions {
+            if let Some(&i) = self.stored.get(&session.id) {
+                if let Some(Reader::Session { listed, .. }) = &mut self.files[i].reader {
+                    *listed = session.lines;
+                }
+                continue;
+            }
+            let name = format!("{location} session {}", session.id);
+            let path = PathBuf::from(&name);
+            if !self.seen.insert(path.clone()) {
+                continue;
+            }
+            if self.files.len() >= MAX_FILES {
+                self.refuse(
+                    &path,
+                    &format!("not followed: the console follows at most {MAX_FILES} sessions"),
+                );
+                continue;
+            }
+            let reader = Reader::Session {
+                store: store.clone(),
+                id: session.id.clone(),
+                next: 0,
+                listed: session.lines,
+                bytes: 0,
+            };
+            let tail = Tail::new(self.seen.len() - 1, name, reader, &self.options);
+            self.feed.publish(vec![Published::Event(tail.file_event())]);
+            self.stored.insert(session.id, self.files.len());
+            self.files.push(tail);
         }
     }
 
@@ -336,7 +433,8 @@ struct Tail {
     /// Its number in the feed's events.
     index: usize,
     name: String,
-    growing: Option<Growing>,
+    /// `None` once it is no longer read.
+    reader: Option<Reader>,
     judged: Judged,
     calls: Assembler,
     /// Read to its end once.
@@ -398,11 +496,11 @@ impl Seen {
 }
 
 impl Tail {
-    fn new(index: usize, growing: Growing, options: &Options) -> Tail {
+    fn new(index: usize, name: String, reader: Reader, options: &Options) -> Tail {
         Tail {
             index,
-            name: growing.path().display().to_string(),
-            growing: Some(growing),
+            name,
+            reader: Some(reader),
             judged: Judged::new(options),
             calls: Assembler::new(),
             caught_up: false,
@@ -436,15 +534,15 @@ impl Tail {
     /// Reads what the file gained: the events to publish, and whether it may hold more
     /// right now (a full chunk was read).
     fn read(&mut self) -> (Vec<Published>, bool) {
-        let Some(growing) = &mut self.growing else {
+        let Some(reader) = &mut self.reader else {
             return (Vec::new(), false);
         };
-        let grown = growing.next(CHUNK);
-        let past_cap = growing.read_so_far() > MAX_FILE;
+        let grown = reader.next();
+        let past_cap = reader.read_so_far() > MAX_FILE;
         let mut more = false;
         match grown {
-            Ok(Grown::Data(bytes)) => {
-                more = bytes.len() == CHUNK;
+            Ok((Grown::Data(bytes), full)) => {
+                more = full;
                 let mut accepted = Vec::new();
                 let tampered = self.judged.push(&bytes, |at, line| {
                     accepted.push((at, Arc::<[u8]>::from(line)))
@@ -461,8 +559,8 @@ impl Tail {
                     ));
                 }
             }
-            Ok(Grown::Idle) => self.caught_up = true,
-            Ok(Grown::Gone(why)) => {
+            Ok((Grown::Idle, _)) => self.caught_up = true,
+            Ok((Grown::Gone(why), _)) => {
                 self.gone = true;
                 self.stop(format!(
                     "{why}; a record only grows, so it is no longer followed"
@@ -471,7 +569,7 @@ impl Tail {
             Err(e) => self.stop(format!("unreadable: {e}")),
         }
         let mut out = Vec::new();
-        if !self.caught_up && self.growing.is_some() {
+        if !self.caught_up && self.reader.is_some() {
             // Still reading what the file held at the start.
             return (out, more);
         }
@@ -498,11 +596,11 @@ impl Tail {
             out.push(Published::Event(event));
             self.said = Some(now);
         }
-        (out, more && self.growing.is_some())
+        (out, more && self.reader.is_some())
     }
 
     fn stop(&mut self, why: String) {
-        self.growing = None;
+        self.reader = None;
         self.stopped = Some(why);
     }
 
@@ -599,6 +697,75 @@ impl Tail {
         o.insert("file", SafeInt::new(self.index as u64).unwrap_or_default());
         o.insert("session", opened.to_json(session));
         Published::Event(o)
+    }
+}
+
+/// Where a followed record's bytes come from.
+enum Reader {
+    File(Growing),
+    /// One session of a store, read by line index.
+    Session {
+        store: Arc<dyn SessionStore>,
+        id: String,
+        /// The next line to read.
+        next: u64,
+        /// How many lines the store last listed the session with.
+        listed: u64,
+        /// Bytes read so far.
+        bytes: u64,
+    },
+}
+
+impl Reader {
+    /// What the record gained since the last call, and whether there may be more
+    /// right now (a full chunk or page was read).
+    fn next(&mut self) -> Result<(Grown, bool), String> {
+        match self {
+            Reader::File(growing) => {
+                let grown = growing.next(CHUNK).map_err(|e| e.to_string())?;
+                let full = matches!(&grown, Grown::Data(d) if d.len() == CHUNK);
+                Ok((grown, full))
+            }
+            Reader::Session {
+                store,
+                id,
+                next,
+                listed,
+                bytes,
+            } => {
+                if *listed < *next {
+                    return Ok((
+                        Grown::Gone(format!(
+                            "the store now lists {listed} lines of session {id}, after {next} were read"
+                        )),
+                        false,
+                    ));
+                }
+                if *listed == *next {
+                    return Ok((Grown::Idle, false));
+                }
+                let lines = store.read(id, *next, STORE_PAGE)?;
+                if lines.is_empty() {
+                    return Ok((Grown::Idle, false));
+                }
+                let full = lines.len() == STORE_PAGE as usize;
+                *next += lines.len() as u64;
+                let mut data = Vec::new();
+                for line in lines {
+                    data.extend_from_slice(&line);
+                    data.push(b'\n');
+                }
+                *bytes += data.len() as u64;
+                Ok((Grown::Data(data), full))
+            }
+        }
+    }
+
+    fn read_so_far(&self) -> u64 {
+        match self {
+            Reader::File(growing) => growing.read_so_far(),
+            Reader::Session { bytes, .. } => *bytes,
+        }
     }
 }
 

@@ -100,3 +100,84 @@ fn the_console_takes_one_record_and_a_private_token_file() {
         text(&out.stderr)
     );
 }
+
+/// `aegis --profile P console` with no path shows the profile's PostgreSQL store:
+/// each session as wrap writes it, under its verdict, live.
+#[test]
+fn the_console_follows_a_postgresql_store_of_many_sessions() {
+    use crate::store::{Store, Writer, echo_frame, keygen};
+    let store = Store::new(aegis_test_support::postgres::shared());
+    let dir = store.path("");
+    let (key, _) = keygen(&dir, "host.key");
+    let mut first = Writer::start_with(&store, &key, &dir, "a", None, &[]);
+    first.initialize();
+    first.send(&echo_frame(3, "before the console"));
+    first.answer(3);
+
+    let mut console = Command::new(env!("CARGO_BIN_EXE_aegis"))
+        .arg("--profile")
+        .arg(&store.profile)
+        .args(["console", "--http", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(console.stderr.take().unwrap());
+    // The profile is named first, then the address.
+    let mut said = String::new();
+    while !said.contains("http://") {
+        said.clear();
+        assert!(stderr.read_line(&mut said).unwrap() > 0, "no address");
+    }
+    let url = said
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap();
+    let (origin, token) = url.split_once("/#token=").unwrap();
+    let host = origin.trim_start_matches("http://").to_owned();
+
+    let mut events = TcpStream::connect(&host).unwrap();
+    events
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    write!(
+        events,
+        "GET /api/events HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    )
+    .unwrap();
+    let mut seen = String::new();
+    read_until(&mut events, &mut seen, |s| {
+        s.contains(r#""tool_id":"echo""#)
+    });
+    // A second session, opened after the console started, is picked up.
+    let mut second = Writer::start_with(&store, &key, &dir, "b", None, &[]);
+    second.initialize();
+    second.send(&echo_frame(3, "after"));
+    second.answer(3);
+    read_until(&mut events, &mut seen, |s| {
+        s.matches(r#""kind":"call""#).count() >= 2
+    });
+    assert!(seen.contains(" session "), "{seen}");
+    assert!(!seen.contains(r#""verdict":"tampered""#), "{seen}");
+    assert!(first.close().success(), "{}", first.stderr());
+    assert!(second.close().success(), "{}", second.stderr());
+    // Closed sessions verify.
+    read_until(&mut events, &mut seen, |s| {
+        s.contains(r#""verdict":"verified""#) || s.contains(r#""verdict":"indeterminate""#)
+    });
+    let _ = console.kill();
+    let _ = console.wait();
+}
+
+/// Reads the event stream into `seen` until `want` holds of it.
+fn read_until(events: &mut TcpStream, seen: &mut String, want: impl Fn(&str) -> bool) {
+    let mut buf = [0u8; 65536];
+    while !want(seen) {
+        let n = events
+            .read(&mut buf)
+            .unwrap_or_else(|e| panic!("{e}; seen {seen}"));
+        assert!(n > 0, "the stream ended: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+}
