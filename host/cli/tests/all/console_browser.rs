@@ -158,9 +158,10 @@ fn a_call_from_aegis_run_appears_live_filters_narrow_and_hostile_text_stays_text
     until("one row after filtering", || rows(&browser) == 1);
     browser.wait_for("#shown", |t| t.starts_with("1 of 2"));
 
-    // The call's evidence, and the command that checks it offline.
+    // The call's evidence, opened from the keyboard (Enter on the tool's button),
+    // and the command that checks it offline.
     let open = browser.find_all("#calls tbody tr td[data-label=Tool] button")[0].clone();
-    browser.click(&open);
+    browser.type_into(&open, "\u{E007}");
     let evidence = browser.wait_for("#evidence", |t| t.contains("aegis verify"));
     let shown = browser.text(&evidence);
     for part in ["Outcome", "Intent", "Session opened", "no-deploys", HOSTILE] {
@@ -168,6 +169,26 @@ fn a_call_from_aegis_run_appears_live_filters_narrow_and_hostile_text_stays_text
     }
     let inert = browser.script("return typeof window.__pwned;");
     assert_eq!(inert, "undefined", "the payload ran in the evidence view");
+    // Focus moved to what was opened, for a keyboard or screen reader user.
+    let focused = browser.script("return document.activeElement.id;");
+    assert_eq!(focused, "evidence");
+
+    // Every control has a label a screen reader reads, and every button a name.
+    let labelled = browser.script(
+        "return [...document.querySelectorAll('input, select')].every((e) => e.labels.length > 0) \
+         && [...document.querySelectorAll('button')].every((b) => b.textContent.trim() !== '');",
+    );
+    assert_eq!(labelled, true);
+    // Readable at a laptop's 100 columns and on a phone: nothing wider than the
+    // window, so nothing to scroll sideways.
+    for (width, height) in [(800, 900), (390, 844)] {
+        browser.resize(width, height);
+        let fits = browser.script(
+            "return [window.innerWidth, document.documentElement.scrollWidth <= document.documentElement.clientWidth];",
+        );
+        assert!(fits[0].as_u64().unwrap() <= u64::from(width), "{fits}");
+        assert_eq!(fits[1], true, "the page is wider than a {width} px window");
+    }
 }
 
 /// `aegis wrap` over the echo server, its client's side driven here: each answer read

@@ -230,6 +230,15 @@ impl Browser {
         )
     }
 
+    /// Resizes the window (a phone's, a laptop's).
+    pub fn resize(&self, width: u32, height: u32) {
+        self.command(
+            "POST",
+            "/window/rect",
+            Some(json!({"width": width, "height": height})),
+        );
+    }
+
     /// A PNG of the window.
     pub fn screenshot(&self) -> Vec<u8> {
         let encoded = self.command("GET", "/screenshot", None);
