@@ -55,6 +55,12 @@ pub fn console(a: &ConsoleArgs, profile: Option<&str>) -> Result<u8, CliError> {
         }
         None => fresh_token()?,
     };
+    // A token from a file is the operator's to keep (and may be shared with a
+    // gateway): it is not printed where logs would keep it.
+    let printed = match &a.token_file {
+        Some(path) => format!("#token=<the token in {}>", path.display()),
+        None => format!("#token={token}"),
+    };
     let trust = aegis_verify::trust_slice(&aegis_verify::VerifyArgs {
         keys: a.keys.clone(),
         trust_store: a.trust_store.clone(),
@@ -67,7 +73,10 @@ pub fn console(a: &ConsoleArgs, profile: Option<&str>) -> Result<u8, CliError> {
         (Some(path), _) => path_source(path)?,
         (None, Some(profile)) => match crate::plugins::recorded(profile)? {
             crate::plugins::Recorded::File(path) => path_source(&path)?,
-            crate::plugins::Recorded::Store(sink) => Source::Store(Arc::new(SinkSessions(sink))),
+            crate::plugins::Recorded::Store(sink) => Source::Store(Arc::new(SinkSessions {
+                sink,
+                profile: profile.to_owned(),
+            })),
         },
         (None, None) => {
             return Err(CliError::Usage(
@@ -94,7 +103,11 @@ pub fn console(a: &ConsoleArgs, profile: Option<&str>) -> Result<u8, CliError> {
         approver,
     };
     let warn: aegis_http::Warn = Arc::new(|w: &str| crate::say(format_args!("aegis: {w}")));
-    let shown = token.clone();
+    if a.keys.is_empty() && a.trust_store.is_none() {
+        crate::note(format_args!(
+            "aegis: no --key or --trust-store: records are checked unpinned (consistent, but signed by keys nobody here vouched for), and the page says so"
+        ));
+    }
     aegis_console::run(
         console,
         (a.http, false),
@@ -102,7 +115,7 @@ pub fn console(a: &ConsoleArgs, profile: Option<&str>) -> Result<u8, CliError> {
         warn,
         move |bound| {
             crate::say(format_args!(
-                "aegis: console at http://{bound}/#token={shown} (SIGINT or SIGTERM stops it)"
+                "aegis: console at http://{bound}/{printed} (SIGINT or SIGTERM stops it)"
             ));
         },
     )
@@ -113,24 +126,31 @@ pub fn console(a: &ConsoleArgs, profile: Option<&str>) -> Result<u8, CliError> {
 /// A file, or a directory of session files. A link is named, never followed, as
 /// `aegis verify` treats one; a record not there yet is looked for again.
 fn path_source(path: &std::path::Path) -> Result<Source, CliError> {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => Ok(Source::Directory(path.to_owned())),
-        Ok(_) => Ok(Source::File(path.to_owned())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Source::File(path.to_owned())),
+    // Named absolutely, so the page's `aegis verify` command works from anywhere.
+    let path = std::path::absolute(path)
+        .map_err(|e| CliError::Unreadable(format!("{}: {e}", path.display())))?;
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.is_dir() => Ok(Source::Directory(path)),
+        Ok(_) => Ok(Source::File(path)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Source::File(path)),
         Err(e) => Err(CliError::Unreadable(format!("{}: {e}", path.display()))),
     }
 }
 
 /// A store of many sessions read through the profile's audit sink.
-struct SinkSessions(aegis_station_api::AuditSinkBox);
+struct SinkSessions {
+    sink: aegis_station_api::AuditSinkBox,
+    /// The profile, as given, for the commands that export and verify a session.
+    profile: String,
+}
 
 impl SessionStore for SinkSessions {
     fn location(&self) -> String {
-        self.0.location().to_string()
+        self.sink.location().to_string()
     }
 
     fn sessions(&self) -> Result<Vec<StoredSession>, String> {
-        let listed = aegis_runtime::stored_sessions(&self.0, "", "")
+        let listed = aegis_runtime::stored_sessions(&self.sink, "", "")
             .map_err(|e| e.to_string())?
             .unwrap_or_default();
         Ok(listed
@@ -143,11 +163,18 @@ impl SessionStore for SinkSessions {
     }
 
     fn read(&self, id: &str, start: u64, max: u32) -> Result<Vec<Vec<u8>>, String> {
-        self.0
+        self.sink
             .read_session(id.into(), start, max)
             .into_result()
             .map(|lines| lines.into_iter().map(|l| l.into_vec()).collect())
             .map_err(|e| e.to_string())
+    }
+
+    fn verify_command(&self, _id: &str) -> String {
+        let profile = self.profile.replace('\'', r"'\''");
+        format!(
+            "aegis --profile '{profile}' export --out DIR && aegis verify DIR (the session's file is named after its host, time and id)"
+        )
     }
 }
 

@@ -17,7 +17,7 @@ use aegis_approvals::Queue;
 use aegis_calls::{Assembler, Entry, Judged, Opened};
 use aegis_files::{Found, Growing, Grown, WalkBound};
 use aegis_record::json::{Object, SafeInt, Value};
-use aegis_record::verify::{Options, Position, Report, TrustAnchor, Verdict};
+use aegis_record::verify::{Options, Position, Report, Trust, TrustAnchor, Verdict};
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -63,6 +63,8 @@ pub trait SessionStore: Send + Sync {
     /// # Errors
     /// Why the session could not be read, in one line.
     fn read(&self, id: &str, start: u64, max: u32) -> Result<Vec<Vec<u8>>, String>;
+    /// The commands that check session `id` offline (an export, then `aegis verify`).
+    fn verify_command(&self, id: &str) -> String;
 }
 
 /// One session a store holds.
@@ -81,8 +83,9 @@ const STORE_PAGE: u32 = 1024;
 /// followed (the page says so); `aegis log` and `aegis verify` read it whole.
 pub const MAX_FILE: u64 = 256 << 20;
 
-/// The most files followed at once. Each holds a descriptor and what its calls'
-/// evidence needs; a directory holding more is shown only up to this many, and says
+/// The most files (or stored sessions) read at once, each holding a descriptor (or
+/// its place in the store). A file that stops being read (removed, Tampered, past
+/// [`MAX_FILE`]) frees its place; one past the cap waits for a place, and the page says
 /// so.
 pub const MAX_FILES: usize = 512;
 
@@ -115,6 +118,8 @@ pub struct Evidence {
     pub lines: Vec<(&'static str, Arc<[u8]>)>,
     /// The call's row, as the feed sent it.
     pub row: Object,
+    /// The command that checks the call's record offline.
+    pub verify: Arc<str>,
 }
 
 /// What the feed has learnt, shared by the thread that learns it and the streams that
@@ -130,6 +135,9 @@ struct State {
     events: Vec<Arc<str>>,
     /// Every call's evidence, by the number its event carries.
     calls: Vec<Arc<Evidence>>,
+    /// The latest approvals listing, and how many listings there have been.
+    approvals: Option<Arc<str>>,
+    approvals_version: u64,
 }
 
 impl Feed {
@@ -140,11 +148,29 @@ impl Feed {
         })
     }
 
-    /// The events from `from` on, and how many there are in all.
-    pub fn since(&self, from: usize) -> (Vec<Arc<str>>, usize) {
+    /// At most `max` events from `from` on.
+    pub fn since(&self, from: usize, max: usize) -> Vec<Arc<str>> {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let end = state.events.len().min(from.saturating_add(max));
+        state.events.get(from..end).unwrap_or_default().to_vec()
+    }
+
+    /// The approvals queue as last listed (an `approvals` event), and how many times
+    /// it has changed.
+    pub fn approvals(&self) -> (Option<Arc<str>>, u64) {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        (state.approvals.clone(), state.approvals_version)
+    }
+
+    /// Replaces the approvals listing: it is state, not history, so only the latest is
+    /// kept and sent.
+    fn set_approvals(&self, listing: &Object) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.approvals = Some(text(listing));
+        state.approvals_version += 1;
         let all = state.events.len();
-        (state.events.get(from..).unwrap_or_default().to_vec(), all)
+        drop(state);
+        self.changed.send_replace(all);
     }
 
     /// A receiver told each time events are added.
@@ -192,12 +218,12 @@ enum Published {
     Call(Object, Evidence),
 }
 
-/// Starts the thread that follows `source` (and polls `approvals`, when given; the
-/// page is told whether it `decides` them) until `stop`; its events go to the feed it
-/// returns.
+/// Starts the thread that follows `source`, and one that polls `approvals` when given
+/// (the page is told whether it `decides` them, and a slow queue never holds up the
+/// record), until `stop`; what they learn goes to the feed returned.
 ///
 /// # Errors
-/// The thread could not be started.
+/// A thread could not be started.
 pub fn start(
     source: Source,
     trust: Option<Vec<TrustAnchor>>,
@@ -207,6 +233,7 @@ pub fn start(
 ) -> std::io::Result<Arc<Feed>> {
     let feed = Feed::new();
     let fed = feed.clone();
+    let stopped = stop.clone();
     std::thread::Builder::new()
         .name("aegis-console-feed".into())
         .spawn(move || {
@@ -217,31 +244,59 @@ pub fn start(
                     approvers: None,
                     threads: 1,
                 },
-                approvals,
-                decides,
                 feed: fed,
                 files: Vec::new(),
                 seen: BTreeSet::new(),
-                approvals_said: None,
                 refused_said: BTreeSet::new(),
                 stored: HashMap::new(),
             }
-            .run(&stop);
+            .run(&stopped);
         })?;
+    if let Some(queue) = approvals {
+        let fed = feed.clone();
+        std::thread::Builder::new()
+            .name("aegis-console-approvals".into())
+            .spawn(move || poll_approvals(&queue, decides, &fed, &stop))?;
+    }
     Ok(feed)
+}
+
+/// Lists the queue each second until `stop`, telling the feed when the listing
+/// changes.
+fn poll_approvals(queue: &Queue, decides: bool, feed: &Feed, stop: &CancellationToken) {
+    let mut said: Option<Object> = None;
+    while !stop.is_cancelled() {
+        let mut o = Object::new();
+        o.insert("kind", "approvals");
+        o.insert("queue", queue.location());
+        o.insert("decides", decides);
+        match queue.list() {
+            Ok(listed) => o.insert(
+                "requests",
+                Value::Array(
+                    listed
+                        .iter()
+                        .map(|l| Value::Object(l.to_object()))
+                        .collect(),
+                ),
+            ),
+            Err(e) => o.insert("error", e.to_string()),
+        };
+        if said.as_ref() != Some(&o) {
+            feed.set_approvals(&o);
+            said = Some(o);
+        }
+        std::thread::sleep(RESCAN);
+    }
 }
 
 struct Follow {
     source: Source,
     options: Options,
-    approvals: Option<Queue>,
-    decides: bool,
     feed: Arc<Feed>,
     files: Vec<Tail>,
     /// Every path given a file number, followed or not.
     seen: BTreeSet<PathBuf>,
-    /// The last approvals event, not sent again while it stays the same.
-    approvals_said: Option<Object>,
     /// Paths beneath a directory already said to be refused.
     refused_said: BTreeSet<PathBuf>,
     /// A store's sessions followed, by id: their index in `files`.
@@ -255,7 +310,6 @@ impl Follow {
             if rescanned.is_none_or(|at| at.elapsed() >= RESCAN) {
                 rescanned = Some(Instant::now());
                 self.rescan();
-                self.poll_approvals();
             }
             let mut grew = false;
             for tail in &mut self.files {
@@ -321,15 +375,18 @@ impl Follow {
                 }
                 opened => opened,
             };
-            self.seen.insert(path.clone());
-            let index = self.seen.len() - 1;
-            if self.files.len() >= MAX_FILES {
-                self.refuse(
-                    &path,
-                    &format!("not followed: the console follows at most {MAX_FILES} files"),
-                );
+            if self.following() >= MAX_FILES {
+                // Looked at again once a file stops being followed.
+                if self.refused_said.insert(path.clone()) {
+                    self.refuse(
+                        &path,
+                        &format!("not followed yet: the console follows at most {MAX_FILES} files at once"),
+                    );
+                }
                 continue;
             }
+            self.seen.insert(path.clone());
+            let index = self.seen.len() - 1;
             match growing {
                 Ok(growing) => {
                     let name = growing.path().display().to_string();
@@ -367,16 +424,19 @@ impl Follow {
             }
             let name = format!("{location} session {}", session.id);
             let path = PathBuf::from(&name);
-            if !self.seen.insert(path.clone()) {
+            if self.seen.contains(&path) {
                 continue;
             }
-            if self.files.len() >= MAX_FILES {
-                self.refuse(
-                    &path,
-                    &format!("not followed: the console follows at most {MAX_FILES} sessions"),
-                );
+            if self.following() >= MAX_FILES {
+                if self.refused_said.insert(path.clone()) {
+                    self.refuse(
+                        &path,
+                        &format!("not followed yet: the console follows at most {MAX_FILES} sessions at once"),
+                    );
+                }
                 continue;
             }
+            self.seen.insert(path.clone());
             let reader = Reader::Session {
                 store: store.clone(),
                 id: session.id.clone(),
@@ -391,6 +451,11 @@ impl Follow {
         }
     }
 
+    /// How many files (or sessions) are being read now.
+    fn following(&self) -> usize {
+        self.files.iter().filter(|t| t.reader.is_some()).count()
+    }
+
     /// A file event for a path that is not followed.
     fn refuse(&mut self, path: &std::path::Path, why: &str) {
         let mut o = Object::new();
@@ -399,32 +464,6 @@ impl Follow {
         o.insert("verdict", "unread");
         o.insert("headline", why);
         self.feed.publish(vec![Published::Event(o)]);
-    }
-
-    fn poll_approvals(&mut self) {
-        let Some(queue) = &self.approvals else {
-            return;
-        };
-        let mut o = Object::new();
-        o.insert("kind", "approvals");
-        o.insert("queue", queue.location());
-        o.insert("decides", self.decides);
-        match queue.list() {
-            Ok(listed) => o.insert(
-                "requests",
-                Value::Array(
-                    listed
-                        .iter()
-                        .map(|l| Value::Object(l.to_object()))
-                        .collect(),
-                ),
-            ),
-            Err(e) => o.insert("error", e.to_string()),
-        };
-        if self.approvals_said.as_ref() != Some(&o) {
-            self.approvals_said = Some(o.clone());
-            self.feed.publish(vec![Published::Event(o)]);
-        }
     }
 }
 
@@ -435,6 +474,8 @@ struct Tail {
     name: String,
     /// `None` once it is no longer read.
     reader: Option<Reader>,
+    /// The command that checks it offline.
+    verify: Arc<str>,
     judged: Judged,
     calls: Assembler,
     /// Read to its end once.
@@ -497,9 +538,14 @@ impl Seen {
 
 impl Tail {
     fn new(index: usize, name: String, reader: Reader, options: &Options) -> Tail {
+        let verify = match &reader {
+            Reader::File(growing) => verify_file(growing.path(), options.trust.as_deref()),
+            Reader::Session { store, id, .. } => store.verify_command(id),
+        };
         Tail {
             index,
             name,
+            verify: Arc::from(verify),
             reader: Some(reader),
             judged: Judged::new(options),
             calls: Assembler::new(),
@@ -560,6 +606,9 @@ impl Tail {
                 }
             }
             Ok((Grown::Idle, _)) => self.caught_up = true,
+            Ok((Grown::Removed(why), _)) => {
+                self.stop(format!("{why}; no longer followed"));
+            }
             Ok((Grown::Gone(why), _)) => {
                 self.gone = true;
                 self.stop(format!(
@@ -680,6 +729,7 @@ impl Tail {
                             file: self.name.clone(),
                             lines,
                             row: row_json,
+                            verify: self.verify.clone(),
                         },
                     )
                 }
@@ -698,6 +748,20 @@ impl Tail {
         o.insert("session", opened.to_json(session));
         Published::Event(o)
     }
+}
+
+/// The `aegis verify` command for `file` (with the keys it is pinned to), its path
+/// quoted for a POSIX shell.
+fn verify_file(file: &std::path::Path, trust: Option<&[TrustAnchor]>) -> String {
+    let mut command = String::from("aegis verify");
+    for key in trust.unwrap_or_default() {
+        command.push_str(" --key ");
+        command.push_str(&key.to_hex());
+    }
+    command.push_str(" -- '");
+    command.push_str(&file.display().to_string().replace('\'', r"'\''"));
+    command.push('\'');
+    command
 }
 
 /// Where a followed record's bytes come from.
@@ -769,12 +833,24 @@ impl Reader {
     }
 }
 
-/// A report's verdict as the page names it, and its headline.
+/// A report's verdict as the page names it (`verified` only when pinned to keys the
+/// operator named; `unpinned` when consistent but signed by keys nobody vouched for),
+/// and its headline, which names a published test key when one signed.
 pub fn verdict_of(report: &Report) -> (&'static str, String) {
     let verdict = match report.verdict() {
+        Verdict::Verified(Trust::Unpinned) => "unpinned",
         Verdict::Verified(_) => "verified",
         Verdict::Indeterminate(_) => "indeterminate",
         Verdict::Tampered(_) => "tampered",
     };
-    (verdict, report.headline())
+    let mut headline = report.headline();
+    let test_keys = report.published_test_keys();
+    if !test_keys.is_empty() {
+        let names: Vec<&str> = test_keys.iter().map(|(_, name)| *name).collect();
+        headline.push_str(&format!(
+            "; signed by a published test key ({}): its seed is public, so this proves nothing about who wrote it",
+            names.join(", ")
+        ));
+    }
+    (verdict, headline)
 }

@@ -80,9 +80,10 @@ struct Shared {
 /// What starts the console's refusals.
 pub const SERVER: &str = "aegis console";
 
-/// The console's routes, before [`aegis_http::guard`] (with no token of its own): the
-/// page and its assets, and the API behind the bearer token `token`; `feed` is what
-/// the event stream sends, until `stop`.
+/// The console's routes, before [`aegis_http::guard`] (with no token of its own) and
+/// the security header fields [`serve`] adds to every answer: the page and its assets,
+/// and the API behind the bearer token `token`; `feed` is what the event stream sends,
+/// until `stop`.
 pub fn router(
     console: Console,
     feed: Arc<Feed>,
@@ -120,7 +121,6 @@ pub fn router(
             get(|| async { asset(APP_CSS, "text/css; charset=utf-8") }),
         )
         .merge(api)
-        .layer(axum::middleware::map_response(secured))
 }
 
 /// The largest request body read: a decision and its reason.
@@ -160,7 +160,9 @@ pub async fn serve(
         console.approver.is_some(),
         stop.clone(),
     )?;
-    let router = aegis_http::guard(router(console, feed, token, stop.clone()), &guard);
+    // The security header fields go on every answer, the guard's refusals too.
+    let router = aegis_http::guard(router(console, feed, token, stop.clone()), &guard)
+        .layer(axum::middleware::map_response(secured));
     let limits = aegis_http::Limits {
         max_connections: MAX_CONNECTIONS,
         read_timeout: aegis_http::DEFAULT_READ_TIMEOUT,
@@ -256,23 +258,31 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 const EVENTS_PER_MESSAGE: usize = 512;
 
 /// `GET /api/events`: server-sent events, each message's data one JSON array of
-/// events (`file`, `session`, `call`, `approvals`), from the first on. It ends when
-/// the console stops.
+/// events (`file`, `session`, `call`, `approvals`): the record's from the first on, and
+/// the approvals queue as it stands whenever it changes. It ends when the console
+/// stops.
 async fn events(State(shared): State<Arc<Shared>>) -> Response {
     let changed = shared.feed.subscribe();
     let stream = futures_util::stream::unfold(
-        (shared, changed, 0usize),
-        |(shared, mut changed, from)| async move {
+        (shared, changed, 0usize, 0u64),
+        |(shared, mut changed, from, approvals_sent)| async move {
             loop {
-                let (mut batch, _) = shared.feed.since(from);
-                if !batch.is_empty() {
-                    batch.truncate(EVENTS_PER_MESSAGE);
-                    let next = from + batch.len();
-                    let message = format!("data: [{}]\n\n", batch.join(","));
+                // The queue's state first: it is one snapshot, never a backlog.
+                let (approvals, version) = shared.feed.approvals();
+                if version != approvals_sent
+                    && let Some(listing) = approvals
+                {
+                    let message = format!("data: [{listing}]\n\n");
                     return Some((
                         Ok::<_, std::convert::Infallible>(Bytes::from(message)),
-                        (shared, changed, next),
+                        (shared, changed, from, version),
                     ));
+                }
+                let batch = shared.feed.since(from, EVENTS_PER_MESSAGE);
+                if !batch.is_empty() {
+                    let next = from + batch.len();
+                    let message = format!("data: [{}]\n\n", batch.join(","));
+                    return Some((Ok(Bytes::from(message)), (shared, changed, next, version)));
                 }
                 tokio::select! {
                     seen = changed.changed() => {
@@ -284,7 +294,7 @@ async fn events(State(shared): State<Arc<Shared>>) -> Response {
                     () = tokio::time::sleep(KEEP_ALIVE) => {
                         return Some((
                             Ok(Bytes::from_static(b": still here\n\n")),
-                            (shared, changed, from),
+                            (shared, changed, from, approvals_sent),
                         ));
                     }
                 }
@@ -331,24 +341,8 @@ async fn call(State(shared): State<Arc<Shared>>, Path(n): Path<String>) -> Respo
                 .collect(),
         ),
     );
-    o.insert(
-        "verify",
-        verify_command(&evidence.file, shared.console.trust.as_deref()),
-    );
+    o.insert("verify", evidence.verify.as_ref());
     json(StatusCode::OK, &o)
-}
-
-/// The `aegis verify` command for `file`, its path quoted for a POSIX shell.
-fn verify_command(file: &str, trust: Option<&[TrustAnchor]>) -> String {
-    let mut command = String::from("aegis verify");
-    for key in trust.unwrap_or_default() {
-        command.push_str(" --key ");
-        command.push_str(&key.to_hex());
-    }
-    command.push_str(" -- '");
-    command.push_str(&file.replace('\'', r"'\''"));
-    command.push('\'');
-    command
 }
 
 fn json(status: StatusCode, o: &Object) -> Response {

@@ -12,9 +12,12 @@ pub enum Grown {
     Data(Vec<u8>),
     /// Nothing new yet.
     Idle,
-    /// The name no longer leads to the file being read, or the file shrank: why, naming
-    /// the file. A record only grows, so the reader should stop.
+    /// The name now leads to another file, or the file shrank: why, naming the file. A
+    /// record only grows, so the reader should stop.
     Gone(String),
+    /// The name leads nowhere now (the file was removed, or moved away): why, naming the
+    /// file. What was read was the file's; nothing more will be.
+    Removed(String),
 }
 
 /// A regular file opened by [`open`]'s rules and read from where the last read ended.
@@ -103,7 +106,7 @@ impl Growing {
             Ok(m) if self.same_file(&m) => Ok(Grown::Idle),
             Ok(_) => Ok(Grown::Gone(format!("{name} was replaced by another file"))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                Ok(Grown::Gone(format!("{name} was removed")))
+                Ok(Grown::Removed(format!("{name} was removed")))
             }
             Err(e) => Err(failed(e)),
         }
@@ -150,7 +153,9 @@ mod tests {
         growing.next(64).unwrap();
         assert!(matches!(growing.next(64).unwrap(), Grown::Gone(why) if why.contains("replaced")));
         std::fs::remove_file(&path).unwrap();
-        assert!(matches!(growing.next(64).unwrap(), Grown::Gone(why) if why.contains("removed")));
+        assert!(
+            matches!(growing.next(64).unwrap(), Grown::Removed(why) if why.contains("removed"))
+        );
     }
 
     #[test]

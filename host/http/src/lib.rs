@@ -190,7 +190,7 @@ pub struct ServerNames {
 
 impl ServerNames {
     /// `localhost`, `127.0.0.1` and `[::1]` with the bound port, and the bound address
-    /// itself when it is not loopback.
+    /// itself (another loopback address such as `127.0.0.2`, or a non-loopback one).
     pub fn of(bound: SocketAddr) -> ServerNames {
         let port = bound.port();
         let mut hosts = vec![
@@ -198,7 +198,7 @@ impl ServerNames {
             format!("127.0.0.1:{port}"),
             format!("[::1]:{port}"),
         ];
-        if !bound.ip().is_loopback() {
+        if !hosts.contains(&bound.to_string()) {
             hosts.push(bound.to_string());
         }
         let origins = hosts.iter().map(|h| format!("http://{h}")).collect();
@@ -463,5 +463,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not a loopback address"), "{e}");
+    }
+
+    #[test]
+    fn the_bound_address_is_always_one_of_the_servers_names() {
+        let names = ServerNames::of("127.0.0.2:8767".parse().unwrap());
+        assert!(names.hosts().contains(&"127.0.0.2:8767".to_owned()));
+        assert!(
+            names
+                .origins()
+                .contains(&"http://127.0.0.2:8767".to_owned())
+        );
+        // Named once, however it is spelled among the defaults.
+        let names = ServerNames::of("[::1]:8767".parse().unwrap());
+        assert_eq!(names.hosts().len(), 3, "{:?}", names.hosts());
+        assert!(!names.hosts().contains(&"127.0.0.2:8767".to_owned()));
     }
 }

@@ -9,8 +9,10 @@
 //! each test pulled in with `#[path]`, which compiled it once per test binary with its
 //! own lint and dead-code settings; a crate is compiled once and checked like any other.
 //!
-//! [`postgres`] gives tests a real, throwaway PostgreSQL cluster.
+//! [`postgres`] gives tests a real, throwaway PostgreSQL cluster; [`lines`] the
+//! record lines tests write into records of their own.
 
+pub mod lines;
 pub mod postgres;
 
 use std::path::PathBuf;

@@ -98,7 +98,8 @@ impl Source {
             Source::File(file) => match file.next(CHUNK).map_err(|e| e.to_string())? {
                 Grown::Data(bytes) => Ok(Chunk::Data(bytes)),
                 Grown::Idle => Ok(Chunk::Idle),
-                Grown::Gone(why) => Ok(Chunk::Gone(why)),
+                // A record only grows: for a follow, removed is as gone as replaced.
+                Grown::Gone(why) | Grown::Removed(why) => Ok(Chunk::Gone(why)),
             },
         }
     }

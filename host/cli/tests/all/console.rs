@@ -36,17 +36,9 @@ fn the_console_serves_a_records_calls_to_the_token_it_printed_and_stops_on_sigte
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stderr = BufReader::new(console.stderr.take().unwrap());
-    let mut said = String::new();
-    stderr.read_line(&mut said).unwrap();
-    // aegis: console at http://127.0.0.1:PORT/#token=TOKEN (…)
-    let url = said
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in {said:?}"));
-    let (origin, token) = url.split_once("/#token=").unwrap();
-    let host = origin.trim_start_matches("http://");
-    assert_eq!(token.len(), 64, "{said}");
+    let (mut stderr, host, token) = address(&mut console);
+    let (host, token) = (host.as_str(), token.as_str());
+    assert_eq!(token.len(), 64, "{token}");
 
     let page = get(host, "/", None);
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
@@ -123,19 +115,7 @@ fn the_console_follows_a_postgresql_store_of_many_sessions() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stderr = BufReader::new(console.stderr.take().unwrap());
-    // The profile is named first, then the address.
-    let mut said = String::new();
-    while !said.contains("http://") {
-        said.clear();
-        assert!(stderr.read_line(&mut said).unwrap() > 0, "no address");
-    }
-    let url = said
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap();
-    let (origin, token) = url.split_once("/#token=").unwrap();
-    let host = origin.trim_start_matches("http://").to_owned();
+    let (_stderr, host, token) = address(&mut console);
 
     let mut events = TcpStream::connect(&host).unwrap();
     events
@@ -164,10 +144,31 @@ fn the_console_follows_a_postgresql_store_of_many_sessions() {
     assert!(second.close().success(), "{}", second.stderr());
     // Closed sessions verify.
     read_until(&mut events, &mut seen, |s| {
-        s.contains(r#""verdict":"verified""#) || s.contains(r#""verdict":"indeterminate""#)
+        s.contains(r#""verdict":"unpinned""#) || s.contains(r#""verdict":"indeterminate""#)
     });
     let _ = console.kill();
     let _ = console.wait();
+}
+
+/// The address a started console printed on stderr (`aegis: console at
+/// http://127.0.0.1:PORT/#token=TOKEN (…)`, after any line naming the profile): its
+/// stderr, read on, with the `host:port` and the token.
+fn address(
+    console: &mut std::process::Child,
+) -> (BufReader<std::process::ChildStderr>, String, String) {
+    let mut stderr = BufReader::new(console.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("http://") {
+        said.clear();
+        assert!(stderr.read_line(&mut said).unwrap() > 0, "no address");
+    }
+    let url = said
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap();
+    let (origin, token) = url.split_once("/#token=").unwrap();
+    let host = origin.trim_start_matches("http://").to_owned();
+    (stderr, host, token.to_owned())
 }
 
 /// Reads the event stream into `seen` until `want` holds of it.

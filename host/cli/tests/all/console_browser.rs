@@ -18,6 +18,9 @@ use std::time::Duration;
 /// Not allowed to run: denied, with a reason that is markup and script.
 const HOSTILE: &str = r#"<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>"#;
 
+/// And a right-to-left override, which would show what follows it reversed.
+const REVERSED: &str = "\u{202e}fdp.exe";
+
 fn echo_wasm() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/wasm/echo.wasm")
 }
@@ -44,10 +47,13 @@ impl Console {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        // The address comes after any notes (an unpinned check, a profile).
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
         let mut said = String::new();
-        BufReader::new(child.stderr.take().unwrap())
-            .read_line(&mut said)
-            .unwrap();
+        while !said.contains("http://") {
+            said.clear();
+            assert!(stderr.read_line(&mut said).unwrap() > 0, "no address");
+        }
         let url = said
             .split_whitespace()
             .find(|w| w.starts_with("http://"))
@@ -115,7 +121,7 @@ fn a_call_from_aegis_run_appears_live_filters_narrow_and_hostile_text_stays_text
     std::fs::write(
         dir.path().join("policy.yaml"),
         format!(
-            "version: 1\ndefault: allow\nrules:\n  - id: no-deploys\n    action: deny\n    tool: deploy\n    reason: '{HOSTILE}'\n"
+            "version: 1\ndefault: allow\nrules:\n  - id: no-deploys\n    action: deny\n    tool: deploy\n    reason: '{HOSTILE}{REVERSED}'\n"
         ),
     )
     .unwrap();
@@ -136,11 +142,11 @@ fn a_call_from_aegis_run_appears_live_filters_narrow_and_hostile_text_stays_text
     let row = browser.wait_for("#calls tbody tr", |t| {
         t.contains("deploy") && t.contains("denied")
     });
-    assert!(
-        browser.text(&row).contains(HOSTILE),
-        "{}",
-        browser.text(&row)
-    );
+    let shown = browser.text(&row);
+    assert!(shown.contains(HOSTILE), "{shown}");
+    // The override is shown as an escape, never obeyed.
+    assert!(shown.contains("\\u{202e}fdp.exe"), "{shown}");
+    assert!(!shown.contains('\u{202e}'), "{shown}");
     let inert = browser.script(
         "return [typeof window.__pwned, document.querySelectorAll('main img, main script').length];",
     );
@@ -149,7 +155,7 @@ fn a_call_from_aegis_run_appears_live_filters_narrow_and_hostile_text_stays_text
         serde_json::json!(["undefined", 0]),
         "the payload ran"
     );
-    browser.wait_for("#files li", |t| t.contains("verified"));
+    browser.wait_for("#files li", |t| t.contains("unpinned"));
 
     // The tool filter, typed as a person types.
     assert_eq!(rows(&browser), 2);
@@ -164,7 +170,14 @@ fn a_call_from_aegis_run_appears_live_filters_narrow_and_hostile_text_stays_text
     browser.type_into(&open, "\u{E007}");
     let evidence = browser.wait_for("#evidence", |t| t.contains("aegis verify"));
     let shown = browser.text(&evidence);
-    for part in ["Outcome", "Intent", "Session opened", "no-deploys", HOSTILE] {
+    for part in [
+        "Outcome",
+        "Intent",
+        "Session opened",
+        "no-deploys",
+        HOSTILE,
+        "\\u{202e}fdp.exe",
+    ] {
         assert!(shown.contains(part), "{part} not in {shown}");
     }
     let inert = browser.script("return typeof window.__pwned;");

@@ -195,10 +195,7 @@ mod follow {
     use super::*;
     use aegis_record::chain::LineSink;
     use aegis_record::line::LineBody as _;
-    use aegis_record::{
-        CapabilityOutcome, DecisionAxes, ExecutionOutcome, LineHash, OutcomeLine, PolicyOutcome,
-        PolicySetHash, seal,
-    };
+    use aegis_record::{LineHash, seal};
     use std::io::{BufRead, BufReader, Write};
     use std::path::Path;
     use std::process::{Child, ChildStdin, Stdio};
@@ -235,39 +232,7 @@ mod follow {
         SigningKey::from_seed([42; 32])
     }
 
-    fn intent(call: &str, tool: &str) -> IntentLine {
-        IntentLine {
-            call_id: call.into(),
-            tool_id: tool.into(),
-            request_digest: RequestDigest::of_request(call.as_bytes()),
-        }
-    }
-
-    /// A call the policy refused, with `reason`.
-    fn denied(call: &str, tool: &str, reason: &str) -> OutcomeLine {
-        OutcomeLine {
-            stop: None,
-            call_id: call.into(),
-            tool_id: tool.into(),
-            request_digest: RequestDigest::of_request(call.as_bytes()),
-            policy_set_hash: PolicySetHash::of_canonical_set(b"{}"),
-            policy: PolicyOutcome::Denied {
-                reason: reason.into(),
-            },
-            capability: CapabilityOutcome::Denied {
-                reason: "policy refused before capability".into(),
-                denied_capability: None,
-            },
-            execution: ExecutionOutcome::HostDenied {
-                reason: "not executed".into(),
-            },
-            grant_id: None,
-            response_digest: None,
-            wall_ms: None,
-            peak_memory_bytes: None,
-            decision_axes: DecisionAxes::default(),
-        }
-    }
+    use aegis_test_support::lines::{intent, policy_denied as denied};
 
     /// A running `aegis log --follow`, its stdout read line by line on a thread.
     struct Following {

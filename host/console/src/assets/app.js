@@ -30,9 +30,17 @@ const state = {
   approvals: null, // the last approvals event
 };
 
+// Control characters, bidirectional overrides and invisible characters in text a
+// tool or server wrote are shown as \u{…} escapes, so a name cannot reorder or hide
+// what is around it (as `aegis verify` and `aegis log` escape them for a terminal).
+const HIDDEN = /[\u0000-\u001f\u007f-\u009f\u00ad\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]/g;
+function visible(text) {
+  return String(text).replace(HIDDEN, (c) => "\\u{" + c.charCodeAt(0).toString(16).padStart(4, "0") + "}");
+}
+
 function el(tag, text, className) {
   const e = document.createElement(tag);
-  if (text !== undefined) e.textContent = text;
+  if (text !== undefined) e.textContent = visible(text);
   if (className) e.className = className;
   return e;
 }
@@ -79,10 +87,17 @@ function schedule() {
   });
 }
 
+// What the queue looked like when last drawn: it is redrawn only when it changes, so
+// a card never moves under the operator's pointer because a call arrived.
+let approvalsDrawn = null;
+
 function draw() {
   drawFiles();
   drawCalls();
-  drawApprovals();
+  if (state.approvals !== approvalsDrawn) {
+    approvalsDrawn = state.approvals;
+    drawApprovals();
+  }
 }
 
 function drawFiles() {
@@ -140,6 +155,8 @@ function cell(tr, label, text) {
 function drawCalls() {
   const f = filters();
   const body = document.querySelector("#calls tbody");
+  // A call's button that has the keyboard's focus keeps it across the redraw.
+  const focused = body.contains(document.activeElement) ? document.activeElement.dataset.call : undefined;
   body.replaceChildren();
   let kept = 0;
   for (let i = state.calls.length - 1; i >= 0; i--) {
@@ -158,8 +175,9 @@ function drawCalls() {
     const open = el("button", r.tool_id === "" ? "-" : r.tool_id);
     open.type = "button";
     open.className = "link";
-    open.setAttribute("aria-label", "Evidence of the call to " + r.tool_id);
-    open.addEventListener("click", () => evidence(c));
+    open.setAttribute("aria-label", "Evidence of the call to " + visible(r.tool_id) + " at " + (r.time || "an unknown time"));
+    open.dataset.call = String(c.n);
+    open.addEventListener("click", () => evidence(c, open));
     tool.appendChild(open);
     cell(tr, "Verdict", r.verdict);
     cell(tr, "Station", r.station || "-");
@@ -167,6 +185,7 @@ function drawCalls() {
     cell(tr, "Duration", r.wall_ms === undefined ? "-" : r.wall_ms + " ms");
     cell(tr, "Record", file.verdict || "-").classList.add(file.verdict || "reading");
     body.appendChild(tr);
+    if (focused === String(c.n)) open.focus();
   }
   const all = state.calls.length;
   document.getElementById("shown").textContent =
@@ -208,7 +227,11 @@ const LINE_TITLES = {
   tool_change: "Tool change",
 };
 
-async function evidence(c) {
+// The button that opened the evidence, given the focus back when it is closed.
+let opener = null;
+
+async function evidence(c, from) {
+  opener = from || null;
   const answer = await api("/api/calls/" + c.n);
   if (!answer.ok) {
     problem("The console refused the evidence: " + (await answer.text()));
@@ -236,7 +259,12 @@ async function evidence(c) {
   }
   const raw = el("details");
   raw.appendChild(el("summary", "Raw lines, as the record holds them"));
-  raw.appendChild(el("pre", e.lines.map((l) => l.line).join("\n")));
+  const pre = el("pre");
+  for (const l of e.lines) {
+    pre.appendChild(el("span", l.line));
+    pre.appendChild(document.createTextNode("\n"));
+  }
+  raw.appendChild(pre);
   body.appendChild(raw);
   body.appendChild(el("h3", "Check it offline"));
   body.appendChild(el("code", e.verify));
@@ -287,7 +315,9 @@ function drawApprovals() {
   const reasons = new Map();
   for (const input of list.querySelectorAll("input[data-approval]")) reasons.set(input.dataset.approval, input.value);
   list.replaceChildren();
-  for (const l of a.requests.slice().reverse()) {
+  // Oldest park first, as the queue lists them: a new one goes below, never moving
+  // a card the operator is about to press.
+  for (const l of a.requests) {
     const r = l.request;
     const box = el("article", undefined, "request " + l.state);
     box.setAttribute("aria-label", "Request " + r.approval_id + " to call " + r.tool_id);
@@ -307,7 +337,7 @@ function drawApprovals() {
       rows.push(["approver", d.approver.key_id || d.approver.client || d.approver.why || JSON.stringify(d.approver)]);
     }
     box.appendChild(definitions(rows));
-    if (l.state === "pending" && a.decides) box.appendChild(decideForm(r.approval_id, reasons.get(r.approval_id) || ""));
+    if (l.state === "pending" && a.decides) box.appendChild(decideForm(r, reasons.get(r.approval_id) || ""));
     list.appendChild(box);
   }
   if (typing) {
@@ -316,11 +346,14 @@ function drawApprovals() {
   }
 }
 
-function decideForm(id, reason) {
+function decideForm(r, reason) {
+  const id = r.approval_id;
+  const what = visible(r.tool_id) + " (" + id + ")";
   const form = el("div", undefined, "decide");
   const approve = el("button", "Approve");
   approve.type = "button";
   approve.id = "approve-" + id;
+  approve.setAttribute("aria-label", "Approve the call to " + what);
   approve.addEventListener("click", () => decide(id, { verdict: "approve" }));
   const label = el("label", "Reason to deny");
   const input = el("input");
@@ -328,10 +361,12 @@ function decideForm(id, reason) {
   input.id = "reason-" + id;
   input.dataset.approval = id;
   input.value = reason;
+  input.setAttribute("aria-label", "Reason to deny the call to " + what);
   label.appendChild(input);
   const deny = el("button", "Deny");
   deny.type = "button";
   deny.id = "deny-" + id;
+  deny.setAttribute("aria-label", "Deny the call to " + what);
   deny.addEventListener("click", () => {
     const why = input.value.trim();
     if (!why) {
@@ -419,6 +454,8 @@ document.getElementById("filters").addEventListener("input", schedule);
 document.getElementById("filters").addEventListener("submit", (e) => e.preventDefault());
 document.getElementById("evidence-close").addEventListener("click", () => {
   document.getElementById("evidence").hidden = true;
+  const back = opener && document.querySelector('#calls button[data-call="' + opener.dataset.call + '"]');
+  if (back) back.focus();
 });
 token();
 live();

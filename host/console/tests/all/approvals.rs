@@ -245,6 +245,13 @@ async fn a_parked_call_is_listed_and_approved_once_with_the_consoles_key() {
         .await;
     let (status, _) = post(addr, "apr-00000000000000000000000000000000", &with, approve).await;
     assert_eq!(status, 404);
+    // The queue is state, not history: a page that connects now is sent it once, as
+    // it stands, however often it changed.
+    let mut late = Events::open(addr).await;
+    let seen = late
+        .until(|e| state_of(e, other).as_deref() == Some("denied"))
+        .await;
+    assert_eq!(of_kind(seen, "approvals").len(), 1, "{seen:#?}");
     stop.cancel();
 }
 

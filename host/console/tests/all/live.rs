@@ -5,13 +5,11 @@
 
 use crate::client::{Events, bearer, body, get, host, of_kind, over, start, text, verdict};
 use aegis_console::feed::Source;
+use aegis_record::SigningKey;
 use aegis_record::chain::{LineSink, Session};
 use aegis_record::json::{Object, Value};
-use aegis_record::verify::{Options, Verdict, verify};
-use aegis_record::{
-    CapabilityOutcome, DecisionAxes, ExecutionOutcome, IntentLine, OutcomeLine, PolicyOutcome,
-    PolicySetHash, RequestDigest, SigningKey,
-};
+use aegis_record::verify::{Options, TrustAnchor, Verdict, verify};
+use aegis_test_support::lines;
 use std::io::Write as _;
 use std::path::Path;
 use std::sync::Arc;
@@ -37,6 +35,10 @@ impl LineSink for AppendFile {
 
 /// A session writing to `path`, its open line naming `hostname`.
 fn session(path: &Path, hostname: &str) -> Session {
+    session_signed_by(path, hostname, SigningKey::generate().unwrap())
+}
+
+fn session_signed_by(path: &Path, hostname: &str, key: SigningKey) -> Session {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -48,47 +50,14 @@ fn session(path: &Path, hostname: &str) -> Session {
     provenance.insert("host", host);
     let mut extensions = Object::new();
     extensions.insert("provenance", provenance);
-    Session::open(
-        Arc::new(AppendFile(file)),
-        SigningKey::generate().unwrap(),
-        None,
-        extensions,
-    )
-    .unwrap()
+    Session::open(Arc::new(AppendFile(file)), key, None, extensions).unwrap()
 }
 
 /// A call the policy refused with `reason`: its intent and outcome.
 fn denied(session: &Session, call: &str, tool: &str, reason: &str) {
+    session.append_unsigned(&lines::intent(call, tool)).unwrap();
     session
-        .append_unsigned(&IntentLine {
-            call_id: call.into(),
-            tool_id: tool.into(),
-            request_digest: RequestDigest::of_request(call.as_bytes()),
-        })
-        .unwrap();
-    session
-        .append(&OutcomeLine {
-            stop: None,
-            call_id: call.into(),
-            tool_id: tool.into(),
-            request_digest: RequestDigest::of_request(call.as_bytes()),
-            policy_set_hash: PolicySetHash::of_canonical_set(b"{}"),
-            policy: PolicyOutcome::Denied {
-                reason: reason.into(),
-            },
-            capability: CapabilityOutcome::Denied {
-                reason: "policy refused before capability".into(),
-                denied_capability: None,
-            },
-            execution: ExecutionOutcome::HostDenied {
-                reason: "not executed".into(),
-            },
-            grant_id: None,
-            response_digest: None,
-            wall_ms: None,
-            peak_memory_bytes: None,
-            decision_axes: DecisionAxes::default(),
-        })
+        .append(&lines::policy_denied(call, tool, reason))
         .unwrap();
 }
 
@@ -107,7 +76,8 @@ async fn a_records_calls_come_under_its_verdict_and_none_of_a_tampered_one() {
     let seen = events
         .until(|e| verdict(e).is_some_and(|v| v != "reading"))
         .await;
-    assert_eq!(verdict(seen), Some("verified"), "{seen:#?}");
+    // Consistent, but pinned to no key: not called verified.
+    assert_eq!(verdict(seen), Some("unpinned"), "{seen:#?}");
     // The backlog is published with its verdict, not before it.
     assert_eq!(calls(seen).len(), 9, "{seen:#?}");
     assert_eq!(of_kind(seen, "session").len(), 1, "{seen:#?}");
@@ -123,11 +93,11 @@ async fn a_records_calls_come_under_its_verdict_and_none_of_a_tampered_one() {
         }
         let bytes = std::fs::read(&record).unwrap();
         let report = verify(bytes.as_slice(), &Options::default()).unwrap();
-        let expected = match report.verdict() {
-            Verdict::Verified(_) => "verified",
-            Verdict::Indeterminate(_) => "indeterminate",
-            Verdict::Tampered(_) => "tampered",
-        };
+        let expected = aegis_console::feed::verdict_of(&report).0;
+        assert_eq!(
+            expected == "tampered",
+            matches!(report.verdict(), Verdict::Tampered(_))
+        );
         let (addr, stop) = start(over(Source::File(record.clone()))).await;
         let mut events = Events::open(addr).await;
         let seen = events
@@ -284,5 +254,56 @@ async fn a_call_opens_to_its_raw_lines_and_the_command_that_verifies_them() {
             .as_str()
         )
     );
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_record_is_called_verified_only_when_pinned_to_the_operators_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("r.aarl");
+    let key = SigningKey::generate().unwrap();
+    let public = key.public_key();
+    let writer = session_signed_by(&file, "h", key);
+    denied(&writer, "c0", "read", "no");
+    writer.close().unwrap();
+    for (trust, expected) in [
+        (None, "unpinned"),
+        (Some(vec![TrustAnchor::from(public)]), "verified"),
+    ] {
+        let mut console = over(Source::File(file.clone()));
+        console.trust = trust;
+        let (addr, stop) = start(console).await;
+        let mut events = Events::open(addr).await;
+        let seen = events
+            .until(|e| verdict(e).is_some_and(|v| v != "reading"))
+            .await;
+        assert_eq!(verdict(seen), Some(expected), "{seen:#?}");
+        stop.cancel();
+    }
+}
+
+#[tokio::test]
+async fn a_record_removed_is_no_longer_followed_and_not_called_tampered() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("r.aarl");
+    let writer = session(&file, "h");
+    denied(&writer, "c0", "read", "x");
+    let (addr, stop) = start(over(Source::File(file.clone()))).await;
+    let mut events = Events::open(addr).await;
+    events.until(|e| calls(e).len() == 1).await;
+    std::fs::remove_file(&file).unwrap();
+    let seen = events
+        .until(|e| {
+            of_kind(e, "file")
+                .last()
+                .is_some_and(|f| text(f, &["stopped"]).is_some())
+        })
+        .await;
+    let last = of_kind(seen, "file").last().copied().unwrap();
+    assert!(
+        text(last, &["stopped"]).is_some_and(|s| s.contains("removed")),
+        "{last:?}"
+    );
+    assert_ne!(text(last, &["verdict"]), Some("tampered"), "{last:?}");
     stop.cancel();
 }

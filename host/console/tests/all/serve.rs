@@ -71,13 +71,20 @@ async fn the_api_needs_the_token_and_this_servers_names() {
     )
     .await;
     assert_eq!(status, 403);
-    let (status, _) = get(
+    let (status, refused) = get(
         addr,
         "/",
         &[("Host", &format!("evil.example:{}", addr.port()))],
     )
     .await;
     assert_eq!(status, 403);
+    // The guard's own refusals carry the security header fields too.
+    let lower = refused.to_ascii_lowercase();
+    assert!(
+        lower.contains("content-security-policy: default-src 'none'")
+            && lower.contains("x-content-type-options: nosniff"),
+        "{refused}"
+    );
     let (status, answer) = get(
         addr,
         "/api/calls/999999",
