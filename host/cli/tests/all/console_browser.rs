@@ -361,9 +361,8 @@ fn a_parked_call_is_approved_from_the_page_and_the_waiting_client_gets_its_resul
     browser.wait_for("#calls tbody tr", |t| {
         t.contains("echo") && t.contains(" ok")
     });
-    let decision = std::fs::read_to_string(queue.join(format!("{id}.decision")))
-        .or_else(|_| std::fs::read_to_string(queue.join(format!("{id}.used"))))
-        .unwrap_or_default();
+    // The resumed call's evidence names the park, the decision and who decided: the
+    // key the console signed with.
     let alice_id = text(
         &Command::new(env!("CARGO_BIN_EXE_aegis"))
             .args(["key", "show"])
@@ -378,10 +377,18 @@ fn a_parked_call_is_approved_from_the_page_and_the_waiting_client_gets_its_resul
         .unwrap()
         .trim()
         .to_owned();
-    assert!(
-        decision.is_empty() || decision.contains(&key_id),
-        "{decision}"
-    );
+    let open = browser.find_all("#calls tbody tr.ok td[data-label=Tool] button")[0].clone();
+    browser.click(&open);
+    let evidence = browser.wait_for("#evidence", |t| t.contains("Decision and approver"));
+    let shown = browser.text(&evidence);
+    for part in [
+        "Parked (what approving authorised)",
+        id.as_str(),
+        key_id.as_str(),
+        "approved",
+    ] {
+        assert!(shown.contains(part), "{part} not in {shown}");
+    }
     wrap.stdin = None;
     assert!(wrap.child.wait().unwrap().success());
     drop(console);
