@@ -2,9 +2,10 @@
 //! CDN, no external fonts or scripts), behind the HTTP checks every Aegis server shares
 //! ([`aegis_http::guard`]: exact `Host` and `Origin`, body caps, connection caps).
 //!
-//! It shows the calls of a record file, or of a directory of session files, as they are
-//! written ([`feed`]): each line verified before it is shown, each file under the
-//! verdict of what was read of it. A call opens to its evidence (its raw lines and what
+//! It shows the calls of a record file, a directory of session files, or a store of many
+//! sessions, as they are written ([`feed`]): each line verified before it is shown,
+//! each file under the verdict of what was read of it (`verified` only when pinned to
+//! the operator's keys). A call opens to its evidence (its raw lines and what
 //! they say). With an approvals queue and an approver key, it lists parked calls and
 //! places the operator's signed decision on one.
 //!
@@ -30,6 +31,10 @@
 //!
 //! # Non-guarantees
 //! - No TLS (see `aegis-http`): serve loopback, or put a TLS proxy in front.
+//! - Bytes already read are not read again: a file rewritten in place below what was
+//!   read keeps its verdict here; `aegis verify` checks it as it is now.
+//! - The queue's listing (arguments up to 64 KiB a request) is kept whole in memory
+//!   while it stands, and sent whole to each page when it changes.
 
 pub mod feed;
 

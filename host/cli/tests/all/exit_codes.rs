@@ -752,6 +752,57 @@ fn pins_codes_are_documented_and_produced() {
 }
 
 #[test]
+fn console_codes_are_documented_and_produced() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let record = root().join("spec/vectors/golden/golden.aarl");
+    let mut t = Table::new("console");
+    t.run(1, "no record and no profile", aegis().arg("console"));
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret-token-for-the-test\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    t.run(
+        2,
+        "token file open to others",
+        aegis()
+            .args(["console", "--http", "127.0.0.1:0", "--token-file"])
+            .arg(&token)
+            .arg(&record),
+    );
+    // A key others can read is no key to sign decisions with.
+    let key = keygen(dir.path());
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    t.run(
+        4,
+        "approver key refused",
+        aegis()
+            .args(["console", "--http", "127.0.0.1:0", "--approvals"])
+            .arg(dir.path().join("queue"))
+            .arg("--approver-key")
+            .arg(&key)
+            .arg(&record),
+    );
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    t.run(
+        18,
+        "address in use",
+        aegis().args(["console", "--http", &addr]).arg(&record),
+    );
+    let mut serving = aegis()
+        .args(["console", "--http", "127.0.0.1:0"])
+        .arg(&record)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _stderr = await_line(&mut serving, "aegis: console at ");
+    signal(&serving, rustix::process::Signal::TERM);
+    let out = serving.wait_with_output().unwrap();
+    t.expect(0, "SIGTERM", &out);
+    t.done();
+}
+
+#[test]
 fn confine_codes_are_documented_and_produced() {
     let dir = tempfile::tempdir().unwrap();
     let mut t = Table::new("confine");
