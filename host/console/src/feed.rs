@@ -24,6 +24,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
+use crate::wake::Wake;
+
 /// What the console follows.
 #[derive(Clone)]
 pub enum Source {
@@ -97,7 +99,8 @@ const WALK: WalkBound = WalkBound {
     depth: 32,
 };
 
-/// How long the thread waits when nothing grew.
+/// How long the thread waits when nothing grew, unless a watched file changes first
+/// (on Linux a write wakes it at once; a store's sessions are looked at this often).
 const POLL: Duration = Duration::from_millis(200);
 
 /// How often the directory and the approvals queue are looked at again.
@@ -245,6 +248,7 @@ pub fn start(
                     threads: 1,
                 },
                 feed: fed,
+                wake: Wake::new(),
                 files: Vec::new(),
                 seen: BTreeSet::new(),
                 refused_said: BTreeSet::new(),
@@ -294,6 +298,8 @@ struct Follow {
     source: Source,
     options: Options,
     feed: Arc<Feed>,
+    /// What the thread sleeps on between looks.
+    wake: Wake,
     files: Vec<Tail>,
     /// Every path given a file number, followed or not.
     seen: BTreeSet<PathBuf>,
@@ -318,7 +324,7 @@ impl Follow {
                 self.feed.publish(batch);
             }
             if !grew {
-                std::thread::sleep(POLL);
+                self.wake.sleep(POLL);
             }
         }
     }
@@ -327,6 +333,13 @@ impl Follow {
     /// the directory.
     fn rescan(&mut self) {
         let source = self.source.clone();
+        // A name created in the directory wakes the thread (new files in directories
+        // beneath it wait for the next walk).
+        if let Source::Directory(dir) = &source
+            && self.seen.is_empty()
+        {
+            self.wake.watch(dir);
+        }
         let paths: Vec<PathBuf> = match &source {
             Source::Store(store) => return self.rescan_store(store),
             Source::File(path) => vec![path.clone()],
@@ -389,6 +402,7 @@ impl Follow {
             let index = self.seen.len() - 1;
             match growing {
                 Ok(growing) => {
+                    self.wake.watch(&path);
                     let name = growing.path().display().to_string();
                     let tail = Tail::new(index, name, Reader::File(growing), &self.options);
                     self.feed.publish(vec![Published::Event(tail.file_event())]);
@@ -588,7 +602,9 @@ impl Tail {
         let mut more = false;
         match grown {
             Ok((Grown::Data(bytes), full)) => {
-                more = full;
+                // A file that just grew is looked at again at once: the rest of a
+                // backlog, or its end (which publishes it), without a poll's wait.
+                more = full || matches!(self.reader, Some(Reader::File(_)));
                 let mut accepted = Vec::new();
                 let tampered = self.judged.push(&bytes, |at, line| {
                     accepted.push((at, Arc::<[u8]>::from(line)))

@@ -37,6 +37,7 @@
 //!   while it stands, and sent whole to each page when it changes.
 
 pub mod feed;
+mod wake;
 
 use aegis_approvals::{DecideError, DecisionFile, Queue};
 use aegis_record::DecisionVerdict;
