@@ -20,39 +20,21 @@
 
 use aegis_benches::{bench_key, intent, outcome};
 use aegis_console::feed::{self, Feed, Source};
-use aegis_record::chain::{LineSink, Session};
+use aegis_record::chain::Session;
 use aegis_record::json::Object;
 use aegis_record::verify::{Options, verify};
+use aegis_test_support::lines::AppendFile;
 use criterion::{Criterion, SamplingMode, criterion_main};
 use std::hint::black_box;
-use std::io::Write as _;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// Calls in the backlog record.
 const CALLS: u64 = 10_000;
 
-/// Lines appended to a file as the writer writes them, as a host's file sink appends.
-struct AppendFile(std::fs::File);
-
-impl LineSink for AppendFile {
-    fn append(&self, line: &[u8]) -> std::io::Result<()> {
-        (&self.0).write_all(line)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 fn session(path: &Path) -> Session {
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
-    Session::open(Arc::new(AppendFile(file)), bench_key(), None, Object::new()).unwrap()
+    Session::open(AppendFile::at(path), bench_key(), None, Object::new()).unwrap()
 }
 
 /// How many events of `kind` the feed holds.

@@ -58,7 +58,10 @@ pub fn console(a: &ConsoleArgs, profile: Option<&str>) -> Result<u8, CliError> {
     // A token from a file is the operator's to keep (and may be shared with a
     // gateway): it is not printed where logs would keep it.
     let printed = match &a.token_file {
-        Some(path) => format!("#token=<the token in {}>", path.display()),
+        Some(path) => format!(
+            " (to open it, add #token= and the token in {} to the address)",
+            path.display()
+        ),
         None => format!("#token={token}"),
     };
     let trust = aegis_verify::trust_slice(&aegis_verify::VerifyArgs {

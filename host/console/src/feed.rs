@@ -1,11 +1,14 @@
 //! The console's feed: record files followed as they grow, each line verified before it
 //! is shown, turned into events a page reads in order.
 //!
-//! One thread follows every file (a record, or the files beneath a directory of
-//! session files, looked at again each second for new ones) and polls the approvals
-//! queue. What it learns goes into one append-only list of events; each page's stream
-//! sends the list from the start, then what is added, so no page misses or reorders an
-//! event however late it connects.
+//! One thread follows every file (a record, the files beneath a directory of session
+//! files, looked at again each second for new ones, or a store's sessions). On Linux it
+//! sleeps on an inotify watch of each file, so a write wakes it and only that file is
+//! read; otherwise it looks at every file each poll interval. What it learns goes into
+//! one append-only list of events; each page's stream sends the list from the start,
+//! then what is added, so no page misses or reorders an event however late it
+//! connects. The approvals queue is polled on a thread of its own and kept as one
+//! snapshot (state, not history), sent to each page when it changes.
 //!
 //! A file's backlog (what it held when first read) is published once it is read to its
 //! end, under its verdict: a file found Tampered before then publishes no calls, as
@@ -24,7 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::wake::Wake;
+use crate::wake::{Wake, Woken};
 
 /// What the console follows.
 #[derive(Clone)]
@@ -253,6 +256,8 @@ pub fn start(
                 seen: BTreeSet::new(),
                 refused_said: BTreeSet::new(),
                 stored: HashMap::new(),
+                dir_watched: false,
+                dir_wd: None,
             }
             .run(&stopped);
         })?;
@@ -301,31 +306,65 @@ struct Follow {
     /// What the thread sleeps on between looks.
     wake: Wake,
     files: Vec<Tail>,
-    /// Every path given a file number, followed or not.
+    /// Every path followed now or before (a name removed or replaced is forgotten, so
+    /// a new file there is followed anew).
     seen: BTreeSet<PathBuf>,
     /// Paths beneath a directory already said to be refused.
     refused_said: BTreeSet<PathBuf>,
     /// A store's sessions followed, by id: their index in `files`.
     stored: HashMap<String, usize>,
+    /// The followed directory is watched for new names, by this watch.
+    dir_watched: bool,
+    dir_wd: Option<i32>,
 }
 
 impl Follow {
     fn run(mut self, stop: &CancellationToken) {
         let mut rescanned: Option<Instant> = None;
+        let mut woken = Woken::All;
         while !stop.is_cancelled() {
-            if rescanned.is_none_or(|at| at.elapsed() >= RESCAN) {
+            let named = matches!((&woken, self.dir_wd), (Woken::Watches(fired), Some(wd)) if fired.contains(&wd));
+            if named || rescanned.is_none_or(|at| at.elapsed() >= RESCAN) {
                 rescanned = Some(Instant::now());
                 self.rescan();
+                woken = Woken::All;
             }
             let mut grew = false;
             for tail in &mut self.files {
+                // Woken by watches, only their files (and those that just grew, or
+                // have no watch) are looked at.
+                let look = match &woken {
+                    Woken::Watches(fired) => {
+                        tail.more || tail.wd.is_none_or(|wd| fired.contains(&wd))
+                    }
+                    Woken::Timeout | Woken::All => true,
+                };
+                if !look || tail.reader.is_none() {
+                    continue;
+                }
                 let (batch, more) = tail.read();
+                tail.more = more;
                 grew |= more;
                 self.feed.publish(batch);
+                if tail.reader.is_none() {
+                    if let Some(wd) = tail.wd.take() {
+                        self.wake.unwatch(wd);
+                    }
+                    // A new file at a name that was removed or replaced is followed
+                    // anew, as a file of its own.
+                    if tail.moved
+                        && let Some(path) = &tail.path
+                    {
+                        self.seen.remove(path);
+                        self.refused_said.remove(path);
+                    }
+                }
             }
-            if !grew {
-                self.wake.sleep(POLL);
-            }
+            woken = if grew {
+                Woken::Watches(Vec::new())
+            } else {
+                self.wake.sleep(POLL)
+            };
         }
     }
 
@@ -333,12 +372,13 @@ impl Follow {
     /// the directory.
     fn rescan(&mut self) {
         let source = self.source.clone();
-        // A name created in the directory wakes the thread (new files in directories
-        // beneath it wait for the next walk).
+        // A name created in the directory wakes the thread and walks it at once (new
+        // files in directories beneath it wait for the next walk).
         if let Source::Directory(dir) = &source
-            && self.seen.is_empty()
+            && !self.dir_watched
         {
-            self.wake.watch(dir);
+            self.dir_watched = true;
+            self.dir_wd = self.wake.watch_dir(dir);
         }
         let paths: Vec<PathBuf> = match &source {
             Source::Store(store) => return self.rescan_store(store),
@@ -376,6 +416,16 @@ impl Follow {
             if self.seen.contains(&path) {
                 continue;
             }
+            if !self.make_room() {
+                // Looked at again once a file stops being followed.
+                if self.refused_said.insert(path.clone()) {
+                    self.refuse(
+                        &path,
+                        &format!("not followed yet: the console follows at most {MAX_FILES} files at once"),
+                    );
+                }
+                continue;
+            }
             let growing = match Growing::open(&path) {
                 // A record not written yet (a host about to start): looked for again.
                 Err(aegis_files::FileError::Io { source, .. })
@@ -388,29 +438,48 @@ impl Follow {
                 }
                 opened => opened,
             };
-            if self.following() >= MAX_FILES {
-                // Looked at again once a file stops being followed.
-                if self.refused_said.insert(path.clone()) {
-                    self.refuse(
-                        &path,
-                        &format!("not followed yet: the console follows at most {MAX_FILES} files at once"),
-                    );
-                }
-                continue;
-            }
             self.seen.insert(path.clone());
-            let index = self.seen.len() - 1;
             match growing {
                 Ok(growing) => {
-                    self.wake.watch(&path);
                     let name = growing.path().display().to_string();
-                    let tail = Tail::new(index, name, Reader::File(growing), &self.options);
+                    let mut tail =
+                        Tail::new(self.files.len(), name, Reader::File(growing), &self.options);
+                    tail.wd = self.wake.watch_file(&path);
+                    tail.path = Some(path);
                     self.feed.publish(vec![Published::Event(tail.file_event())]);
                     self.files.push(tail);
                 }
                 Err(e) => self.refuse(&path, &e.to_string()),
             }
         }
+    }
+
+    /// Whether another file may be read: under the cap, or once the cap is reached
+    /// in a directory or a store, after letting go of a file whose session closed
+    /// (a session file gains nothing once closed; one record file is never let go).
+    fn make_room(&mut self) -> bool {
+        if self.following() < MAX_FILES {
+            return true;
+        }
+        if matches!(self.source, Source::File(_)) {
+            return false;
+        }
+        let Some(closed) = self
+            .files
+            .iter_mut()
+            .find(|t| t.reader.is_some() && t.closed && t.released)
+        else {
+            return false;
+        };
+        closed.stop(format!(
+            "its session closed; no longer read, to make room (the console reads at most {MAX_FILES} files at once)"
+        ));
+        let batch = closed.read_stopped();
+        if let Some(wd) = closed.wd.take() {
+            self.wake.unwatch(wd);
+        }
+        self.feed.publish(batch);
+        true
     }
 
     /// Follows the store's new sessions, and tells those followed how many lines
@@ -441,7 +510,7 @@ impl Follow {
             if self.seen.contains(&path) {
                 continue;
             }
-            if self.following() >= MAX_FILES {
+            if !self.make_room() {
                 if self.refused_said.insert(path.clone()) {
                     self.refuse(
                         &path,
@@ -458,7 +527,7 @@ impl Follow {
                 listed: session.lines,
                 bytes: 0,
             };
-            let tail = Tail::new(self.seen.len() - 1, name, reader, &self.options);
+            let tail = Tail::new(self.files.len(), name, reader, &self.options);
             self.feed.publish(vec![Published::Event(tail.file_event())]);
             self.stored.insert(session.id, self.files.len());
             self.files.push(tail);
@@ -498,6 +567,18 @@ struct Tail {
     released: bool,
     /// Its name stopped leading to the file read, or the file shrank.
     gone: bool,
+    /// Its name no longer leads to it (removed or replaced).
+    moved: bool,
+    /// Its last line closed a session.
+    closed: bool,
+    /// Lines came, or it stopped, since its verdict was last published.
+    dirty: bool,
+    /// It may hold more right now: looked at again without waiting.
+    more: bool,
+    /// Its path, when it is a file.
+    path: Option<PathBuf>,
+    /// Its inotify watch, when it has one.
+    wd: Option<i32>,
     /// Events not yet published: the backlog until it is read whole, then each read's.
     held: Vec<Published>,
     /// The verdict, headline and stop last published.
@@ -566,6 +647,12 @@ impl Tail {
             caught_up: false,
             released: false,
             gone: false,
+            moved: false,
+            closed: false,
+            dirty: true,
+            more: false,
+            path: None,
+            wd: None,
             held: Vec::new(),
             said: None,
             stopped: None,
@@ -605,6 +692,7 @@ impl Tail {
                 // A file that just grew is looked at again at once: the rest of a
                 // backlog, or its end (which publishes it), without a poll's wait.
                 more = full || matches!(self.reader, Some(Reader::File(_)));
+                self.dirty = true;
                 let mut accepted = Vec::new();
                 let tampered = self.judged.push(&bytes, |at, line| {
                     accepted.push((at, Arc::<[u8]>::from(line)))
@@ -623,21 +711,38 @@ impl Tail {
             }
             Ok((Grown::Idle, _)) => self.caught_up = true,
             Ok((Grown::Removed(why), _)) => {
+                self.moved = true;
                 self.stop(format!("{why}; no longer followed"));
             }
             Ok((Grown::Gone(why), _)) => {
                 self.gone = true;
+                self.moved = true;
                 self.stop(format!(
                     "{why}; a record only grows, so it is no longer followed"
                 ));
             }
             Err(e) => self.stop(format!("unreadable: {e}")),
         }
-        let mut out = Vec::new();
         if !self.caught_up && self.reader.is_some() {
             // Still reading what the file held at the start.
-            return (out, more);
+            return (Vec::new(), more);
         }
+        (self.settle(), more && self.reader.is_some())
+    }
+
+    /// What a file let go of (by [`Follow::make_room`]) publishes: its stop.
+    fn read_stopped(&mut self) -> Vec<Published> {
+        self.settle()
+    }
+
+    /// The events of the lines read since the last publication and, when it changed,
+    /// the file's verdict (judged again only after new lines or a stop).
+    fn settle(&mut self) -> Vec<Published> {
+        let mut out = Vec::new();
+        if !self.dirty {
+            return out;
+        }
+        self.dirty = false;
         let report = self.judged.report();
         let (mut verdict, mut headline) = verdict_of(&report);
         if self.gone {
@@ -661,17 +766,19 @@ impl Tail {
             out.push(Published::Event(event));
             self.said = Some(now);
         }
-        (out, more && self.reader.is_some())
+        out
     }
 
     fn stop(&mut self, why: String) {
         self.reader = None;
         self.stopped = Some(why);
+        self.dirty = true;
     }
 
     /// One accepted line, at `at`.
     fn line(&mut self, at: Position, line: Arc<[u8]>) {
         let seen = Seen::of(&line);
+        self.closed = seen.as_ref().is_some_and(|s| s.line_type == "close");
         let entries = self.calls.line(at.session, &line);
         if let Some(seen) = &seen {
             match seen.line_type.as_str() {
@@ -855,7 +962,7 @@ impl Reader {
 pub fn verdict_of(report: &Report) -> (&'static str, String) {
     let verdict = match report.verdict() {
         Verdict::Verified(Trust::Unpinned) => "unpinned",
-        Verdict::Verified(_) => "verified",
+        Verdict::Verified(Trust::PinnedTo(_) | Trust::Pinned) => "verified",
         Verdict::Indeterminate(_) => "indeterminate",
         Verdict::Tampered(_) => "tampered",
     };

@@ -216,8 +216,10 @@ pub fn run(
             .map_err(|e| ConsoleError::Serve(e.to_string()))?;
         let stop = tokio_util::sync::CancellationToken::new();
         let signalled = stop.clone();
+        // Watched from here, before anyone is told the server is ready.
+        let signal = aegis_http::stop_on_signal();
         tokio::spawn(async move {
-            aegis_http::stop_on_signal().await;
+            signal.await;
             signalled.cancel();
         });
         ready(bound);

@@ -22,9 +22,10 @@ pub enum Grown {
 
 /// A regular file opened by [`open`]'s rules and read from where the last read ended.
 ///
-/// A file that shrinks below what was read, or whose name now leads to another file (it
-/// was removed, replaced or rotated), is [`Grown::Gone`]: the bytes read are no longer
-/// the file's.
+/// A file that shrinks below what was read, or whose name now leads to another file
+/// (replaced, or rotated with a new file in its place), is [`Grown::Gone`]: the bytes
+/// read are no longer the file's. A name that leads nowhere now (removed, or moved away
+/// with nothing in its place yet) is [`Grown::Removed`].
 #[derive(Debug)]
 pub struct Growing {
     file: File,

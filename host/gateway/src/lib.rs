@@ -395,8 +395,10 @@ pub fn run(gateway: Gateway, transport: Transport, ready: Ready) -> Result<(), G
     let served = runtime.block_on(async move {
         let stop = CancellationToken::new();
         let signalled = stop.clone();
+        // Watched from here, before anyone is told the server is ready.
+        let signal = aegis_http::stop_on_signal();
         tokio::spawn(async move {
-            aegis_http::stop_on_signal().await;
+            signal.await;
             signalled.cancel();
         });
         match transport {

@@ -159,19 +159,27 @@ pub async fn bind(
         })
 }
 
-/// Resolves at the first SIGINT or SIGTERM (or never, if they cannot be watched): when
-/// a server stops serving.
-pub async fn stop_on_signal() {
+/// Watches SIGINT and SIGTERM from this call on, and resolves at the first of them (or
+/// never, if they cannot be watched): when a server stops serving. Call it before the
+/// server says it is ready, so a signal sent as soon as it has is caught, not left to
+/// its default action (the process killed mid-write).
+///
+/// # Panics
+/// Outside a Tokio runtime.
+pub fn stop_on_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
+    let watched = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
+    );
+    async move {
+        let (Ok(mut int), Ok(mut term)) = watched else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
     }
 }
 

@@ -153,7 +153,7 @@ fn the_console_follows_a_postgresql_store_of_many_sessions() {
 /// The address a started console printed on stderr (`aegis: console at
 /// http://127.0.0.1:PORT/#token=TOKEN (…)`, after any line naming the profile): its
 /// stderr, read on, with the `host:port` and the token.
-fn address(
+pub(crate) fn address(
     console: &mut std::process::Child,
 ) -> (BufReader<std::process::ChildStderr>, String, String) {
     let mut stderr = BufReader::new(console.stderr.take().unwrap());

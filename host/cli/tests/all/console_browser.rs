@@ -47,22 +47,12 @@ impl Console {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // The address comes after any notes (an unpinned check, a profile).
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut said = String::new();
-        while !said.contains("http://") {
-            said.clear();
-            assert!(stderr.read_line(&mut said).unwrap() > 0, "no address");
-        }
-        let url = said
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no address in {said:?}"));
-        let (origin, token) = url.split_once("/#token=").unwrap();
+        let (_stderr, host, token) = crate::console::address(&mut child);
+        let origin = format!("http://{host}");
         Console {
             child,
-            origin: origin.to_owned(),
-            token: token.to_owned(),
+            origin,
+            token,
         }
     }
 

@@ -193,7 +193,6 @@ fn text_from_the_record_is_escaped() {
 
 mod follow {
     use super::*;
-    use aegis_record::chain::LineSink;
     use aegis_record::line::LineBody as _;
     use aegis_record::{LineHash, seal};
     use std::io::{BufRead, BufReader, Write};
@@ -206,33 +205,15 @@ mod follow {
     /// not fail it; nothing asserts how long anything took.
     const PATIENCE: Duration = Duration::from_secs(20);
 
-    /// The chain writer's lines appended to a file as they are written, as a host's
-    /// audit sink appends them.
-    struct AppendFile(std::fs::File);
-
-    impl LineSink for AppendFile {
-        fn append(&self, line: &[u8]) -> std::io::Result<()> {
-            (&self.0).write_all(line)
-        }
-        fn sync(&self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     fn appending(path: &Path) -> Arc<AppendFile> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .unwrap();
-        Arc::new(AppendFile(file))
+        AppendFile::at(path)
     }
 
     fn key() -> SigningKey {
         SigningKey::from_seed([42; 32])
     }
 
-    use aegis_test_support::lines::{intent, policy_denied as denied};
+    use aegis_test_support::lines::{AppendFile, intent, policy_denied as denied};
 
     /// A running `aegis log --follow`, its stdout read line by line on a thread.
     struct Following {

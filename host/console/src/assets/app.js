@@ -30,12 +30,35 @@ const state = {
   approvals: null, // the last approvals event
 };
 
-// Control characters, bidirectional overrides and invisible characters in text a
-// tool or server wrote are shown as \u{…} escapes, so a name cannot reorder or hide
-// what is around it (as `aegis verify` and `aegis log` escape them for a terminal).
-const HIDDEN = /[\u0000-\u001f\u007f-\u009f\u00ad\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]/g;
+// Characters a screen draws as nothing or as something else (controls, bidirectional
+// overrides, zero-width and format characters, tags, variation selectors, fillers,
+// private use, noncharacters) are shown as \u{…} escapes, so a name cannot reorder,
+// hide or imitate what is around it. The same set `aegis log` and `aegis verify`
+// escape (aegis-record's text.rs).
+const UNSAFE = [
+  [0x0, 0x1f], [0x7f, 0x9f], [0xad, 0xad], [0x34f, 0x34f], [0x600, 0x605], [0x61c, 0x61c],
+  [0x6dd, 0x6dd], [0x70f, 0x70f], [0x890, 0x891], [0x8e2, 0x8e2], [0x115f, 0x1160],
+  [0x17b4, 0x17b5], [0x180b, 0x180f], [0x200b, 0x200f], [0x2028, 0x202e], [0x2060, 0x206f],
+  [0x3164, 0x3164], [0xe000, 0xf8ff], [0xfdd0, 0xfdef], [0xfe00, 0xfe0f], [0xfeff, 0xfeff],
+  [0xffa0, 0xffa0], [0xfff0, 0xfffb], [0x110bd, 0x110bd], [0x110cd, 0x110cd],
+  [0x13430, 0x1343f], [0x1bca0, 0x1bca3], [0x1d173, 0x1d17a], [0xe0000, 0xe0fff],
+  [0xf0000, 0x10ffff],
+];
+
+function hidden(cp) {
+  // The last two code points of every plane are noncharacters.
+  if ((cp & 0xfffe) === 0xfffe) return true;
+  return UNSAFE.some(([from, to]) => cp >= from && cp <= to);
+}
+
 function visible(text) {
-  return String(text).replace(HIDDEN, (c) => "\\u{" + c.charCodeAt(0).toString(16).padStart(4, "0") + "}");
+  let out = "";
+  // By code point, so a character past U+FFFF is judged whole.
+  for (const c of String(text)) {
+    const cp = c.codePointAt(0);
+    out += hidden(cp) ? "\\u{" + cp.toString(16).padStart(4, "0") + "}" : c;
+  }
+  return out;
 }
 
 function el(tag, text, className) {
@@ -304,7 +327,9 @@ function drawApprovals() {
   const note = document.getElementById("approvals-note");
   const list = document.getElementById("requests");
   if (a.error) {
-    note.textContent = "The queue at " + a.queue + " could not be read: " + a.error;
+    // No card stays up with buttons on a state that can no longer be read.
+    list.replaceChildren();
+    note.textContent = visible("The queue at " + a.queue + " could not be read: " + a.error);
     return;
   }
   const pending = a.requests.filter((l) => l.state === "pending").length;
@@ -320,7 +345,7 @@ function drawApprovals() {
   for (const l of a.requests) {
     const r = l.request;
     const box = el("article", undefined, "request " + l.state);
-    box.setAttribute("aria-label", "Request " + r.approval_id + " to call " + r.tool_id);
+    box.setAttribute("aria-label", "Request " + r.approval_id + " to call " + visible(r.tool_id));
     box.appendChild(el("h3", r.tool_id + " — " + l.state));
     const rows = [["approval id", r.approval_id]];
     if (r.tool_id !== r.scope.tool_id) rows.push(["called as", r.tool_id]);

@@ -6,31 +6,18 @@
 use crate::client::{Events, bearer, body, get, host, of_kind, over, start, text, verdict};
 use aegis_console::feed::Source;
 use aegis_record::SigningKey;
-use aegis_record::chain::{LineSink, Session};
+use aegis_record::chain::Session;
 use aegis_record::json::{Object, Value};
 use aegis_record::verify::{Options, TrustAnchor, Verdict, verify};
-use aegis_test_support::lines;
+use aegis_test_support::lines::{self, AppendFile};
 use std::io::Write as _;
 use std::path::Path;
-use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 fn vector(path: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../spec/vectors")
         .join(path)
-}
-
-/// The chain writer's lines appended to a file as they are written, as a host's
-/// audit sink appends them.
-struct AppendFile(std::fs::File);
-
-impl LineSink for AppendFile {
-    fn append(&self, line: &[u8]) -> std::io::Result<()> {
-        (&self.0).write_all(line)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// A session writing to `path`, its open line naming `hostname`.
@@ -39,18 +26,13 @@ fn session(path: &Path, hostname: &str) -> Session {
 }
 
 fn session_signed_by(path: &Path, hostname: &str, key: SigningKey) -> Session {
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
     let mut host = Object::new();
     host.insert("hostname", hostname);
     let mut provenance = Object::new();
     provenance.insert("host", host);
     let mut extensions = Object::new();
     extensions.insert("provenance", provenance);
-    Session::open(Arc::new(AppendFile(file)), key, None, extensions).unwrap()
+    Session::open(AppendFile::at(path), key, None, extensions).unwrap()
 }
 
 /// A call the policy refused with `reason`: its intent and outcome.
@@ -59,6 +41,15 @@ fn denied(session: &Session, call: &str, tool: &str, reason: &str) {
     session
         .append(&lines::policy_denied(call, tool, reason))
         .unwrap();
+}
+
+/// A console over the record at `file`, and a page's stream of it once its first
+/// `calls` calls have come.
+async fn following(file: &Path, calls_first: usize) -> (Events, CancellationToken) {
+    let (addr, stop) = start(over(Source::File(file.to_owned()))).await;
+    let mut events = Events::open(addr).await;
+    events.until(|e| calls(e).len() == calls_first).await;
+    (events, stop)
 }
 
 fn calls(events: &[Object]) -> Vec<&Object> {
@@ -167,9 +158,7 @@ async fn a_record_replaced_under_its_name_is_tampered() {
     let file = dir.path().join("r.aarl");
     let writer = session(&file, "h");
     denied(&writer, "c0", "read", "x");
-    let (addr, stop) = start(over(Source::File(file.clone()))).await;
-    let mut events = Events::open(addr).await;
-    events.until(|e| calls(e).len() == 1).await;
+    let (mut events, stop) = following(&file, 1).await;
     std::fs::rename(&file, dir.path().join("moved")).unwrap();
     std::fs::write(&file, b"").unwrap();
     let seen = events.until(|e| verdict(e) == Some("tampered")).await;
@@ -283,14 +272,12 @@ async fn a_record_is_called_verified_only_when_pinned_to_the_operators_key() {
 }
 
 #[tokio::test]
-async fn a_record_removed_is_no_longer_followed_and_not_called_tampered() {
+async fn a_record_removed_is_no_longer_followed_nor_called_tampered_and_its_successor_is() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("r.aarl");
     let writer = session(&file, "h");
     denied(&writer, "c0", "read", "x");
-    let (addr, stop) = start(over(Source::File(file.clone()))).await;
-    let mut events = Events::open(addr).await;
-    events.until(|e| calls(e).len() == 1).await;
+    let (mut events, stop) = following(&file, 1).await;
     std::fs::remove_file(&file).unwrap();
     let seen = events
         .until(|e| {
@@ -305,5 +292,40 @@ async fn a_record_removed_is_no_longer_followed_and_not_called_tampered() {
         "{last:?}"
     );
     assert_ne!(text(last, &["verdict"]), Some("tampered"), "{last:?}");
+    // A new record at that name (a rotation) is followed as a file of its own.
+    let next = session(&file, "h2");
+    denied(&next, "c0", "read", "after the rotation");
+    events
+        .until(|e| calls(e).iter().any(|c| text(c, &["host"]) == Some("h2")))
+        .await;
+    stop.cancel();
+}
+
+/// Past the cap of files read at once, a new session file in a directory takes the
+/// place of one whose session closed: the newest live session is never the one left
+/// out.
+#[tokio::test]
+async fn past_the_cap_a_new_session_takes_the_place_of_a_closed_one() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..aegis_console::feed::MAX_FILES {
+        let closed = session(&dir.path().join(format!("a-{i:04}.aarl")), "old");
+        denied(&closed, "c0", "read", "old");
+        closed.close().unwrap();
+    }
+    let (addr, stop) = start(over(Source::Directory(dir.path().to_owned()))).await;
+    let mut events = Events::open(addr).await;
+    events
+        .until(|e| calls(e).len() == aegis_console::feed::MAX_FILES)
+        .await;
+    let live = session(&dir.path().join("z-live.aarl"), "new");
+    denied(&live, "c0", "write", "the newest");
+    let seen = events
+        .until(|e| calls(e).iter().any(|c| text(c, &["host"]) == Some("new")))
+        .await;
+    let let_go = of_kind(seen, "file")
+        .into_iter()
+        .filter(|f| text(f, &["stopped"]).is_some_and(|s| s.contains("to make room")))
+        .count();
+    assert_eq!(let_go, 1, "one closed session let go for the new one");
     stop.cancel();
 }
