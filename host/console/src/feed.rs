@@ -13,8 +13,10 @@
 //! A file's backlog (what it held when first read) is published once it is read to its
 //! end, under its verdict: a file found Tampered before then publishes no calls, as
 //! `aegis log` lists none of one. Later lines are published as each one verifies; a
-//! file found Tampered later keeps the calls it published, and the page marks them
-//! under the file's new verdict at once.
+//! file found Tampered later (a contradicting line, or cut shorter than what was read)
+//! keeps the calls it published, and the page marks them under the file's new verdict
+//! at once. A file removed or replaced under its name keeps its verdict (what was read
+//! was its own) and a new file there is followed as one of its own.
 
 use aegis_approvals::Queue;
 use aegis_calls::{Assembler, Entry, Judged, Opened};
@@ -324,21 +326,29 @@ impl Follow {
         let mut woken = Woken::All;
         while !stop.is_cancelled() {
             let named = matches!((&woken, self.dir_wd), (Woken::Watches(fired), Some(wd)) if fired.contains(&wd));
-            if named || rescanned.is_none_or(|at| at.elapsed() >= RESCAN) {
+            if rescanned.is_none_or(|at| at.elapsed() >= RESCAN) {
+                // Once a second every file is looked at, whatever woke the thread: a
+                // missed or refused watch costs at most that second.
                 rescanned = Some(Instant::now());
                 self.rescan();
                 woken = Woken::All;
+            } else if named {
+                // A new name in the directory: walked now; the files found are read
+                // at once (`more`), the others only if their watch fired.
+                self.rescan();
             }
             let mut grew = false;
-            for tail in &mut self.files {
+            for i in 0..self.files.len() {
+                let tail = &mut self.files[i];
                 // Woken by watches, only their files (and those that just grew, or
-                // have no watch) are looked at.
-                let look = match &woken {
-                    Woken::Watches(fired) => {
-                        tail.more || tail.wd.is_none_or(|wd| fired.contains(&wd))
-                    }
-                    Woken::Timeout | Woken::All => true,
-                };
+                // have no watch) are looked at; after a quiet interval, only those
+                // with no watch to wake them.
+                let look = tail.more
+                    || match &woken {
+                        Woken::Watches(fired) => tail.wd.is_none_or(|wd| fired.contains(&wd)),
+                        Woken::Timeout => tail.wd.is_none(),
+                        Woken::All => true,
+                    };
                 if !look || tail.reader.is_none() {
                     continue;
                 }
@@ -346,18 +356,8 @@ impl Follow {
                 tail.more = more;
                 grew |= more;
                 self.feed.publish(batch);
-                if tail.reader.is_none() {
-                    if let Some(wd) = tail.wd.take() {
-                        self.wake.unwatch(wd);
-                    }
-                    // A new file at a name that was removed or replaced is followed
-                    // anew, as a file of its own.
-                    if tail.moved
-                        && let Some(path) = &tail.path
-                    {
-                        self.seen.remove(path);
-                        self.refused_said.remove(path);
-                    }
+                if self.files[i].reader.is_none() {
+                    self.let_go(i);
                 }
             }
             woken = if grew {
@@ -365,6 +365,26 @@ impl Follow {
             } else {
                 self.wake.sleep(POLL)
             };
+        }
+    }
+
+    /// What a file that stopped being read no longer needs: its watch (unless another
+    /// followed name shares it, as a file and a link to it do), its name (a new file
+    /// there is followed anew) when it was removed or replaced, and what only reading
+    /// on needed.
+    fn let_go(&mut self, i: usize) {
+        let tail = &mut self.files[i];
+        let wd = tail.wd.take();
+        let forget = if tail.moved { tail.path.clone() } else { None };
+        tail.shed();
+        if let Some(wd) = wd
+            && !self.files.iter().any(|t| t.wd == Some(wd))
+        {
+            self.wake.unwatch(wd);
+        }
+        if let Some(path) = forget {
+            self.seen.remove(&path);
+            self.refused_said.remove(&path);
         }
     }
 
@@ -416,16 +436,6 @@ impl Follow {
             if self.seen.contains(&path) {
                 continue;
             }
-            if !self.make_room() {
-                // Looked at again once a file stops being followed.
-                if self.refused_said.insert(path.clone()) {
-                    self.refuse(
-                        &path,
-                        &format!("not followed yet: the console follows at most {MAX_FILES} files at once"),
-                    );
-                }
-                continue;
-            }
             let growing = match Growing::open(&path) {
                 // A record not written yet (a host about to start): looked for again.
                 Err(aegis_files::FileError::Io { source, .. })
@@ -438,19 +448,34 @@ impl Follow {
                 }
                 opened => opened,
             };
-            self.seen.insert(path.clone());
-            match growing {
-                Ok(growing) => {
-                    let name = growing.path().display().to_string();
-                    let mut tail =
-                        Tail::new(self.files.len(), name, Reader::File(growing), &self.options);
-                    tail.wd = self.wake.watch_file(&path);
-                    tail.path = Some(path);
-                    self.feed.publish(vec![Published::Event(tail.file_event())]);
-                    self.files.push(tail);
+            let growing = match growing {
+                Ok(growing) => growing,
+                Err(e) => {
+                    self.seen.insert(path.clone());
+                    self.refuse(&path, &e.to_string());
+                    continue;
                 }
-                Err(e) => self.refuse(&path, &e.to_string()),
+            };
+            if !self.make_room() {
+                // Looked at again once a file stops being followed (what was opened is
+                // closed meanwhile).
+                if self.refused_said.insert(path.clone()) {
+                    self.refuse(
+                        &path,
+                        &format!("not followed yet: the console follows at most {MAX_FILES} files at once"),
+                    );
+                }
+                continue;
             }
+            self.seen.insert(path.clone());
+            let name = growing.path().display().to_string();
+            let mut tail = Tail::new(self.files.len(), name, Reader::File(growing), &self.options);
+            tail.wd = self.wake.watch_file(&path);
+            tail.path = Some(path);
+            // Read at once, whatever woke the thread.
+            tail.more = true;
+            self.feed.publish(vec![Published::Event(tail.file_event())]);
+            self.files.push(tail);
         }
     }
 
@@ -464,22 +489,38 @@ impl Follow {
         if matches!(self.source, Source::File(_)) {
             return false;
         }
-        let Some(closed) = self
-            .files
-            .iter_mut()
-            .find(|t| t.reader.is_some() && t.closed && t.released)
-        else {
-            return false;
-        };
-        closed.stop(format!(
-            "its session closed; no longer read, to make room (the console reads at most {MAX_FILES} files at once)"
-        ));
-        let batch = closed.read_stopped();
-        if let Some(wd) = closed.wd.take() {
-            self.wake.unwatch(wd);
+        // A closed session's file, read to its end first: one that has grown since is
+        // not closed any more, and is kept.
+        for i in 0..self.files.len() {
+            let tail = &mut self.files[i];
+            if tail.reader.is_none() || !tail.closed || !tail.released {
+                continue;
+            }
+            loop {
+                let (batch, more) = tail.read();
+                self.feed.publish(batch);
+                if !more {
+                    break;
+                }
+            }
+            let tail = &mut self.files[i];
+            if tail.reader.is_none() {
+                // It stopped of itself while read (removed, Tampered): its place is free.
+                self.let_go(i);
+                return true;
+            }
+            if !tail.closed {
+                continue;
+            }
+            tail.stop(format!(
+                "its session closed; no longer read, to make room (the console reads at most {MAX_FILES} files at once)"
+            ));
+            let batch = tail.read_stopped();
+            self.feed.publish(batch);
+            self.let_go(i);
+            return true;
         }
-        self.feed.publish(batch);
-        true
+        false
     }
 
     /// Follows the store's new sessions, and tells those followed how many lines
@@ -527,7 +568,8 @@ impl Follow {
                 listed: session.lines,
                 bytes: 0,
             };
-            let tail = Tail::new(self.files.len(), name, reader, &self.options);
+            let mut tail = Tail::new(self.files.len(), name, reader, &self.options);
+            tail.more = true;
             self.feed.publish(vec![Published::Event(tail.file_event())]);
             self.stored.insert(session.id, self.files.len());
             self.files.push(tail);
@@ -561,13 +603,15 @@ struct Tail {
     verify: Arc<str>,
     judged: Judged,
     calls: Assembler,
-    /// Read to its end once.
+    /// Read to its end once, or past what it held when first read.
     caught_up: bool,
+    /// Where what it held when first read ends (bytes, or a session's lines).
+    backlog: u64,
     /// What it held at the start was published (or, Tampered, dropped).
     released: bool,
-    /// Its name stopped leading to the file read, or the file shrank.
+    /// It shrank below what was read.
     gone: bool,
-    /// Its name no longer leads to it (removed or replaced).
+    /// Its name no longer leads to it (removed or replaced), or it shrank.
     moved: bool,
     /// Its last line closed a session.
     closed: bool,
@@ -637,9 +681,11 @@ impl Tail {
             Reader::File(growing) => verify_file(growing.path(), options.trust.as_deref()),
             Reader::Session { store, id, .. } => store.verify_command(id),
         };
+        let backlog = reader.backlog();
         Tail {
             index,
             name,
+            backlog,
             verify: Arc::from(verify),
             reader: Some(reader),
             judged: Judged::new(options),
@@ -686,6 +732,7 @@ impl Tail {
         };
         let grown = reader.next();
         let past_cap = reader.read_so_far() > MAX_FILE;
+        let past_backlog = reader.past_backlog(self.backlog);
         let mut more = false;
         match grown {
             Ok((Grown::Data(bytes), full)) => {
@@ -710,9 +757,17 @@ impl Tail {
                 }
             }
             Ok((Grown::Idle, _)) => self.caught_up = true,
+            // The bytes read were the file's: it keeps its verdict, and a file at its
+            // name now is followed as one of its own, judged on its own.
             Ok((Grown::Removed(why), _)) => {
                 self.moved = true;
                 self.stop(format!("{why}; no longer followed"));
+            }
+            Ok((Grown::Replaced(why), _)) => {
+                self.moved = true;
+                self.stop(format!(
+                    "{why}; no longer followed (the new file is followed as one of its own)"
+                ));
             }
             Ok((Grown::Gone(why), _)) => {
                 self.gone = true;
@@ -723,6 +778,9 @@ impl Tail {
             }
             Err(e) => self.stop(format!("unreadable: {e}")),
         }
+        // What the file held when first read is published once all of it is read, even
+        // while a writer keeps adding more.
+        self.caught_up |= past_backlog;
         if !self.caught_up && self.reader.is_some() {
             // Still reading what the file held at the start.
             return (Vec::new(), more);
@@ -767,6 +825,21 @@ impl Tail {
             self.said = Some(now);
         }
         out
+    }
+
+    /// Drops what only reading on needed (the verifier's state, a partial line, the
+    /// evidence indexes): a stopped file keeps its verdict and its published calls.
+    fn shed(&mut self) {
+        if self.dirty {
+            return;
+        }
+        self.judged = Judged::new(&Options::default());
+        self.calls = Assembler::new();
+        self.opens = HashMap::new();
+        self.hosts = HashMap::new();
+        self.intents = HashMap::new();
+        self.parked = HashMap::new();
+        self.decisions = HashMap::new();
     }
 
     fn stop(&mut self, why: String) {
@@ -931,11 +1004,17 @@ impl Reader {
                 if *listed == *next {
                     return Ok((Grown::Idle, false));
                 }
-                let lines = store.read(id, *next, STORE_PAGE)?;
+                // No more than the listing named: lines committed since are read after
+                // the next listing, which then names them too.
+                let want = u32::try_from(*listed - *next)
+                    .unwrap_or(u32::MAX)
+                    .min(STORE_PAGE);
+                let mut lines = store.read(id, *next, want)?;
+                lines.truncate(want as usize);
                 if lines.is_empty() {
                     return Ok((Grown::Idle, false));
                 }
-                let full = lines.len() == STORE_PAGE as usize;
+                let full = lines.len() == want as usize && *next + u64::from(want) < *listed;
                 *next += lines.len() as u64;
                 let mut data = Vec::new();
                 for line in lines {
@@ -952,6 +1031,24 @@ impl Reader {
         match self {
             Reader::File(growing) => growing.read_so_far(),
             Reader::Session { bytes, .. } => *bytes,
+        }
+    }
+
+    /// Whether what the record held when it was first read has all been read: its
+    /// backlog can then be published, however fast a writer goes on adding to it.
+    fn past_backlog(&self, backlog: u64) -> bool {
+        match self {
+            Reader::File(growing) => growing.read_so_far() >= backlog,
+            Reader::Session { next, .. } => *next >= backlog,
+        }
+    }
+
+    /// Where the backlog ends: the file's length, or the session's lines, when first
+    /// read.
+    fn backlog(&self) -> u64 {
+        match self {
+            Reader::File(growing) => growing.opened_len(),
+            Reader::Session { listed, .. } => *listed,
         }
     }
 }

@@ -12,9 +12,12 @@ pub enum Grown {
     Data(Vec<u8>),
     /// Nothing new yet.
     Idle,
-    /// The name now leads to another file, or the file shrank: why, naming the file. A
-    /// record only grows, so the reader should stop.
+    /// The file shrank below what was read: why, naming the file. A record only grows,
+    /// so what was read is no longer the file's.
     Gone(String),
+    /// The name now leads to another file (replaced, or rotated with a new file in its
+    /// place): why, naming the file. What was read was the file's; nothing more will be.
+    Replaced(String),
     /// The name leads nowhere now (the file was removed, or moved away): why, naming the
     /// file. What was read was the file's; nothing more will be.
     Removed(String),
@@ -22,15 +25,18 @@ pub enum Grown {
 
 /// A regular file opened by [`open`]'s rules and read from where the last read ended.
 ///
-/// A file that shrinks below what was read, or whose name now leads to another file
-/// (replaced, or rotated with a new file in its place), is [`Grown::Gone`]: the bytes
-/// read are no longer the file's. A name that leads nowhere now (removed, or moved away
-/// with nothing in its place yet) is [`Grown::Removed`].
+/// A file that shrinks below what was read is [`Grown::Gone`]: the bytes read are no
+/// longer the file's. A name that now leads to another file is [`Grown::Replaced`], and
+/// one that leads nowhere (removed, or moved away with nothing in its place yet) is
+/// [`Grown::Removed`]: what was read was the file's, and nothing more will be.
 #[derive(Debug)]
 pub struct Growing {
     file: File,
     path: PathBuf,
     read: u64,
+    /// How long it was when opened.
+    opened_len: u64,
+    buf: Vec<u8>,
     /// The opened file's device and inode, to notice the name leading elsewhere.
     #[cfg(unix)]
     id: (u64, u64),
@@ -43,19 +49,21 @@ impl Growing {
     /// [`open`]'s.
     pub fn open(path: &Path) -> Result<Growing, FileError> {
         let file = open(path)?;
+        let meta = file.metadata().map_err(|source| FileError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
         #[cfg(unix)]
         let id = {
             use std::os::unix::fs::MetadataExt as _;
-            let meta = file.metadata().map_err(|source| FileError::Io {
-                path: path.to_owned(),
-                source,
-            })?;
             (meta.dev(), meta.ino())
         };
         Ok(Growing {
             file,
             path: path.to_owned(),
             read: 0,
+            opened_len: meta.len(),
+            buf: Vec::new(),
             #[cfg(unix)]
             id,
         })
@@ -64,6 +72,11 @@ impl Growing {
     /// The path it was opened by.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// How long the file was when opened: what it held before it was followed.
+    pub fn opened_len(&self) -> u64 {
+        self.opened_len
     }
 
     /// How many bytes were read so far.
@@ -80,9 +93,13 @@ impl Growing {
             path: self.path.clone(),
             source,
         };
-        let mut buf = vec![0; chunk];
+        // One buffer for every read: a file looked at often and found unchanged costs
+        // no allocation.
+        if self.buf.len() != chunk {
+            self.buf = vec![0; chunk];
+        }
         let n = loop {
-            match self.file.read(&mut buf) {
+            match self.file.read(&mut self.buf) {
                 Ok(n) => break n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(failed(e)),
@@ -90,8 +107,7 @@ impl Growing {
         };
         if n > 0 {
             self.read += n as u64;
-            buf.truncate(n);
-            return Ok(Grown::Data(buf));
+            return Ok(Grown::Data(self.buf[..n].to_vec()));
         }
         let name = self.path.display();
         let len = self.file.metadata().map_err(failed)?.len();
@@ -105,7 +121,9 @@ impl Growing {
         // being read.
         match std::fs::symlink_metadata(&self.path) {
             Ok(m) if self.same_file(&m) => Ok(Grown::Idle),
-            Ok(_) => Ok(Grown::Gone(format!("{name} was replaced by another file"))),
+            Ok(_) => Ok(Grown::Replaced(format!(
+                "{name} was replaced by another file"
+            ))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 Ok(Grown::Removed(format!("{name} was removed")))
             }
@@ -152,7 +170,9 @@ mod tests {
         std::fs::rename(&path, dir.path().join("old")).unwrap();
         std::fs::write(&path, b"new").unwrap();
         growing.next(64).unwrap();
-        assert!(matches!(growing.next(64).unwrap(), Grown::Gone(why) if why.contains("replaced")));
+        assert!(
+            matches!(growing.next(64).unwrap(), Grown::Replaced(why) if why.contains("replaced"))
+        );
         std::fs::remove_file(&path).unwrap();
         assert!(
             matches!(growing.next(64).unwrap(), Grown::Removed(why) if why.contains("removed"))

@@ -99,7 +99,9 @@ impl Source {
                 Grown::Data(bytes) => Ok(Chunk::Data(bytes)),
                 Grown::Idle => Ok(Chunk::Idle),
                 // A record only grows: for a follow, removed is as gone as replaced.
-                Grown::Gone(why) | Grown::Removed(why) => Ok(Chunk::Gone(why)),
+                Grown::Gone(why) | Grown::Replaced(why) | Grown::Removed(why) => {
+                    Ok(Chunk::Gone(why))
+                }
             },
         }
     }

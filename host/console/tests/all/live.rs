@@ -153,20 +153,46 @@ async fn calls_arrive_as_the_record_grows_and_a_tampered_line_turns_the_verdict_
 }
 
 #[tokio::test]
-async fn a_record_replaced_under_its_name_is_tampered() {
+async fn a_record_cut_shorter_is_tampered_and_one_replaced_is_followed_anew() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("r.aarl");
     let writer = session(&file, "h");
     denied(&writer, "c0", "read", "x");
     let (mut events, stop) = following(&file, 1).await;
-    std::fs::rename(&file, dir.path().join("moved")).unwrap();
-    std::fs::write(&file, b"").unwrap();
+    // The bytes read are no longer the file's: Tampered.
+    let len = std::fs::metadata(&file).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
     let seen = events.until(|e| verdict(e) == Some("tampered")).await;
     let last = of_kind(seen, "file").last().copied().unwrap();
     assert!(
-        text(last, &["headline"]).is_some_and(|h| h.contains("replaced")),
+        text(last, &["headline"]).is_some_and(|h| h.contains("shrank")),
         "{last:?}"
     );
+    stop.cancel();
+
+    // Another record put in its place: what was read keeps its verdict, and the new
+    // file is followed as one of its own.
+    let other = dir.path().join("s.aarl");
+    let writer = session(&other, "h");
+    denied(&writer, "c0", "read", "x");
+    let (mut events, stop) = following(&other, 1).await;
+    let replacement = dir.path().join("new.aarl");
+    let next = session(&replacement, "h3");
+    denied(&next, "c0", "read", "the replacement");
+    std::fs::rename(&replacement, &other).unwrap();
+    let seen = events
+        .until(|e| calls(e).iter().any(|c| text(c, &["host"]) == Some("h3")))
+        .await;
+    let stopped = of_kind(seen, "file")
+        .into_iter()
+        .find(|f| text(f, &["stopped"]).is_some_and(|s| s.contains("replaced")))
+        .unwrap_or_else(|| panic!("{seen:#?}"));
+    assert_ne!(text(stopped, &["verdict"]), Some("tampered"), "{stopped:?}");
     stop.cancel();
 }
 
