@@ -12,6 +12,7 @@ use aegis_record::verify::{Options, TrustAnchor, Verdict, verify};
 use aegis_test_support::lines::{self, AppendFile};
 use std::io::Write as _;
 use std::path::Path;
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 fn vector(path: &str) -> std::path::PathBuf {
@@ -353,5 +354,82 @@ async fn past_the_cap_a_new_session_takes_the_place_of_a_closed_one() {
         .filter(|f| text(f, &["stopped"]).is_some_and(|s| s.contains("to make room")))
         .count();
     assert_eq!(let_go, 1, "one closed session let go for the new one");
+    stop.cancel();
+}
+
+/// A store whose listing lags behind what it holds, as a database's does while a host
+/// commits lines between the console's listing and its read: the lines past the
+/// listing wait for a listing that names them, and the session is not called Tampered
+/// for having more than it was listed with.
+#[tokio::test]
+async fn a_stored_session_is_read_no_further_than_its_listing() {
+    use aegis_console::feed::{SessionStore, StoredSession};
+    use aegis_record::chain::VecSink;
+    struct Lagging {
+        lines: Vec<Vec<u8>>,
+        behind: usize,
+    }
+    impl SessionStore for Lagging {
+        fn location(&self) -> String {
+            "lagging store".into()
+        }
+        fn sessions(&self) -> Result<Vec<StoredSession>, String> {
+            Ok(vec![StoredSession {
+                id: "s1".into(),
+                lines: (self.lines.len() - self.behind) as u64,
+            }])
+        }
+        fn read(&self, _id: &str, start: u64, max: u32) -> Result<Vec<Vec<u8>>, String> {
+            // Everything committed, whatever the listing said.
+            Ok(self
+                .lines
+                .iter()
+                .skip(start as usize)
+                .take(max as usize)
+                .cloned()
+                .collect())
+        }
+        fn verify_command(&self, id: &str) -> String {
+            format!("export {id}, then aegis verify it")
+        }
+    }
+    let sink = VecSink::new();
+    let writer = Session::open(
+        Arc::new(sink.clone()),
+        SigningKey::generate().unwrap(),
+        None,
+        Object::new(),
+    )
+    .unwrap();
+    for i in 0..3 {
+        denied(&writer, &format!("c{i}"), "read", "x");
+    }
+    let lines: Vec<Vec<u8>> = sink
+        .contents()
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    // Listed without the last call's two lines.
+    let store = Lagging { lines, behind: 2 };
+    let (addr, stop) = start(over(Source::Store(Arc::new(store)))).await;
+    let mut events = Events::open(addr).await;
+    let seen = events
+        .until(|e| verdict(e).is_some_and(|v| v != "reading"))
+        .await;
+    assert_ne!(verdict(seen), Some("tampered"), "{seen:#?}");
+    assert_eq!(calls(seen).len(), 2, "{seen:#?}");
+    // Looked at again for a while: still not Tampered.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let mut again = Events::open(addr).await;
+    let seen = again
+        .until(|e| verdict(e).is_some_and(|v| v != "reading"))
+        .await;
+    assert!(
+        of_kind(seen, "file")
+            .iter()
+            .all(|f| text(f, &["verdict"]) != Some("tampered")),
+        "{seen:#?}"
+    );
     stop.cancel();
 }
