@@ -252,18 +252,23 @@ impl Read {
         let Ok(Value::Object(obj)) = aegis_record::json::parse(line) else {
             return None;
         };
+        Read::of_object(&obj)
+    }
+
+    /// [`Read::of`] a line already parsed.
+    fn of_object(obj: &Object) -> Option<Read> {
         let time = obj.get("time").and_then(Value::as_str).map(str::to_owned);
         let key = obj.get("key_id").and_then(Value::as_str).map(str::to_owned);
         let line_type = obj.get("line_type").and_then(Value::as_str).unwrap_or("");
         Some(match LineType::from_token(line_type) {
-            LineType::Open => Read::Open(Box::new(Opened::of(&obj))),
+            LineType::Open => Read::Open(Box::new(Opened::of(obj))),
             LineType::Close => Read::Close,
-            LineType::Intent => Read::Intent(time, IntentLine::from_object(&obj).ok()?),
+            LineType::Intent => Read::Intent(time, IntentLine::from_object(obj).ok()?),
             LineType::Outcome => {
-                Read::Outcome(time, Box::new(OutcomeLine::from_object(&obj).ok()?), key)
+                Read::Outcome(time, Box::new(OutcomeLine::from_object(obj).ok()?), key)
             }
             LineType::ToolChange => {
-                let change = ToolChangeLine::from_object(&obj).ok()?;
+                let change = ToolChangeLine::from_object(obj).ok()?;
                 let mut reason = format!("{} ({})", change.change.token(), change.action.token());
                 if !change.fields.is_empty() {
                     reason.push_str(": ");
@@ -342,8 +347,21 @@ impl Assembler {
 
     /// What the line `bytes` (of session `session`) completes, in order.
     pub fn line(&mut self, session: u64, bytes: &[u8]) -> Vec<Entry> {
+        self.read(
+            session,
+            Read::of(bytes.strip_suffix(b"\n").unwrap_or(bytes)),
+        )
+    }
+
+    /// [`Assembler::line`] for a line the caller has already parsed (as `obj`), so a
+    /// reader that needs the object itself parses each line once.
+    pub fn line_object(&mut self, session: u64, obj: &Object) -> Vec<Entry> {
+        self.read(session, Read::of_object(obj))
+    }
+
+    fn read(&mut self, session: u64, read: Option<Read>) -> Vec<Entry> {
         let mut out = Vec::new();
-        match Read::of(bytes.strip_suffix(b"\n").unwrap_or(bytes)) {
+        match read {
             // A new session: the calls left in flight before it will get no outcome.
             Some(Read::Open(opened)) => {
                 self.unfinished(|_| true, &mut out);
@@ -509,6 +527,31 @@ mod tests {
             whole.sort_by_key(by_call);
             grown.sort_by_key(by_call);
             assert_eq!(whole, grown);
+        }
+    }
+
+    #[test]
+    fn a_line_parsed_by_the_caller_gives_the_same_rows() {
+        for record in [GOLDEN, UNFINISHED, TOOL_CHANGE] {
+            let (mut by_bytes, mut by_object) = (Assembler::new(), Assembler::new());
+            // Sessions counted from 0 at the first open line, as the verifier counts.
+            let mut opens = 0u64;
+            for line in record.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+                let Ok(Value::Object(obj)) = aegis_record::json::parse(line) else {
+                    continue;
+                };
+                if obj.get("line_type").and_then(Value::as_str) == Some("open") {
+                    opens += 1;
+                }
+                let session = opens.saturating_sub(1);
+                let shown = |entries: Vec<Entry>| -> Vec<String> {
+                    entries.iter().map(|e| format!("{e:?}")).collect()
+                };
+                assert_eq!(
+                    shown(by_bytes.line(session, line)),
+                    shown(by_object.line_object(session, &obj))
+                );
+            }
         }
     }
 

@@ -648,13 +648,10 @@ struct Seen {
 }
 
 impl Seen {
-    fn of(line: &[u8]) -> Option<Seen> {
-        let Ok(Value::Object(o)) = aegis_record::json::parse(line) else {
-            return None;
-        };
+    fn of(o: &Object) -> Option<Seen> {
         let str_at = |path: &[&str]| -> Option<String> {
             let (last, inner) = path.split_last()?;
-            let mut at = &o;
+            let mut at = o;
             for key in inner {
                 at = at.get(key)?.as_object()?;
             }
@@ -850,9 +847,17 @@ impl Tail {
 
     /// One accepted line, at `at`.
     fn line(&mut self, at: Position, line: Arc<[u8]>) {
-        let seen = Seen::of(&line);
+        // Parsed once, for both what the evidence needs and the call's row.
+        let parsed = match aegis_record::json::parse(line.strip_suffix(b"\n").unwrap_or(&line)) {
+            Ok(Value::Object(o)) => Some(o),
+            _ => None,
+        };
+        let seen = parsed.as_ref().and_then(Seen::of);
         self.closed = seen.as_ref().is_some_and(|s| s.line_type == "close");
-        let entries = self.calls.line(at.session, &line);
+        let entries = parsed
+            .as_ref()
+            .map(|o| self.calls.line_object(at.session, o))
+            .unwrap_or_default();
         if let Some(seen) = &seen {
             match seen.line_type.as_str() {
                 "open" => {
