@@ -515,7 +515,7 @@ impl Follow {
             tail.stop(format!(
                 "its session closed; no longer read, to make room (the console reads at most {MAX_FILES} files at once)"
             ));
-            let batch = tail.read_stopped();
+            let batch = tail.settle();
             self.feed.publish(batch);
             self.let_go(i);
             return true;
@@ -527,7 +527,19 @@ impl Follow {
     /// they now hold.
     fn rescan_store(&mut self, store: &Arc<dyn SessionStore>) {
         let location = store.location();
-        let sessions = match store.sessions() {
+        let listed = store.sessions().and_then(|sessions| {
+            // A listing that names a session twice says two things of it: refused,
+            // never read as its last mention.
+            let mut ids = BTreeSet::new();
+            match sessions.iter().find(|s| !ids.insert(s.id.as_str())) {
+                Some(twice) => Err(format!(
+                    "the store listed session {} twice; its listing is not read",
+                    twice.id
+                )),
+                None => Ok(sessions),
+            }
+        });
+        let sessions = match listed {
             Ok(sessions) => {
                 self.refused_said.remove(&PathBuf::from(&location));
                 sessions
@@ -783,11 +795,6 @@ impl Tail {
             return (Vec::new(), more);
         }
         (self.settle(), more && self.reader.is_some())
-    }
-
-    /// What a file let go of (by [`Follow::make_room`]) publishes: its stop.
-    fn read_stopped(&mut self) -> Vec<Published> {
-        self.settle()
     }
 
     /// The events of the lines read since the last publication and, when it changed,

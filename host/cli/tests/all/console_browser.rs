@@ -18,8 +18,9 @@ use std::time::Duration;
 /// Not allowed to run: denied, with a reason that is markup and script.
 const HOSTILE: &str = r#"<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>"#;
 
-/// And a right-to-left override, which would show what follows it reversed.
-const REVERSED: &str = "\u{202e}fdp.exe";
+/// And a right-to-left override, which would show what follows it reversed, and an
+/// invisible tag character past U+FFFF (judged by code point, not by UTF-16 half).
+const REVERSED: &str = "\u{202e}fdp.exe\u{e0041}";
 
 fn echo_wasm() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/wasm/echo.wasm")
@@ -135,8 +136,8 @@ fn a_call_from_aegis_run_appears_live_filters_narrow_and_hostile_text_stays_text
     let shown = browser.text(&row);
     assert!(shown.contains(HOSTILE), "{shown}");
     // The override is shown as an escape, never obeyed.
-    assert!(shown.contains("\\u{202e}fdp.exe"), "{shown}");
-    assert!(!shown.contains('\u{202e}'), "{shown}");
+    assert!(shown.contains("\\u{202e}fdp.exe\\u{e0041}"), "{shown}");
+    assert!(!shown.contains(['\u{202e}', '\u{e0041}']), "{shown}");
     let inert = browser.script(
         "return [typeof window.__pwned, document.querySelectorAll('main img, main script').length];",
     );

@@ -132,8 +132,9 @@ async fn a_parked_call_is_listed_and_approved_once_with_the_consoles_key() {
     let json = ("Content-Type", "application/json");
     let approve = r#"{"verdict":"approve"}"#;
     let id = first.approval_id.as_str();
-    // No token; another site's origin; a form's content type; a body that is not
-    // one decision: each refused, and nothing is placed.
+    // No token; another site's origin; a form's content types, or one that only
+    // mentions JSON; a body that is not one decision: each refused, and nothing is
+    // placed.
     let refusals = [
         (vec![("Host", host.as_str()), json], approve, 401),
         (
@@ -151,6 +152,33 @@ async fn a_parked_call_is_listed_and_approved_once_with_the_consoles_key() {
                 ("Host", host.as_str()),
                 ("Authorization", bearer.as_str()),
                 ("Content-Type", "application/x-www-form-urlencoded"),
+            ],
+            approve,
+            415,
+        ),
+        (
+            vec![
+                ("Host", host.as_str()),
+                ("Authorization", bearer.as_str()),
+                ("Content-Type", "text/plain; application/json"),
+            ],
+            approve,
+            415,
+        ),
+        (
+            vec![
+                ("Host", host.as_str()),
+                ("Authorization", bearer.as_str()),
+                ("Content-Type", "application/json-patch+json"),
+            ],
+            approve,
+            415,
+        ),
+        (
+            vec![
+                ("Host", host.as_str()),
+                ("Authorization", bearer.as_str()),
+                ("Content-Type", "multipart/form-data; boundary=x"),
             ],
             approve,
             415,

@@ -179,6 +179,21 @@ impl Events {
     }
 }
 
+impl Events {
+    /// Reads events until the last file event carries a verdict (the backlog read).
+    pub async fn until_judged(&mut self) -> &[Object] {
+        self.until(|e| verdict(e).is_some_and(|v| v != "reading"))
+            .await
+    }
+}
+
+/// `console` served, and a page's stream of it open.
+pub async fn watch(console: Console) -> (SocketAddr, CancellationToken, Events) {
+    let (addr, stop) = start(console).await;
+    let events = Events::open(addr).await;
+    (addr, stop, events)
+}
+
 /// A member of an event, as text.
 pub fn text<'a>(o: &'a Object, path: &[&str]) -> Option<&'a str> {
     let (last, inner) = path.split_last()?;

@@ -3,7 +3,7 @@
 //! turns the file's verdict at once, a directory's new session files are picked up,
 //! and a call opens to its raw lines.
 
-use crate::client::{Events, bearer, body, get, host, of_kind, over, start, text, verdict};
+use crate::client::{Events, bearer, body, get, host, of_kind, over, text, verdict, watch};
 use aegis_console::feed::Source;
 use aegis_record::SigningKey;
 use aegis_record::chain::Session;
@@ -47,8 +47,7 @@ fn denied(session: &Session, call: &str, tool: &str, reason: &str) {
 /// A console over the record at `file`, and a page's stream of it once its first
 /// `calls` calls have come.
 async fn following(file: &Path, calls_first: usize) -> (Events, CancellationToken) {
-    let (addr, stop) = start(over(Source::File(file.to_owned()))).await;
-    let mut events = Events::open(addr).await;
+    let (_, stop, mut events) = watch(over(Source::File(file.to_owned()))).await;
     events.until(|e| calls(e).len() == calls_first).await;
     (events, stop)
 }
@@ -63,11 +62,8 @@ fn tool(call: &Object) -> &str {
 
 #[tokio::test]
 async fn a_records_calls_come_under_its_verdict_and_none_of_a_tampered_one() {
-    let (addr, stop) = start(over(Source::File(vector("golden/golden.aarl")))).await;
-    let mut events = Events::open(addr).await;
-    let seen = events
-        .until(|e| verdict(e).is_some_and(|v| v != "reading"))
-        .await;
+    let (_, stop, mut events) = watch(over(Source::File(vector("golden/golden.aarl")))).await;
+    let seen = events.until_judged().await;
     // Consistent, but pinned to no key: not called verified.
     assert_eq!(verdict(seen), Some("unpinned"), "{seen:#?}");
     // The backlog is published with its verdict, not before it.
@@ -90,11 +86,8 @@ async fn a_records_calls_come_under_its_verdict_and_none_of_a_tampered_one() {
             expected == "tampered",
             matches!(report.verdict(), Verdict::Tampered(_))
         );
-        let (addr, stop) = start(over(Source::File(record.clone()))).await;
-        let mut events = Events::open(addr).await;
-        let seen = events
-            .until(|e| verdict(e).is_some_and(|v| v != "reading"))
-            .await;
+        let (_, stop, mut events) = watch(over(Source::File(record.clone()))).await;
+        let seen = events.until_judged().await;
         assert_eq!(verdict(seen), Some(expected), "{record:?}: {seen:#?}");
         if expected == "tampered" {
             tampered += 1;
@@ -111,8 +104,7 @@ async fn calls_arrive_as_the_record_grows_and_a_tampered_line_turns_the_verdict_
     let file = dir.path().join("r.aarl");
     let writer = session(&file, "build-07");
     denied(&writer, "c0", "read", "before the console");
-    let (addr, stop) = start(over(Source::File(file.clone()))).await;
-    let mut events = Events::open(addr).await;
+    let (addr, stop, mut events) = watch(over(Source::File(file.clone()))).await;
     events.until(|e| calls(e).len() == 1).await;
     // A page that connects later is sent everything from the start.
     let mut late = Events::open(addr).await;
@@ -204,8 +196,7 @@ async fn a_directorys_session_files_are_followed_and_new_ones_picked_up() {
     denied(&first, "c0", "fetch", "one");
     // Neither a link nor a FIFO beneath it is opened.
     std::os::unix::fs::symlink("/etc/passwd", dir.path().join("link.aarl")).unwrap();
-    let (addr, stop) = start(over(Source::Directory(dir.path().to_owned()))).await;
-    let mut events = Events::open(addr).await;
+    let (_, stop, mut events) = watch(over(Source::Directory(dir.path().to_owned()))).await;
     events.until(|e| calls(e).len() == 1).await;
 
     std::fs::create_dir(dir.path().join("later")).unwrap();
@@ -234,8 +225,7 @@ async fn a_call_opens_to_its_raw_lines_and_the_command_that_verifies_them() {
     let file = dir.path().join("it's.aarl");
     let writer = session(&file, "h");
     denied(&writer, "c0", "read", "no");
-    let (addr, stop) = start(over(Source::File(file.clone()))).await;
-    let mut events = Events::open(addr).await;
+    let (addr, stop, mut events) = watch(over(Source::File(file.clone()))).await;
     let seen = events.until(|e| calls(e).len() == 1).await;
     let n = calls(seen)[0].get("call").unwrap().as_int().unwrap();
     let (status, answer) = get(
@@ -288,11 +278,8 @@ async fn a_record_is_called_verified_only_when_pinned_to_the_operators_key() {
     ] {
         let mut console = over(Source::File(file.clone()));
         console.trust = trust;
-        let (addr, stop) = start(console).await;
-        let mut events = Events::open(addr).await;
-        let seen = events
-            .until(|e| verdict(e).is_some_and(|v| v != "reading"))
-            .await;
+        let (_, stop, mut events) = watch(console).await;
+        let seen = events.until_judged().await;
         assert_eq!(verdict(seen), Some(expected), "{seen:#?}");
         stop.cancel();
     }
@@ -339,8 +326,7 @@ async fn past_the_cap_a_new_session_takes_the_place_of_a_closed_one() {
         denied(&closed, "c0", "read", "old");
         closed.close().unwrap();
     }
-    let (addr, stop) = start(over(Source::Directory(dir.path().to_owned()))).await;
-    let mut events = Events::open(addr).await;
+    let (_, stop, mut events) = watch(over(Source::Directory(dir.path().to_owned()))).await;
     events
         .until(|e| calls(e).len() == aegis_console::feed::MAX_FILES)
         .await;
@@ -357,43 +343,48 @@ async fn past_the_cap_a_new_session_takes_the_place_of_a_closed_one() {
     stop.cancel();
 }
 
-/// A store whose listing lags behind what it holds, as a database's does while a host
-/// commits lines between the console's listing and its read: the lines past the
-/// listing wait for a listing that names them, and the session is not called Tampered
-/// for having more than it was listed with.
-#[tokio::test]
-async fn a_stored_session_is_read_no_further_than_its_listing() {
-    use aegis_console::feed::{SessionStore, StoredSession};
-    use aegis_record::chain::VecSink;
-    struct Lagging {
-        lines: Vec<Vec<u8>>,
-        behind: usize,
+/// A store of one session, its lines written by the record's writer: listed `behind`
+/// lines short of what it holds (as a database's listing lags a host committing
+/// between the console's listing and its read), and named `twice` in its listing.
+struct OneSessionStore {
+    lines: Vec<Vec<u8>>,
+    behind: usize,
+    twice: bool,
+}
+
+impl aegis_console::feed::SessionStore for OneSessionStore {
+    fn location(&self) -> String {
+        "a test store".into()
     }
-    impl SessionStore for Lagging {
-        fn location(&self) -> String {
-            "lagging store".into()
+    fn sessions(&self) -> Result<Vec<aegis_console::feed::StoredSession>, String> {
+        let listed = aegis_console::feed::StoredSession {
+            id: "s1".into(),
+            lines: (self.lines.len() - self.behind) as u64,
+        };
+        let mut sessions = vec![listed.clone()];
+        if self.twice {
+            sessions.push(aegis_console::feed::StoredSession { lines: 1, ..listed });
         }
-        fn sessions(&self) -> Result<Vec<StoredSession>, String> {
-            Ok(vec![StoredSession {
-                id: "s1".into(),
-                lines: (self.lines.len() - self.behind) as u64,
-            }])
-        }
-        fn read(&self, _id: &str, start: u64, max: u32) -> Result<Vec<Vec<u8>>, String> {
-            // Everything committed, whatever the listing said.
-            Ok(self
-                .lines
-                .iter()
-                .skip(start as usize)
-                .take(max as usize)
-                .cloned()
-                .collect())
-        }
-        fn verify_command(&self, id: &str) -> String {
-            format!("export {id}, then aegis verify it")
-        }
+        Ok(sessions)
     }
-    let sink = VecSink::new();
+    fn read(&self, _id: &str, start: u64, max: u32) -> Result<Vec<Vec<u8>>, String> {
+        // Everything committed, whatever the listing said.
+        Ok(self
+            .lines
+            .iter()
+            .skip(start as usize)
+            .take(max as usize)
+            .cloned()
+            .collect())
+    }
+    fn verify_command(&self, id: &str) -> String {
+        format!("export {id}, then aegis verify it")
+    }
+}
+
+/// A store holding one session of three refused calls.
+fn one_session_store(behind: usize, twice: bool) -> OneSessionStore {
+    let sink = aegis_record::chain::VecSink::new();
     let writer = Session::open(
         Arc::new(sink.clone()),
         SigningKey::generate().unwrap(),
@@ -404,32 +395,54 @@ async fn a_stored_session_is_read_no_further_than_its_listing() {
     for i in 0..3 {
         denied(&writer, &format!("c{i}"), "read", "x");
     }
-    let lines: Vec<Vec<u8>> = sink
+    let lines = sink
         .contents()
         .split(|&b| b == b'\n')
         .filter(|l| !l.is_empty())
         .map(<[u8]>::to_vec)
         .collect();
+    OneSessionStore {
+        lines,
+        behind,
+        twice,
+    }
+}
+
+/// The lines past a store's listing wait for a listing that names them, and the
+/// session is not called Tampered for holding more than it was listed with.
+#[tokio::test]
+async fn a_stored_session_is_read_no_further_than_its_listing() {
     // Listed without the last call's two lines.
-    let store = Lagging { lines, behind: 2 };
-    let (addr, stop) = start(over(Source::Store(Arc::new(store)))).await;
-    let mut events = Events::open(addr).await;
-    let seen = events
-        .until(|e| verdict(e).is_some_and(|v| v != "reading"))
-        .await;
+    let store = one_session_store(2, false);
+    let (addr, stop, mut events) = watch(over(Source::Store(Arc::new(store)))).await;
+    let seen = events.until_judged().await;
     assert_ne!(verdict(seen), Some("tampered"), "{seen:#?}");
     assert_eq!(calls(seen).len(), 2, "{seen:#?}");
     // Looked at again for a while: still not Tampered.
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     let mut again = Events::open(addr).await;
-    let seen = again
-        .until(|e| verdict(e).is_some_and(|v| v != "reading"))
-        .await;
+    let seen = again.until_judged().await;
     assert!(
         of_kind(seen, "file")
             .iter()
             .all(|f| text(f, &["verdict"]) != Some("tampered")),
         "{seen:#?}"
     );
+    stop.cancel();
+}
+
+/// A listing that names a session twice (with two line counts) is refused, not read
+/// as either mention.
+#[tokio::test]
+async fn a_store_listing_a_session_twice_is_refused() {
+    let store = one_session_store(0, true);
+    let (_, stop, mut events) = watch(over(Source::Store(Arc::new(store)))).await;
+    let seen = events.until(|e| verdict(e) == Some("unread")).await;
+    let refused = of_kind(seen, "file").last().copied().unwrap();
+    assert!(
+        text(refused, &["headline"]).is_some_and(|h| h.contains("twice")),
+        "{refused:?}"
+    );
+    assert!(calls(seen).is_empty(), "{seen:#?}");
     stop.cancel();
 }
